@@ -1,0 +1,50 @@
+"""Shared pytest fixtures: a PostgreSQL for the session and a fresh migrated database per test."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import psycopg
+import pytest
+
+from impl.testing import TestDatabases, session_databases
+
+
+@pytest.fixture(scope="session")
+def databases() -> TestDatabases:
+    dbs = session_databases()
+    yield dbs
+    dbs.close()
+
+
+@pytest.fixture
+def db_url(databases: TestDatabases) -> str:
+    """A fresh database with migrations 1–3 applied."""
+    with databases.fresh() as url:
+        yield url
+
+
+@pytest.fixture
+def blank_db_url(databases: TestDatabases) -> str:
+    """A fresh, empty database (no Belay schema)."""
+    with databases.fresh(migrated=False) as url:
+        yield url
+
+
+@pytest.fixture
+def conn(db_url: str) -> psycopg.Connection:
+    with psycopg.connect(db_url, autocommit=True) as c:
+        yield c
+
+
+@pytest.fixture
+def store(db_url: str):
+    from impl.store import PgStore
+
+    with PgStore(db_url) as s:
+        yield s
+
+
+@pytest.fixture
+def now() -> datetime:
+    """A fixed instant: tests pass time explicitly, as the clock rule demands."""
+    return datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)

@@ -1,0 +1,171 @@
+"""The Client-level SDK (contract §10): enqueue, read, signal, steer, cancel, retry, await results.
+
+A thin, clock-owning layer over `PgStore`: the store never reads a clock, the client supplies `now`
+from its injectable `clock` (an entry point is the only place that reads the system time).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+
+from impl.store import PgStore, channel_name
+from model import ops
+from model.envelope import decode
+from model.rows import Event, Job, Signal, Step
+
+
+def utc_now() -> datetime:
+    """The system clock, in UTC (the default `clock` of entry points)."""
+    return datetime.now(timezone.utc)
+
+
+class Client:
+    """Client conformance level. `check=True` runs the §1 compatibility check at startup."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "public",
+        clock: Callable[[], datetime] = utc_now,
+        check: bool = True,
+        pool_size: int = 4,
+    ) -> None:
+        self.conninfo = conninfo
+        self.clock = clock
+        self.store = PgStore(conninfo, schema=schema, pool_size=pool_size)
+        self.compat: ops.Compatible | None = None
+        if check:
+            try:
+                self.compat = self.store.apply(ops.CheckCompat())
+            except Exception:
+                self.store.close()
+                raise
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- enqueue ---------------------------------------------------------------------------------
+
+    def enqueue(
+        self, queue: str, worker: str, input: Any = None, *, conn: psycopg.Connection | None = None, **opts: Any
+    ) -> ops.Inserted | ops.Duplicate:
+        """Insert one job; `conn` makes it part of the caller's open transaction."""
+        spec = ops.JobSpec(queue, worker, {} if input is None else input, **opts)
+        return self.enqueue_many([spec], conn=conn).outcomes[0]
+
+    def enqueue_many(self, specs: Iterable[ops.JobSpec], *, conn: psycopg.Connection | None = None) -> ops.Enqueued:
+        return self.store.apply(ops.Enqueue(self.clock(), tuple(specs)), conn=conn)
+
+    def enqueue_workflow(
+        self, workflow_id: str, members: Sequence[ops.WorkflowMember], *, conn: psycopg.Connection | None = None
+    ) -> ops.WorkflowEnqueued:
+        return self.store.apply(ops.EnqueueWorkflow(self.clock(), workflow_id, tuple(members)), conn=conn)
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def signal(self, scope: str, name: str, payload: Any = None) -> ops.Signalled:
+        return self.store.apply(ops.DeliverSignal(self.clock(), scope, name, payload))
+
+    def steer(self, job_id: int, payload: Any) -> ops.Signalled | ops.NotFound:
+        return self.store.apply(ops.Steer(self.clock(), job_id, payload))
+
+    def clear_signal(self, scope: str, name: str) -> ops.Cleared:
+        return self.store.apply(ops.ClearSignal(scope, name))
+
+    # --- operator commands -------------------------------------------------------------------------
+
+    def cancel(self, job_id: int) -> ops.CancelResult:
+        return self.store.apply(ops.Cancel(self.clock(), job_id))
+
+    def retry(self, job_id: int) -> ops.RetryResult:
+        return self.store.apply(ops.Retry(self.clock(), job_id))
+
+    def put_queue(self, name: str, **opts: Any) -> ops.QueuePut:
+        return self.store.apply(ops.PutQueue(self.clock(), name, opts))
+
+    def put_cron(self, name: str, expression: str, worker: str, input: Any = None, **kw: Any) -> ops.CronPut:
+        return self.store.apply(ops.PutCron(self.clock(), name, expression, worker, {} if input is None else input, **kw))
+
+    # --- reads -------------------------------------------------------------------------------------
+
+    def job(self, job_id: int) -> Job | None:
+        found = self.store.apply(ops.ReadJob(job_id))
+        return None if isinstance(found, ops.NotFound) else found
+
+    def steps(self, job_id: int) -> tuple[Step, ...]:
+        return self.store.apply(ops.ReadSteps(job_id))
+
+    def events(self, job_id: int) -> tuple[Event, ...]:
+        return self.store.apply(ops.ReadEvents(job_id))
+
+    def workflow(self, workflow_id: str) -> tuple[Job, ...]:
+        return self.store.apply(ops.ReadWorkflow(workflow_id))
+
+    def signals(self, *scopes: str) -> tuple[Signal, ...]:
+        return self.store.apply(ops.ReadSignals(tuple(scopes)))
+
+    # --- results -----------------------------------------------------------------------------------
+
+    def await_result(self, job_id: int, timeout: float = 30.0, *, listen: bool = True) -> Job:
+        """Wait until the job is terminal and return it (decode `.result` with `result_value`).
+
+        With `listen`, a dedicated connection LISTENs for result notifications {"t":"r","id":...}
+        (§9.2) and re-checks on each; without it (or between notifications) it re-checks on a
+        5 ms → 200 ms backoff. Notifications only shorten the wait: the re-read decides.
+        Raises TimeoutError when the job is still not terminal after `timeout` seconds, and
+        LookupError when it does not exist.
+        """
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        listener = None
+        try:
+            if listen:
+                listener = psycopg.connect(self.conninfo, autocommit=True)
+                channel = channel_name(listener.info.dbname, self.store.schema)
+                listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            while True:
+                job = self.job(job_id)
+                if job is None:
+                    raise LookupError(f"job {job_id} does not exist")
+                if job.terminal:
+                    return job
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
+                wait = min(delay, remaining)
+                if listener is not None:
+                    for note in listener.notifies(timeout=wait, stop_after=1):
+                        if _is_result_for(note.payload, job_id):
+                            delay = 0.005
+                            break
+                else:
+                    time.sleep(wait)
+                delay = min(delay * 2, 0.2)
+        finally:
+            if listener is not None:
+                listener.close()
+
+
+def _is_result_for(payload: str, job_id: int) -> bool:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("t") == "r" and data.get("id") == job_id
+
+
+def result_value(job: Job) -> Any:
+    """The decoded §2 envelope of a job's result (None when it has none)."""
+    return decode(job.result)

@@ -1,0 +1,60 @@
+"""SQL as package data: named blocks from impl/sql/queries.sql and the numbered migrations.
+
+Blocks look like procrastinate's: `-- name --`, a one-line purpose comment, then the body. Table
+names are placeholders filled with `psycopg.sql.Identifier(schema, "belay_<table>")`, so a custom
+schema name can never inject SQL (it is also validated against ^[A-Za-z_][A-Za-z0-9_]*$).
+"""
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+from psycopg import sql
+
+from model.ops import validate_schema_name
+from model.rows import JOB_COLUMNS
+
+TABLES = ("jobs", "steps", "events", "signals", "rate", "queues", "crons", "meta")
+MIGRATIONS = ("001_core.sql", "002_signals.sql", "003_uniqueness.sql")
+_BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
+
+
+def _read(name: str) -> str:
+    return resources.files("impl").joinpath("sql", name).read_text(encoding="utf-8")
+
+
+@cache
+def raw_queries() -> dict[str, str]:
+    """{name: body} of every block in queries.sql (comment lines stripped)."""
+    text = _read("queries.sql")
+    parts = _BLOCK.split(text)
+    out: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+        out[name] = "\n".join(lines).strip()
+    return out
+
+
+class SchemaSQL:
+    """The queries and migrations of one schema, composed once and cached."""
+
+    def __init__(self, schema: str = "public") -> None:
+        self.schema = validate_schema_name(schema)
+        self.names = {t: sql.Identifier(schema, f"belay_{t}") for t in TABLES}
+        self.names["schema"] = sql.Identifier(schema)
+        self.names["jobs_seq"] = sql.Literal(f'"{schema}".belay_jobs_id_seq')
+        self.names["job_columns"] = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
+        self._cache: dict[str, sql.Composed] = {}
+
+    def q(self, name: str, **extra: sql.Composable) -> sql.Composed:
+        """A named query, composed for this schema. `extra` fills block-specific placeholders."""
+        if extra:
+            return sql.SQL(raw_queries()[name]).format(**self.names, **extra)
+        if name not in self._cache:
+            self._cache[name] = sql.SQL(raw_queries()[name]).format(**self.names)
+        return self._cache[name]
+
+    def migration(self, index: int) -> sql.Composed:
+        """Migration number index+1, composed for this schema."""
+        return sql.SQL(_read(MIGRATIONS[index])).format(**self.names)

@@ -1,0 +1,160 @@
+-- Belay named queries (client level). Each block: `-- name --`, a one-line purpose, the body.
+-- Parameters are named (%(now)s); identifiers in braces ({jobs}, {signals}, ...) are filled with
+-- psycopg.sql.Identifier for the configured schema; {job_columns} is the explicit column list
+-- (never SELECT *: contract §1). No query reads the database clock: `now` is always a parameter.
+--
+-- Lock order (contract §7, extended): workflow advisory lock → job row locks → signal-scope lock.
+
+-- meta --
+-- Read the migration revision and the wire-contract major (§1).
+SELECT version, contract_major FROM {meta}
+
+-- next_job_ids --
+-- Reserve one id per row from the bigserial sequence, exactly as a VALUES row's default would.
+SELECT nextval({jobs_seq}::regclass) AS id FROM generate_series(1, %(n)s)
+
+-- insert_jobs --
+-- §5.1 multi-row insert; the targetless conflict clause absorbs unique-key and cron-slot dedup.
+INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, max_attempts,
+                    ready_at, inserted_at, errors, cancel_requested, unique_key, unique_mode,
+                    cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
+                    budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)
+VALUES {values}
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- unique_holder --
+-- §5.2: the holder a skipped unique-key row is reported against.
+SELECT id FROM {jobs} WHERE unique_key = %(key)s ORDER BY id DESC LIMIT 1
+
+-- cron_holder --
+-- §8.5: the job that already owns a cron slot.
+SELECT id FROM {jobs} WHERE cron_name = %(cron_name)s AND cron_slot = %(cron_slot)s
+
+-- notify --
+-- §9.2: one pg_notify per payload (delivered only on commit).
+SELECT pg_notify(%(channel)s, p) FROM unnest(%(payloads)s::text[]) AS p
+
+-- lock_workflow --
+-- §7/§8.3: serialize settlement of one workflow.
+SELECT pg_advisory_xact_lock(hashtext('belay_wf:' || %(workflow_id)s))
+
+-- lock_scope --
+-- §7/§8.1: serialize signal delivery with await parks on one scope.
+SELECT pg_advisory_xact_lock(hashtext('belay_sig:' || %(scope)s))
+
+-- workflow_names --
+-- Member names already stored for a workflow (deps may name them).
+SELECT wf_name FROM {jobs} WHERE workflow_id = %(workflow_id)s
+
+-- workflow_members --
+-- §8.3: what settlement reads, under the workflow lock.
+SELECT id, wf_name, state, wf_deps, wf_ignore, parent_id FROM {jobs}
+WHERE workflow_id = %(workflow_id)s ORDER BY id
+
+-- release_held --
+-- §8.3 apply: releases → ready, guarded on held.
+UPDATE {jobs} SET state = 'ready' WHERE id = ANY(%(ids)s) AND state = 'held' RETURNING id, queue
+
+-- doom_held --
+-- §8.3 apply: dooms → cancelled + finished_at, guarded on held.
+UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s WHERE id = ANY(%(ids)s) AND state = 'held'
+RETURNING id, parent_id
+
+-- upsert_signal --
+-- §8.1: upsert-latest.
+INSERT INTO {signals} (scope, name, payload, inserted_at) VALUES (%(scope)s, %(name)s, %(payload)s, %(now)s)
+ON CONFLICT (scope, name) DO UPDATE SET payload = EXCLUDED.payload, inserted_at = EXCLUDED.inserted_at
+
+-- wake_awaiters --
+-- §8.1: every job parked on (scope, name) becomes ready now.
+UPDATE {jobs} SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await_name = NULL
+WHERE state = 'awaiting' AND await_scope = %(scope)s AND await_name = %(name)s
+RETURNING id, queue
+
+-- clear_signal --
+-- Delete one signal row.
+DELETE FROM {signals} WHERE scope = %(scope)s AND name = %(name)s RETURNING scope
+
+-- job_header --
+-- The immutable facts needed before locking (which workflow lock to take first).
+SELECT id, workflow_id FROM {jobs} WHERE id = %(id)s
+
+-- lock_job --
+-- Lock one job row (after any workflow lock: lock order).
+SELECT id, state, workflow_id, wf_deps, parent_id, unique_key, unique_mode FROM {jobs}
+WHERE id = %(id)s FOR UPDATE
+
+-- request_cancel --
+-- §8.6: a running job is cancelled cooperatively at its next step boundary.
+UPDATE {jobs} SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
+
+-- cancel_parked --
+-- §8.6: parked or held → cancelled (terminal).
+UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, leased_by = NULL,
+                  await_scope = NULL, await_name = NULL
+WHERE id = %(id)s AND state IN ('ready', 'awaiting', 'held', 'paused')
+RETURNING id, queue, parent_id, workflow_id
+
+-- retry_job --
+-- §8.6: failed|cancelled → ready (or held for dep-bearing members); clears cancel_requested.
+UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s, cancel_requested = false,
+                  max_attempts = GREATEST(max_attempts, attempt + 1),
+                  lease_until = NULL, leased_by = NULL, finished_at = NULL
+WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+RETURNING id, queue, state
+
+-- job_state --
+-- One job's state.
+SELECT state FROM {jobs} WHERE id = %(id)s
+
+-- read_job --
+-- One job row, explicit columns.
+SELECT {job_columns} FROM {jobs} WHERE id = %(id)s
+
+-- read_workflow --
+-- All jobs of a workflow in id order.
+SELECT {job_columns} FROM {jobs} WHERE workflow_id = %(workflow_id)s ORDER BY id
+
+-- read_steps --
+-- A job's journal in insertion order.
+SELECT job_id, seq, name, value, usd_micros, tokens, inserted_at FROM {steps}
+WHERE job_id = %(job_id)s ORDER BY seq
+
+-- read_events --
+-- A job's event stream in order.
+SELECT job_id, seq, payload, inserted_at FROM {events} WHERE job_id = %(job_id)s ORDER BY seq
+
+-- read_signals --
+-- §8.1 read: scope = ANY($scopes).
+SELECT scope, name, payload, inserted_at FROM {signals} WHERE scope = ANY(%(scopes)s) ORDER BY scope, name
+
+-- put_queue --
+-- Runtime queue CRUD.
+INSERT INTO {queues} (name, opts, updated_at) VALUES (%(name)s, %(opts)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET opts = EXCLUDED.opts, updated_at = EXCLUDED.updated_at
+
+-- put_cron --
+-- Runtime cron CRUD (merges over static config by name).
+INSERT INTO {crons} (name, expression, worker, input, opts, paused, updated_at)
+VALUES (%(name)s, %(expression)s, %(worker)s, %(input)s, %(opts)s, %(paused)s, %(now)s)
+ON CONFLICT (name) DO UPDATE SET expression = EXCLUDED.expression, worker = EXCLUDED.worker,
+    input = EXCLUDED.input, opts = EXCLUDED.opts, paused = EXCLUDED.paused, updated_at = EXCLUDED.updated_at
+
+-- signal_exists --
+-- §7 park rule: is the awaited signal already delivered?
+SELECT 1 AS found FROM {signals} WHERE scope = %(scope)s AND name = %(name)s
+
+-- park_awaiting --
+-- §7 await outcome, fenced on the claimed attempt: park on (scope, name) until the deadline.
+UPDATE {jobs} SET state = 'awaiting', await_scope = %(scope)s, await_name = %(name)s, ready_at = %(deadline)s,
+                  lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue
+
+-- park_ready --
+-- §7 await outcome when the signal row exists: ready at once, await fields NULL.
+UPDATE {jobs} SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await_name = NULL,
+                  lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue

@@ -1,0 +1,404 @@
+"""The Postgres store: `PgStore.apply(op)` for the shared vocabulary (client level, contract §10).
+
+Each operation is one SQL transaction built from the named queries in impl/sql/queries.sql; `now`
+always comes from the op (the clock rule). Enqueue operations can instead run on the caller's own
+psycopg connection inside the caller's transaction (transactional enqueue, §5.1): then nothing here
+commits, and the pg_notify wake-up is issued in that same transaction so it is delivered only if the
+caller commits.
+
+Lock order, everywhere: workflow advisory lock → job row locks → signal-scope advisory lock. Cancel and
+retry read a job's (immutable) workflow_id first so they can take the workflow lock before the row
+lock; settlement then only ever waits on held rows, which no one else locks first.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import errors, pq, sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from impl.migrate import check_compat
+from impl.queries import SchemaSQL
+from model import ops
+from model.rows import JOB_COLUMNS, TERMINAL, Event, Job, Signal, Step
+from model.settle import Member, settle
+from model.workflow import check_graph
+
+_INSERT_COLUMNS = 26
+
+
+def channel_name(dbname: str, schema: str = "public") -> str:
+    """§9.2: belay_<database name sanitized to [A-Za-z0-9_]> (a non-default schema is appended so
+    two deployments sharing one database never cross-talk)."""
+    base = "belay_" + re.sub(r"[^A-Za-z0-9_]", "_", dbname)
+    return base if schema == "public" else f"{base}_{schema}"
+
+
+def poke_payload(queue: str) -> str:
+    return json.dumps({"t": "p", "q": queue}, separators=(",", ":"))
+
+
+def result_payload(job_id: int) -> str:
+    return json.dumps({"t": "r", "id": job_id}, separators=(",", ":"))
+
+
+def job_from_row(row: dict[str, Any]) -> Job:
+    values = {c: row[c] for c in JOB_COLUMNS}
+    for c in ("wf_deps", "wf_ignore"):
+        if values[c] is not None:
+            values[c] = tuple(values[c])
+    if values["result"] is not None:
+        values["result"] = bytes(values["result"])
+    return Job(**values)
+
+
+@dataclass
+class _Tx:
+    """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
+
+    cur: psycopg.Cursor
+    q: SchemaSQL
+    now: datetime | None
+    pokes: set[str] = field(default_factory=set)
+
+    def one(self, name: str, params: dict | None = None, **extra: sql.Composable) -> dict | None:
+        return self.cur.execute(self.q.q(name, **extra), params).fetchone()
+
+    def all(self, name: str, params: dict | None = None, **extra: sql.Composable) -> list[dict]:
+        return self.cur.execute(self.q.q(name, **extra), params).fetchall()
+
+    def flush_pokes(self) -> None:
+        """§9.2: at most one poke per queue for this batch, sent in this transaction."""
+        if self.pokes:
+            channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
+            self.all("notify", {"channel": channel, "payloads": [poke_payload(q) for q in sorted(self.pokes)]})
+            self.pokes.clear()
+
+
+class PgStore:
+    """The reference store on PostgreSQL. Thread-safe (connections come from a pool)."""
+
+    supports_transactional_enqueue = True
+
+    def __init__(self, conninfo: str, *, schema: str = "public", pool_size: int = 4, notify: bool = True) -> None:
+        self.q = SchemaSQL(schema)
+        self.schema = self.q.schema
+        self.notify = notify
+        self.pool = ConnectionPool(
+            conninfo, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=True, name="belay-store"
+        )
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> "PgStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, now: datetime | None, conn: psycopg.Connection | None = None) -> Iterator[_Tx]:
+        """A transaction of our own, or the caller's open one (which we never commit)."""
+        if conn is not None:
+            status = conn.info.transaction_status
+            if status == pq.TransactionStatus.INERROR:
+                raise ops.InvalidInput("the caller's transaction is aborted; roll it back before enqueueing")
+            if conn.autocommit and status == pq.TransactionStatus.IDLE:
+                raise ops.InvalidInput(
+                    "transactional enqueue needs an open transaction on the caller's connection: "
+                    "wrap the call in `with conn.transaction():` (the connection is in autocommit mode)"
+                )
+            with conn.cursor(row_factory=dict_row) as cur:
+                tx = _Tx(cur, self.q, now)
+                yield tx
+                if self.notify:
+                    tx.flush_pokes()
+            return
+        with self.pool.connection() as c, c.transaction(), c.cursor(row_factory=dict_row) as cur:
+            tx = _Tx(cur, self.q, now)
+            yield tx
+            if self.notify:
+                tx.flush_pokes()
+
+    def apply(self, op: Any, conn: psycopg.Connection | None = None) -> Any:
+        """Apply one operation of the shared vocabulary and return its result value."""
+        handler = _HANDLERS.get(type(op))
+        if handler is None:
+            raise TypeError(f"PgStore does not implement {type(op).__name__}")
+        if conn is not None and type(op) not in (ops.Enqueue, ops.EnqueueWorkflow):
+            raise ops.InvalidInput(f"{type(op).__name__} cannot run in a caller's transaction; only enqueues can")
+        return handler(self, op, conn)
+
+    # --- §1 ----------------------------------------------------------------------------------
+
+    def _check_compat(self, op: ops.CheckCompat, conn: Any) -> ops.Compatible:
+        with self.pool.connection() as c:
+            return check_compat(c, self.schema, known_major=op.known_major, min_version=op.min_version)
+
+    # --- §5 ------------------------------------------------------------------------------------
+
+    def _insert(self, tx: _Tx, rows: list[tuple]) -> list[ops.Inserted | ops.Duplicate]:
+        """Multi-row INSERT ... ON CONFLICT DO NOTHING RETURNING id, then report skipped rows."""
+        ids = [r["id"] for r in tx.all("next_job_ids", {"n": len(rows)})]
+        row_sql = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * _INSERT_COLUMNS))
+        values = sql.SQL(", ").join([row_sql] * len(rows))
+        params = [v for job_id, row in zip(ids, rows) for v in (job_id, *row)]
+        inserted = {r["id"] for r in tx.all("insert_jobs", params, values=values)}
+        outcomes: list[ops.Inserted | ops.Duplicate] = []
+        for job_id, row in zip(ids, rows):
+            if job_id in inserted:
+                outcomes.append(ops.Inserted(job_id))
+                if row[4] == "ready":
+                    tx.pokes.add(row[0])
+            else:
+                outcomes.append(self._duplicate(tx, row))
+        return outcomes
+
+    @staticmethod
+    def _duplicate(tx: _Tx, row: tuple) -> ops.Duplicate:
+        unique_key, cron_name, cron_slot = row[12], row[14], row[15]
+        if cron_name is not None:
+            holder = tx.one("cron_holder", {"cron_name": cron_name, "cron_slot": cron_slot})
+            if holder is not None:
+                return ops.Duplicate(holder["id"], "cron")
+        holder = tx.one("unique_holder", {"key": unique_key}) if unique_key is not None else None
+        return ops.Duplicate(holder["id"] if holder else None, "unique" if unique_key is not None else "cron")
+
+    @staticmethod
+    def _row(spec: ops.JobSpec, now: datetime, state: str = "ready", wf: tuple = (None, None, None, None)) -> tuple:
+        """The VALUES tuple (without id) in insert_jobs' column order; §5.1's required defaults."""
+        key = spec.unique_key
+        if spec.unique_mode == "window":
+            key = ops.window_key(key, now, spec.unique_window)
+        return (
+            spec.queue, spec.worker, Jsonb(spec.input), Jsonb(dict(spec.meta)), state, spec.priority, 0,
+            spec.max_attempts, spec.scheduled_at or now, now, Jsonb([]), False, key, spec.unique_mode,
+            spec.cron_name, spec.cron_slot, *wf, spec.parent_id, spec.budget_usd_micros, spec.budget_tokens, 0, 0,
+        )
+
+    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:
+        with self.transaction(op.now, conn) as tx:
+            rows = [self._row(spec, op.now) for spec in op.jobs]
+            return ops.Enqueued(tuple(self._insert(tx, rows)))
+
+    def _enqueue_workflow(self, op: ops.EnqueueWorkflow, conn: psycopg.Connection | None) -> ops.WorkflowEnqueued:
+        with self.transaction(op.now, conn) as tx:
+            tx.one("lock_workflow", {"workflow_id": op.workflow_id})
+            existing = [r["wf_name"] for r in tx.all("workflow_names", {"workflow_id": op.workflow_id})]
+            check_graph(op.workflow_id, op.members, existing)
+            rows = [
+                self._row(
+                    m.job, op.now, "held" if m.deps else "ready",
+                    (op.workflow_id, m.name, list(m.deps), list(m.ignore)),
+                )
+                for m in op.members
+            ]
+            outcomes = self._insert(tx, rows)
+            released, doomed = self._settle(tx, op.workflow_id)
+            self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
+            return ops.WorkflowEnqueued(
+                op.workflow_id,
+                tuple((m.name, o.id) for m, o in zip(op.members, outcomes)),
+                tuple(sorted(r["id"] for r in released)),
+                tuple(sorted(d["id"] for d in doomed)),
+            )
+
+    # --- §8.3 settlement and §7 after-terminal steps ---------------------------------------------
+
+    def _settle(self, tx: _Tx, workflow_id: str) -> tuple[list[dict], list[dict]]:
+        """Settle one workflow to its fixpoint; the caller holds the workflow lock."""
+        rows = tx.all("workflow_members", {"workflow_id": workflow_id})
+        verdict = settle(
+            Member(r["wf_name"], r["state"], tuple(r["wf_deps"] or ()), tuple(r["wf_ignore"] or ()))
+            for r in rows
+            if r["wf_name"] is not None
+        )
+        if verdict.empty:
+            return [], []
+        by_name = {r["wf_name"]: r["id"] for r in rows}
+        released = doomed = []
+        if verdict.released:
+            released = tx.all("release_held", {"ids": sorted(by_name[n] for n in verdict.released)})
+            tx.pokes.update(r["queue"] for r in released)
+        if verdict.doomed:
+            doomed = tx.all("doom_held", {"ids": sorted(by_name[n] for n in verdict.doomed), "now": tx.now})
+        return released, doomed
+
+    def _after_terminal(self, tx: _Tx, terminal: Iterable[dict]) -> None:
+        """§7: settle each touched workflow (under its lock), then signal `$children` to parents —
+        unconditionally, never gated on a sibling count (race R1)."""
+        terminal = list(terminal)
+        children = [(t["id"], t["parent_id"]) for t in terminal]
+        for workflow_id in sorted({t["workflow_id"] for t in terminal if t["workflow_id"]}):
+            tx.one("lock_workflow", {"workflow_id": workflow_id})
+            _, doomed = self._settle(tx, workflow_id)
+            children.extend((d["id"], d["parent_id"]) for d in doomed)
+        self._notify_parents(tx, children)
+
+    def _notify_parents(self, tx: _Tx, children: Iterable[tuple[int, int | None]]) -> None:
+        by_parent: dict[int, list[int]] = {}
+        for child, parent in children:
+            if parent is not None:
+                by_parent.setdefault(parent, []).append(child)
+        for parent in sorted(by_parent):
+            self._deliver(tx, f"job:{parent}", "$children", {"children": sorted(by_parent[parent])})
+
+    # --- §8.1 signals --------------------------------------------------------------------------
+
+    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:
+        tx.one("lock_scope", {"scope": scope})
+        params = {"scope": scope, "name": name, "payload": Jsonb(payload), "now": tx.now}
+        tx.cur.execute(self.q.q("upsert_signal"), params)
+        woken = tx.all("wake_awaiters", params)
+        tx.pokes.update(r["queue"] for r in woken)
+        return sorted(r["id"] for r in woken)
+
+    def _deliver_signal(self, op: ops.DeliverSignal, conn: Any) -> ops.Signalled:
+        with self.transaction(op.now) as tx:
+            return ops.Signalled(tuple(self._deliver(tx, op.scope, op.name, op.payload)))
+
+    def _steer(self, op: ops.Steer, conn: Any) -> ops.Signalled | ops.NotFound:
+        with self.transaction(op.now) as tx:
+            if tx.one("job_header", {"id": op.job_id}) is None:
+                return ops.NotFound(op.job_id)
+            return ops.Signalled(tuple(self._deliver(tx, f"job:{op.job_id}", "$steer", op.payload)))
+
+    def _clear_signal(self, op: ops.ClearSignal, conn: Any) -> ops.Cleared:
+        with self.transaction(None) as tx:
+            return ops.Cleared(tx.one("clear_signal", {"scope": op.scope, "name": op.name}) is not None)
+
+    def _park_await(self, op: ops.ParkAwait, conn: Any) -> ops.Parked | ops.Stale:
+        with self.transaction(op.now) as tx:
+            tx.one("lock_scope", {"scope": op.scope})
+            present = tx.one("signal_exists", {"scope": op.scope, "name": op.name}) is not None
+            params = {"id": op.job_id, "attempt": op.attempt, "scope": op.scope, "name": op.name,
+                      "deadline": op.deadline, "now": op.now}
+            parked = tx.one("park_ready" if present else "park_awaiting", params)
+            if parked is None:
+                return ops.Stale(op.job_id, op.attempt)
+            if present:
+                tx.pokes.add(parked["queue"])
+            return ops.Parked(op.job_id, "ready" if present else "awaiting")
+
+    # --- §8.6 cancel and retry -------------------------------------------------------------------
+
+    def _lock_job(self, tx: _Tx, job_id: int) -> dict | None:
+        """Workflow lock first (lock order), then the row lock."""
+        header = tx.one("job_header", {"id": job_id})
+        if header is None:
+            return None
+        if header["workflow_id"] is not None:
+            tx.one("lock_workflow", {"workflow_id": header["workflow_id"]})
+        return tx.one("lock_job", {"id": job_id})
+
+    def _cancel(self, op: ops.Cancel, conn: Any) -> ops.CancelResult:
+        with self.transaction(op.now) as tx:
+            row = self._lock_job(tx, op.job_id)
+            if row is None:
+                return ops.NotFound(op.job_id)
+            if row["state"] in TERMINAL:
+                return ops.NotCancellable(op.job_id, row["state"])
+            if row["state"] == "running":
+                tx.cur.execute(self.q.q("request_cancel"), {"id": op.job_id})
+                return ops.CancelRequested(op.job_id)
+            cancelled = tx.all("cancel_parked", {"id": op.job_id, "now": op.now})
+            self._after_terminal(tx, cancelled)
+            return ops.Cancelled(op.job_id)
+
+    def _retry(self, op: ops.Retry, conn: Any) -> ops.RetryResult:
+        with self.transaction(op.now) as tx:
+            row = self._lock_job(tx, op.job_id)
+            if row is None:
+                return ops.NotFound(op.job_id)
+            if row["state"] not in ("failed", "cancelled"):
+                return ops.NotRetryable(op.job_id, row["state"])
+            # §8.6: dep-bearing members are re-held, then settled, never sent straight to ready.
+            params = {"id": op.job_id, "now": op.now, "state": "held" if row["wf_deps"] else "ready"}
+            try:
+                with tx.cur.connection.transaction():  # a savepoint: a unique clash must not abort the rest
+                    updated = tx.one("retry_job", params)
+            except errors.UniqueViolation:
+                holder = tx.one("unique_holder", {"key": row["unique_key"]})
+                return ops.RetryBlocked(op.job_id, holder["id"] if holder else None)
+            if updated["state"] == "ready":
+                tx.pokes.add(updated["queue"])
+            if row["workflow_id"] is not None:
+                _, doomed = self._settle(tx, row["workflow_id"])
+                self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
+            return ops.Retried(op.job_id, tx.one("job_state", {"id": op.job_id})["state"])
+
+    # --- runtime CRUD ----------------------------------------------------------------------------
+
+    def _put_queue(self, op: ops.PutQueue, conn: Any) -> ops.QueuePut:
+        with self.transaction(op.now) as tx:
+            tx.cur.execute(self.q.q("put_queue"), {"name": op.name, "opts": Jsonb(dict(op.opts)), "now": op.now})
+            tx.pokes.add(op.name)
+        return ops.QueuePut(op.name)
+
+    def _put_cron(self, op: ops.PutCron, conn: Any) -> ops.CronPut:
+        with self.transaction(op.now) as tx:
+            tx.cur.execute(
+                self.q.q("put_cron"),
+                {
+                    "name": op.name, "expression": op.expression, "worker": op.worker, "input": Jsonb(op.input),
+                    "opts": Jsonb(dict(op.opts)), "paused": op.paused, "now": op.now,
+                },
+            )
+        return ops.CronPut(op.name)
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def _read_job(self, op: ops.ReadJob, conn: Any) -> Job | ops.NotFound:
+        with self.transaction(None) as tx:
+            row = tx.one("read_job", {"id": op.job_id})
+        return job_from_row(row) if row else ops.NotFound(op.job_id)
+
+    def _read_workflow(self, op: ops.ReadWorkflow, conn: Any) -> tuple[Job, ...]:
+        with self.transaction(None) as tx:
+            return tuple(job_from_row(r) for r in tx.all("read_workflow", {"workflow_id": op.workflow_id}))
+
+    def _read_steps(self, op: ops.ReadSteps, conn: Any) -> tuple[Step, ...]:
+        with self.transaction(None) as tx:
+            return tuple(
+                Step(**{**r, "value": bytes(r["value"])}) for r in tx.all("read_steps", {"job_id": op.job_id})
+            )
+
+    def _read_events(self, op: ops.ReadEvents, conn: Any) -> tuple[Event, ...]:
+        with self.transaction(None) as tx:
+            return tuple(Event(**r) for r in tx.all("read_events", {"job_id": op.job_id}))
+
+    def _read_signals(self, op: ops.ReadSignals, conn: Any) -> tuple[Signal, ...]:
+        with self.transaction(None) as tx:
+            return tuple(Signal(**r) for r in tx.all("read_signals", {"scopes": list(op.scopes)}))
+
+
+_HANDLERS = {
+    ops.CheckCompat: PgStore._check_compat,
+    ops.Enqueue: PgStore._enqueue,
+    ops.EnqueueWorkflow: PgStore._enqueue_workflow,
+    ops.DeliverSignal: PgStore._deliver_signal,
+    ops.Steer: PgStore._steer,
+    ops.ClearSignal: PgStore._clear_signal,
+    ops.ParkAwait: PgStore._park_await,
+    ops.Cancel: PgStore._cancel,
+    ops.Retry: PgStore._retry,
+    ops.PutQueue: PgStore._put_queue,
+    ops.PutCron: PgStore._put_cron,
+    ops.ReadJob: PgStore._read_job,
+    ops.ReadWorkflow: PgStore._read_workflow,
+    ops.ReadSteps: PgStore._read_steps,
+    ops.ReadEvents: PgStore._read_events,
+    ops.ReadSignals: PgStore._read_signals,
+}

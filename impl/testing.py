@@ -1,0 +1,49 @@
+"""Test support shared by tests/ and properties/: one provisioned PostgreSQL per test session, a
+template database migrated once, and a fresh clone of it for every test (never shared state).
+"""
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+from impl.migrate import migrate
+from impl.provision import Provisioned, TemplateDatabases, provision
+
+
+class TestDatabases:
+    """A provisioned server plus a migrated template; `fresh()` hands out throwaway clones."""
+
+    def __init__(self, provisioned: Provisioned) -> None:
+        self.provisioned = provisioned
+        self.templates = TemplateDatabases(provisioned.url)
+        self.template = f"belay_tpl_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.templates.create_template(self.template, lambda conn: migrate(conn))
+        self.blank = f"belay_blank_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.templates.create_template(self.blank, lambda conn: None)
+
+    @contextmanager
+    def fresh(self, *, migrated: bool = True) -> Iterator[str]:
+        """A new database (migrated, or empty) for one test; dropped afterwards."""
+        url = self.templates.clone(self.template if migrated else self.blank)
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        try:
+            yield url
+        finally:
+            self.templates.drop(name)
+
+    def close(self) -> None:
+        for name in (self.template, self.blank):
+            try:
+                self.templates.drop(name)
+            except Exception:
+                pass
+        self.provisioned.close()
+
+
+def session_databases() -> TestDatabases:
+    """Provision per DESIGN.md's order (BELAY_DATABASE_URL, Docker, embedded) — reads the env."""
+    return TestDatabases(provision())

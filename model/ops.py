@@ -1,0 +1,524 @@
+"""The shared vocabulary: one frozen dataclass per store operation, one result type per outcome.
+
+DESIGN.md "One vocabulary": `model.apply(op)` and `impl.apply(op)` take and return these same types.
+Every mutating operation carries its `now` (the clock rule, contract §2) and every other input it
+needs, so a store is a deterministic function of the operations applied to it. Bad input is refused
+at construction with `InvalidInput` (a ValueError) before any store sees it: "bad input gets a clear
+error and changes nothing". Expected outcomes (a duplicate, a stale ack, a job that cannot be retried)
+are result values, never exceptions.
+
+Client-level operations (contract §10) live here; worker-level ones are added beside them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Union
+
+from model.rows import UNIQUE_MODES, Job
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+MAX_NAME_BYTES = 255  # queue, worker, scope, signal and member names: data, bound as parameters
+DEFAULT_MAX_ATTEMPTS = 20
+SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class InvalidInput(ValueError):
+    """An operation was built with input the contract does not allow; nothing was changed."""
+
+
+# ---------------------------------------------------------------------------------------------
+# validation helpers
+
+
+def require_aware(value: datetime | None, what: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{what} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{what} must be timezone-aware (UTC), got naive {value.isoformat()}")
+
+
+def require_name(value: Any, what: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+    if len(value.encode()) > MAX_NAME_BYTES:
+        raise InvalidInput(f"{what} is {len(value.encode())} bytes; the limit is {MAX_NAME_BYTES}")
+    if "\x00" in value:
+        raise InvalidInput(f"{what} must not contain NUL characters")
+
+
+def require_json(value: Any, what: str) -> None:
+    """JSON-encodable with no NaN/Infinity (jsonb rejects them) and no NUL in strings."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
+    if "\\u0000" in text:
+        raise InvalidInput(f"{what} contains a NUL character, which jsonb cannot store")
+
+
+def require_int(value: Any, what: str, *, minimum: int | None = None, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} must be an integer, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InvalidInput(f"{what} must be >= {minimum}, got {value}")
+    if not -(2**63) <= value < 2**63:
+        raise InvalidInput(f"{what} does not fit a bigint: {value}")
+
+
+def validate_schema_name(name: str) -> str:
+    """A configurable schema name: ^[A-Za-z_][A-Za-z0-9_]*$, at most 63 bytes, used unquoted."""
+    if not isinstance(name, str) or not SCHEMA_NAME.match(name) or len(name.encode()) > 63:
+        raise InvalidInput(
+            f"schema name {name!r} is invalid: it must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 63 bytes"
+        )
+    return name
+
+
+def window_bucket(now: datetime, window_seconds: int) -> int:
+    """§5.2: floor(epoch_seconds / window), computed exactly (no float rounding)."""
+    return (now - EPOCH) // timedelta(seconds=window_seconds)
+
+
+def window_key(key: str, now: datetime, window_seconds: int) -> str:
+    """§5.2: a window-mode key MUST embed the bucket: <key>@<floor(epoch / window)>."""
+    return f"{key}@{window_bucket(now, window_seconds)}"
+
+
+def minute_slot(at: datetime) -> datetime:
+    """A cron slot: the UTC minute containing `at` (§8.5)."""
+    return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# job specifications
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a caller asks to insert (§5.1). Validated at construction."""
+
+    queue: str
+    worker: str
+    input: Any = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    priority: int = 0  # lower runs first; never negative
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    scheduled_at: datetime | None = None  # None: ready at once (ready_at = now)
+    unique_key: str | None = None
+    unique_mode: str | None = None  # incomplete | window | always; defaults to incomplete with a key
+    unique_window: int | None = None  # seconds; required by (and only for) window mode
+    cron_name: str | None = None
+    cron_slot: datetime | None = None
+    budget_usd_micros: int | None = None  # None = no cap
+    budget_tokens: int | None = None
+    parent_id: int | None = None
+
+    def __post_init__(self) -> None:
+        require_name(self.queue, "queue")
+        require_name(self.worker, "worker")
+        require_json(self.input, "input")
+        if not isinstance(self.meta, Mapping):
+            raise InvalidInput(f"meta must be a JSON object (a dict), got {type(self.meta).__name__}")
+        require_json(dict(self.meta), "meta")
+        require_int(self.priority, "priority", minimum=0)
+        if self.priority > 32767:
+            raise InvalidInput(f"priority must be at most 32767, got {self.priority}")
+        require_int(self.max_attempts, "max_attempts", minimum=1)
+        require_aware(self.scheduled_at, "scheduled_at")
+        if self.unique_key is not None:
+            require_name(self.unique_key, "unique_key")
+            if self.unique_mode is None:
+                object.__setattr__(self, "unique_mode", "incomplete")
+        if self.unique_mode is not None:
+            if self.unique_mode not in UNIQUE_MODES:
+                raise InvalidInput(f"unique_mode must be one of {', '.join(UNIQUE_MODES)}; got {self.unique_mode!r}")
+            if self.unique_key is None:
+                raise InvalidInput(f"unique_mode {self.unique_mode!r} needs a unique_key")
+        if self.unique_mode == "window":
+            if self.unique_window is None:
+                raise InvalidInput("unique_mode 'window' needs unique_window (the window length in seconds)")
+            require_int(self.unique_window, "unique_window", minimum=1)
+        elif self.unique_window is not None:
+            raise InvalidInput("unique_window is only meaningful with unique_mode 'window'")
+        if (self.cron_name is None) != (self.cron_slot is None):
+            raise InvalidInput("cron_name and cron_slot go together: give both or neither")
+        if self.cron_name is not None:
+            require_name(self.cron_name, "cron_name")
+            require_aware(self.cron_slot, "cron_slot")
+            if self.cron_slot != minute_slot(self.cron_slot):
+                raise InvalidInput(f"cron_slot must be a whole UTC minute, got {self.cron_slot.isoformat()}")
+        require_int(self.budget_usd_micros, "budget_usd_micros", minimum=0, optional=True)
+        require_int(self.budget_tokens, "budget_tokens", minimum=0, optional=True)
+        require_int(self.parent_id, "parent_id", minimum=1, optional=True)
+
+
+@dataclass(frozen=True)
+class WorkflowMember:
+    """One named member of a workflow; deps name other members (of this call or already stored)."""
+
+    name: str
+    job: JobSpec
+    deps: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()  # dep outcomes this member tolerates: subset of failed, cancelled
+
+    def __post_init__(self) -> None:
+        require_name(self.name, "workflow member name")
+        object.__setattr__(self, "deps", tuple(self.deps))
+        object.__setattr__(self, "ignore", tuple(self.ignore))
+        for dep in self.deps:
+            require_name(dep, f"dep of member {self.name!r}")
+        if len(set(self.deps)) != len(self.deps):
+            raise InvalidInput(f"member {self.name!r} lists a dep twice: {list(self.deps)}")
+        if self.name in self.deps:
+            raise InvalidInput(f"member {self.name!r} depends on itself")
+        bad = [flag for flag in self.ignore if flag not in ("failed", "cancelled")]
+        if bad:
+            raise InvalidInput(f"member {self.name!r}: ignore flags must be 'failed' or 'cancelled', got {bad}")
+        if self.job.unique_key is not None or self.job.cron_name is not None:
+            raise InvalidInput(
+                f"member {self.name!r}: workflow members cannot carry a unique key or cron slot "
+                "(a skipped member would leave its dependents waiting forever)"
+            )
+        if self.job.parent_id is not None:
+            raise InvalidInput(f"member {self.name!r}: workflow members cannot set parent_id")
+
+
+# ---------------------------------------------------------------------------------------------
+# operations: client level (§10)
+
+
+@dataclass(frozen=True)
+class CheckCompat:
+    """§1: refuse a higher contract major and a migration older than the minimum required."""
+
+    known_major: int = 1
+    min_version: int = 3
+
+
+@dataclass(frozen=True)
+class Enqueue:
+    """§5.1: insert a batch with one multi-row INSERT ... ON CONFLICT DO NOTHING."""
+
+    now: datetime
+    jobs: tuple[JobSpec, ...]
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        object.__setattr__(self, "jobs", tuple(self.jobs))
+        if not self.jobs:
+            raise InvalidInput("enqueue needs at least one job")
+        for spec in self.jobs:
+            if not isinstance(spec, JobSpec):
+                raise InvalidInput(f"enqueue takes JobSpec values, got {type(spec).__name__}")
+
+
+@dataclass(frozen=True)
+class EnqueueWorkflow:
+    """§8.3: insert workflow members (dep-bearing ones held), then settle under the workflow lock."""
+
+    now: datetime
+    workflow_id: str
+    members: tuple[WorkflowMember, ...]
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_name(self.workflow_id, "workflow_id")
+        object.__setattr__(self, "members", tuple(self.members))
+        if not self.members:
+            raise InvalidInput("a workflow needs at least one member")
+        names = [m.name for m in self.members]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise InvalidInput(f"workflow {self.workflow_id!r} names a member twice: {dupes}")
+
+
+@dataclass(frozen=True)
+class DeliverSignal:
+    """§8.1: upsert the signal under the scope lock and wake its awaiters."""
+
+    now: datetime
+    scope: str
+    name: str
+    payload: Any = None
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_name(self.scope, "scope")
+        require_name(self.name, "signal name")
+        require_json(self.payload, "signal payload")
+
+
+@dataclass(frozen=True)
+class Steer:
+    """Steering: deliver `$steer` to scope job:<id> (read by the job at its next step)."""
+
+    now: datetime
+    job_id: int
+    payload: Any
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_json(self.payload, "steer payload")
+
+
+@dataclass(frozen=True)
+class ClearSignal:
+    """Delete one signal row (signals persist until cleared or TTL-pruned)."""
+
+    scope: str
+    name: str
+
+    def __post_init__(self) -> None:
+        require_name(self.scope, "scope")
+        require_name(self.name, "signal name")
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """§8.6: parked/held → cancelled (+ settlement, parent notify); running → cancel_requested."""
+
+    now: datetime
+    job_id: int
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+
+
+@dataclass(frozen=True)
+class Retry:
+    """§8.6: failed|cancelled → ready (or held, then settled, for dep-bearing workflow members)."""
+
+    now: datetime
+    job_id: int
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+
+
+@dataclass(frozen=True)
+class PutQueue:
+    """Runtime queue options (belay_queues), validated by `QueueOpts`."""
+
+    now: datetime
+    name: str
+    opts: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        from model.queues import QueueOpts  # local: queues imports this module's helpers
+
+        require_aware(self.now, "now")
+        require_name(self.name, "queue")
+        QueueOpts.parse(self.opts)
+
+
+@dataclass(frozen=True)
+class PutCron:
+    """A dynamic cron row (belay_crons) that merges over static config by name (§8.5)."""
+
+    now: datetime
+    name: str
+    expression: str
+    worker: str
+    input: Any = field(default_factory=dict)
+    opts: Mapping[str, Any] = field(default_factory=dict)
+    paused: bool = False
+
+    def __post_init__(self) -> None:
+        from model.cron import parse_expression
+
+        require_aware(self.now, "now")
+        require_name(self.name, "cron name")
+        require_name(self.worker, "worker")
+        parse_expression(self.expression)
+        require_json(self.input, "cron input")
+        if not isinstance(self.opts, Mapping):
+            raise InvalidInput("cron opts must be a JSON object")
+        unknown = sorted(set(self.opts) - {"queue", "priority", "max_attempts"})
+        if unknown:
+            raise InvalidInput(f"unknown cron options {unknown}; known: queue, priority, max_attempts")
+        if not isinstance(self.paused, bool):
+            raise InvalidInput("paused must be a bool")
+
+
+# worker level (the rest arrives with the worker issue)
+
+
+@dataclass(frozen=True)
+class ParkAwait:
+    """§7 ack outcome `await`, fenced on the claimed attempt, with the normative park-and-wake rule:
+    under the scope lock, a signal row already present parks the job as ready instead."""
+
+    now: datetime
+    job_id: int
+    attempt: int
+    scope: str
+    name: str
+    deadline: datetime | None = None  # ready_at while awaiting: when the job resumes without the signal
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_aware(self.deadline, "deadline")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_int(self.attempt, "attempt", minimum=1)
+        require_name(self.scope, "scope")
+        require_name(self.name, "signal name")
+
+
+# reads: no `now` (they observe committed state only)
+
+
+@dataclass(frozen=True)
+class ReadJob:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class ReadSteps:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class ReadEvents:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class ReadWorkflow:
+    workflow_id: str
+
+
+@dataclass(frozen=True)
+class ReadSignals:
+    scopes: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass(frozen=True)
+class Compatible:
+    version: int
+    contract_major: int
+
+
+@dataclass(frozen=True)
+class Inserted:
+    id: int
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """The row was skipped by ON CONFLICT DO NOTHING; `id` is the holder (§5.2)."""
+
+    id: int | None
+    reason: str  # "unique" | "cron"
+
+
+@dataclass(frozen=True)
+class Enqueued:
+    outcomes: tuple[Inserted | Duplicate, ...]  # one per JobSpec, in order
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return tuple(o.id for o in self.outcomes if isinstance(o, Inserted))
+
+
+@dataclass(frozen=True)
+class WorkflowEnqueued:
+    workflow_id: str
+    ids: tuple[tuple[str, int], ...]  # (member name, job id) in member order
+    released: tuple[int, ...]
+    doomed: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Signalled:
+    woken: tuple[int, ...]  # job ids moved awaiting → ready, ascending
+
+
+@dataclass(frozen=True)
+class Cleared:
+    existed: bool
+
+
+@dataclass(frozen=True)
+class NotFound:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    job_id: int
+
+
+@dataclass(frozen=True)
+class NotCancellable:
+    job_id: int
+    state: str  # already terminal
+
+
+@dataclass(frozen=True)
+class Retried:
+    job_id: int
+    state: str  # ready, or held/cancelled/ready after re-settlement
+
+
+@dataclass(frozen=True)
+class NotRetryable:
+    job_id: int
+    state: str  # only failed and cancelled jobs can be retried
+
+
+@dataclass(frozen=True)
+class RetryBlocked:
+    """Retrying would make a second live holder of an incomplete-mode unique key (§5.2)."""
+
+    job_id: int
+    holder_id: int | None
+
+
+@dataclass(frozen=True)
+class Parked:
+    job_id: int
+    state: str  # "awaiting", or "ready" when the signal was already there
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A fenced write matched no row: the attempt was reclaimed; the SDK discards it (§7)."""
+
+    job_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class QueuePut:
+    name: str
+
+
+@dataclass(frozen=True)
+class CronPut:
+    name: str
+
+
+CancelResult = Union[Cancelled, CancelRequested, NotCancellable, NotFound]
+RetryResult = Union[Retried, NotRetryable, RetryBlocked, NotFound]
+ReadJobResult = Union[Job, NotFound]
+

@@ -1,0 +1,295 @@
+"""§5 enqueueing: batch insert, the required defaults, uniqueness modes, duplicates, transactional
+enqueue and the pg_notify wake-up, and bad input refused with nothing changed."""
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from impl.store import PgStore, channel_name
+from model import ops
+from model.ops import Duplicate, Enqueue, Inserted, InvalidInput, JobSpec
+
+
+def count(conn) -> int:
+    return conn.execute("SELECT count(*) FROM belay_jobs").fetchone()[0]
+
+
+def test_a_new_row_gets_the_contract_defaults(store, conn, now):
+    result = store.apply(Enqueue(now, (JobSpec("q", "w", {"a": [1, 2]}, meta={"m": True}, priority=3),)))
+    assert result.outcomes == (Inserted(1),)
+    job = store.apply(ops.ReadJob(1))
+    assert (job.state, job.attempt, job.errors, job.spent_usd_micros, job.spent_tokens) == ("ready", 0, [], 0, 0)
+    assert job.cancel_requested is False
+    assert job.ready_at == now and job.inserted_at == now
+    assert (job.input, job.meta, job.priority, job.max_attempts) == ({"a": [1, 2]}, {"m": True}, 3, 20)
+    assert job.lease_until is None and job.started_at is None and job.finished_at is None
+
+
+def test_a_scheduled_job_is_ready_at_its_scheduled_time(store, now):
+    later = now + timedelta(hours=1)
+    store.apply(Enqueue(now, (JobSpec("q", "w", scheduled_at=later),)))
+    job = store.apply(ops.ReadJob(1))
+    assert job.state == "ready" and job.ready_at == later and job.inserted_at == now
+
+
+def test_a_batch_is_one_insert_and_reports_each_row_in_order(store, now):
+    specs = (
+        JobSpec("q", "w", {"i": 0}),
+        JobSpec("q", "w", {"i": 1}, unique_key="k"),
+        JobSpec("q", "w", {"i": 2}, unique_key="k"),
+        JobSpec("r", "w", {"i": 3}),
+    )
+    result = store.apply(Enqueue(now, specs))
+    # The skipped row still consumed its id from the bigserial sequence (as a VALUES default would).
+    assert result.outcomes == (Inserted(1), Inserted(2), Duplicate(2, "unique"), Inserted(4))
+    assert [store.apply(ops.ReadJob(i)).input for i in (1, 2, 4)] == [{"i": 0}, {"i": 1}, {"i": 3}]
+
+
+def test_incomplete_uniqueness_dedupes_only_while_the_holder_is_live(store, conn, now):
+    first = store.apply(Enqueue(now, (JobSpec("q", "w", unique_key="k"),))).outcomes[0]
+    again = store.apply(Enqueue(now, (JobSpec("q", "w", unique_key="k"),))).outcomes[0]
+    assert again == Duplicate(first.id, "unique")
+    assert store.apply(ops.Cancel(now, first.id)) == ops.Cancelled(first.id)
+    later = store.apply(Enqueue(now, (JobSpec("q", "w", unique_key="k"),))).outcomes[0]
+    assert isinstance(later, Inserted)
+    # The holder reported is the newest row with the key (ORDER BY id DESC LIMIT 1).
+    assert store.apply(Enqueue(now, (JobSpec("q", "w", unique_key="k"),))).outcomes[0] == Duplicate(later.id, "unique")
+
+
+def test_window_uniqueness_embeds_the_bucket_in_the_key(store, now):
+    spec = JobSpec("q", "w", unique_key="report", unique_mode="window", unique_window=3600)
+    first = store.apply(Enqueue(now, (spec,))).outcomes[0]
+    job = store.apply(ops.ReadJob(first.id))
+    bucket = int(now.timestamp()) // 3600
+    assert job.unique_key == f"report@{bucket}"
+    # Same bucket: a duplicate even after the holder went terminal.
+    store.apply(ops.Cancel(now, first.id))
+    same = store.apply(Enqueue(now + timedelta(minutes=59), (spec,))).outcomes[0]
+    assert same == Duplicate(first.id, "unique")
+    # Next bucket: a new job.
+    nxt = store.apply(Enqueue(now + timedelta(hours=1), (spec,))).outcomes[0]
+    assert isinstance(nxt, Inserted)
+    assert store.apply(ops.ReadJob(nxt.id)).unique_key == f"report@{bucket + 1}"
+
+
+def test_always_uniqueness_dedupes_forever(store, now):
+    spec = JobSpec("q", "w", unique_key="once", unique_mode="always")
+    first = store.apply(Enqueue(now, (spec,))).outcomes[0]
+    store.apply(ops.Cancel(now, first.id))
+    later = store.apply(Enqueue(now + timedelta(days=400), (spec,))).outcomes[0]
+    assert later == Duplicate(first.id, "unique")
+
+
+def test_a_cron_slot_inserts_once_and_reports_the_holder(store, now):
+    spec = JobSpec("q", "w", cron_name="nightly", cron_slot=now)
+    first = store.apply(Enqueue(now, (spec,))).outcomes[0]
+    assert store.apply(Enqueue(now, (spec, spec))).outcomes == (Duplicate(first.id, "cron"),) * 2
+    other = store.apply(Enqueue(now, (JobSpec("q", "w", cron_name="nightly", cron_slot=now + timedelta(minutes=1)),)))
+    assert isinstance(other.outcomes[0], Inserted)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        JobSpec("q", "w", unique_key="race"),
+        JobSpec("q", "w", unique_key="race", unique_mode="window", unique_window=60),
+        JobSpec("q", "w", unique_key="race", unique_mode="always"),
+        JobSpec("q", "w", cron_name="race", cron_slot=ops.minute_slot(ops.EPOCH + timedelta(days=20000))),
+    ],
+    ids=["incomplete", "window", "always", "cron"],
+)
+def test_two_connections_racing_the_same_key_insert_exactly_one_row(db_url, now, spec):
+    """Both transactions are open and have inserted before either commits."""
+    stores = [PgStore(db_url, pool_size=1) for _ in range(2)]
+    conns = [psycopg.connect(db_url) for _ in range(2)]
+    results: list = [None, None]
+    barrier = threading.Barrier(2)
+    try:
+        # A holds its insert uncommitted; B's ON CONFLICT DO NOTHING must wait for A's outcome.
+        results[0] = stores[0].apply(Enqueue(now, (spec,)), conn=conns[0])
+
+        def second() -> None:
+            barrier.wait()
+            results[1] = stores[1].apply(Enqueue(now, (spec,)), conn=conns[1])
+
+        t = threading.Thread(target=second)
+        t.start()
+        barrier.wait()
+        _wait_for_lock_wait(db_url)
+        conns[0].commit()
+        t.join(10)
+        conns[1].commit()
+    finally:
+        for c in conns:
+            c.close()
+        for s in stores:
+            s.close()
+    with psycopg.connect(db_url) as c:
+        assert count(c) == 1
+    assert isinstance(results[0].outcomes[0], Inserted)
+    assert isinstance(results[1].outcomes[0], Duplicate)
+    assert results[1].outcomes[0].id == results[0].outcomes[0].id
+
+
+def _wait_for_lock_wait(db_url: str, timeout: float = 10.0) -> None:
+    """Poll pg_stat_activity until some backend waits on a lock (never sleep-and-hope)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(db_url, autocommit=True) as c:
+        while time.monotonic() < deadline:
+            waiting = c.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()[0]
+            if waiting:
+                return
+            time.sleep(0.005)
+    raise AssertionError("the second inserter never waited on the first one's lock")
+
+
+def test_many_threads_inserting_one_incomplete_key_leave_one_live_holder(db_url, now):
+    store = PgStore(db_url, pool_size=8)
+    barrier = threading.Barrier(8)
+    outcomes = []
+
+    def run() -> None:
+        barrier.wait()
+        outcomes.append(store.apply(Enqueue(now, (JobSpec("q", "w", unique_key="hot"),))).outcomes[0])
+
+    threads = [threading.Thread(target=run) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+    inserted = [o for o in outcomes if isinstance(o, Inserted)]
+    assert len(inserted) == 1
+    assert all(o == Duplicate(inserted[0].id, "unique") for o in outcomes if isinstance(o, Duplicate))
+
+
+def test_transactional_enqueue_rolled_back_leaves_nothing_and_sends_no_notification(db_url, store, now):
+    with psycopg.connect(db_url, autocommit=True) as listener, psycopg.connect(db_url) as caller:
+        channel = channel_name(listener.info.dbname)
+        listener.execute(f'LISTEN "{channel}"')
+        caller.execute("CREATE TEMP TABLE t (x int)")
+        caller.execute("INSERT INTO t VALUES (1)")
+        result = store.apply(Enqueue(now, (JobSpec("q", "w"),)), conn=caller)
+        assert isinstance(result.outcomes[0], Inserted)
+        caller.rollback()
+        assert list(listener.notifies(timeout=0.3)) == []
+        assert count(listener) == 0
+
+
+def test_transactional_enqueue_commits_with_the_caller_and_notifies_once_per_queue(db_url, store, now):
+    with psycopg.connect(db_url, autocommit=True) as listener, psycopg.connect(db_url) as caller:
+        channel = channel_name(listener.info.dbname)
+        listener.execute(f'LISTEN "{channel}"')
+        specs = (JobSpec("a", "w"), JobSpec("a", "w"), JobSpec("b", "w"))
+        store.apply(Enqueue(now, specs), conn=caller)
+        with psycopg.connect(db_url) as other:
+            assert count(other) == 0  # not visible before the caller commits
+        assert list(listener.notifies(timeout=0.2)) == []
+        caller.commit()
+        notes = list(listener.notifies(timeout=1.0, stop_after=2))
+        assert sorted(n.payload for n in notes) == ['{"t":"p","q":"a"}', '{"t":"p","q":"b"}']
+        assert all(n.channel == channel for n in notes)
+        assert count(listener) == 3
+
+
+def test_transactional_enqueue_refuses_an_autocommit_connection_without_a_transaction(db_url, store, now):
+    with psycopg.connect(db_url, autocommit=True) as c:
+        with pytest.raises(InvalidInput, match="open transaction"):
+            store.apply(Enqueue(now, (JobSpec("q", "w"),)), conn=c)
+        with c.transaction():
+            store.apply(Enqueue(now, (JobSpec("q", "w"),)), conn=c)
+        assert count(c) == 1
+
+
+def test_notify_channel_is_sanitized_from_the_database_name():
+    assert channel_name("my-db.prod") == "belay_my_db_prod"
+    assert channel_name("app", "tenant") == "belay_app_tenant"
+
+
+def test_names_with_quotes_and_semicolons_are_data(store, now):
+    evil = "q'; DROP TABLE belay_jobs; --"
+    job_id = store.apply(Enqueue(now, (JobSpec(evil, 'w"x', {"k": "'; --"}, unique_key=evil),))).ids[0]
+    job = store.apply(ops.ReadJob(job_id))
+    assert (job.queue, job.worker, job.unique_key) == (evil, 'w"x', evil)
+    store.apply(ops.DeliverSignal(now, evil, "n'; --", {"x": 1}))
+    assert store.apply(ops.ReadSignals((evil,)))[0].name == "n'; --"
+
+
+# --- bad input: a clear error, nothing changed ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"priority": -1}, "priority must be >= 0"),
+        ({"priority": True}, "priority must be an integer"),
+        ({"max_attempts": 0}, "max_attempts must be >= 1"),
+        ({"input": {"s": {1, 2}}}, "input must be JSON"),
+        ({"input": float("nan")}, "input must be JSON"),
+        ({"input": b"bytes"}, "input must be JSON"),
+        ({"meta": ["not", "an", "object"]}, "meta must be a JSON object"),
+        ({"unique_key": "k", "unique_mode": "sometimes"}, "unique_mode must be one of"),
+        ({"unique_key": "k", "unique_mode": "window"}, "needs unique_window"),
+        ({"unique_key": "k", "unique_mode": "window", "unique_window": 0}, "unique_window must be >= 1"),
+        ({"unique_key": "k", "unique_window": 60}, "only meaningful with unique_mode 'window'"),
+        ({"unique_mode": "always"}, "needs a unique_key"),
+        ({"cron_name": "c"}, "cron_name and cron_slot go together"),
+        ({"budget_usd_micros": -5}, "budget_usd_micros must be >= 0"),
+        ({"scheduled_at": __import__("datetime").datetime(2026, 1, 1)}, "timezone-aware"),
+    ],
+)
+def test_bad_job_specs_are_refused_with_a_clear_error(kwargs, message):
+    with pytest.raises(InvalidInput, match=message):
+        JobSpec("q", "w", **kwargs)
+
+
+@pytest.mark.parametrize("queue", ["", None, "x" * 256, "nul\x00byte"])
+def test_bad_queue_names_are_refused(queue):
+    with pytest.raises(InvalidInput, match="queue"):
+        JobSpec(queue, "w")
+
+
+def test_an_empty_batch_is_refused(now):
+    with pytest.raises(InvalidInput, match="at least one job"):
+        Enqueue(now, ())
+
+
+def test_a_naive_now_is_refused():
+    from datetime import datetime
+
+    with pytest.raises(InvalidInput, match="now must be timezone-aware"):
+        Enqueue(datetime(2026, 1, 1), (JobSpec("q", "w"),))
+
+
+def test_queue_options_are_validated_and_unknown_ones_refused(store, conn, now):
+    store.apply(ops.PutQueue(now, "ai", {"limit": {"min": 2, "max": 50}, "global_limit": 10,
+                                          "rate": {"allowed": 100, "period": 60, "estimate": 2},
+                                          "partition": {"field": "input", "key": "tenant"}}))
+    assert conn.execute("SELECT opts->'limit'->>'max' FROM belay_queues WHERE name = 'ai'").fetchone()[0] == "50"
+    for bad, message in [
+        ({"global_limt": 5}, r"unknown queue options \['global_limt'\]"),
+        ({"limit": -1}, "limit must be >= 1"),
+        ({"limit": {"min": 5, "max": 2}}, "exceeds limit.max"),
+        ({"rate": {"allowed": 10}}, "rate needs 'period'"),
+        ({"rate": {"allowed": 10, "period": 60, "burst": 3}}, "unknown rate options"),
+        ({"partition": {"field": "headers", "key": "t"}}, "partition.field"),
+    ]:
+        with pytest.raises(InvalidInput, match=message):
+            ops.PutQueue(now, "ai", bad)
+    assert conn.execute("SELECT count(*) FROM belay_queues").fetchone()[0] == 1
+
+
+def test_cron_rows_are_validated(store, conn, now):
+    store.apply(ops.PutCron(now, "nightly", "0 3 * * *", "report", {"x": 1}, {"queue": "batch"}))
+    assert conn.execute("SELECT expression, paused FROM belay_crons").fetchall() == [("0 3 * * *", False)]
+    with pytest.raises(InvalidInput, match="invalid cron expression"):
+        ops.PutCron(now, "bad", "61 * * * *", "w")
+    with pytest.raises(InvalidInput, match="unknown cron options"):
+        ops.PutCron(now, "bad", "* * * * *", "w", opts={"queu": "x"})

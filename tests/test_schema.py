@@ -1,0 +1,219 @@
+"""Migrations 1–3, the normative index names and predicates, and the §1 compatibility rules."""
+from __future__ import annotations
+
+import ast
+import re
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from impl.migrate import IncompatibleSchema, check_compat, migrate
+from impl.queries import SchemaSQL
+from model.ops import InvalidInput
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TABLES = {
+    "belay_jobs", "belay_steps", "belay_events", "belay_signals", "belay_rate", "belay_queues",
+    "belay_crons", "belay_meta",
+}
+
+# §3, with DESIGN.md's decisions for the indexes whose columns the contract leaves open.
+INDEXES = {
+    "belay_jobs_claim_idx": ("(queue, priority, ready_at, id)", "(state = 'ready'::text)", False),
+    "belay_jobs_await_due_idx": ("(queue, priority, ready_at, id)", "(state = 'awaiting'::text)", False),
+    "belay_jobs_await_wake_idx": ("(await_scope, await_name)", "(state = 'awaiting'::text)", False),
+    "belay_jobs_lease_idx": ("(lease_until)", "(state = 'running'::text)", False),
+    "belay_jobs_workflow_idx": ("(workflow_id)", "(workflow_id IS NOT NULL)", False),
+    "belay_jobs_parent_idx": ("(parent_id)", "(parent_id IS NOT NULL)", False),
+    "belay_jobs_prune_idx": (
+        "(state, finished_at)",
+        "(state = ANY (ARRAY['succeeded'::text, 'failed'::text, 'cancelled'::text]))",
+        False,
+    ),
+    "belay_jobs_cron_slot_idx": ("(cron_name, cron_slot)", "(cron_name IS NOT NULL)", True),
+    "belay_jobs_unique_incomplete_idx": (
+        "(unique_key)",
+        "((unique_mode = 'incomplete'::text) AND (state = ANY (ARRAY['ready'::text, 'running'::text, "
+        "'awaiting'::text, 'held'::text, 'paused'::text])))",
+        True,
+    ),
+    "belay_jobs_unique_window_idx": (
+        "(unique_key)",
+        "(unique_mode = ANY (ARRAY['window'::text, 'always'::text]))",
+        True,
+    ),
+}
+
+
+def test_migrations_create_the_eight_tables(conn):
+    rows = conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'").fetchall()
+    assert {r[0] for r in rows} >= TABLES
+
+
+@pytest.mark.parametrize("name", sorted(INDEXES))
+def test_every_normative_index_exists_with_its_name_and_predicate(conn, name):
+    row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
+    assert row is not None, f"index {name} is missing"
+    columns, predicate, unique = INDEXES[name]
+    indexdef = row[0]
+    assert indexdef.startswith(f"CREATE {'UNIQUE ' if unique else ''}INDEX {name} ON public.belay_jobs")
+    assert f"USING btree {columns} WHERE {predicate}" in indexdef, indexdef
+
+
+def test_meta_ends_at_version_3_contract_major_1(conn):
+    assert conn.execute("SELECT version, contract_major FROM belay_meta").fetchall() == [(3, 1)]
+
+
+def test_applying_migrations_twice_is_a_no_op(conn):
+    before = conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'belay_%'").fetchone()
+    assert migrate(conn) == []
+    after = conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename LIKE 'belay_%'").fetchone()
+    assert before == after
+    assert conn.execute("SELECT count(*) FROM belay_meta").fetchone()[0] == 1
+
+
+def test_a_fresh_database_migrates_1_2_3_in_order(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        assert migrate(c) == [1, 2, 3]
+        assert migrate(c) == []
+
+
+def test_concurrent_migrators_one_migrates_the_other_waits_then_no_ops(blank_db_url):
+    barrier = threading.Barrier(4)
+    results: list[list[int]] = []
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with psycopg.connect(blank_db_url, autocommit=True) as c:
+                barrier.wait()
+                results.append(migrate(c))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert sorted(results) == [[], [], [], [1, 2, 3]]
+
+
+def test_a_database_at_an_older_revision_is_migrated_forward_additively(blank_db_url):
+    q = SchemaSQL()
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        c.execute(q.migration(0))
+        c.execute("INSERT INTO belay_jobs (queue, worker, state, inserted_at) VALUES ('q', 'w', 'ready', '2026-01-01Z')")
+        assert c.execute("SELECT version FROM belay_meta").fetchone()[0] == 1
+        with pytest.raises(IncompatibleSchema, match="run `belay migrate`"):
+            check_compat(c)
+        assert migrate(c) == [2, 3]
+        row = c.execute("SELECT queue, spent_usd_micros, unique_key FROM belay_jobs").fetchone()
+        assert row == ("q", 0, None)
+
+
+def test_compat_refuses_a_higher_contract_major_with_what_to_do(conn):
+    conn.execute("UPDATE belay_meta SET contract_major = 2")
+    with pytest.raises(IncompatibleSchema, match="major 2.*upgrade the belay-toolkit package"):
+        check_compat(conn)
+
+
+def test_compat_refuses_a_migration_older_than_required(conn):
+    conn.execute("UPDATE belay_meta SET version = 2")
+    with pytest.raises(IncompatibleSchema, match="migration 2.*needs at least 3.*belay migrate"):
+        check_compat(conn)
+
+
+def test_compat_accepts_a_newer_migration_within_major_1(conn):
+    conn.execute("UPDATE belay_meta SET version = 7")
+    assert check_compat(conn).version == 7
+    assert migrate(conn) == []  # never downgrades or re-applies
+    assert conn.execute("SELECT version FROM belay_meta").fetchone()[0] == 7
+
+
+def test_compat_refuses_a_database_without_the_schema(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        with pytest.raises(IncompatibleSchema, match="no Belay schema"):
+            check_compat(c)
+
+
+def test_unknown_columns_from_a_newer_migration_are_tolerated(db_url, now):
+    from impl.client import Client
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("ALTER TABLE belay_jobs ADD COLUMN zz_future jsonb NOT NULL DEFAULT '{\"x\": 1}'")
+        c.execute("ALTER TABLE belay_steps ADD COLUMN zz_note text")
+        c.execute("ALTER TABLE belay_signals ADD COLUMN zz_note text")
+        c.execute("UPDATE belay_meta SET version = 4")
+    with Client(db_url, clock=lambda: now) as client:
+        inserted = client.enqueue("q", "w", {"a": 1})
+        job = client.job(inserted.id)
+        assert job.input == {"a": 1} and job.state == "ready"
+        client.signal("s", "n", {"p": 1})
+        assert [s.payload for s in client.signals("s")] == [{"p": 1}]
+
+
+def test_a_custom_schema_is_migrated_and_used(blank_db_url, now):
+    from impl.client import Client
+
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        assert migrate(c, "tenant_a") == [1, 2, 3]
+    with Client(blank_db_url, schema="tenant_a", clock=lambda: now) as client:
+        job_id = client.enqueue("q", "w").id
+        assert client.job(job_id).queue == "q"
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        assert c.execute("SELECT count(*) FROM tenant_a.belay_jobs").fetchone()[0] == 1
+        assert c.execute("SELECT to_regclass('public.belay_jobs')").fetchone()[0] is None
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "1abc", "a-b", 'x"; DROP TABLE belay_jobs; --', "a b", "x" * 64, "naïve", "a;b", "a'b"]
+)
+def test_an_invalid_schema_name_is_refused_before_touching_the_database(bad):
+    with pytest.raises(InvalidInput, match=r"schema name .* is invalid"):
+        SchemaSQL(bad)
+
+
+def test_a_63_byte_schema_name_is_accepted():
+    assert SchemaSQL("s" * 63).schema == "s" * 63
+
+
+_CLOCK_CALLS = re.compile(
+    r"\b(now\s*\(|current_timestamp|current_time\b|current_date|clock_timestamp|statement_timestamp|"
+    r"transaction_timestamp|localtimestamp|localtime\b|timeofday)",
+    re.IGNORECASE,
+)
+
+
+_SQL_WORDS = re.compile(r"\b(SELECT|UPDATE|INSERT|DELETE|CREATE|ALTER|WITH)\b")
+
+
+def _sql_texts():
+    """Every .sql file, plus every string literal in Python under impl/ that looks like SQL."""
+    for path in sorted((ROOT / "impl" / "sql").glob("*.sql")):
+        yield path, path.read_text()
+    for path in sorted(ROOT.glob("impl/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL_WORDS.search(node.value):
+                yield path, node.value
+
+
+def test_no_sql_in_the_project_reads_the_database_clock():
+    """The clock rule (§2): every operation takes now as a bind parameter."""
+    offenders = []
+    for path, text in _sql_texts():
+        for lineno, line in enumerate(text.splitlines(), 1):
+            code = line.split("--", 1)[0]  # SQL comments may mention now; code may not
+            if _CLOCK_CALLS.search(code):
+                offenders.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert offenders == []
+
+
+def test_the_clock_scan_would_catch_a_now_call():
+    assert _CLOCK_CALLS.search("UPDATE belay_jobs SET ready_at = now()")
+    assert _CLOCK_CALLS.search("SELECT CURRENT_TIMESTAMP")
+    assert not _CLOCK_CALLS.search("SET ready_at = %(now)s")
