@@ -673,6 +673,16 @@ class EmbeddedCluster:
                 json.dumps({"pid": os.getpid(), "start": _proc_start_time(os.getpid())})
             )
         os.chmod(base, 0o755)
+        if _is_root() and not _world_traversable(base):
+            raise ProvisionError(
+                f"cluster dir {base} is not traversable by user nobody, who runs postgres when "
+                "we are root: use a base_dir under a world-traversable folder such as /tmp"
+            )
+        if len(str(base / "sock" / ".s.PGSQL.65535")) > 107:
+            raise ProvisionError(
+                f"socket path under {base} exceeds the 107-byte unix socket limit: pass a shorter "
+                "ClusterConfig(cache_dir=...) or base_dir"
+            )
         _register(self)
         (base / "sock").mkdir(mode=0o755, exist_ok=True)
         self._chown(base / "sock")

