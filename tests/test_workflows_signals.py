@@ -254,3 +254,64 @@ def test_steer_delivers_dollar_steer_to_the_jobs_own_scope(store, now):
     rows = store.apply(ops.ReadSignals((f"job:{job_id}",)))
     assert [(r.name, r.payload) for r in rows] == [("$steer", {"hint": "shorter"})]
     assert store.apply(ops.Steer(now, 999, {})) == ops.NotFound(999)
+
+
+def test_park_racing_delivery_never_loses_the_wake_up(db_url, store, conn, now):
+    """§7 park-and-wake: with the scope lock and the persistent row, every interleaving ends ready."""
+    import threading
+
+    from impl.store import PgStore
+
+    ids = store.apply(Enqueue(now, tuple(JobSpec("q", "w") for _ in range(30)))).ids
+    for job_id in ids:
+        simulate_claim(conn, job_id, now)
+    parker, deliverer = PgStore(db_url, pool_size=1), PgStore(db_url, pool_size=1)
+    try:
+        for job_id in ids:
+            barrier = threading.Barrier(2)
+
+            def park(job_id=job_id, barrier=barrier):
+                barrier.wait()
+                parker.apply(ops.ParkAwait(now, job_id, 1, f"race:{job_id}", "go", now + timedelta(days=1)))
+
+            def deliver(job_id=job_id, barrier=barrier):
+                barrier.wait()
+                deliverer.apply(ops.DeliverSignal(now, f"race:{job_id}", "go"))
+
+            threads = [threading.Thread(target=park), threading.Thread(target=deliver)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+    finally:
+        parker.close()
+        deliverer.close()
+    assert conn.execute("SELECT DISTINCT state FROM belay_jobs").fetchall() == [("ready",)]
+
+
+def test_steps_and_events_read_back_in_order_with_their_envelopes(store, conn, now):
+    from model.envelope import decode, encode
+
+    job_id = store.apply(Enqueue(now, (JobSpec("q", "w"),))).ids[0]
+    etf = bytes([131, 116, 0, 0, 0, 1, 100, 0, 1, 97, 97, 1])  # term_to_binary(#{a => 1}) from an Elixir SDK
+    # A worker journals these (§8.2, §9 events); worker-level writes arrive with the worker issue.
+    conn.execute(
+        "INSERT INTO belay_steps (job_id, seq, name, value, usd_micros, tokens, inserted_at) VALUES "
+        "(%s, 1, 'fetch', %s, 5, 7, %s), (%s, 2, 'elixir', %s, 0, 0, %s)",
+        (job_id, encode({"rows": [1, 2]}), now, job_id, etf, now),
+    )
+    conn.execute("INSERT INTO belay_events (job_id, seq, payload, inserted_at) VALUES (%s, 1, '{\"p\": 1}', %s), "
+                 "(%s, 2, '\"two\"', %s)", (job_id, now, job_id, now))
+    steps = store.apply(ops.ReadSteps(job_id))
+    assert [(s.seq, s.name, decode(s.value), s.usd_micros, s.tokens) for s in steps] == [
+        (1, "fetch", {"rows": [1, 2]}, 5, 7), (2, "elixir", {"a": 1}, 0, 0)]
+    assert [e.payload for e in store.apply(ops.ReadEvents(job_id))] == [{"p": 1}, "two"]
+
+
+def test_the_database_refuses_a_step_value_over_1_mib_from_any_sdk(store, conn, now):
+    import psycopg
+
+    job_id = store.apply(Enqueue(now, (JobSpec("q", "w"),))).ids[0]
+    with pytest.raises(psycopg.errors.CheckViolation):
+        conn.execute("INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 1, 'big', %s, %s)",
+                     (job_id, b"x" * (1024 * 1024 + 1), now))
