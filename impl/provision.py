@@ -451,6 +451,21 @@ def _nobody_cannot_run(bindir: Path) -> str | None:
     return None
 
 
+def _publish_atomically(final: Path, build: Callable[[Path], None]) -> None:
+    """Build into a private temp name beside `final`, then rename it into place. A concurrent
+    builder that won the race leaves its copy in place and ours is discarded."""
+    tmp = final.parent / f".{final.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        build(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _usable_bindir(bindir: Path, cache_dir: Path) -> Path:
     """As root: a bindir that nobody can run, copying the install tree into the cache if needed."""
     if not _is_root() or _nobody_cannot_run(bindir) is None:
@@ -461,19 +476,14 @@ def _usable_bindir(bindir: Path, cache_dir: Path) -> Path:
     with _COPY_LOCK:
         marker = final / "bindir.txt"
         if not marker.exists():
-            tmp = cache_dir / f".pginstall-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            try:
+
+            def build(tmp: Path) -> None:
                 tmp.mkdir(mode=0o755)
                 rel = _copy_install_tree(bindir, tmp).relative_to(tmp)
                 (tmp / "bindir.txt").write_text(str(rel))
                 os.chmod(tmp / "bindir.txt", 0o644)
-                try:
-                    os.rename(tmp, final)
-                except OSError as exc:
-                    if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                        raise
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+
+            _publish_atomically(final, build)
     newbin = final / marker.read_text().strip()
     problem = _nobody_cannot_run(newbin)
     if problem:
@@ -723,16 +733,7 @@ class EmbeddedCluster:
         final = self._cache / f"template-{key}"
         if (final / "PG_VERSION").exists() and (final / "global" / "pg_control").exists():
             return final
-        tmp = self._cache / f".template-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        try:
-            self._initdb(tmp)
-            try:
-                os.rename(tmp, final)
-            except OSError as exc:
-                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        _publish_atomically(final, self._initdb)
         return final
 
     def _init_data(self) -> None:

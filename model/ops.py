@@ -283,8 +283,8 @@ class ClearSignal:
 
 
 @dataclass(frozen=True)
-class Cancel:
-    """§8.6: parked/held → cancelled (+ settlement, parent notify); running → cancel_requested."""
+class _JobCommand:
+    """An operator command on one job at `now`."""
 
     now: datetime
     job_id: int
@@ -295,15 +295,13 @@ class Cancel:
 
 
 @dataclass(frozen=True)
-class Retry:
+class Cancel(_JobCommand):
+    """§8.6: parked/held → cancelled (+ settlement, parent notify); running → cancel_requested."""
+
+
+@dataclass(frozen=True)
+class Retry(_JobCommand):
     """§8.6: failed|cancelled → ready (or held, then settled, for dep-bearing workflow members)."""
-
-    now: datetime
-    job_id: int
-
-    def __post_init__(self) -> None:
-        require_aware(self.now, "now")
-        require_int(self.job_id, "job_id", minimum=1)
 
 
 @dataclass(frozen=True)
