@@ -29,6 +29,7 @@ from psycopg_pool import ConnectionPool
 from impl.migrate import check_compat
 from impl.queries import SchemaSQL
 from model import ops
+from model import worker_ops as wops
 from model.rows import JOB_COLUMNS, TERMINAL, Event, Job, Signal, Step
 from model.settle import Member, settle
 from model.workflow import check_graph
@@ -279,7 +280,7 @@ class PgStore:
         with self.transaction(None) as tx:
             return ops.Cleared(tx.one("clear_signal", {"scope": op.scope, "name": op.name}) is not None)
 
-    def _park_await(self, op: ops.ParkAwait, conn: Any) -> ops.Parked | ops.Stale:
+    def _park_await(self, op: wops.ParkAwait, conn: Any) -> wops.Parked | wops.Stale:
         with self.transaction(op.now) as tx:
             tx.one("lock_scope", {"scope": op.scope})
             present = tx.one("signal_exists", {"scope": op.scope, "name": op.name}) is not None
@@ -287,10 +288,10 @@ class PgStore:
                       "deadline": op.deadline, "now": op.now}
             parked = tx.one("park_ready" if present else "park_awaiting", params)
             if parked is None:
-                return ops.Stale(op.job_id, op.attempt)
+                return wops.Stale(op.job_id, op.attempt)
             if present:
                 tx.pokes.add(parked["queue"])
-            return ops.Parked(op.job_id, "ready" if present else "awaiting")
+            return wops.Parked(op.job_id, "ready" if present else "awaiting")
 
     # --- §8.6 cancel and retry -------------------------------------------------------------------
 
@@ -391,7 +392,7 @@ _HANDLERS = {
     ops.DeliverSignal: PgStore._deliver_signal,
     ops.Steer: PgStore._steer,
     ops.ClearSignal: PgStore._clear_signal,
-    ops.ParkAwait: PgStore._park_await,
+    wops.ParkAwait: PgStore._park_await,
     ops.Cancel: PgStore._cancel,
     ops.Retry: PgStore._retry,
     ops.PutQueue: PgStore._put_queue,

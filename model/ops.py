@@ -349,30 +349,6 @@ class PutCron:
             raise InvalidInput("paused must be a bool")
 
 
-# worker level (the rest arrives with the worker issue)
-
-
-@dataclass(frozen=True)
-class ParkAwait:
-    """§7 ack outcome `await`, fenced on the claimed attempt, with the normative park-and-wake rule:
-    under the scope lock, a signal row already present parks the job as ready instead."""
-
-    now: datetime
-    job_id: int
-    attempt: int
-    scope: str
-    name: str
-    deadline: datetime | None = None  # ready_at while awaiting: when the job resumes without the signal
-
-    def __post_init__(self) -> None:
-        require_aware(self.now, "now")
-        require_aware(self.deadline, "deadline")
-        require_int(self.job_id, "job_id", minimum=1)
-        require_int(self.attempt, "attempt", minimum=1)
-        require_name(self.scope, "scope")
-        require_name(self.name, "signal name")
-
-
 # reads: no `now` (they observe committed state only)
 
 
@@ -490,20 +466,6 @@ class RetryBlocked:
 
     job_id: int
     holder_id: int | None
-
-
-@dataclass(frozen=True)
-class Parked:
-    job_id: int
-    state: str  # "awaiting", or "ready" when the signal was already there
-
-
-@dataclass(frozen=True)
-class Stale:
-    """A fenced write matched no row: the attempt was reclaimed; the SDK discards it (§7)."""
-
-    job_id: int
-    attempt: int
 
 
 @dataclass(frozen=True)

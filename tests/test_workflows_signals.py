@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from model import ops
+from model import worker_ops as wops
 from model.ops import Enqueue, EnqueueWorkflow, InvalidInput, JobSpec, WorkflowMember
 
 
@@ -171,7 +172,7 @@ def test_cancel_running_sets_cancel_requested_and_terminal_is_not_cancellable(st
 def test_cancelling_a_child_signals_children_to_its_parent(store, conn, now):
     parent = store.apply(Enqueue(now, (JobSpec("q", "parent"),))).ids[0]
     simulate_claim(conn, parent, now)
-    assert store.apply(ops.ParkAwait(now, parent, 1, f"job:{parent}", "$children")) == ops.Parked(parent, "awaiting")
+    assert store.apply(wops.ParkAwait(now, parent, 1, f"job:{parent}", "$children")) == wops.Parked(parent, "awaiting")
     child = store.apply(Enqueue(now, (JobSpec("q", "child", parent_id=parent),))).ids[0]
     store.apply(ops.Cancel(now, child))
     signals = store.apply(ops.ReadSignals((f"job:{parent}",)))
@@ -199,7 +200,7 @@ def test_await_before_signal_parks_then_the_signal_wakes_the_job(store, conn, no
     job_id = store.apply(Enqueue(now, (JobSpec("q", "w"),))).ids[0]
     simulate_claim(conn, job_id, now)
     deadline = now + timedelta(hours=1)
-    assert store.apply(ops.ParkAwait(now, job_id, 1, "orders", "paid", deadline)) == ops.Parked(job_id, "awaiting")
+    assert store.apply(wops.ParkAwait(now, job_id, 1, "orders", "paid", deadline)) == wops.Parked(job_id, "awaiting")
     job = store.apply(ops.ReadJob(job_id))
     assert (job.state, job.await_scope, job.await_name, job.ready_at, job.lease_until) == (
         "awaiting", "orders", "paid", deadline, None)
@@ -214,7 +215,7 @@ def test_signal_before_await_parks_the_job_as_ready_at_once(store, conn, now):
     assert store.apply(ops.DeliverSignal(now, "orders", "paid", {"amount": 3})) == ops.Signalled(())
     simulate_claim(conn, job_id, now)
     later = now + timedelta(seconds=1)
-    assert store.apply(ops.ParkAwait(later, job_id, 1, "orders", "paid", now + timedelta(hours=1))) == ops.Parked(
+    assert store.apply(wops.ParkAwait(later, job_id, 1, "orders", "paid", now + timedelta(hours=1))) == wops.Parked(
         job_id, "ready")
     job = store.apply(ops.ReadJob(job_id))
     assert (job.state, job.ready_at, job.await_scope, job.await_name) == ("ready", later, None, None)
@@ -225,7 +226,7 @@ def test_a_park_from_a_stale_attempt_changes_nothing(store, conn, now):
     simulate_claim(conn, job_id, now)
     simulate_claim(conn, job_id, now)  # reclaimed and claimed again: attempt 2
     before = store.apply(ops.ReadJob(job_id))
-    assert store.apply(ops.ParkAwait(now, job_id, 1, "s", "n")) == ops.Stale(job_id, 1)
+    assert store.apply(wops.ParkAwait(now, job_id, 1, "s", "n")) == wops.Stale(job_id, 1)
     assert store.apply(ops.ReadJob(job_id)) == before
 
 
@@ -243,7 +244,7 @@ def test_a_signal_wakes_every_awaiter_of_its_scope_and_name_only(store, conn, no
     ids = store.apply(Enqueue(now, tuple(JobSpec("q", "w") for _ in range(3)))).ids
     for job_id, name in zip(ids, ["go", "go", "stop"]):
         simulate_claim(conn, job_id, now)
-        store.apply(ops.ParkAwait(now, job_id, 1, "s", name))
+        store.apply(wops.ParkAwait(now, job_id, 1, "s", name))
     assert store.apply(ops.DeliverSignal(now, "s", "go")) == ops.Signalled(tuple(ids[:2]))
     assert store.apply(ops.ReadJob(ids[2])).state == "awaiting"
 
@@ -272,7 +273,7 @@ def test_park_racing_delivery_never_loses_the_wake_up(db_url, store, conn, now):
 
             def park(job_id=job_id, barrier=barrier):
                 barrier.wait()
-                parker.apply(ops.ParkAwait(now, job_id, 1, f"race:{job_id}", "go", now + timedelta(days=1)))
+                parker.apply(wops.ParkAwait(now, job_id, 1, f"race:{job_id}", "go", now + timedelta(days=1)))
 
             def deliver(job_id=job_id, barrier=barrier):
                 barrier.wait()

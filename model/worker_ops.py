@@ -1,0 +1,489 @@
+"""Worker-level operations (contract §§5–9) and their results: the rest of the shared vocabulary.
+
+Like model/ops.py: one frozen dataclass per operation, carrying `now` and every input a decision
+needs — the node id, the lease ttl, the retry time an SDK computed, the queue options in force — so
+the model and the Postgres store are deterministic functions of the operations applied to them.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Union
+
+from model.ops import (
+    InvalidInput,
+    JobSpec,
+    require_aware,
+    require_int,
+    require_json,
+    require_name,
+)
+from model.queues import QueueOpts
+from model.rows import Job
+
+MAX_DETAIL_BYTES = 8192  # failure detail is the one bound that truncates (UTF-8 safe), never rejects
+
+
+def clamp_detail(detail: str | None, max_bytes: int = MAX_DETAIL_BYTES) -> str | None:
+    """Clamp failure detail to max_bytes of UTF-8 without splitting a code point."""
+    if detail is None:
+        return None
+    raw = detail.encode("utf-8", errors="replace")
+    if len(raw) <= max_bytes:
+        return detail
+    return raw[:max_bytes].decode("utf-8", errors="ignore")
+
+
+def error_entry(attempt: int, at: datetime, error: str, detail: str | None) -> dict[str, Any]:
+    """One element of belay_jobs.errors: {attempt, at, error, detail}."""
+    return {"attempt": attempt, "at": at.isoformat(), "error": error, "detail": clamp_detail(detail)}
+
+
+def _fenced(now: datetime, job_id: int, attempt: int) -> None:
+    require_aware(now, "now")
+    require_int(job_id, "job_id", minimum=1)
+    require_int(attempt, "attempt", minimum=1)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A deterministic retry schedule: delay(attempt) = min(base * factor^(attempt-1), max)."""
+
+    base_s: int = 1
+    factor: int = 2
+    max_s: int = 3600
+
+    def __post_init__(self) -> None:
+        require_int(self.base_s, "base_s", minimum=0)
+        require_int(self.factor, "factor", minimum=1)
+        require_int(self.max_s, "max_s", minimum=0)
+
+    def retry_at(self, now: datetime, attempt: int) -> datetime:
+        exponent = max(attempt - 1, 0)
+        delay = self.max_s if exponent > 64 else min(self.base_s * self.factor**exponent, self.max_s)
+        return now + timedelta(seconds=delay)
+
+
+# --- §6 claims and leases -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claim:
+    """§6: admit, select candidates in claim order, lease them to `node` until now + lease_ttl."""
+
+    now: datetime
+    queue: str
+    node: str
+    demand: int  # how many this node wants (its free local slots)
+    lease_ttl: timedelta = timedelta(seconds=30)
+    opts: QueueOpts = QueueOpts()  # the options in force (static config merged with belay_queues)
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_name(self.queue, "queue")
+        require_name(self.node, "node")
+        require_int(self.demand, "demand", minimum=0)
+        if not isinstance(self.lease_ttl, timedelta) or self.lease_ttl <= timedelta(0):
+            raise InvalidInput(f"lease_ttl must be a positive timedelta, got {self.lease_ttl!r}")
+        if not isinstance(self.opts, QueueOpts):
+            raise InvalidInput("opts must be a QueueOpts (use QueueOpts.parse on a JSON object)")
+
+
+@dataclass(frozen=True)
+class Renew:
+    """§6: extend this node's leases; ids not returned are lost."""
+
+    now: datetime
+    node: str
+    job_ids: tuple[int, ...]
+    lease_until: datetime
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_aware(self.lease_until, "lease_until")
+        require_name(self.node, "node")
+        object.__setattr__(self, "job_ids", tuple(self.job_ids))
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    """§6: expired leases → retry (attempt < max) or failed with lease_expired, then settlement."""
+
+    now: datetime
+    backoff: Backoff = Backoff()
+    limit: int = 500
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.limit, "limit", minimum=1)
+
+
+# --- §7 acks --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Succeed:
+    value: Any = None  # encoded with the §2 envelope into belay_jobs.result
+
+    def __post_init__(self) -> None:
+        require_json(self.value, "result value")
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An error. retry_at None means no retry (e.g. budget_exceeded): the job fails now."""
+
+    error: str
+    detail: str | None = None
+    retry_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        require_name(self.error, "error")
+        if self.detail is not None and not isinstance(self.detail, str):
+            raise InvalidInput("detail must be a string")
+        require_aware(self.retry_at, "retry_at")
+
+
+@dataclass(frozen=True)
+class CancelSelf:
+    """Cooperative cancel honoured at a step boundary."""
+
+
+@dataclass(frozen=True)
+class Snooze:
+    """Ready again at `until`; a snooze spends no attempt (max_attempts + 1)."""
+
+    until: datetime
+
+    def __post_init__(self) -> None:
+        require_aware(self.until, "until")
+
+
+Outcome = Union[Succeed, Fail, CancelSelf, Snooze]
+
+
+@dataclass(frozen=True)
+class Ack:
+    """§7: one fenced ack: WHERE id AND state='running' AND attempt = the claimed attempt."""
+
+    now: datetime
+    job_id: int
+    attempt: int
+    outcome: Outcome
+
+    def __post_init__(self) -> None:
+        _fenced(self.now, self.job_id, self.attempt)
+        if not isinstance(self.outcome, (Succeed, Fail, CancelSelf, Snooze)):
+            raise InvalidInput(f"unknown ack outcome {self.outcome!r}")
+
+
+@dataclass(frozen=True)
+class ParkAwait:
+    """§7 ack outcome `await`, fenced, with the normative park-and-wake rule: under the scope lock,
+    a signal row already present parks the job as ready instead."""
+
+    now: datetime
+    job_id: int
+    attempt: int
+    scope: str
+    name: str
+    deadline: datetime | None = None  # ready_at while awaiting: when the job resumes without the signal
+
+    def __post_init__(self) -> None:
+        _fenced(self.now, self.job_id, self.attempt)
+        require_aware(self.deadline, "deadline")
+        require_name(self.scope, "scope")
+        require_name(self.name, "signal name")
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Durable sleep: journal `$sleep:<name>` = until (memoized), then ready at that time."""
+
+    now: datetime
+    job_id: int
+    attempt: int
+    name: str
+    until: datetime
+
+    def __post_init__(self) -> None:
+        _fenced(self.now, self.job_id, self.attempt)
+        require_name(self.name, "sleep name")
+        require_aware(self.until, "until")
+
+
+# --- §8.2 steps, events ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadStep:
+    job_id: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """§8.2: before executing a missed step, re-read the job: is durable spend already over budget?"""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
+class RecordStep:
+    """§8.2: journal a step value (ON CONFLICT DO NOTHING) and add its costs, in one transaction."""
+
+    now: datetime
+    job_id: int
+    name: str
+    value: Any
+    usd_micros: int = 0
+    tokens: int = 0
+
+    def __post_init__(self) -> None:
+        from model.envelope import encode_step_value
+
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_name(self.name, "step name")
+        if self.name.startswith(("$sleep:", "$spawn:")):
+            raise InvalidInput(f"step name {self.name!r} uses a reserved prefix ($sleep:, $spawn:)")
+        require_int(self.usd_micros, "usd_micros", minimum=0)
+        require_int(self.tokens, "tokens", minimum=0)
+        try:
+            encode_step_value(self.value)
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    now: datetime
+    job_id: int
+    payload: Any
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_json(self.payload, "event payload")
+
+
+# --- §8.4 children --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spawn:
+    """§8.4: doubly idempotent spawn — a memoized `$spawn:<name>` step and per-child unique keys
+    `$spawn:<parent>:<name>:<index>` (mode always); the id list is rebuilt from the keys."""
+
+    now: datetime
+    job_id: int
+    name: str
+    children: tuple[JobSpec, ...]
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_name(self.name, "spawn name")
+        object.__setattr__(self, "children", tuple(self.children))
+        for child in self.children:
+            if child.unique_key is not None or child.cron_name is not None or child.parent_id is not None:
+                raise InvalidInput("spawned children get their unique key and parent from the spawn; leave them unset")
+
+
+@dataclass(frozen=True)
+class AwaitChildren:
+    """§8.4: re-verify; if any child is live, clear the stale `$children` signal, re-verify, park."""
+
+    now: datetime
+    job_id: int
+    attempt: int
+    deadline: datetime | None = None
+
+    def __post_init__(self) -> None:
+        _fenced(self.now, self.job_id, self.attempt)
+        require_aware(self.deadline, "deadline")
+
+
+@dataclass(frozen=True)
+class Reconcile:
+    """§8.4 backstop (R2): awaiting on `$children` with every child terminal → ready."""
+
+    now: datetime
+
+
+# --- §8.5 cron, §8.7 retention --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CronDef:
+    """A static cron definition (dynamic belay_crons rows merge over these by name)."""
+
+    name: str
+    expression: str
+    worker: str
+    input: Any = None
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 20
+
+
+@dataclass(frozen=True)
+class FireCrons:
+    """§8.5: for each due UTC minute slot in (since, now], insert with (cron_name, cron_slot)."""
+
+    now: datetime
+    since: datetime
+    static: tuple[CronDef, ...] = ()
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_aware(self.since, "since")
+        object.__setattr__(self, "static", tuple(self.static))
+
+
+@dataclass(frozen=True)
+class Prune:
+    """§8.7: delete terminal jobs past per-state retention (with steps and events), signals past
+    TTL and rate windows older than a day. None keeps a state forever."""
+
+    now: datetime
+    retention: Mapping[str, int | None]  # seconds per terminal state
+    signal_ttl: int | None = 7 * 86400
+    limit: int = 500
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        unknown = sorted(set(self.retention) - {"succeeded", "failed", "cancelled"})
+        if unknown:
+            raise InvalidInput(f"retention names states {unknown}; only succeeded, failed, cancelled are prunable")
+        for state, seconds in self.retention.items():
+            require_int(seconds, f"retention[{state}]", minimum=0, optional=True)
+        require_int(self.signal_ttl, "signal_ttl", minimum=0, optional=True)
+        require_int(self.limit, "limit", minimum=1)
+
+
+# --- results ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    jobs: tuple[Job, ...]  # the leased rows after the claim update, in claim order
+
+
+@dataclass(frozen=True)
+class Renewed:
+    kept: tuple[int, ...]
+    lost: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reclaimed:
+    retried: tuple[int, ...]
+    failed: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Acked:
+    job_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class Parked:
+    job_id: int
+    state: str  # "awaiting", or "ready" when the signal was already there
+
+
+@dataclass(frozen=True)
+class Slept:
+    job_id: int
+    until: datetime  # the journaled wake time (the first sleep's, on a re-run)
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A fenced write matched no row: the attempt was reclaimed; the SDK discards it (§7)."""
+
+    job_id: int
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StepHit:
+    value: bytes  # §2 envelope
+
+
+@dataclass(frozen=True)
+class StepMiss:
+    pass
+
+
+@dataclass(frozen=True)
+class BudgetOk:
+    pass
+
+
+@dataclass(frozen=True)
+class OverBudget:
+    """Durable spend already exceeds a budget column: fail with budget_exceeded, run nothing."""
+
+    spent_usd_micros: int
+    spent_tokens: int
+
+
+@dataclass(frozen=True)
+class Recorded:
+    inserted: bool  # False: another execution journaled this name first; `value` is theirs
+    value: bytes
+    spent_usd_micros: int
+    spent_tokens: int
+    over_budget: bool  # a returned spent exceeds its budget column: fail with budget_exceeded
+
+
+@dataclass(frozen=True)
+class Emitted:
+    seq: int
+
+
+@dataclass(frozen=True)
+class Spawned:
+    child_ids: tuple[int, ...]
+    memoized: bool  # True when the `$spawn:<name>` step already existed
+
+
+@dataclass(frozen=True)
+class ChildrenDone:
+    child_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    woken: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fired:
+    cron_name: str
+    slot: datetime
+    job_id: int
+    inserted: bool
+
+
+@dataclass(frozen=True)
+class CronsFired:
+    fired: tuple[Fired, ...]
+
+
+@dataclass(frozen=True)
+class Pruned:
+    jobs: tuple[int, ...]
+    signals: int
+    rate_windows: int
+
+
+@dataclass(frozen=True)
+class JobGone:
+    """A job-scoped write found no job at all (pruned, or never existed)."""
+
+    job_id: int
