@@ -12,15 +12,11 @@ import psycopg
 from psycopg import sql
 
 from impl.queries import MIGRATIONS, SchemaSQL
-from model.ops import Compatible
+from model.ops import Compatible, IncompatibleSchema, check_versions
 
 CONTRACT_MAJOR = 1
 SCHEMA_VERSION = len(MIGRATIONS)  # 3
 MIN_VERSION = 3  # the oldest revision this SDK can run against
-
-
-class IncompatibleSchema(RuntimeError):
-    """The database's schema cannot be used by this SDK; the message says what to do."""
 
 
 def current_version(conn: psycopg.Connection, q: SchemaSQL) -> int:
@@ -45,6 +41,9 @@ def migrate(conn: psycopg.Connection, schema: str = "public") -> list[int]:
     return applied
 
 
+__all__ = ["CONTRACT_MAJOR", "SCHEMA_VERSION", "MIN_VERSION", "IncompatibleSchema", "migrate", "check_compat"]
+
+
 def check_compat(
     conn: psycopg.Connection,
     schema: str = "public",
@@ -59,13 +58,4 @@ def check_compat(
             f"no Belay schema in {schema!r}: run `belay migrate` (or impl.migrate.migrate(conn)) first"
         )
     version, major = conn.execute(q.q("meta")).fetchone()
-    if major > known_major:
-        raise IncompatibleSchema(
-            f"the database speaks Belay wire-contract major {major}, this SDK knows only up to {known_major}: "
-            "upgrade the belay-toolkit package (never downgrade the database)"
-        )
-    if version < min_version:
-        raise IncompatibleSchema(
-            f"the database is at migration {version}, this SDK needs at least {min_version}: run `belay migrate`"
-        )
-    return Compatible(version=version, contract_major=major)
+    return check_versions(version, major, known_major=known_major, min_version=min_version)

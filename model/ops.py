@@ -30,6 +30,10 @@ class InvalidInput(ValueError):
     """An operation was built with input the contract does not allow; nothing was changed."""
 
 
+class IncompatibleSchema(RuntimeError):
+    """The database's schema cannot be used by this SDK (§1); the message says what to do."""
+
+
 # ---------------------------------------------------------------------------------------------
 # validation helpers
 
@@ -95,6 +99,20 @@ def window_key(key: str, now: datetime, window_seconds: int) -> str:
 def minute_slot(at: datetime) -> datetime:
     """A cron slot: the UTC minute containing `at` (§8.5)."""
     return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
+
+
+def check_versions(version: int, major: int, *, known_major: int = 1, min_version: int = 3) -> "Compatible":
+    """§1: refuse a higher contract major and an older migration; accept newer ones in the major."""
+    if major > known_major:
+        raise IncompatibleSchema(
+            f"the database speaks Belay wire-contract major {major}, this SDK knows only up to {known_major}: "
+            "upgrade the belay-toolkit package (never downgrade the database)"
+        )
+    if version < min_version:
+        raise IncompatibleSchema(
+            f"the database is at migration {version}, this SDK needs at least {min_version}: run `belay migrate`"
+        )
+    return Compatible(version=version, contract_major=major)
 
 
 # ---------------------------------------------------------------------------------------------
