@@ -24,15 +24,20 @@ def _read(name: str) -> str:
     return resources.files("impl").joinpath("sql", name).read_text(encoding="utf-8")
 
 
+QUERY_FILES = ("queries.sql", "worker.sql")
+
+
 @cache
 def raw_queries() -> dict[str, str]:
-    """{name: body} of every block in queries.sql (comment lines stripped)."""
-    text = _read("queries.sql")
-    parts = _BLOCK.split(text)
+    """{name: body} of every block in the query files (comment lines stripped); names are unique."""
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
-        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
-        out[name] = "\n".join(lines).strip()
+    for filename in QUERY_FILES:
+        parts = _BLOCK.split(_read(filename))
+        for name, body in zip(parts[1::2], parts[2::2]):
+            if name in out:
+                raise RuntimeError(f"query {name!r} is defined twice (in {filename})")
+            lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+            out[name] = "\n".join(lines).strip()
     return out
 
 

@@ -12,8 +12,6 @@ lock; settlement then only ever waits on held rows, which no one else locks firs
 """
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,39 +25,15 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from impl.migrate import check_compat
+from impl.pgrows import channel_name, job_from_row, poke_payload
 from impl.queries import SchemaSQL
 from model import ops
 from model import worker_ops as wops
-from model.rows import JOB_COLUMNS, TERMINAL, Event, Job, Signal, Step
+from model.rows import TERMINAL, Event, Job, Signal, Step
 from model.settle import Member, settle
 from model.workflow import check_graph
 
 _INSERT_COLUMNS = 26
-
-
-def channel_name(dbname: str, schema: str = "public") -> str:
-    """§9.2: belay_<database name sanitized to [A-Za-z0-9_]> (a non-default schema is appended so
-    two deployments sharing one database never cross-talk)."""
-    base = "belay_" + re.sub(r"[^A-Za-z0-9_]", "_", dbname)
-    return base if schema == "public" else f"{base}_{schema}"
-
-
-def poke_payload(queue: str) -> str:
-    return json.dumps({"t": "p", "q": queue}, separators=(",", ":"))
-
-
-def result_payload(job_id: int) -> str:
-    return json.dumps({"t": "r", "id": job_id}, separators=(",", ":"))
-
-
-def job_from_row(row: dict[str, Any]) -> Job:
-    values = {c: row[c] for c in JOB_COLUMNS}
-    for c in ("wf_deps", "wf_ignore"):
-        if values[c] is not None:
-            values[c] = tuple(values[c])
-    if values["result"] is not None:
-        values["result"] = bytes(values["result"])
-    return Job(**values)
 
 
 @dataclass

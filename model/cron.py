@@ -2,19 +2,39 @@
 
 Pure: the caller supplies `now`; slots are UTC-truncated minutes.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from cronsim import CronSim, CronSimError
 
-from model.ops import InvalidInput, minute_slot
+from model.ops import InvalidInput, JobSpec, minute_slot
+from model.rows import CronRow
+
+
+@dataclass(frozen=True)
+class CronDef:
+    """A static cron definition (dynamic belay_crons rows merge over these by name)."""
+
+    name: str
+    expression: str
+    worker: str
+    input: Any = None
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 20
 
 
 def parse_expression(expression: str) -> None:
     """Refuse an expression cronsim cannot read, with its reason."""
     if not isinstance(expression, str) or not expression.strip():
-        raise InvalidInput("cron expression must be a non-empty string like '*/5 * * * *'")
+        raise InvalidInput(
+            "cron expression must be a non-empty string like '*/5 * * * *'"
+        )
     try:
         CronSim(expression, datetime(2000, 1, 1, tzinfo=timezone.utc))
     except (CronSimError, ValueError) as exc:
@@ -38,3 +58,49 @@ def slot_matches(expression: str, slot: datetime) -> bool:
     """Whether the UTC minute `slot` is a firing time of the expression."""
     prev = slot - timedelta(minutes=1)
     return due_slots(expression, prev, slot) == [slot]
+
+
+def effective_crons(
+    static: Iterable[CronDef], rows: Iterable[CronRow]
+) -> list[CronDef]:
+    """Dynamic belay_crons rows merge over static config by name; paused rows are skipped (§8.5)."""
+    merged: dict[str, CronDef | None] = {c.name: c for c in static}
+    for row in rows:
+        if row.paused:
+            merged[row.name] = None
+            continue
+        o = row.opts
+        merged[row.name] = CronDef(
+            row.name,
+            row.expression,
+            row.worker,
+            row.input,
+            o.get("queue", "default"),
+            o.get("priority", 0),
+            o.get("max_attempts", 20),
+        )
+    return [c for _, c in sorted(merged.items()) if c is not None]
+
+
+def cron_plan(
+    static: Iterable[CronDef], rows: Iterable[CronRow], since: datetime, now: datetime
+) -> list[tuple]:
+    """(cron, slot) for every due minute slot in (since, now] of every effective cron, by name then slot."""
+    return [
+        (c, slot)
+        for c in effective_crons(static, rows)
+        for slot in due_slots(c.expression, since, now)
+    ]
+
+
+def cron_job(cron: CronDef, slot: datetime) -> JobSpec:
+    """The job one cron slot inserts; the (cron_name, cron_slot) unique index makes it exactly-once."""
+    return JobSpec(
+        cron.queue,
+        cron.worker,
+        {} if cron.input is None else cron.input,
+        priority=cron.priority,
+        max_attempts=cron.max_attempts,
+        cron_name=cron.name,
+        cron_slot=slot,
+    )

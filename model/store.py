@@ -28,7 +28,7 @@ from typing import Any
 
 from model import admission, ops
 from model import worker_ops as w
-from model.cron import due_slots
+from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.jsonb import arrow_text
 from model.queues import QueueOpts
@@ -512,28 +512,9 @@ def _reconcile(t: Tables, op: w.Reconcile) -> w.Reconciled:
 # §8.5 cron and §8.7 retention
 
 
-def effective_crons(t: Tables, static: Iterable[w.CronDef]) -> list[w.CronDef]:
-    """Dynamic belay_crons rows merge over static config by name; paused rows are skipped."""
-    merged: dict[str, w.CronDef | None] = {c.name: c for c in static}
-    for row in t.crons.values():
-        if row.paused:
-            merged[row.name] = None
-            continue
-        o = row.opts
-        merged[row.name] = w.CronDef(row.name, row.expression, row.worker, row.input, o.get("queue", "default"),
-                                     o.get("priority", 0), o.get("max_attempts", 20))
-    return [c for name, c in sorted(merged.items()) if c is not None]
-
-
 def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
-    plan = [
-        (c, slot) for c in effective_crons(t, op.static) for slot in due_slots(c.expression, op.since, op.now)
-    ]
-    specs = [
-        ops.JobSpec(c.queue, c.worker, {} if c.input is None else c.input, priority=c.priority,
-                    max_attempts=c.max_attempts, cron_name=c.name, cron_slot=slot)
-        for c, slot in plan
-    ]
+    plan = cron_plan(op.static, t.crons.values(), op.since, op.now)
+    specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(tuple(
         w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)

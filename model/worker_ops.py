@@ -19,6 +19,7 @@ from model.ops import (
     require_json,
     require_name,
 )
+from model.cron import CronDef
 from model.queues import QueueOpts
 from model.rows import Job
 
@@ -313,19 +314,6 @@ class Reconcile:
 
 
 # --- §8.5 cron, §8.7 retention --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CronDef:
-    """A static cron definition (dynamic belay_crons rows merge over these by name)."""
-
-    name: str
-    expression: str
-    worker: str
-    input: Any = None
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 20
 
 
 @dataclass(frozen=True)

@@ -363,7 +363,7 @@ def test_later_claims_in_a_window_can_debit_more_than_the_first_claim_saw():
     admits 0; at e=9 s used=0+round(10*0.1)=1 admits 9 > 10 - 0 - 10 = 0."""
     claims, dom = _three_claims()
     A, C0 = claims[0].A, claims[0].C
-    m = witness(*dom, C0 <= A, claims[2].after - C0 > A - C0 - claims[0].R)
+    m = witness(*dom, C0 <= A, A <= 100, claims[0].Ts <= 10, claims[2].after - C0 > A - C0 - claims[0].R)
     val = lambda x: m.eval(x, model_completion=True).as_long()  # noqa: E731
     Ts, P, C = val(claims[0].Ts), val(claims[0].P), val(C0)
     w_us = 1000 * Ts * US_PER_S

@@ -1,0 +1,218 @@
+-- Belay named queries (worker level: §6 claims and leases, §7 acks, §8 steps/children/cron, §8.7
+-- retention). Conventions as in queries.sql: named parameters, identifiers in braces, `now` always
+-- a parameter. Every ack-like write is fenced: WHERE id AND state = 'running' AND attempt = claimed.
+
+-- lock_queue --
+-- §6: serialize claimers of a queue with global_limit, rate or partition.
+SELECT pg_advisory_xact_lock(hashtext('belay:' || %(queue)s))
+
+-- live_running --
+-- §6 global_limit: live-leased jobs only.
+SELECT count(*) AS n FROM {jobs} WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s
+
+-- rate_counts --
+-- §6 rate: the current and previous windows' counters.
+SELECT window_start, count FROM {rate} WHERE bucket = %(bucket)s AND window_start = ANY(%(windows)s)
+
+-- rate_debit --
+-- §6 rate: debit N × estimate into the current window (upsert-increment).
+INSERT INTO {rate} (bucket, window_start, count) VALUES (%(bucket)s, %(window)s, %(n)s)
+ON CONFLICT (bucket, window_start) DO UPDATE SET count = {rate}.count + EXCLUDED.count
+
+-- claim_candidates --
+-- §6 plain claim: predicate C, claim order, SKIP LOCKED.
+SELECT id FROM {jobs}
+WHERE queue = %(queue)s
+  AND ((state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
+       OR (state = 'awaiting' AND ready_at <= %(now)s))
+ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
+LIMIT %(take)s
+FOR UPDATE SKIP LOCKED
+
+-- claim_partitioned --
+-- §6 partitioned claim (exact, under the queue lock): rank per key, subtract live running per key.
+WITH candidates AS (
+    SELECT id, priority, ready_at, COALESCE({field}->>%(key)s, '') AS pkey,
+           row_number() OVER (PARTITION BY COALESCE({field}->>%(key)s, '')
+                              ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC) AS rn
+    FROM {jobs}
+    WHERE queue = %(queue)s
+      AND ((state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
+           OR (state = 'awaiting' AND ready_at <= %(now)s))
+), running AS (
+    SELECT COALESCE({field}->>%(key)s, '') AS pkey, count(*) AS n FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s
+    GROUP BY 1
+)
+SELECT c.id FROM candidates c LEFT JOIN running r ON r.pkey = c.pkey
+WHERE c.rn <= greatest(%(per_key_limit)s - COALESCE(r.n, 0), 0)
+ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC
+LIMIT %(take)s
+
+-- claim_update --
+-- §6 claim update: lease the chosen rows to this node.
+UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
+                  started_at = COALESCE(started_at, %(now)s)
+WHERE id = ANY(%(ids)s)
+RETURNING {job_columns}
+
+-- renew_leases --
+-- §6: one statement per node; ids not returned are lost.
+UPDATE {jobs} SET lease_until = %(lease_until)s
+WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s
+RETURNING id
+
+-- expired_leases --
+-- §6 reclaim: running jobs whose lease has expired, locked, skipping rows another sweeper holds.
+SELECT id, attempt, max_attempts FROM {jobs}
+WHERE state = 'running' AND lease_until <= %(now)s
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- reclaim_retry --
+-- §6 reclaim outcome: retry (attempt < max) with lease_expired appended.
+UPDATE {jobs} SET state = 'ready', ready_at = %(ready_at)s, errors = errors || %(entry)s,
+                  lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s
+RETURNING id, queue
+
+-- reclaim_fail --
+-- §6 reclaim outcome: failed with lease_expired appended.
+UPDATE {jobs} SET state = 'failed', finished_at = %(now)s, errors = errors || %(entry)s,
+                  lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s
+RETURNING id, queue, workflow_id, parent_id
+
+-- ack_succeed --
+-- §7 succeed: result = envelope(value).
+UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue, state, workflow_id, parent_id
+
+-- ack_error --
+-- §7 error: retry at the SDK's time while attempts remain (and a retry time is given), else failed.
+UPDATE {jobs} SET
+    state = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts THEN 'ready' ELSE 'failed' END,
+    ready_at = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts
+                    THEN %(retry_at)s::timestamptz ELSE ready_at END,
+    finished_at = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts
+                       THEN finished_at ELSE %(now)s END,
+    errors = errors || %(entry)s, lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue, state, workflow_id, parent_id
+
+-- ack_cancel --
+-- §7 cooperative cancel honoured at a step boundary.
+UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue, state, workflow_id, parent_id
+
+-- ack_snooze --
+-- §7 snooze: ready at until; a snooze spends no attempt.
+UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, max_attempts = max_attempts + 1,
+                  lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id, queue, state, workflow_id, parent_id
+
+-- fence --
+-- §7: the row only while it runs the claimed attempt (locked: steps of a sleep follow in this transaction).
+SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s FOR UPDATE
+
+-- fence_check --
+-- §7: is the claimed attempt still the running one? (no lock)
+SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+
+-- sleep_until --
+-- Durable sleep: ready at the journaled time.
+UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, lease_until = NULL, leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING id
+
+-- read_step --
+-- §8.2 read: a hit skips execution.
+SELECT value FROM {steps} WHERE job_id = %(job_id)s AND name = %(name)s
+
+-- job_budget --
+-- §8.2 pre-flight: durable spend and budget columns (locked when recording, to serialize seq).
+SELECT id, spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens FROM {jobs} WHERE id = %(id)s
+
+-- lock_job_budget --
+-- §8.2 record: lock the job row so concurrent journal writes get distinct seqs.
+SELECT id, spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens FROM {jobs} WHERE id = %(id)s FOR UPDATE
+
+-- insert_step --
+-- §8.2: journal a step; seq = per-job insertion order; a second writer of the same name does nothing.
+INSERT INTO {steps} (job_id, seq, name, value, usd_micros, tokens, inserted_at)
+SELECT %(job_id)s, COALESCE(MAX(seq), 0) + 1, %(name)s, %(value)s, %(usd)s, %(tokens)s, %(now)s
+FROM {steps} WHERE job_id = %(job_id)s
+ON CONFLICT (job_id, name) DO NOTHING
+RETURNING seq
+
+-- add_spend --
+-- §8.2: add the step's costs to the job's durable spend.
+UPDATE {jobs} SET spent_usd_micros = spent_usd_micros + %(usd)s, spent_tokens = spent_tokens + %(tokens)s
+WHERE id = %(job_id)s
+RETURNING spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens
+
+-- insert_event --
+-- Events: append to the job's stream (the job row is locked by the caller).
+INSERT INTO {events} (job_id, seq, payload, inserted_at)
+SELECT %(job_id)s, COALESCE(MAX(seq), 0) + 1, %(payload)s, %(now)s FROM {events} WHERE job_id = %(job_id)s
+RETURNING seq
+
+-- lock_job_row --
+-- Lock one job row (existence check plus serialization of its journal).
+SELECT id FROM {jobs} WHERE id = %(id)s FOR UPDATE
+
+-- spawn_holders --
+-- §8.4: rebuild the child id list from the unique keys (the newest holder of each key).
+SELECT DISTINCT ON (unique_key) unique_key, id FROM {jobs}
+WHERE unique_key = ANY(%(keys)s)
+ORDER BY unique_key, id DESC
+
+-- children_states --
+-- §8.4 re-verify: the states of a parent's children.
+SELECT id, state FROM {jobs} WHERE parent_id = %(parent_id)s ORDER BY id
+
+-- reconcile_children --
+-- §8.4 backstop (R2): awaiting on $children with every child existing and terminal → ready.
+UPDATE {jobs} p SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await_name = NULL
+WHERE p.state = 'awaiting' AND p.await_name = '$children' AND p.await_scope = 'job:' || p.id
+  AND EXISTS (SELECT 1 FROM {jobs} c WHERE c.parent_id = p.id)
+  AND NOT EXISTS (SELECT 1 FROM {jobs} c WHERE c.parent_id = p.id
+                  AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
+RETURNING p.id, p.queue
+
+-- cron_rows --
+-- §8.5: dynamic cron rows (merged over static config by name).
+SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} ORDER BY name
+
+-- prune_jobs --
+-- §8.7: terminal jobs past their state's retention, a batch at a time; never a non-terminal job.
+DELETE FROM {jobs} WHERE id IN (
+    SELECT id FROM {jobs}
+    WHERE (state = 'succeeded' AND finished_at < %(succeeded_before)s)
+       OR (state = 'failed' AND finished_at < %(failed_before)s)
+       OR (state = 'cancelled' AND finished_at < %(cancelled_before)s)
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+
+-- prune_steps --
+-- §8.7: the pruned jobs' journals.
+DELETE FROM {steps} WHERE job_id = ANY(%(ids)s)
+
+-- prune_events --
+-- §8.7: the pruned jobs' event streams.
+DELETE FROM {events} WHERE job_id = ANY(%(ids)s)
+
+-- prune_signals --
+-- §8.7: signals past their TTL.
+DELETE FROM {signals} WHERE inserted_at < %(before)s
+
+-- prune_rate --
+-- §8.7: rate windows older than a day.
+DELETE FROM {rate} WHERE window_start < %(before)s
