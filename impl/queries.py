@@ -49,6 +49,7 @@ class SchemaSQL:
         self.names = {t: sql.Identifier(schema, f"belay_{t}") for t in TABLES}
         self.names["schema"] = sql.Identifier(schema)
         self.names["jobs_seq"] = sql.Literal(f'"{schema}".belay_jobs_id_seq')
+        self.names["jobs_seq_table"] = sql.Identifier(schema, "belay_jobs_id_seq")
         self.names["job_columns"] = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
         self._cache: dict[str, sql.Composed] = {}
 

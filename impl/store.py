@@ -27,8 +27,8 @@ from psycopg_pool import ConnectionPool
 from impl.migrate import check_compat
 from impl.pgrows import channel_name, job_from_row, poke_payload
 from impl.queries import SchemaSQL
+from impl.worker_store import WORKER_HANDLERS, WorkerOps
 from model import ops
-from model import worker_ops as wops
 from model.rows import TERMINAL, Event, Job, Signal, Step
 from model.settle import Member, settle
 from model.workflow import check_graph
@@ -59,7 +59,7 @@ class _Tx:
             self.pokes.clear()
 
 
-class PgStore:
+class PgStore(WorkerOps):
     """The reference store on PostgreSQL. Thread-safe (connections come from a pool)."""
 
     supports_transactional_enqueue = True
@@ -254,19 +254,6 @@ class PgStore:
         with self.transaction(None) as tx:
             return ops.Cleared(tx.one("clear_signal", {"scope": op.scope, "name": op.name}) is not None)
 
-    def _park_await(self, op: wops.ParkAwait, conn: Any) -> wops.Parked | wops.Stale:
-        with self.transaction(op.now) as tx:
-            tx.one("lock_scope", {"scope": op.scope})
-            present = tx.one("signal_exists", {"scope": op.scope, "name": op.name}) is not None
-            params = {"id": op.job_id, "attempt": op.attempt, "scope": op.scope, "name": op.name,
-                      "deadline": op.deadline, "now": op.now}
-            parked = tx.one("park_ready" if present else "park_awaiting", params)
-            if parked is None:
-                return wops.Stale(op.job_id, op.attempt)
-            if present:
-                tx.pokes.add(parked["queue"])
-            return wops.Parked(op.job_id, "ready" if present else "awaiting")
-
     # --- §8.6 cancel and retry -------------------------------------------------------------------
 
     def _lock_job(self, tx: _Tx, job_id: int) -> dict | None:
@@ -366,7 +353,6 @@ _HANDLERS = {
     ops.DeliverSignal: PgStore._deliver_signal,
     ops.Steer: PgStore._steer,
     ops.ClearSignal: PgStore._clear_signal,
-    wops.ParkAwait: PgStore._park_await,
     ops.Cancel: PgStore._cancel,
     ops.Retry: PgStore._retry,
     ops.PutQueue: PgStore._put_queue,
@@ -377,3 +363,4 @@ _HANDLERS = {
     ops.ReadEvents: PgStore._read_events,
     ops.ReadSignals: PgStore._read_signals,
 }
+_HANDLERS.update(WORKER_HANDLERS)

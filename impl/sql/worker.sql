@@ -216,3 +216,35 @@ DELETE FROM {signals} WHERE inserted_at < %(before)s
 -- prune_rate --
 -- §8.7: rate windows older than a day.
 DELETE FROM {rate} WHERE window_start < %(before)s
+
+-- snapshot_jobs --
+-- Snapshot: every job row (explicit columns), for checkers and the model comparison.
+SELECT {job_columns} FROM {jobs} ORDER BY id
+
+-- snapshot_steps --
+-- Snapshot: every step row.
+SELECT job_id, seq, name, value, usd_micros, tokens, inserted_at FROM {steps} ORDER BY job_id, seq
+
+-- snapshot_events --
+-- Snapshot: every event row.
+SELECT job_id, seq, payload, inserted_at FROM {events} ORDER BY job_id, seq
+
+-- snapshot_signals --
+-- Snapshot: every signal row.
+SELECT scope, name, payload, inserted_at FROM {signals} ORDER BY scope, name
+
+-- snapshot_rate --
+-- Snapshot: every rate window.
+SELECT bucket, window_start, count FROM {rate} ORDER BY bucket, window_start
+
+-- snapshot_queues --
+-- Snapshot: runtime queue rows.
+SELECT name, opts, updated_at FROM {queues} ORDER BY name
+
+-- snapshot_crons --
+-- Snapshot: runtime cron rows.
+SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} ORDER BY name
+
+-- snapshot_seq --
+-- Snapshot: the next id the bigserial will hand out.
+SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END AS next_id FROM {jobs_seq_table}

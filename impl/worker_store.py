@@ -1,0 +1,316 @@
+"""Worker-level store operations on PostgreSQL (contract §§6–9), mixed into `PgStore`.
+
+Each operation is one transaction built from impl/sql/worker.sql, mirroring model/store.py's
+transition for the same op. Admission arithmetic is model/admission.py itself, evaluated on counts
+read under the queue's advisory lock, so model and implementation cannot drift in rounding.
+
+Lock order (see impl/store.py): workflow lock → job row locks → signal-scope lock. Acks and reclaim
+lock the running row (their UPDATE) before settlement takes the workflow lock; nothing that holds a
+workflow lock ever waits on a running row (cancel requests take no workflow lock), so no cycle forms.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from impl.pgrows import job_from_row, result_payload, channel_name
+from model import admission
+from model import ops
+from model import worker_ops as w
+from model.cron import cron_job, cron_plan
+from model.envelope import decode, encode, encode_step_value
+from model.rows import TERMINAL, CronRow
+from model.store import EPOCH, claim_order, epoch_us, spawn_key
+
+if TYPE_CHECKING:
+    from impl.store import _Tx
+
+
+class _Rollback(Exception):
+    """Abort the current transaction and return `result` (a fenced write found a stale attempt)."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+def _over_budget(row: dict) -> bool:
+    return (row["budget_usd_micros"] is not None and row["spent_usd_micros"] > row["budget_usd_micros"]) or (
+        row["budget_tokens"] is not None and row["spent_tokens"] > row["budget_tokens"]
+    )
+
+
+class WorkerOps:
+    """Worker conformance level. Methods are registered in impl.store's handler table."""
+
+    # --- §6 claim ---------------------------------------------------------------------------------
+
+    def _claim(self, op: w.Claim, conn: Any) -> w.Claimed:
+        opts, now = op.opts, op.now
+        with self.transaction(now) as tx:
+            if opts.needs_admission_lock:
+                tx.one("lock_queue", {"queue": op.queue})
+            take = op.demand
+            if opts.global_limit is not None:
+                live = tx.one("live_running", {"queue": op.queue, "now": now})["n"]
+                take = admission.global_admit(take, opts.global_limit, live)
+            window = None
+            if opts.rate is not None:
+                bucket = opts.rate.bucket(op.queue)
+                start = admission.window_start(epoch_us(now), opts.rate.period)
+                window = EPOCH + timedelta(seconds=start)
+                previous = EPOCH + timedelta(seconds=start - opts.rate.period)
+                counts = {
+                    r["window_start"]: r["count"]
+                    for r in tx.all("rate_counts", {"bucket": bucket, "windows": [window, previous]})
+                }
+                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),
+                                           counts.get(previous, 0))
+                take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
+            if take <= 0:
+                return w.Claimed(())
+            params = {"queue": op.queue, "now": now, "take": take}
+            if opts.partition is not None:
+                params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
+                ids = [r["id"] for r in tx.all("claim_partitioned", params,
+                                               field=sql.Identifier(opts.partition.field))]
+            else:
+                ids = [r["id"] for r in tx.all("claim_candidates", params)]
+            if not ids:
+                return w.Claimed(())
+            rows = tx.all("claim_update", {"ids": ids, "now": now, "node": op.node,
+                                           "lease_until": now + op.lease_ttl})
+            if window is not None:
+                tx.cur.execute(self.q.q("rate_debit"), {"bucket": opts.rate.bucket(op.queue), "window": window,
+                                                         "n": admission.debit(len(rows), opts.rate.estimate)})
+            return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
+
+    def _renew(self, op: w.Renew, conn: Any) -> w.Renewed:
+        with self.transaction(op.now) as tx:
+            kept = {r["id"] for r in tx.all("renew_leases", {"ids": list(op.job_ids), "node": op.node,
+                                                             "lease_until": op.lease_until})}
+        return w.Renewed(tuple(sorted(kept)), tuple(sorted(set(op.job_ids) - kept)))
+
+    def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
+        with self.transaction(op.now) as tx:
+            retried, failed = [], []
+            for row in tx.all("expired_leases", {"now": op.now, "limit": op.limit}):
+                entry = Jsonb([w.error_entry(row["attempt"], op.now, "lease_expired", None)])
+                if row["attempt"] < row["max_attempts"]:
+                    done = tx.one("reclaim_retry", {"id": row["id"], "entry": entry,
+                                                    "ready_at": op.backoff.retry_at(op.now, row["attempt"])})
+                    tx.pokes.add(done["queue"])
+                    retried.append(row["id"])
+                else:
+                    failed.append(tx.one("reclaim_fail", {"id": row["id"], "entry": entry, "now": op.now}))
+            self._terminal(tx, failed)
+            return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))
+
+    def _terminal(self, tx: "_Tx", rows: list[dict]) -> None:
+        """§7 after-terminal steps, then the result notification for each (§9.2)."""
+        if not rows:
+            return
+        self._after_terminal(tx, rows)
+        if self.notify:
+            channel = channel_name(tx.cur.connection.info.dbname, self.schema)
+            tx.all("notify", {"channel": channel, "payloads": [result_payload(r["id"]) for r in rows]})
+
+    # --- §7 acks ----------------------------------------------------------------------------------
+
+    def _ack(self, op: w.Ack, conn: Any) -> w.Acked | w.Stale:
+        outcome = op.outcome
+        params: dict[str, Any] = {"id": op.job_id, "attempt": op.attempt, "now": op.now}
+        if isinstance(outcome, w.Succeed):
+            name, params["result"] = "ack_succeed", encode(outcome.value)
+        elif isinstance(outcome, w.Fail):
+            name = "ack_error"
+            params["retry_at"] = outcome.retry_at
+            params["entry"] = Jsonb([w.error_entry(op.attempt, op.now, outcome.error, outcome.detail)])
+        elif isinstance(outcome, w.CancelSelf):
+            name = "ack_cancel"
+        else:
+            name, params["until"] = "ack_snooze", outcome.until
+        with self.transaction(op.now) as tx:
+            row = tx.one(name, params)
+            if row is None:
+                return w.Stale(op.job_id, op.attempt)
+            if row["state"] in TERMINAL:
+                self._terminal(tx, [row])
+            else:
+                tx.pokes.add(row["queue"])
+            return w.Acked(op.job_id, row["state"])
+
+    def _park_await(self, op: w.ParkAwait, conn: Any) -> w.Parked | w.Stale:
+        with self.transaction(op.now) as tx:
+            return self._park(tx, op.job_id, op.attempt, op.scope, op.name, op.deadline) or w.Stale(
+                op.job_id, op.attempt)
+
+    def _park(self, tx: "_Tx", job_id: int, attempt: int, scope: str, name: str,
+              deadline: datetime | None) -> w.Parked | None:
+        """§7 park rule: under the scope lock, a present signal row parks the job as ready instead."""
+        tx.one("lock_scope", {"scope": scope})
+        present = tx.one("signal_exists", {"scope": scope, "name": name}) is not None
+        params = {"id": job_id, "attempt": attempt, "scope": scope, "name": name, "deadline": deadline,
+                  "now": tx.now}
+        parked = tx.one("park_ready" if present else "park_awaiting", params)
+        if parked is None:
+            return None
+        if present:
+            tx.pokes.add(parked["queue"])
+        return w.Parked(job_id, "ready" if present else "awaiting")
+
+    def _sleep(self, op: w.Sleep, conn: Any) -> w.Slept | w.Stale:
+        name = f"$sleep:{op.name}"
+        with self.transaction(op.now) as tx:
+            if tx.one("fence", {"id": op.job_id, "attempt": op.attempt}) is None:
+                return w.Stale(op.job_id, op.attempt)
+            tx.one("insert_step", {"job_id": op.job_id, "name": name, "value": encode(op.until.isoformat()),
+                                   "usd": 0, "tokens": 0, "now": op.now})
+            until = datetime.fromisoformat(decode(tx.one("read_step", {"job_id": op.job_id, "name": name})["value"]))
+            tx.one("sleep_until", {"id": op.job_id, "attempt": op.attempt, "until": until})
+            return w.Slept(op.job_id, until)
+
+    # --- §8.2 steps and budgets, events -------------------------------------------------------------
+
+    def _read_step(self, op: w.ReadStep, conn: Any) -> w.StepHit | w.StepMiss:
+        with self.transaction(None) as tx:
+            row = tx.one("read_step", {"job_id": op.job_id, "name": op.name})
+        return w.StepHit(bytes(row["value"])) if row else w.StepMiss()
+
+    def _preflight(self, op: w.Preflight, conn: Any) -> w.BudgetOk | w.OverBudget | w.JobGone:
+        with self.transaction(None) as tx:
+            row = tx.one("job_budget", {"id": op.job_id})
+        if row is None:
+            return w.JobGone(op.job_id)
+        return w.OverBudget(row["spent_usd_micros"], row["spent_tokens"]) if _over_budget(row) else w.BudgetOk()
+
+    def _record_step(self, op: w.RecordStep, conn: Any) -> w.Recorded | w.JobGone:
+        value = encode_step_value(op.value)
+        with self.transaction(op.now) as tx:
+            job = tx.one("lock_job_budget", {"id": op.job_id})
+            if job is None:
+                return w.JobGone(op.job_id)
+            params = {"job_id": op.job_id, "name": op.name, "value": value, "usd": op.usd_micros,
+                      "tokens": op.tokens, "now": op.now}
+            inserted = tx.one("insert_step", params) is not None
+            if inserted:  # spend follows the journal: a duplicate execution's costs are not added twice
+                job = tx.one("add_spend", params)
+            else:
+                value = bytes(tx.one("read_step", params)["value"])
+            return w.Recorded(inserted, value, job["spent_usd_micros"], job["spent_tokens"], _over_budget(job))
+
+    def _emit(self, op: w.EmitEvent, conn: Any) -> w.Emitted | w.JobGone:
+        with self.transaction(op.now) as tx:
+            if tx.one("lock_job_row", {"id": op.job_id}) is None:
+                return w.JobGone(op.job_id)
+            row = tx.one("insert_event", {"job_id": op.job_id, "payload": Jsonb(op.payload), "now": op.now})
+            return w.Emitted(row["seq"])
+
+    # --- §8.4 children --------------------------------------------------------------------------------
+
+    def _spawn(self, op: w.Spawn, conn: Any) -> w.Spawned | w.JobGone:
+        step_name = f"$spawn:{op.name}"
+        with self.transaction(op.now) as tx:
+            if tx.one("lock_job_row", {"id": op.job_id}) is None:
+                return w.JobGone(op.job_id)
+            memo = tx.one("read_step", {"job_id": op.job_id, "name": step_name})
+            if memo is not None:
+                return w.Spawned(tuple(decode(bytes(memo["value"]))), True)
+            keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
+            if keys:
+                specs = [replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
+                         for c, k in zip(op.children, keys)]
+                self._insert(tx, [self._row(s, op.now) for s in specs])
+            # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).
+            holders = {r["unique_key"]: r["id"] for r in tx.all("spawn_holders", {"keys": keys})}
+            ids = [holders[k] for k in keys]
+            tx.one("insert_step", {"job_id": op.job_id, "name": step_name, "value": encode(ids), "usd": 0,
+                                   "tokens": 0, "now": op.now})
+            return w.Spawned(tuple(ids), False)
+
+    def _await_children(self, op: w.AwaitChildren, conn: Any) -> w.ChildrenDone | w.Parked | w.Stale:
+        scope = f"job:{op.job_id}"
+        try:
+            with self.transaction(op.now) as tx:
+                if tx.one("fence_check", {"id": op.job_id, "attempt": op.attempt}) is None:
+                    return w.Stale(op.job_id, op.attempt)
+                done, ids = self._children_done(tx, op.job_id)
+                if done:
+                    return w.ChildrenDone(ids)
+                # The scope lock first: a child's `$children` delivery cannot interleave from here on.
+                tx.one("lock_scope", {"scope": scope})
+                tx.cur.execute(self.q.q("clear_signal"), {"scope": scope, "name": "$children"})
+                done, ids = self._children_done(tx, op.job_id)
+                if done:
+                    return w.ChildrenDone(ids)
+                parked = self._park(tx, op.job_id, op.attempt, scope, "$children", op.deadline)
+                if parked is None:
+                    raise _Rollback(w.Stale(op.job_id, op.attempt))
+                return parked
+        except _Rollback as rollback:
+            return rollback.result
+
+    @staticmethod
+    def _children_done(tx: "_Tx", parent_id: int) -> tuple[bool, tuple[int, ...]]:
+        rows = tx.all("children_states", {"parent_id": parent_id})
+        return all(r["state"] in TERMINAL for r in rows), tuple(r["id"] for r in rows)
+
+    def _reconcile(self, op: w.Reconcile, conn: Any) -> w.Reconciled:
+        with self.transaction(op.now) as tx:
+            rows = tx.all("reconcile_children", {"now": op.now})
+            tx.pokes.update(r["queue"] for r in rows)
+            return w.Reconciled(tuple(sorted(r["id"] for r in rows)))
+
+    # --- §8.5 cron, §8.7 retention -----------------------------------------------------------------------
+
+    def _fire_crons(self, op: w.FireCrons, conn: Any) -> w.CronsFired:
+        with self.transaction(op.now) as tx:
+            rows = [CronRow(**r) for r in tx.all("cron_rows")]
+            plan = cron_plan(op.static, rows, op.since, op.now)
+            if not plan:
+                return w.CronsFired(())
+            outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])
+            return w.CronsFired(tuple(
+                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)
+            ))
+
+    def _prune(self, op: w.Prune, conn: Any) -> w.Pruned:
+        def before(state: str) -> datetime | None:
+            keep = op.retention.get(state)
+            return None if keep is None else op.now - timedelta(seconds=keep)
+
+        with self.transaction(op.now) as tx:
+            ids = sorted(r["id"] for r in tx.all("prune_jobs", {
+                "succeeded_before": before("succeeded"), "failed_before": before("failed"),
+                "cancelled_before": before("cancelled"), "limit": op.limit}))
+            if ids:
+                tx.cur.execute(self.q.q("prune_steps"), {"ids": ids})
+                tx.cur.execute(self.q.q("prune_events"), {"ids": ids})
+            signals = 0
+            if op.signal_ttl is not None:
+                signals = tx.cur.execute(self.q.q("prune_signals"),
+                                         {"before": op.now - timedelta(seconds=op.signal_ttl)}).rowcount
+            rate = tx.cur.execute(self.q.q("prune_rate"), {"before": op.now - timedelta(days=1)}).rowcount
+            return w.Pruned(tuple(ids), signals, rate)
+
+
+WORKER_HANDLERS = {
+    w.Claim: WorkerOps._claim,
+    w.Renew: WorkerOps._renew,
+    w.Reclaim: WorkerOps._reclaim,
+    w.Ack: WorkerOps._ack,
+    w.ParkAwait: WorkerOps._park_await,
+    w.Sleep: WorkerOps._sleep,
+    w.ReadStep: WorkerOps._read_step,
+    w.Preflight: WorkerOps._preflight,
+    w.RecordStep: WorkerOps._record_step,
+    w.EmitEvent: WorkerOps._emit,
+    w.Spawn: WorkerOps._spawn,
+    w.AwaitChildren: WorkerOps._await_children,
+    w.Reconcile: WorkerOps._reconcile,
+    w.FireCrons: WorkerOps._fire_crons,
+    w.Prune: WorkerOps._prune,
+}
