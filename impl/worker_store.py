@@ -185,7 +185,9 @@ class WorkerOps:
             row = tx.one("job_budget", {"id": op.job_id})
         if row is None:
             return w.JobGone(op.job_id)
-        return w.OverBudget(row["spent_usd_micros"], row["spent_tokens"]) if _over_budget(row) else w.BudgetOk()
+        if _over_budget(row):
+            return w.OverBudget(row["spent_usd_micros"], row["spent_tokens"], row["cancel_requested"])
+        return w.BudgetOk(row["cancel_requested"])
 
     def _record_step(self, op: w.RecordStep, conn: Any) -> w.Recorded | w.JobGone:
         value = encode_step_value(op.value)

@@ -428,7 +428,9 @@ def _preflight(t: Tables, op: w.Preflight) -> w.BudgetOk | w.OverBudget | w.JobG
     job = t.jobs.get(op.job_id)
     if job is None:
         return w.JobGone(op.job_id)
-    return w.OverBudget(job.spent_usd_micros, job.spent_tokens) if _over_budget(job) else w.BudgetOk()
+    if _over_budget(job):
+        return w.OverBudget(job.spent_usd_micros, job.spent_tokens, job.cancel_requested)
+    return w.BudgetOk(job.cancel_requested)
 
 
 def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:

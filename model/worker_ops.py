@@ -225,7 +225,8 @@ class ReadStep:
 
 @dataclass(frozen=True)
 class Preflight:
-    """§8.2: before executing a missed step, re-read the job: is durable spend already over budget?"""
+    """§8.2: before executing a missed step, re-read the job: is durable spend already over budget?
+    (The same read reports cancel_requested, which workers honour at step boundaries, §8.6.)"""
 
     job_id: int
 
@@ -409,7 +410,7 @@ class StepMiss:
 
 @dataclass(frozen=True)
 class BudgetOk:
-    pass
+    cancel_requested: bool = False  # the step boundary is also where a cancel request is honoured
 
 
 @dataclass(frozen=True)
@@ -418,6 +419,7 @@ class OverBudget:
 
     spent_usd_micros: int
     spent_tokens: int
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,8 @@ SELECT value FROM {steps} WHERE job_id = %(job_id)s AND name = %(name)s
 
 -- job_budget --
 -- §8.2 pre-flight: durable spend and budget columns (locked when recording, to serialize seq).
-SELECT id, spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens FROM {jobs} WHERE id = %(id)s
+SELECT id, spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens, cancel_requested FROM {jobs}
+WHERE id = %(id)s
 
 -- lock_job_budget --
 -- §8.2 record: lock the job row so concurrent journal writes get distinct seqs.

@@ -1,0 +1,394 @@
+"""The worker runtime (spec/belay-operations.txt): producers, executors, leases, sweeper, wake-ups.
+
+One `Worker` is one node:
+
+- a producer per queue claims while it has free slots: adaptive polling (busy 25 ms → idle 500 ms),
+  woken early by local pokes (an insert through this process, a release, a completion) and by the
+  optional pg_notify accelerator; a storm of pokes coalesces into one claim round;
+- executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped);
+- a renewer extends every local lease each ttl/3 in one statement and flags executions whose lease
+  was lost, which stop at their next step boundary;
+- a sweeper reclaims expired leases, runs the `$children` reconciler, fires crons and prunes;
+- adaptive concurrency doubles a queue's limit toward max on saturated rounds and decays it to min;
+- SIGTERM (or `stop()`): stop claiming, give running jobs `shutdown_grace`, then return;
+- transient database faults (restart, lost connection, deadlock) degrade and retry with backoff.
+
+Configuration is one frozen object per component; the environment is read only by entry points.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from impl.faults import RetryPolicy, with_retries
+from impl.pgrows import channel_name
+from impl.store import PgStore
+from impl.worker import Kind, JobContext, Registry, outcome_for
+from model import ops
+from model import worker_ops as w
+from model.cron import CronDef
+from model.queues import QueueOpts
+from model.rows import Job
+
+log = logging.getLogger("belay")
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Static queue options; a belay_queues row with the same name merges over them at runtime."""
+
+    name: str
+    opts: QueueOpts = QueueOpts()
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """A node's configuration (defaults from spec/belay-operations.txt)."""
+
+    node: str = field(default_factory=lambda: f"node-{uuid.uuid4().hex[:8]}")
+    queues: tuple[QueueConfig, ...] = ()
+    lease_ttl: float = 30.0  # seconds
+    shutdown_grace: float = 15.0  # seconds
+    busy_poll: float = 0.025  # seconds: the hot cadence while claims return work
+    poll_interval: float = 0.5  # seconds: the idle ceiling
+    sweep_interval: float = 1.0  # seconds between sweeper passes
+    notify: bool = False  # the pg_notify accelerator (one LISTEN connection per node)
+    listen_url: str | None = None  # a direct connection for LISTEN (past any transaction pooler)
+    crons: tuple[CronDef, ...] = ()
+    retention: tuple[tuple[str, int | None], ...] = (("succeeded", 86400), ("failed", 7 * 86400),
+                                                     ("cancelled", 7 * 86400))
+    signal_ttl: int | None = 7 * 86400
+    queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
+    retry: RetryPolicy = RetryPolicy()
+
+    def __post_init__(self) -> None:
+        ops.require_name(self.node, "node")
+        if self.lease_ttl <= 0 or self.shutdown_grace < 0 or self.busy_poll <= 0 or self.poll_interval <= 0:
+            raise ValueError("lease_ttl, busy_poll and poll_interval must be positive; shutdown_grace >= 0")
+        names = [q.name for q in self.queues]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a queue is configured twice: {names}")
+
+
+Telemetry = Callable[[str, dict[str, Any]], None]
+
+
+def default_logger(event: str, meta: dict[str, Any]) -> None:
+    """One-line structured logs: `belay job=812 worker=X queue=ai state=succeeded attempt=1 duration=8143ms`."""
+    if event == "job.stop":
+        log.info("belay job=%s worker=%s queue=%s state=%s attempt=%s duration=%dms", meta["job_id"],
+                 meta["worker"], meta["queue"], meta["state"], meta["attempt"], meta["duration_ms"])
+    elif event == "job.exception":
+        log.warning("belay job=%s worker=%s queue=%s state=%s attempt=%s duration=%dms error=%s", meta["job_id"],
+                    meta["worker"], meta["queue"], meta["state"], meta["attempt"], meta["duration_ms"],
+                    meta["error"])
+    elif event == "ack.stale":
+        log.warning("belay stale ack job=%s attempt=%s: the job was reclaimed; discarding (the fence working)",
+                    meta["job_id"], meta["attempt"])
+    elif event == "queue.scale":
+        log.info("belay queue=%s limit=%s", meta["queue"], meta["limit"])
+
+
+class _Producer:
+    """Claims for one queue and hands jobs to the executor pool."""
+
+    def __init__(self, worker: "Worker", config: QueueConfig) -> None:
+        self.worker = worker
+        self.name = config.name
+        self.static = config.opts
+        self.opts = config.opts
+        self.limit = config.opts.limit_min
+        self.running: dict[int, JobContext] = {}
+        self.lock = threading.Lock()
+        self.poked = threading.Event()
+        self.pool = ThreadPoolExecutor(max_workers=config.opts.limit_max, thread_name_prefix=f"belay-{self.name}")
+        self.thread = threading.Thread(target=self.loop, name=f"belay-producer-{self.name}", daemon=True)
+
+    def poke(self) -> None:
+        self.poked.set()
+
+    def free(self) -> int:
+        with self.lock:
+            return max(self.limit - len(self.running), 0)
+
+    def loop(self) -> None:
+        interval = self.worker.config.busy_poll
+        while not self.worker.stopping.is_set():
+            self.poked.clear()
+            claimed, demand = 0, 0
+            if not self.opts.paused:
+                demand = self.free()
+                if demand:
+                    try:
+                        claimed = self.claim(demand)
+                    except Exception as exc:  # noqa: BLE001 - transient faults already retried
+                        log.error("belay producer %s: claim failed: %s", self.name, exc)
+                        self.worker.stopping.wait(1.0)
+            self.adapt(claimed, demand)
+            if claimed:
+                interval = self.worker.config.busy_poll
+                if claimed == demand:
+                    continue  # saturated: claim again as soon as a slot frees (the completion pokes)
+            else:
+                interval = min(interval * 2, self.worker.config.poll_interval)
+            self.poked.wait(interval)
+
+    def adapt(self, claimed: int, demand: int) -> None:
+        """Adaptive concurrency: saturated rounds double the limit toward max; idle rounds decay to min."""
+        lo, hi = self.opts.limit_min, self.opts.limit_max
+        new = self.limit
+        if demand and claimed == demand and self.limit < hi:
+            new = min(self.limit * 2, hi)
+        elif claimed == 0 and not self.running and self.limit > lo:
+            new = max(self.limit // 2, lo)
+        if new != self.limit:
+            self.limit = new
+            self.worker.emit("queue.scale", {"queue": self.name, "limit": new})
+
+    def claim(self, demand: int) -> int:
+        cfg = self.worker.config
+        op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
+        jobs = self.worker.call(lambda: self.worker.store.apply(op), "claim").jobs
+        for job in jobs:
+            ctx = JobContext(job, self.worker.store, self.worker.clock)
+            with self.lock:
+                self.running[job.id] = ctx
+            self.pool.submit(self.worker.execute, self, ctx)
+        return len(jobs)
+
+    def done(self, job_id: int) -> None:
+        with self.lock:
+            self.running.pop(job_id, None)
+        self.poke()
+
+
+class Worker:
+    """One node of the Belay runtime."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        registry: Registry,
+        config: WorkerConfig,
+        *,
+        schema: str = "public",
+        clock: Callable[[], datetime] = utc_now,
+        telemetry: tuple[Telemetry, ...] = (default_logger,),
+    ) -> None:
+        self.conninfo = conninfo
+        self.registry = registry
+        self.config = config
+        self.clock = clock
+        self.telemetry = telemetry
+        queues = {q.name: q for q in config.queues}
+        for name in sorted(registry.queues() - set(queues)):
+            queues[name] = QueueConfig(name)
+        self.store = PgStore(conninfo, schema=schema, pool_size=sum(q.opts.limit_max for q in queues.values()) + 4)
+        self.producers = {name: _Producer(self, q) for name, q in queues.items()}
+        self.stopping = threading.Event()  # no new claims
+        self.stopped = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.stale_acks = 0
+        self.completed = 0
+
+    # --- plumbing ------------------------------------------------------------------------------------
+
+    def emit(self, event: str, meta: dict[str, Any]) -> None:
+        for sink in self.telemetry:
+            try:
+                sink(event, meta)
+            except Exception:  # noqa: BLE001 - telemetry never breaks the worker
+                log.exception("belay telemetry sink failed")
+
+    def call(self, fn: Callable[[], Any], what: str) -> Any:
+        """A store call that degrades and retries on transient faults until the node stops."""
+        return with_retries(fn, self.config.retry, what=what)
+
+    def poke(self, queue: str) -> None:
+        producer = self.producers.get(queue)
+        if producer is not None:
+            producer.poke()
+
+    # --- execution -------------------------------------------------------------------------------------
+
+    def execute(self, producer: _Producer, ctx: JobContext) -> None:
+        job = ctx.job
+        kind = self.registry.kinds.get(job.worker)
+        started = time.monotonic()
+        meta = {"job_id": job.id, "worker": job.worker, "queue": job.queue, "attempt": job.attempt}
+        self.emit("job.start", meta)
+        value, error = None, None
+        try:
+            if kind is None:
+                raise LookupError(f"unknown kind {job.worker!r}: no worker registered under that name")
+            value = kind.fn(ctx, job.input)
+        except BaseException as exc:  # noqa: BLE001 - every ending maps to an outcome
+            error = exc
+        try:
+            outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
+            state = "parked" if outcome is None else self.ack(ctx, outcome)
+            duration = int((time.monotonic() - started) * 1000)
+            if error is not None and state not in ("parked",):
+                self.emit("job.exception", {**meta, "state": state, "duration_ms": duration,
+                                            "error": f"{type(error).__name__}: {error}"})
+            else:
+                self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
+        except Exception:  # noqa: BLE001 - a permanent store fault: the lease will expire, another node retries
+            log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
+        finally:
+            self.completed += 1
+            producer.done(job.id)
+
+    def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
+        op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
+        result = self.call(lambda: self.store.apply(op), "ack")
+        if isinstance(result, w.Stale):
+            self.stale_acks += 1
+            self.emit("ack.stale", {"job_id": ctx.id, "attempt": ctx.attempt})
+            return "stale"
+        return result.state
+
+    # --- leases, sweeper, listener ----------------------------------------------------------------------
+
+    def _renew_loop(self) -> None:
+        period = self.config.lease_ttl / 3
+        while not self.stopped.wait(period):
+            contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+            if not contexts:
+                continue
+            now = self.clock()
+            op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
+            try:
+                result = self.call(lambda: self.store.apply(op), "renew")
+            except Exception as exc:  # noqa: BLE001
+                log.error("belay lease renewal failed: %s", exc)
+                continue
+            for job_id in result.lost:
+                ctx = contexts[job_id]
+                ctx.lost.set()  # the execution stops at its next step boundary; its ack will be stale
+                log.warning("belay job=%s attempt=%s: lease lost", job_id, ctx.attempt)
+
+    def sweep_once(self, since: datetime) -> datetime:
+        """One sweeper pass: reclaim, reconcile, crons, retention. Returns the new cron watermark."""
+        now = self.clock()
+        reclaimed = self.call(lambda: self.store.apply(w.Reclaim(now)), "reclaim")
+        woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")
+        if reclaimed.retried or woken.woken:
+            for producer in self.producers.values():
+                producer.poke()
+        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")
+        self.call(lambda: self.store.apply(
+            w.Prune(now, dict(self.config.retention), self.config.signal_ttl)), "prune")
+        return now
+
+    def _sweep_loop(self) -> None:
+        since = self.clock() - timedelta(minutes=1)
+        while not self.stopped.wait(self.config.sweep_interval):
+            try:
+                since = self.sweep_once(since)
+            except Exception as exc:  # noqa: BLE001
+                log.error("belay sweeper pass failed: %s", exc)
+
+    def _refresh_queues_loop(self) -> None:
+        """Merge belay_queues rows over static options (runtime CRUD reconciled by every node)."""
+        while not self.stopped.is_set():
+            try:
+                rows = self.call(lambda: self._queue_rows(), "queue refresh")
+                for name, producer in self.producers.items():
+                    opts = producer.static
+                    if name in rows:
+                        try:
+                            opts = QueueOpts.parse(rows[name])
+                        except ValueError as exc:
+                            log.error("belay queue %s: ignoring invalid belay_queues row: %s", name, exc)
+                    if opts != producer.opts:
+                        producer.opts = opts
+                        producer.limit = min(max(producer.limit, opts.limit_min), opts.limit_max)
+                        producer.poke()
+            except Exception as exc:  # noqa: BLE001
+                log.error("belay queue refresh failed: %s", exc)
+            self.stopped.wait(self.config.queue_refresh)
+
+    def _queue_rows(self) -> dict[str, Any]:
+        with self.store.transaction(None) as tx:
+            return {r["name"]: r["opts"] for r in tx.all("snapshot_queues")}
+
+    def _listen_loop(self) -> None:
+        """The pg_notify accelerator: never load-bearing; reconnects forever with backoff."""
+        delay = 0.1
+        while not self.stopped.is_set():
+            try:
+                with psycopg.connect(self.config.listen_url or self.conninfo, autocommit=True) as conn:
+                    channel = channel_name(conn.info.dbname, self.store.schema)
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    delay = 0.1
+                    for producer in self.producers.values():
+                        producer.poke()  # anything missed while disconnected: poll now
+                    while not self.stopped.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            self._on_notify(note.payload)
+            except Exception as exc:  # noqa: BLE001
+                if not self.stopped.is_set():
+                    log.warning("belay listener: %s; reconnecting in %.1fs", exc, delay)
+                    self.stopped.wait(delay)
+                    delay = min(delay * 2, 5.0)
+
+    def _on_notify(self, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return
+        if isinstance(data, dict) and data.get("t") == "p" and isinstance(data.get("q"), str):
+            self.poke(data["q"])
+
+    # --- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> "Worker":
+        self.call(lambda: self.store.apply(ops.CheckCompat()), "compatibility check")
+        loops = [self._renew_loop, self._sweep_loop, self._refresh_queues_loop]
+        if self.config.notify:
+            loops.append(self._listen_loop)
+        for loop in loops:
+            t = threading.Thread(target=loop, name=f"belay{loop.__name__}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        for producer in self.producers.values():
+            producer.thread.start()
+        return self
+
+    def stop(self, grace: float | None = None) -> bool:
+        """Stop claiming, wait up to the grace for running jobs, then shut down. True when drained."""
+        grace = self.config.shutdown_grace if grace is None else grace
+        self.stopping.set()
+        for producer in self.producers.values():
+            producer.poke()
+            producer.thread.join(timeout=5)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.running for p in self.producers.values()):
+            time.sleep(0.01)
+        drained = not any(p.running for p in self.producers.values())
+        self.stopped.set()
+        for producer in self.producers.values():
+            producer.pool.shutdown(wait=drained, cancel_futures=True)
+        for t in self._threads:
+            t.join(timeout=2)
+        self.store.close()
+        return drained
+
+    def running_jobs(self) -> list[Job]:
+        return [c.job for p in self.producers.values() for c in list(p.running.values())]

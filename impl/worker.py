@@ -1,0 +1,241 @@
+"""The job-code API of the Worker SDK: a registry of kinds and the context a running job receives.
+
+    registry = Registry()
+
+    @registry.kind("summarize", queue="ai")
+    def summarize(ctx: JobContext, input):
+        text = ctx.step("fetch", lambda: fetch(input["url"]))
+        summary = ctx.step("llm", lambda: llm(text), cost=lambda r: (r["usd_micros"], r["tokens"]))
+        ctx.emit({"progress": 1.0})
+        return summary
+
+A kind is a registry name (contract §12: each SDK maps it to code its own way). The job function's
+return value is the `succeed` outcome; raising maps to the other §7 outcomes (see `outcome_for`).
+Steps are memoized (§8.2): a journaled step never runs again, so a re-run after a crash skips what
+the first run recorded. Sleeping, awaiting a signal and awaiting children park the job durably (the
+park is itself the ack) and unwind the job code with `Parked`; the job runs again from the top when
+it resumes, and memoized steps bring it back to where it was.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from model import ops
+from model import worker_ops as w
+from model.envelope import decode
+from model.rows import Job
+
+Cost = tuple[int, int] | Callable[[Any], tuple[int, int]] | None
+
+
+# --- control flow: how job code ends other than by returning -----------------------------------------
+
+
+class Parked(BaseException):
+    """The job parked itself (sleep, await) with a fenced write; the runtime must not ack again.
+    A BaseException so a job's broad `except Exception` cannot swallow it."""
+
+
+class LeaseLost(BaseException):
+    """This attempt no longer owns the job (its lease was lost or a fenced write was stale)."""
+
+
+class CancelRequested(BaseException):
+    """An operator asked to cancel; honoured at a step boundary (ack outcome: cancel)."""
+
+
+class BudgetExceeded(Exception):
+    """Durable spend crossed a budget column: the job fails with budget_exceeded, no retry (§8.2)."""
+
+
+class SignalTimeout(Exception):
+    """await_signal's deadline passed without the signal."""
+
+
+class Snooze(Exception):
+    """Raise to snooze: ready again at `until`, spending no attempt."""
+
+    def __init__(self, until: datetime | timedelta) -> None:
+        super().__init__(f"snoozed until {until}")
+        self.until = until
+
+
+class Fail(Exception):
+    """Raise to fail without retrying (the error is recorded; attempts left are not used)."""
+
+
+# --- the registry ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    fn: Callable[..., Any]
+    queue: str = "default"
+    chunk_size: int | None = None  # chunk workers: fn(contexts) → {job_id: result | Exception}
+    gather_ms: int = 0
+    backoff: w.Backoff = w.Backoff()
+
+
+class Registry:
+    """Kinds by name. Unknown kinds fail the job with error `unknown_kind` (never silently)."""
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, Kind] = {}
+
+    def kind(self, name: str, *, queue: str = "default", chunk: dict | None = None,
+             backoff: w.Backoff = w.Backoff()) -> Callable[[Callable], Callable]:
+        ops.require_name(name, "kind")
+
+        def register(fn: Callable) -> Callable:
+            if name in self.kinds:
+                raise ValueError(f"kind {name!r} is registered twice")
+            size = gather = None
+            if chunk is not None:
+                unknown = sorted(set(chunk) - {"size", "gather_ms"})
+                if unknown:
+                    raise ValueError(f"unknown chunk options {unknown}; known: size, gather_ms")
+                size, gather = int(chunk.get("size", 100)), int(chunk.get("gather_ms", 0))
+                if size < 1 or gather < 0:
+                    raise ValueError("chunk size must be >= 1 and gather_ms >= 0")
+            self.kinds[name] = Kind(name, fn, queue, size, gather or 0, backoff)
+            return fn
+
+        return register
+
+    def queues(self) -> set[str]:
+        return {k.queue for k in self.kinds.values()}
+
+
+# --- the context a job receives ---------------------------------------------------------------------------
+
+
+@dataclass
+class JobContext:
+    """One running attempt. `store` is the PgStore (or any store with the same vocabulary)."""
+
+    job: Job
+    store: Any
+    clock: Callable[[], datetime]
+    lost: threading.Event = field(default_factory=threading.Event)
+    steps_run: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+    def _boundary(self) -> w.BudgetOk:
+        """A step boundary: the lease still ours, no cancel request, the budget not crossed."""
+        if self.lost.is_set():
+            raise LeaseLost(f"job {self.id} attempt {self.attempt}: lease lost")
+        verdict = self.store.apply(w.Preflight(self.id))
+        if isinstance(verdict, w.JobGone):
+            raise LeaseLost(f"job {self.id} no longer exists")
+        if verdict.cancel_requested:
+            raise CancelRequested(f"job {self.id}: cancel requested")
+        if isinstance(verdict, w.OverBudget):
+            raise BudgetExceeded(f"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens")
+        return verdict
+
+    def step(self, name: str, fn: Callable[[], Any], *, cost: Cost = None) -> Any:
+        """Run fn once per job (memoized by name); `cost` is (usd_micros, tokens) or a function of the
+        value returning them. Raising leaves the step unrecorded; returned values are memoized."""
+        hit = self.store.apply(w.ReadStep(self.id, name))
+        if isinstance(hit, w.StepHit):
+            return decode(hit.value)
+        self._boundary()
+        value = fn()
+        usd, tokens = cost(value) if callable(cost) else (cost or (0, 0))
+        recorded = self.store.apply(w.RecordStep(self.clock(), self.id, name, value, usd, tokens))
+        if isinstance(recorded, w.JobGone):
+            raise LeaseLost(f"job {self.id} no longer exists")
+        self.steps_run.append(name)
+        if recorded.over_budget:
+            raise BudgetExceeded(f"step {name!r} crossed the budget: spent {recorded.spent_usd_micros} µ$ / "
+                                 f"{recorded.spent_tokens} tokens")
+        return decode(recorded.value)
+
+    def sleep(self, name: str, duration: timedelta | float) -> None:
+        """Durable sleep (§9 reserved step `$sleep:<name>`): returns at once when already slept."""
+        hit = self.store.apply(w.ReadStep(self.id, f"$sleep:{name}"))
+        now = self.clock()
+        if isinstance(hit, w.StepHit) and datetime.fromisoformat(decode(hit.value)) <= now:
+            return
+        until = now + (duration if isinstance(duration, timedelta) else timedelta(seconds=duration))
+        self._park_result(self.store.apply(w.Sleep(now, self.id, self.attempt, name, until)))
+
+    def await_signal(self, name: str, *, scope: str | None = None, timeout: timedelta | float | None = None) -> Any:
+        """Wait durably for signal `name` in `scope` (default job:<id>); return its payload, or raise
+        SignalTimeout when the job resumed at its deadline without it."""
+        scope = scope or f"job:{self.id}"
+        found = [s for s in self.store.apply(ops.ReadSignals((scope,))) if s.name == name]
+        if found:
+            return found[0].payload
+        if (self.job.await_scope, self.job.await_name) == (scope, name):
+            raise SignalTimeout(f"no signal {name!r} in {scope!r} before the deadline")
+        now = self.clock()
+        deadline = None if timeout is None else now + (
+            timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        result = self.store.apply(w.ParkAwait(now, self.id, self.attempt, scope, name, deadline))
+        self._park_result(result)
+
+    def spawn(self, name: str, children: Sequence[ops.JobSpec]) -> tuple[int, ...]:
+        """Doubly idempotent spawn (§8.4): the same call on a re-run returns the same child ids."""
+        result = self.store.apply(w.Spawn(self.clock(), self.id, name, tuple(children)))
+        if isinstance(result, w.JobGone):
+            raise LeaseLost(f"job {self.id} no longer exists")
+        return result.child_ids
+
+    def await_children(self, *, timeout: timedelta | float | None = None) -> tuple[Job, ...]:
+        """Return the children once all are terminal; otherwise park until `$children` wakes the job."""
+        now = self.clock()
+        deadline = None if timeout is None else now + (
+            timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        result = self.store.apply(w.AwaitChildren(now, self.id, self.attempt, deadline))
+        if isinstance(result, w.ChildrenDone):
+            return tuple(self.store.apply(ops.ReadJob(i)) for i in result.child_ids)
+        self._park_result(result)
+        raise AssertionError("unreachable")
+
+    def emit(self, payload: Any) -> int:
+        result = self.store.apply(w.EmitEvent(self.clock(), self.id, payload))
+        if isinstance(result, w.JobGone):
+            raise LeaseLost(f"job {self.id} no longer exists")
+        return result.seq
+
+    def steering(self) -> Any:
+        """The latest `$steer` message for this job (None when there is none)."""
+        found = [s for s in self.store.apply(ops.ReadSignals((f"job:{self.id}",))) if s.name == "$steer"]
+        return found[0].payload if found else None
+
+    def _park_result(self, result: Any) -> None:
+        if isinstance(result, w.Stale):
+            raise LeaseLost(f"job {self.id} attempt {self.attempt}: stale park")
+        raise Parked(f"job {self.id} parked: {result}")
+
+
+def outcome_for(kind: Kind, ctx: JobContext, exc: BaseException | None, value: Any, now: datetime) -> w.Outcome | None:
+    """Map how job code ended to the §7 ack outcome (None: nothing to ack)."""
+    if exc is None:
+        return w.Succeed(value)
+    if isinstance(exc, (Parked, LeaseLost)):
+        return None
+    if isinstance(exc, CancelRequested):
+        return w.CancelSelf()
+    if isinstance(exc, Snooze):
+        until = exc.until if isinstance(exc.until, datetime) else now + exc.until
+        return w.Snooze(until)
+    if isinstance(exc, BudgetExceeded):
+        return w.Fail("budget_exceeded", str(exc), None)
+    detail = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, Fail):
+        return w.Fail(type(exc).__name__, detail, None)
+    return w.Fail(type(exc).__name__, detail, kind.backoff.retry_at(now, ctx.attempt))
