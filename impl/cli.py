@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +106,48 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
         pass
     finally:
         cluster.destroy()
+
+
+@main.command("worker")
+@click.option("--app", required=True, help="MODULE[:ATTR] exposing a Registry (default attribute: registry)")
+@click.option("--queues", envvar="BELAY_QUEUES", default=None,
+              help="comma-separated queues to run (default: every queue of the registry's kinds)")
+@click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+@click.option("--node", envvar="BELAY_NODE", default=None, help="node id ($BELAY_NODE; default: random)")
+@click.option("--lease-ttl", envvar="BELAY_LEASE_TTL", type=float, default=30.0, show_default=True)
+@click.option("--limit", type=int, default=10, show_default=True, help="per-queue concurrency (max)")
+@click.option("--min-limit", type=int, default=None, help="adaptive concurrency floor (default: --limit)")
+@click.option("--shutdown-grace", type=float, default=15.0, show_default=True)
+@click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator")
+@click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
+def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None, lease_ttl: float, limit: int,
+               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str) -> None:
+    """Run a worker node until SIGTERM/SIGINT (stop claiming, drain within the grace, exit)."""
+    import importlib
+    import logging
+
+    from impl.runtime import QueueConfig, Worker, WorkerConfig
+    from impl.worker import Registry
+    from model.queues import QueueOpts
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    module_name, _, attr = app.partition(":")
+    registry = getattr(importlib.import_module(module_name), attr or "registry")
+    if not isinstance(registry, Registry):
+        raise click.BadParameter(f"{app} is not an impl.worker.Registry", param_hint="--app")
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else sorted(registry.queues())
+    opts = QueueOpts.parse({"limit": {"min": min_limit or limit, "max": limit}})
+    config_kwargs = {"node": node} if node else {}
+    config = WorkerConfig(queues=tuple(QueueConfig(n, opts) for n in names), lease_ttl=lease_ttl,
+                          shutdown_grace=shutdown_grace, notify=notify, **config_kwargs)
+    worker = Worker(database_url, registry, config, schema=schema).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
+    stop.wait()
+    drained = worker.stop()
+    click.echo(f"belay worker {config.node} stopped ({'drained' if drained else 'grace expired'})", err=True)
 
 
 @main.command("smoke")

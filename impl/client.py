@@ -35,9 +35,12 @@ class Client:
         clock: Callable[[], datetime] = utc_now,
         check: bool = True,
         pool_size: int = 4,
+        on_enqueue: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_enqueue(queue)` is a local poke (e.g. `worker.poke`) called after an enqueue commits."""
         self.conninfo = conninfo
         self.clock = clock
+        self.on_enqueue = on_enqueue
         self.store = PgStore(conninfo, schema=schema, pool_size=pool_size)
         self.compat: ops.Compatible | None = None
         if check:
@@ -66,12 +69,24 @@ class Client:
         return self.enqueue_many([spec], conn=conn).outcomes[0]
 
     def enqueue_many(self, specs: Iterable[ops.JobSpec], *, conn: psycopg.Connection | None = None) -> ops.Enqueued:
-        return self.store.apply(ops.Enqueue(self.clock(), tuple(specs)), conn=conn)
+        specs = tuple(specs)
+        result = self.store.apply(ops.Enqueue(self.clock(), specs), conn=conn)
+        self._poke(conn, {s.queue for s in specs})
+        return result
+
+    def _poke(self, conn: psycopg.Connection | None, queues: set[str]) -> None:
+        """Local pokes only after our own commit: a caller's transaction may still roll back (its
+        pg_notify wake-up is delivered on commit instead)."""
+        if self.on_enqueue is not None and conn is None:
+            for queue in sorted(queues):
+                self.on_enqueue(queue)
 
     def enqueue_workflow(
         self, workflow_id: str, members: Sequence[ops.WorkflowMember], *, conn: psycopg.Connection | None = None
     ) -> ops.WorkflowEnqueued:
-        return self.store.apply(ops.EnqueueWorkflow(self.clock(), workflow_id, tuple(members)), conn=conn)
+        result = self.store.apply(ops.EnqueueWorkflow(self.clock(), workflow_id, tuple(members)), conn=conn)
+        self._poke(conn, {m.job.queue for m in members})
+        return result
 
     # --- signals ---------------------------------------------------------------------------------
 

@@ -116,6 +116,7 @@ class _Producer:
         self.running: dict[int, JobContext] = {}
         self.lock = threading.Lock()
         self.poked = threading.Event()
+        self.gathering: dict[str, tuple[float, list[JobContext]]] = {}  # chunk kind → (deadline, contexts)
         self.pool = ThreadPoolExecutor(max_workers=config.opts.limit_max, thread_name_prefix=f"belay-{self.name}")
         self.thread = threading.Thread(target=self.loop, name=f"belay-producer-{self.name}", daemon=True)
 
@@ -140,13 +141,14 @@ class _Producer:
                         log.error("belay producer %s: claim failed: %s", self.name, exc)
                         self.worker.stopping.wait(1.0)
             self.adapt(claimed, demand)
+            gather_wait = self.dispatch_gathered()
             if claimed:
                 interval = self.worker.config.busy_poll
                 if claimed == demand:
                     continue  # saturated: claim again as soon as a slot frees (the completion pokes)
             else:
                 interval = min(interval * 2, self.worker.config.poll_interval)
-            self.poked.wait(interval)
+            self.poked.wait(min(interval, gather_wait))
 
     def adapt(self, claimed: int, demand: int) -> None:
         """Adaptive concurrency: saturated rounds double the limit toward max; idle rounds decay to min."""
@@ -168,8 +170,36 @@ class _Producer:
             ctx = JobContext(job, self.worker.store, self.worker.clock)
             with self.lock:
                 self.running[job.id] = ctx
-            self.pool.submit(self.worker.execute, self, ctx)
+            kind = self.worker.registry.kinds.get(job.worker)
+            if kind is not None and kind.chunk_size is not None:
+                self.gather(kind, ctx)
+            else:
+                self.pool.submit(self.worker.execute, self, ctx)
         return len(jobs)
+
+    def gather(self, kind: Kind, ctx: JobContext) -> None:
+        """Chunk workers: collect claimed jobs of a kind; full chunks dispatch at once, partial ones
+        when gather_ms (clamped to half the lease ttl) has passed since the first arrived."""
+        gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)
+        deadline, contexts = self.gathering.get(kind.name, (time.monotonic() + gather_s, []))
+        contexts.append(ctx)
+        if len(contexts) >= kind.chunk_size:
+            self.gathering.pop(kind.name, None)
+            self.pool.submit(self.worker.execute_chunk, self, kind, contexts)
+        else:
+            self.gathering[kind.name] = (deadline, contexts)
+
+    def dispatch_gathered(self) -> float:
+        """Dispatch partial chunks whose gather window closed; seconds until the next one closes."""
+        now = time.monotonic()
+        wait = float("inf")
+        for name, (deadline, contexts) in list(self.gathering.items()):
+            if deadline <= now or self.worker.stopping.is_set():
+                del self.gathering[name]
+                self.pool.submit(self.worker.execute_chunk, self, self.worker.registry.kinds[name], contexts)
+            else:
+                wait = min(wait, deadline - now)
+        return wait
 
     def done(self, job_id: int) -> None:
         with self.lock:
@@ -198,7 +228,9 @@ class Worker:
         queues = {q.name: q for q in config.queues}
         for name in sorted(registry.queues() - set(queues)):
             queues[name] = QueueConfig(name)
-        self.store = PgStore(conninfo, schema=schema, pool_size=sum(q.opts.limit_max for q in queues.values()) + 4)
+        # Without the accelerator the node sends no pg_notify at all (pokes nor results): droppable by config.
+        pool_size = min(sum(q.opts.limit_max for q in queues.values()) + 4, 32)
+        self.store = PgStore(conninfo, schema=schema, pool_size=pool_size, notify=config.notify)
         self.producers = {name: _Producer(self, q) for name, q in queues.items()}
         self.stopping = threading.Event()  # no new claims
         self.stopped = threading.Event()
@@ -253,6 +285,49 @@ class Worker:
         finally:
             self.completed += 1
             producer.done(job.id)
+
+    def execute_chunk(self, producer: _Producer, kind: Kind, contexts: list[JobContext]) -> None:
+        """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
+        context order); a job missing from it, or a raise of the whole call, fails that job."""
+        started = time.monotonic()
+        try:
+            try:
+                returned = kind.fn(contexts)
+                if isinstance(returned, dict):
+                    missing = RuntimeError("the chunk function returned no result for this job")
+                    results = [returned.get(c.id, missing) for c in contexts]
+                else:
+                    results = list(returned)
+                    if len(results) != len(contexts):
+                        raise RuntimeError(f"chunk function returned {len(results)} results for {len(contexts)} jobs")
+            except BaseException as exc:  # noqa: BLE001 - the whole chunk failed
+                results = [exc] * len(contexts)
+            now = self.clock()
+            acks = []
+            for ctx, result in zip(contexts, results):
+                error = result if isinstance(result, BaseException) else None
+                outcome = outcome_for(kind, ctx, error, None if error else result, now)
+                if outcome is not None:
+                    acks.append(w.Ack(now, ctx.id, ctx.attempt, outcome))
+            if acks:
+                done = self.call(lambda: self.store.apply(w.AckMany(now, tuple(acks))), "ack chunk")
+                duration = int((time.monotonic() - started) * 1000)
+                for ack, result in zip(acks, done.results):
+                    if isinstance(result, w.Stale):
+                        self.stale_acks += 1
+                        self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
+                    else:
+                        self.emit("job.stop", {"job_id": ack.job_id, "worker": kind.name, "queue": producer.name,
+                                               "attempt": ack.attempt, "state": result.state,
+                                               "duration_ms": duration})
+        except Exception:  # noqa: BLE001 - leases expire; another node retries
+            log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
+        finally:
+            self.completed += len(contexts)
+            for ctx in contexts:
+                with producer.lock:
+                    producer.running.pop(ctx.id, None)
+            producer.poke()
 
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
         op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)

@@ -107,6 +107,12 @@ class PgStore(WorkerOps):
             if self.notify:
                 tx.flush_pokes()
 
+    def statement(self, name: str, params: dict) -> list[dict]:
+        """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN."""
+        with self.pool.connection() as c, c.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.q.q(name), params)
+            return cur.fetchall() if cur.description else []
+
     def apply(self, op: Any, conn: psycopg.Connection | None = None) -> Any:
         """Apply one operation of the shared vocabulary and return its result value."""
         handler = _HANDLERS.get(type(op))
@@ -323,9 +329,8 @@ class PgStore(WorkerOps):
     # --- reads -----------------------------------------------------------------------------------
 
     def _read_job(self, op: ops.ReadJob, conn: Any) -> Job | ops.NotFound:
-        with self.transaction(None) as tx:
-            row = tx.one("read_job", {"id": op.job_id})
-        return job_from_row(row) if row else ops.NotFound(op.job_id)
+        rows = self.statement("read_job", {"id": op.job_id})
+        return job_from_row(rows[0]) if rows else ops.NotFound(op.job_id)
 
     def _read_workflow(self, op: ops.ReadWorkflow, conn: Any) -> tuple[Job, ...]:
         with self.transaction(None) as tx:

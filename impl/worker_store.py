@@ -50,6 +50,13 @@ class WorkerOps:
 
     def _claim(self, op: w.Claim, conn: Any) -> w.Claimed:
         opts, now = op.opts, op.now
+        if not opts.needs_admission_lock:
+            if op.demand == 0:
+                return w.Claimed(())
+            # One statement in autocommit: the select-for-update and the claim update commit together.
+            rows = self.statement("claim_plain", {"queue": op.queue, "now": now, "take": op.demand,
+                                                  "node": op.node, "lease_until": now + op.lease_ttl})
+            return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
         with self.transaction(now) as tx:
             if opts.needs_admission_lock:
                 tx.one("lock_queue", {"queue": op.queue})
@@ -89,9 +96,8 @@ class WorkerOps:
             return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
 
     def _renew(self, op: w.Renew, conn: Any) -> w.Renewed:
-        with self.transaction(op.now) as tx:
-            kept = {r["id"] for r in tx.all("renew_leases", {"ids": list(op.job_ids), "node": op.node,
-                                                             "lease_until": op.lease_until})}
+        kept = {r["id"] for r in self.statement("renew_leases", {"ids": list(op.job_ids), "node": op.node,
+                                                                 "lease_until": op.lease_until})}
         return w.Renewed(tuple(sorted(kept)), tuple(sorted(set(op.job_ids) - kept)))
 
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
@@ -120,19 +126,21 @@ class WorkerOps:
 
     # --- §7 acks ----------------------------------------------------------------------------------
 
-    def _ack(self, op: w.Ack, conn: Any) -> w.Acked | w.Stale:
+    @staticmethod
+    def _ack_params(op: w.Ack) -> tuple[str, dict[str, Any]]:
         outcome = op.outcome
         params: dict[str, Any] = {"id": op.job_id, "attempt": op.attempt, "now": op.now}
         if isinstance(outcome, w.Succeed):
-            name, params["result"] = "ack_succeed", encode(outcome.value)
-        elif isinstance(outcome, w.Fail):
-            name = "ack_error"
-            params["retry_at"] = outcome.retry_at
-            params["entry"] = Jsonb([w.error_entry(op.attempt, op.now, outcome.error, outcome.detail)])
-        elif isinstance(outcome, w.CancelSelf):
-            name = "ack_cancel"
-        else:
-            name, params["until"] = "ack_snooze", outcome.until
+            return "ack_succeed", {**params, "result": encode(outcome.value)}
+        if isinstance(outcome, w.Fail):
+            entry = Jsonb([w.error_entry(op.attempt, op.now, outcome.error, outcome.detail)])
+            return "ack_error", {**params, "retry_at": outcome.retry_at, "entry": entry}
+        if isinstance(outcome, w.CancelSelf):
+            return "ack_cancel", params
+        return "ack_snooze", {**params, "until": outcome.until}
+
+    def _ack(self, op: w.Ack, conn: Any) -> w.Acked | w.Stale:
+        name, params = self._ack_params(op)
         with self.transaction(op.now) as tx:
             row = tx.one(name, params)
             if row is None:
@@ -142,6 +150,31 @@ class WorkerOps:
             else:
                 tx.pokes.add(row["queue"])
             return w.Acked(op.job_id, row["state"])
+
+    def _ack_many(self, op: w.AckMany, conn: Any) -> w.AckedMany:
+        """Succeeds in one fenced bulk UPDATE, other outcomes row by row; after-terminal once."""
+        rows: dict[int, dict] = {}
+        succeeds = [a for a in op.acks if isinstance(a.outcome, w.Succeed)]
+        with self.transaction(op.now) as tx:
+            if succeeds:
+                for row in tx.all("ack_succeed_many", {
+                    "ids": [a.job_id for a in succeeds], "attempts": [a.attempt for a in succeeds],
+                    "results": [encode(a.outcome.value) for a in succeeds], "nows": [a.now for a in succeeds],
+                }):
+                    rows[row["id"]] = row
+            for ack in op.acks:
+                if not isinstance(ack.outcome, w.Succeed):
+                    name, params = self._ack_params(ack)
+                    row = tx.one(name, params)
+                    if row is not None:
+                        rows[row["id"]] = row
+            terminal = [rows[a.job_id] for a in op.acks if a.job_id in rows and rows[a.job_id]["state"] in TERMINAL]
+            tx.pokes.update(r["queue"] for r in rows.values() if r["state"] not in TERMINAL)
+            self._terminal(tx, terminal)
+            return w.AckedMany(tuple(
+                w.Acked(a.job_id, rows[a.job_id]["state"]) if a.job_id in rows else w.Stale(a.job_id, a.attempt)
+                for a in op.acks
+            ))
 
     def _park_await(self, op: w.ParkAwait, conn: Any) -> w.Parked | w.Stale:
         with self.transaction(op.now) as tx:
@@ -176,13 +209,12 @@ class WorkerOps:
     # --- §8.2 steps and budgets, events -------------------------------------------------------------
 
     def _read_step(self, op: w.ReadStep, conn: Any) -> w.StepHit | w.StepMiss:
-        with self.transaction(None) as tx:
-            row = tx.one("read_step", {"job_id": op.job_id, "name": op.name})
-        return w.StepHit(bytes(row["value"])) if row else w.StepMiss()
+        rows = self.statement("read_step", {"job_id": op.job_id, "name": op.name})
+        return w.StepHit(bytes(rows[0]["value"])) if rows else w.StepMiss()
 
     def _preflight(self, op: w.Preflight, conn: Any) -> w.BudgetOk | w.OverBudget | w.JobGone:
-        with self.transaction(None) as tx:
-            row = tx.one("job_budget", {"id": op.job_id})
+        rows = self.statement("job_budget", {"id": op.job_id})
+        row = rows[0] if rows else None
         if row is None:
             return w.JobGone(op.job_id)
         if _over_budget(row):
@@ -304,6 +336,7 @@ WORKER_HANDLERS = {
     w.Renew: WorkerOps._renew,
     w.Reclaim: WorkerOps._reclaim,
     w.Ack: WorkerOps._ack,
+    w.AckMany: WorkerOps._ack_many,
     w.ParkAwait: WorkerOps._park_await,
     w.Sleep: WorkerOps._sleep,
     w.ReadStep: WorkerOps._read_step,

@@ -9,7 +9,7 @@ input. Each handler reads as the contract does: guards first, then the transitio
 Operations and their sections:
   client (model/ops.py)      Enqueue §5.1–5.2 · EnqueueWorkflow §8.3 · DeliverSignal §8.1 · Steer ·
                              ClearSignal · Cancel §8.6 · Retry §8.6 · PutQueue · PutCron · reads
-  worker (model/worker_ops)  Claim §6 · Renew §6 · Reclaim §6 · Ack §7 · ParkAwait §7 · Sleep §9 ·
+  worker (model/worker_ops)  Claim §6 · Renew §6 · Reclaim §6 · Ack/AckMany §7 · ParkAwait §7 · Sleep §9 ·
                              ReadStep/Preflight/RecordStep §8.2 · EmitEvent · Spawn §8.4 ·
                              AwaitChildren §8.4 · Reconcile §8.4 · FireCrons §8.5 · Prune §8.7
 Shared machinery: `_insert` (§5.1's multi-row insert with ON CONFLICT DO NOTHING semantics over the
@@ -365,6 +365,20 @@ def _reclaim(t: Tables, op: w.Reclaim) -> w.Reclaimed:
 
 
 def _ack(t: Tables, op: w.Ack) -> w.Acked | w.Stale:
+    result = _ack_row(t, op)
+    if isinstance(result, w.Acked) and result.state in TERMINAL:
+        _after_terminal(t, op.now, [op.job_id])
+    return result
+
+
+def _ack_many(t: Tables, op: w.AckMany) -> w.AckedMany:
+    results = tuple(_ack_row(t, a) for a in op.acks)
+    _after_terminal(t, op.now, [r.job_id for r in results if isinstance(r, w.Acked) and r.state in TERMINAL])
+    return w.AckedMany(results)
+
+
+def _ack_row(t: Tables, op: w.Ack) -> w.Acked | w.Stale:
+    """The fenced row write of one ack (the after-terminal steps are the caller's)."""
     job = _running(t, op.job_id, op.attempt)
     if job is None:
         return w.Stale(op.job_id, op.attempt)
@@ -382,8 +396,6 @@ def _ack(t: Tables, op: w.Ack) -> w.Acked | w.Stale:
         job = t.update(job.id, state="cancelled", finished_at=op.now, **lease)
     else:  # Snooze: spends no attempt
         job = t.update(job.id, state="ready", ready_at=outcome.until, max_attempts=job.max_attempts + 1, **lease)
-    if job.state in TERMINAL:
-        _after_terminal(t, op.now, [job.id])
     return w.Acked(job.id, job.state)
 
 
@@ -608,6 +620,7 @@ HANDLERS: dict[type, Callable[[Tables, Any], Any]] = {
     w.Renew: _renew,
     w.Reclaim: _reclaim,
     w.Ack: _ack,
+    w.AckMany: _ack_many,
     w.ParkAwait: _park_await,
     w.Sleep: _sleep,
     w.ReadStep: _read_step,

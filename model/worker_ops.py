@@ -180,6 +180,24 @@ class Ack:
 
 
 @dataclass(frozen=True)
+class AckMany:
+    """Several acks in one transaction (chunk workers, batched acking): each row fenced on its own
+    attempt exactly as a single Ack; the §7 after-terminal steps then run once for all of them."""
+
+    now: datetime
+    acks: tuple[Ack, ...]
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        object.__setattr__(self, "acks", tuple(self.acks))
+        if not self.acks or not all(isinstance(a, Ack) for a in self.acks):
+            raise InvalidInput("AckMany needs at least one Ack")
+        ids = [a.job_id for a in self.acks]
+        if len(set(ids)) != len(ids):
+            raise InvalidInput(f"AckMany acks a job twice: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
+
+
+@dataclass(frozen=True)
 class ParkAwait:
     """§7 ack outcome `await`, fenced, with the normative park-and-wake rule: under the scope lock,
     a signal row already present parks the job as ready instead."""
@@ -376,6 +394,11 @@ class Reclaimed:
 class Acked:
     job_id: int
     state: str
+
+
+@dataclass(frozen=True)
+class AckedMany:
+    results: tuple[Acked | Stale, ...]  # one per ack, in order
 
 
 @dataclass(frozen=True)

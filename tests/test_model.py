@@ -37,6 +37,9 @@ from model.worker_ops import (
     Succeed,
 )
 
+AckMany = getattr(w, "AckMany", None)  # batched acks (chunk workers); newer than the rest of the vocabulary
+needs_ack_many = pytest.mark.skipif(AckMany is None, reason="model.worker_ops has no AckMany")
+
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)  # a whole minute: rate windows start here
 TTL = timedelta(seconds=30)
 
@@ -666,6 +669,41 @@ def test_a_stale_ack_after_reclaim_and_reclaim_changes_nothing():
     assert store.apply(Ack(at(41), job_id, 2, Succeed("ok"))) == Acked(job_id, "succeeded")
 
 
+# §7 batched acks: each row fenced on its own attempt, after-terminal steps once for all
+
+
+@needs_ack_many
+def test_ack_many_fences_each_row_on_its_own_attempt():
+    store = ModelStore()
+    good, stale = started(store), started(store)
+    before_stale = job(store, stale)
+    result = store.apply(AckMany(at(5), (Ack(at(5), good, 1, Succeed(1)), Ack(at(5), stale, 2, Succeed(2)))))
+    assert result == w.AckedMany((Acked(good, "succeeded"), Stale(stale, 2)))
+    assert job(store, good).state == "succeeded" and job(store, stale) == before_stale
+
+
+@needs_ack_many
+def test_ack_many_of_only_stale_acks_changes_nothing():
+    store = ModelStore()
+    job_id = started(store)
+    assert_refused(store, AckMany(at(5), (Ack(at(5), job_id, 7, CancelSelf()),)), w.AckedMany((Stale(job_id, 7),)))
+
+
+@needs_ack_many
+def test_ack_many_settles_and_notifies_once_for_all_its_terminal_rows():
+    store = ModelStore()
+    parent = started(store)
+    first, second = store.apply(Spawn(NOW, parent, "kids", (spec(queue="kids"), spec(queue="kids")))).child_ids
+    claim(store, 2, queue="kids")
+    store.apply(AwaitChildren(NOW, parent, 1))
+    ids = workflow(store, "wf", member("a", queue="wfq"), member("b", queue="wfq"), member("c", "a", "b"))
+    claim(store, 2, queue="wfq")
+    store.apply(AckMany(at(5), tuple(Ack(at(5), j, 1, Succeed(j)) for j in (first, second, ids["a"], ids["b"]))))
+    assert store.state.signals[(f"job:{parent}", "$children")].payload == {"children": [first, second]}
+    assert job(store, parent).state == "ready"
+    assert wf_states(store, "wf") == {"a": "succeeded", "b": "succeeded", "c": "ready"}
+
+
 # ---------------------------------------------------------------------------------------------------
 # §4 legal writers, each named
 
@@ -860,6 +898,8 @@ TARGETED = {
     Steer: (WAKE, WAKE),
     Spawn: (set(), set()),
 }
+if AckMany is not None:
+    TARGETED[AckMany] = (ACK_TARGET | AFTER_TERMINAL, AFTER_TERMINAL)  # a row may be settled by a sibling
 UNTARGETED = {
     Claim: {("ready", "running"), ("awaiting", "running")},
     Reclaim: {("running", "ready"), ("running", "failed")} | AFTER_TERMINAL,
@@ -878,6 +918,7 @@ def _draw_op(data, store: ModelStore, clock: datetime, serial: int):
     kinds = ["enqueue", "workflow", "claim", "reclaim", "signal", "reconcile", "clear", "cron"]
     if jobs:
         kinds += ["ack", "ack", "park", "sleep", "spawn", "await_children", "cancel", "retry", "steer"]
+        kinds += ["ack_many"] if AckMany is not None else []
     kind = data.draw(st.sampled_from(kinds))
     pick = (lambda: data.draw(st.sampled_from(sorted(jobs)))) if jobs else None
     later = lambda: clock + timedelta(seconds=data.draw(st.integers(0, 60)))  # noqa: E731
@@ -902,13 +943,20 @@ def _draw_op(data, store: ModelStore, clock: datetime, serial: int):
         return ClearSignal(data.draw(st.sampled_from(["s1"] + [f"job:{j}" for j in sorted(jobs)[:5]])), "go")
     if kind == "cron":
         return FireCrons(clock, clock - timedelta(minutes=2), (CronDef("tick", "* * * * *", "w_tick", queue="q"),))
-    job_id = pick()
-    attempt = max(1, jobs[job_id].attempt + data.draw(st.sampled_from([0, 0, 0, -1, 1])))
-    if kind == "ack":
+    def ack(job_id: int) -> Ack:
+        attempt = max(1, jobs[job_id].attempt + data.draw(st.sampled_from([0, 0, 0, -1, 1])))
         outcome = data.draw(st.sampled_from([
             Succeed(serial), Fail("e", retry_at=later()), Fail("e"), CancelSelf(), Snooze(later()),
         ]))
         return Ack(clock, job_id, attempt, outcome)
+
+    if kind == "ack_many":
+        targets = data.draw(st.lists(st.sampled_from(sorted(jobs)), min_size=1, max_size=3, unique=True))
+        return AckMany(clock, tuple(ack(j) for j in targets))
+    job_id = pick()
+    attempt = max(1, jobs[job_id].attempt + data.draw(st.sampled_from([0, 0, 0, -1, 1])))
+    if kind == "ack":
+        return ack(job_id)
     if kind == "park":
         deadline = data.draw(st.none() | st.just(later()))
         return ParkAwait(clock, job_id, attempt, scope_of(job_id), "go", deadline)
@@ -926,9 +974,24 @@ def _draw_op(data, store: ModelStore, clock: datetime, serial: int):
     return Steer(clock, job_id, serial)
 
 
+def _targets(op) -> set[int]:
+    if AckMany is not None and isinstance(op, AckMany):
+        return {a.job_id for a in op.acks}
+    return {op.job_id}
+
+
 def _check_step(op, result, before: State, after: State) -> None:
     if isinstance(op, FENCED) and isinstance(result, Stale):
         assert after == before, "a stale fenced write changed the state"
+    if AckMany is not None and isinstance(op, AckMany):
+        assert len(result.results) == len(op.acks)
+        if all(isinstance(r, Stale) for r in result.results):
+            assert after == before, "an all-stale AckMany changed the state"
+        for ack, outcome in zip(op.acks, result.results):
+            if isinstance(outcome, Stale) and ack.job_id in before.jobs:
+                change = (before.jobs[ack.job_id].state, after.jobs[ack.job_id].state)
+                # only a sibling row's after-terminal steps (settlement, $children wake) may move it
+                assert change[0] == change[1] or change in AFTER_TERMINAL, f"a stale row in AckMany moved {change}"
     assert set(before.jobs) <= set(after.jobs), "only Prune deletes jobs"
     for job_id, old in before.jobs.items():
         new = after.jobs[job_id]
@@ -936,7 +999,7 @@ def _check_step(op, result, before: State, after: State) -> None:
         if old.state != new.state:
             if type(op) in TARGETED:
                 target, others = TARGETED[type(op)]
-                allowed = target if job_id == op.job_id else others
+                allowed = target if job_id in _targets(op) else others
             else:
                 allowed = UNTARGETED[type(op)]
             assert change in allowed, f"{type(op).__name__} moved job {job_id} {change[0]} -> {change[1]}"

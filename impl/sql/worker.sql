@@ -249,3 +249,27 @@ SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} OR
 -- snapshot_seq --
 -- Snapshot: the next id the bigserial will hand out.
 SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END AS next_id FROM {jobs_seq_table}
+
+-- ack_succeed_many --
+-- §7 succeed for many rows in one statement, each fenced on its own attempt.
+UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
+                       leased_by = NULL
+FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::bytea[], %(nows)s::timestamptz[])
+     AS v(id, attempt, result, now)
+WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
+RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
+
+-- claim_plain --
+-- §6 plain claim in one statement: predicate C, claim order, SKIP LOCKED, then the claim update.
+UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
+                  started_at = COALESCE(started_at, %(now)s)
+WHERE id IN (
+    SELECT id FROM {jobs}
+    WHERE queue = %(queue)s
+      AND ((state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
+           OR (state = 'awaiting' AND ready_at <= %(now)s))
+    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
+    LIMIT %(take)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING {job_columns}

@@ -1,0 +1,203 @@
+"""Belay benchmarks: throughput (runtime vs the pure-SQL claim+ack loop on the same database),
+insert → result latency, and worker memory over a long run. Prints its figures.
+
+    .venv/bin/python -m bench.run throughput [--jobs 20000]
+    .venv/bin/python -m bench.run latency [--rounds 500]
+    .venv/bin/python -m bench.run memory [--jobs 100000]
+
+PostgreSQL: $BELAY_DATABASE_URL or an embedded cluster with default durability (fsync and
+synchronous_commit on), on this machine.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import time
+from datetime import datetime, timezone
+
+import psycopg
+
+from impl.client import Client
+from impl.migrate import migrate
+from impl.provision import provision, redact
+from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.worker import Registry
+from model.queues import QueueOpts
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def rss_mib() -> float:
+    with open(f"/proc/{os.getpid()}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
+    """Insert n trivial ready jobs with one statement (not part of any measured figure)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
+            "SELECT %s, %s, 'ready', %s, %s FROM generate_series(1, %s)",
+            (queue, worker, NOW, NOW, n),
+        )
+
+
+def remaining(url: str, queue: str) -> int:
+    with psycopg.connect(url, autocommit=True) as c:
+        return c.execute("SELECT count(*) FROM belay_jobs WHERE queue = %s AND state <> 'succeeded'",
+                         (queue,)).fetchone()[0]
+
+
+CLAIM = """UPDATE belay_jobs SET state = 'running', attempt = attempt + 1, lease_until = %(until)s,
+  leased_by = 'sql', started_at = COALESCE(started_at, %(now)s)
+WHERE id IN (SELECT id FROM belay_jobs WHERE queue = %(q)s AND state = 'ready'
+             AND (ready_at IS NULL OR ready_at <= %(now)s)
+             ORDER BY priority, ready_at NULLS FIRST, id LIMIT %(n)s FOR UPDATE SKIP LOCKED)
+RETURNING id, attempt"""
+ACK = """UPDATE belay_jobs AS j SET state = 'succeeded', finished_at = %(now)s, lease_until = NULL, leased_by = NULL,
+  result = '\\x6e756c6c'::bytea
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS v(id, attempt)
+WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt"""
+
+
+def pure_sql(url: str, queue: str, n: int, batch: int) -> float:
+    """The physical reference: claim `batch` rows in one transaction, ack them in another, repeat."""
+    fill(url, queue, n)
+    done = 0
+    with psycopg.connect(url, autocommit=True) as c:
+        started = time.perf_counter()
+        while done < n:
+            now = datetime.now(timezone.utc)
+            rows = c.execute(CLAIM, {"q": queue, "n": batch, "now": now, "until": now}).fetchall()
+            if not rows:
+                break
+            c.execute(ACK, {"now": now, "ids": [r[0] for r in rows], "attempts": [r[1] for r in rows]})
+            done += len(rows)
+        elapsed = time.perf_counter() - started
+    assert done == n, (done, n)
+    return n / elapsed
+
+
+def registry() -> Registry:
+    reg = Registry()
+
+    @reg.kind("noop", queue="unbatched")
+    def noop(ctx, _input):
+        return None
+
+    @reg.kind("noop_chunk", queue="batched", chunk={"size": 100, "gather_ms": 20})
+    def noop_chunk(contexts):
+        return [None] * len(contexts)
+
+    return reg
+
+
+def runtime(url: str, queue: str, n: int, *, limit: int, kind: str) -> tuple[float, float, float]:
+    """Drain n pre-inserted jobs with a Worker; jobs/s and RSS before/after."""
+    fill(url, queue, n, worker=kind)
+    config = WorkerConfig(node=f"bench-{queue}", queues=(QueueConfig(queue, QueueOpts(limit, limit)),),
+                          sweep_interval=3600, notify=False)
+    before = rss_mib()
+    started = time.perf_counter()
+    worker = Worker(url, registry(), config, telemetry=()).start()
+    deadline = started + 600
+    while worker.completed < n and time.perf_counter() < deadline:
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - started
+    after = rss_mib()
+    worker.stop(grace=5)
+    left = remaining(url, queue)
+    assert left == 0, f"{left} jobs not succeeded"
+    return n / elapsed, before, after
+
+
+def cmd_throughput(url: str, args: argparse.Namespace) -> dict:
+    n = args.jobs
+    figures = {
+        "pure_sql_single": pure_sql(url, "sql1", max(n // 4, 1000), 1),
+        "pure_sql_batched": pure_sql(url, "sql100", n, 100),
+        "runtime_unbatched": runtime(url, "unbatched", max(n // 4, 1000), limit=10, kind="noop")[0],
+        "runtime_batched": runtime(url, "batched", n, limit=200, kind="noop_chunk")[0],
+    }
+    figures["ratio_unbatched"] = figures["runtime_unbatched"] / figures["pure_sql_single"]
+    figures["ratio_batched"] = figures["runtime_batched"] / figures["pure_sql_batched"]
+    print(f"pure SQL single-row claim+ack : {figures['pure_sql_single']:8.0f} jobs/s")
+    print(f"runtime unbatched (limit 10)  : {figures['runtime_unbatched']:8.0f} jobs/s "
+          f"({figures['ratio_unbatched']:.0%} of the reference; target >= 60%)")
+    print(f"pure SQL batched (100/txn)    : {figures['pure_sql_batched']:8.0f} jobs/s")
+    print(f"runtime batched (chunk 100)   : {figures['runtime_batched']:8.0f} jobs/s "
+          f"({figures['ratio_batched']:.0%} of the reference; target >= 50%)")
+    return figures
+
+
+def cmd_latency(url: str, args: argparse.Namespace) -> dict:
+    reg = Registry()
+
+    @reg.kind("echo", queue="lat")
+    def echo(ctx, value):
+        return value
+
+    figures = {}
+    for mode, notify in (("pokes+accelerator", True), ("polling only", False)):
+        config = WorkerConfig(node=f"lat-{notify}", queues=(QueueConfig("lat", QueueOpts(10, 10)),),
+                              sweep_interval=3600, notify=notify)
+        worker = Worker(url, reg, config, telemetry=()).start()
+        client = Client(url, on_enqueue=worker.poke if notify else None)
+        samples = []
+        try:
+            for i in range(args.rounds):
+                started = time.perf_counter()
+                job = client.enqueue("lat", "echo", {"i": i})
+                client.await_result(job.id, timeout=10, listen=notify)
+                samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            client.close()
+            worker.stop(grace=5)
+        samples.sort()
+        p50 = statistics.median(samples)
+        p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
+        figures[mode] = {"p50_ms": p50, "p99_ms": p99}
+        print(f"insert→result {mode:<18}: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  ({args.rounds} rounds)")
+    return figures
+
+
+def cmd_memory(url: str, args: argparse.Namespace) -> dict:
+    rate, before, after = runtime(url, "memory", args.jobs, limit=200, kind="noop_chunk") if args.batched else \
+        runtime(url, "memory", args.jobs, limit=10, kind="noop")
+    print(f"worker RSS over {args.jobs} jobs: {before:.1f} MiB at start, {after:.1f} MiB at end ({rate:.0f} jobs/s)")
+    return {"jobs": args.jobs, "rss_start_mib": before, "rss_end_mib": after, "jobs_per_s": rate}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--jobs", type=int, default=20000)
+    lat = sub.add_parser("latency")
+    lat.add_argument("--rounds", type=int, default=500)
+    m = sub.add_parser("memory")
+    m.add_argument("--jobs", type=int, default=100000)
+    m.add_argument("--batched", action="store_true")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    db = provision()
+    try:
+        print(f"PostgreSQL: {db.reason} at {redact(db.url)}")
+        with psycopg.connect(db.url, autocommit=True) as c:
+            migrate(c)
+            print("durability:", ", ".join(f"{k}={c.execute(f'SHOW {k}').fetchone()[0]}"
+                                           for k in ("fsync", "synchronous_commit")))
+        figures = {"throughput": cmd_throughput, "latency": cmd_latency, "memory": cmd_memory}[args.cmd](db.url, args)
+        print(json.dumps(figures, default=float))
+    finally:
+        db.close()
+
+
+if __name__ == "__main__":
+    main()

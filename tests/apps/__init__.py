@@ -1,0 +1,1 @@
+"""Job-code applications the runtime tests run, in-process and in `belay worker` subprocesses."""
