@@ -148,6 +148,11 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     stop.wait()
     drained = worker.stop()
     click.echo(f"belay worker {config.node} stopped ({'drained' if drained else 'grace expired'})", err=True)
+    if not drained:
+        # Jobs that outlived the grace are abandoned: their leases expire and another node retries them.
+        # Their executor threads cannot be interrupted, so leave without joining them.
+        logging.shutdown()
+        os._exit(0)
 
 
 @main.command("smoke")

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import psycopg
 from psycopg import errors
-from psycopg_pool import PoolTimeout
+from psycopg_pool import PoolClosed, PoolTimeout
 
 T = TypeVar("T")
 log = logging.getLogger("belay.faults")
@@ -38,6 +38,8 @@ _TRANSIENT_CODES = {
 
 def is_transient(exc: BaseException) -> bool:
     """True only for store faults worth degrading and retrying on."""
+    if isinstance(exc, PoolClosed):
+        return False  # our own shutdown, not the database's weather
     if isinstance(exc, PoolTimeout):
         return True
     if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.AdminShutdown,

@@ -34,7 +34,7 @@ from psycopg import sql
 from impl.faults import RetryPolicy, with_retries
 from impl.pgrows import channel_name
 from impl.store import PgStore
-from impl.worker import Kind, JobContext, Registry, outcome_for
+from impl.worker import JobContext, Kind, Registry, UnknownKind, outcome_for
 from model import ops
 from model import worker_ops as w
 from model.cron import CronDef
@@ -201,9 +201,12 @@ class _Producer:
                 wait = min(wait, deadline - now)
         return wait
 
-    def done(self, job_id: int) -> None:
+    def done(self, ctx: JobContext) -> None:
+        """Forget a finished execution — only if it is still the one registered: a zombie attempt of
+        this job ending here must not orphan the live attempt the same node claimed since."""
         with self.lock:
-            self.running.pop(job_id, None)
+            if self.running.get(ctx.id) is ctx:
+                del self.running[ctx.id]
         self.poke()
 
 
@@ -249,7 +252,7 @@ class Worker:
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """A store call that degrades and retries on transient faults until the node stops."""
-        return with_retries(fn, self.config.retry, what=what)
+        return with_retries(fn, self.config.retry, what=what, stop=self.stopped)
 
     def poke(self, queue: str) -> None:
         producer = self.producers.get(queue)
@@ -267,8 +270,10 @@ class Worker:
         value, error = None, None
         try:
             if kind is None:
-                raise LookupError(f"unknown kind {job.worker!r}: no worker registered under that name")
+                raise UnknownKind(f"no worker is registered under kind {job.worker!r} on node {self.config.node}")
             value = kind.fn(ctx, job.input)
+            if job.budget_usd_micros is not None or job.budget_tokens is not None:
+                ctx.check_budget()  # a re-run that only replayed the journal must not succeed past a crossing
         except BaseException as exc:  # noqa: BLE001 - every ending maps to an outcome
             error = exc
         try:
@@ -284,7 +289,7 @@ class Worker:
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
         finally:
             self.completed += 1
-            producer.done(job.id)
+            producer.done(ctx)
 
     def execute_chunk(self, producer: _Producer, kind: Kind, contexts: list[JobContext]) -> None:
         """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
@@ -325,9 +330,7 @@ class Worker:
         finally:
             self.completed += len(contexts)
             for ctx in contexts:
-                with producer.lock:
-                    producer.running.pop(ctx.id, None)
-            producer.poke()
+                producer.done(ctx)
 
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
         op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)

@@ -14,11 +14,18 @@ from model.state import State, from_rows
 def snapshot(conn: psycopg.Connection, schema: str = "public") -> State:
     """A consistent snapshot of every table, plus the sequence's next id and the meta row."""
     q = SchemaSQL(schema)
-    with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-        cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    names = ("meta", "snapshot_jobs", "snapshot_steps", "snapshot_events", "snapshot_signals", "snapshot_rate",
+             "snapshot_queues", "snapshot_crons", "snapshot_seq")
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        with conn.pipeline():  # one round trip for all nine reads
+            cursors = {name: conn.cursor(row_factory=dict_row) for name in names}
+            for name, cur in cursors.items():
+                cur.execute(q.q(name))
+        fetched = {name: cur.fetchall() for name, cur in cursors.items()}
 
         def rows(name: str) -> list[dict]:
-            return cur.execute(q.q(name)).fetchall()
+            return fetched[name]
 
         meta = rows("meta")[0]
         return from_rows(

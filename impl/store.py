@@ -149,12 +149,12 @@ class PgStore(WorkerOps):
 
     @staticmethod
     def _duplicate(tx: _Tx, row: tuple) -> ops.Duplicate:
-        unique_key, cron_name, cron_slot = row[12], row[14], row[15]
+        unique_key, unique_mode, cron_name, cron_slot = row[12], row[13], row[14], row[15]
         if cron_name is not None:
             holder = tx.one("cron_holder", {"cron_name": cron_name, "cron_slot": cron_slot})
             if holder is not None:
                 return ops.Duplicate(holder["id"], "cron")
-        holder = tx.one("unique_holder", {"key": unique_key}) if unique_key is not None else None
+        holder = tx.one("unique_holder", {"key": unique_key, "mode": unique_mode}) if unique_key is not None else None
         return ops.Duplicate(holder["id"] if holder else None, "unique" if unique_key is not None else "cron")
 
     @staticmethod
@@ -292,13 +292,18 @@ class PgStore(WorkerOps):
                 return ops.NotFound(op.job_id)
             if row["state"] not in ("failed", "cancelled"):
                 return ops.NotRetryable(op.job_id, row["state"])
+            if row["wf_deps"]:
+                missing = [r["name"] for r in tx.all("missing_deps", {"deps": list(row["wf_deps"]),
+                                                                       "workflow_id": row["workflow_id"]})]
+                if missing:
+                    return ops.DepsGone(op.job_id, tuple(sorted(missing, key=list(row["wf_deps"]).index)))
             # §8.6: dep-bearing members are re-held, then settled, never sent straight to ready.
             params = {"id": op.job_id, "now": op.now, "state": "held" if row["wf_deps"] else "ready"}
             try:
                 with tx.cur.connection.transaction():  # a savepoint: a unique clash must not abort the rest
                     updated = tx.one("retry_job", params)
             except errors.UniqueViolation:
-                holder = tx.one("unique_holder", {"key": row["unique_key"]})
+                holder = tx.one("unique_holder", {"key": row["unique_key"], "mode": "incomplete"})
                 return ops.RetryBlocked(op.job_id, holder["id"] if holder else None)
             if updated["state"] == "ready":
                 tx.pokes.add(updated["queue"])

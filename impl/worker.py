@@ -52,6 +52,10 @@ class BudgetExceeded(Exception):
     """Durable spend crossed a budget column: the job fails with budget_exceeded, no retry (§8.2)."""
 
 
+class UnknownKind(Exception):
+    """No code is registered under the job's kind: fails the job at once with error unknown_kind."""
+
+
 class SignalTimeout(Exception):
     """await_signal's deadline passed without the signal."""
 
@@ -145,6 +149,12 @@ class JobContext:
             raise BudgetExceeded(f"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens")
         return verdict
 
+    def check_budget(self) -> None:
+        """Durable spend over a budget column ⇒ BudgetExceeded (checked before a budgeted job succeeds)."""
+        verdict = self.store.apply(w.Preflight(self.id))
+        if isinstance(verdict, w.OverBudget):
+            raise BudgetExceeded(f"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens")
+
     def step(self, name: str, fn: Callable[[], Any], *, cost: Cost = None) -> Any:
         """Run fn once per job (memoized by name); `cost` is (usd_micros, tokens) or a function of the
         value returning them. Raising leaves the step unrecorded; returned values are memoized."""
@@ -235,6 +245,8 @@ def outcome_for(kind: Kind, ctx: JobContext, exc: BaseException | None, value: A
         return w.Snooze(until)
     if isinstance(exc, BudgetExceeded):
         return w.Fail("budget_exceeded", str(exc), None)
+    if isinstance(exc, UnknownKind):
+        return w.Fail("unknown_kind", str(exc), None)
     detail = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, Fail):
         return w.Fail(type(exc).__name__, detail, None)

@@ -43,6 +43,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
+from itertools import pairwise
 from typing import Any
 
 from model import ops
@@ -193,7 +194,7 @@ class StaleAck:
     attempt: int
     before: Job | None
     after: Job | None
-    kind: str = "ack"  # ack | await park | sleep | await-children
+    kind: str = "ack"  # ack | batched ack | await park | sleep | await-children
     steps_before: tuple[Step, ...] | None = None
     steps_after: tuple[Step, ...] | None = None
     elsewhere: tuple[str, ...] = ()
@@ -248,10 +249,19 @@ def _elsewhere(before: State, after: State, job_id: int) -> tuple[str, ...]:
 
 
 def stale_acks_from_history(history_with_states: Iterable[tuple[Any, Any, State, State]]) -> list[StaleAck]:
-    """The I2 observations in a history of `(op, result, state_before, state_after)` (see `replay`):
-    one per Ack / ParkAwait / Sleep / AwaitChildren whose result is `Stale`, with whole-state comparison."""
+    """The I2 observations in a history of `(op, result, state_before, state_after)` (see `replay`): one
+    per Ack / ParkAwait / Sleep / AwaitChildren whose result is `Stale`, compared over the whole state,
+    and one per stale member of an `AckMany` batch, compared over its row and steps (the batch's other
+    acks legitimately change the rest)."""
     out = []
     for op, result, before, after in history_with_states:
+        if isinstance(op, w.AckMany) and isinstance(result, w.AckedMany):
+            out.extend(
+                StaleAck(a.job_id, a.attempt, before.jobs.get(a.job_id), after.jobs.get(a.job_id), "batched ack",
+                         tuple(before.steps_of(a.job_id)), tuple(after.steps_of(a.job_id)))
+                for a, r in zip(op.acks, result.results) if isinstance(r, w.Stale)
+            )
+            continue
         kind = _FENCED.get(type(op))
         if kind is None or not isinstance(result, w.Stale):
             continue
@@ -269,7 +279,8 @@ def replay(operations: Iterable[Any], initial: State | None = None) -> list[tupl
     `ModelStore.history` keeps `(op, result)` only; the model is deterministic, so
     `replay(op for op, _ in store.history)` rebuilds the states the history-based checks (I2, I3) need.
     """
-    from model.store import transition  # lazy: the soak checker needs none of the store's dependencies
+    # Imported here: the soak checker needs none of the store's dependencies (cronsim, networkx).
+    from model.store import transition
 
     state = initial if initial is not None else State()
     out = []
@@ -314,7 +325,11 @@ def i3_one_row_per_step(steps: Iterable[Step]) -> list[Violation]:
     return out + _shared_seqs(steps)
 
 
-def _journal_entries(journal: Any) -> list[tuple[tuple[int, str], bytes]]:
+Journal = Mapping[tuple[int, str], bytes] | Iterable[tuple[tuple[int, str], bytes]]
+"""Step values workers were handed: `{(job_id, name): value}` or `((job_id, name), value)` pairs."""
+
+
+def _journal_entries(journal: Journal | None) -> list[tuple[tuple[int, str], bytes]]:
     if journal is None:
         return []
     if isinstance(journal, Mapping):
@@ -322,10 +337,7 @@ def _journal_entries(journal: Any) -> list[tuple[tuple[int, str], bytes]]:
     return list(journal)
 
 
-def i3_steps_immutable(
-    snapshots: Sequence[State], *, journal: Mapping[tuple[int, str], bytes] | Iterable[tuple[tuple[int, str], bytes]]
-    | None = None,
-) -> list[Violation]:
+def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = None) -> list[Violation]:
     """§11.3: At-least-once execution; step values, once journaled, are immutable and exactly one row per (job, name).
 
     Inputs: `snapshots` in time order (one is enough for the per-snapshot rules); `journal`, the values
@@ -343,13 +355,14 @@ def i3_steps_immutable(
     "At-least-once execution" itself is not visible in rows: a job that reached a terminal state through
     a worker ran at least once, which I1 covers.
     """
+    snapshots = list(snapshots)
     out: list[Violation] = []
     for snap in snapshots:
         for (job_id, name), s in sorted(snap.steps.items()):
             if (s.job_id, s.name) != (job_id, name):
                 out.append(Violation("I3", job_id, f"the row stored under step {name!r} is job {s.job_id}'s step {s.name!r}"))
         out.extend(_shared_seqs(snap.steps.values()))
-    for earlier, later in zip(snapshots, snapshots[1:]):
+    for earlier, later in pairwise(snapshots):
         last_seq: dict[int, int] = {}
         for (job_id, name), s in sorted(earlier.steps.items()):
             last_seq[job_id] = max(last_seq.get(job_id, 0), s.seq)
@@ -420,10 +433,13 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
     `failed` with last error `lease_expired` (the worker died after journaling the crossing step and
     reclaim found no attempt left) and `cancelled` (an operator cancel or a settlement doom between a
     reclaim and the next claim; the row does not tell these apart from a cooperative self-cancel).
-    Also: a *stale* execution (lease lost but still running — steps are not fenced) can journal the
-    crossing step after the live attempt already read it as a hit (§8.2 checks budgets only on a miss);
-    if it was the last step, the live attempt succeeds. The contract does not close this race; such a
-    job is reported here, and drivers that want a clean verdict keep stale executions from journaling.
+    Known ways a worker that follows §8.2 to the letter still ends `succeeded` after a crossing — reported
+    here, because §11.4 says the job fails; they are gaps between §8.2 and §11.4, not checker noise:
+      * the worker journals the crossing step as the job's *last* step and crashes before acking the
+        failure; the next attempt replays every step as a hit (§8.2 pre-flights only a miss) and acks
+        success. An SDK closes this by checking durable spend before acking success;
+      * a *stale* execution (lease lost but still running: steps are not fenced) journals the crossing
+        step after the live attempt already passed it; the live attempt never sees the spend.
     """
     out: list[Violation] = []
     steps = _steps_by_job(state.steps.values())
@@ -766,10 +782,8 @@ def ledger_from_history(history: Iterable[tuple]) -> Ledger:
             pruned.update(result.jobs)
         elif isinstance(result, ops.Retried):
             retried.add(result.job_id)
-        elif isinstance(op, w.RecordStep) and isinstance(result, w.Recorded):
-            journal.append(((op.job_id, op.name), result.value))
-        elif isinstance(op, w.ReadStep) and isinstance(result, w.StepHit):
-            journal.append(((op.job_id, op.name), result.value))
+        elif isinstance(result, (w.Recorded, w.StepHit)) and isinstance(op, (w.RecordStep, w.ReadStep)):
+            journal.append(((op.job_id, op.name), result.value))  # the value the worker was handed
     slots = frozenset((f.cron_name, f.slot) for f in fired if f.job_id not in pruned)
     return Ledger(frozenset(inserted), frozenset(pruned), frozenset(retried), slots, tuple(journal))
 
@@ -794,7 +808,7 @@ def check_all(
 
 
 __all__ = [
-    "CONTRACT", "Violation", "by_invariant", "StaleAck", "Ledger",
+    "CONTRACT", "Violation", "by_invariant", "StaleAck", "Ledger", "Journal",
     "i1_no_job_lost", "i2_stale_acks_change_nothing", "i3_steps_immutable", "i3_one_row_per_step",
     "i4_budget_fails_on_crossing_step", "i5_settlement_consistent", "i6_cron_slots_once", "i7_unique_keys",
     "i8_children_as_declared", "i9_awaiters_eventually_run", "check_all",

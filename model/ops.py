@@ -22,6 +22,8 @@ from model.rows import UNIQUE_MODES, Job
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MAX_NAME_BYTES = 255  # queue, worker, scope, signal and member names: data, bound as parameters
+INT4_MAX = 2**31 - 1  # integer columns (attempt, max_attempts, priority, seq)
+INT8_MAX = 2**63 - 1  # bigint columns (ids, budgets, spend)
 DEFAULT_MAX_ATTEMPTS = 20
 SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -50,6 +52,10 @@ def require_aware(value: datetime | None, what: str) -> None:
 def require_name(value: Any, what: str) -> None:
     if not isinstance(value, str) or not value:
         raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid UTF-8 text (it holds a lone surrogate)") from None
     if len(value.encode()) > MAX_NAME_BYTES:
         raise InvalidInput(f"{what} is {len(value.encode())} bytes; the limit is {MAX_NAME_BYTES}")
     if "\x00" in value:
@@ -57,13 +63,23 @@ def require_name(value: Any, what: str) -> None:
 
 
 def require_json(value: Any, what: str) -> None:
-    """JSON-encodable with no NaN/Infinity (jsonb rejects them) and no NUL in strings."""
+    """JSON-encodable with no NaN/Infinity (jsonb rejects them), no NUL and valid UTF-8 strings."""
     try:
-        text = json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} holds a string that is not valid UTF-8 (a lone surrogate)") from None
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInput(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
-    if "\\u0000" in text:
+    if "\\u0000" in text or "\x00" in text:
         raise InvalidInput(f"{what} contains a NUL character, which jsonb cannot store")
+
+
+def as_json(value: Any, what: str) -> Any:
+    """The value as a jsonb column gives it back: validated, then keys made strings and tuples lists
+    (a JSON round trip), so the model stores exactly what PostgreSQL would."""
+    require_json(value, what)
+    return json.loads(json.dumps(value))
 
 
 def require_int(value: Any, what: str, *, minimum: int | None = None, optional: bool = False) -> None:
@@ -142,14 +158,16 @@ class JobSpec:
     def __post_init__(self) -> None:
         require_name(self.queue, "queue")
         require_name(self.worker, "worker")
-        require_json(self.input, "input")
+        object.__setattr__(self, "input", as_json(self.input, "input"))
         if not isinstance(self.meta, Mapping):
             raise InvalidInput(f"meta must be a JSON object (a dict), got {type(self.meta).__name__}")
-        require_json(dict(self.meta), "meta")
+        object.__setattr__(self, "meta", as_json(dict(self.meta), "meta"))
         require_int(self.priority, "priority", minimum=0)
         if self.priority > 32767:
             raise InvalidInput(f"priority must be at most 32767, got {self.priority}")
         require_int(self.max_attempts, "max_attempts", minimum=1)
+        if self.max_attempts > INT4_MAX:
+            raise InvalidInput(f"max_attempts must be at most {INT4_MAX} (an integer column), got {self.max_attempts}")
         require_aware(self.scheduled_at, "scheduled_at")
         if self.unique_key is not None:
             require_name(self.unique_key, "unique_key")
@@ -271,7 +289,7 @@ class DeliverSignal:
         require_aware(self.now, "now")
         require_name(self.scope, "scope")
         require_name(self.name, "signal name")
-        require_json(self.payload, "signal payload")
+        object.__setattr__(self, "payload", as_json(self.payload, "signal payload"))
 
 
 @dataclass(frozen=True)
@@ -285,7 +303,7 @@ class Steer:
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
         require_int(self.job_id, "job_id", minimum=1)
-        require_json(self.payload, "steer payload")
+        object.__setattr__(self, "payload", as_json(self.payload, "steer payload"))
 
 
 @dataclass(frozen=True)
@@ -357,9 +375,10 @@ class PutCron:
         require_name(self.name, "cron name")
         require_name(self.worker, "worker")
         parse_expression(self.expression)
-        require_json(self.input, "cron input")
+        object.__setattr__(self, "input", as_json(self.input, "cron input"))
         if not isinstance(self.opts, Mapping):
             raise InvalidInput("cron opts must be a JSON object")
+        object.__setattr__(self, "opts", as_json(dict(self.opts), "cron opts"))
         unknown = sorted(set(self.opts) - {"queue", "priority", "max_attempts"})
         if unknown:
             raise InvalidInput(f"unknown cron options {unknown}; known: queue, priority, max_attempts")
@@ -487,6 +506,14 @@ class RetryBlocked:
 
 
 @dataclass(frozen=True)
+class DepsGone:
+    """Retrying would re-hold a member whose deps retention already deleted: it could never settle."""
+
+    job_id: int
+    missing: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class QueuePut:
     name: str
 
@@ -497,6 +524,6 @@ class CronPut:
 
 
 CancelResult = Union[Cancelled, CancelRequested, NotCancellable, NotFound]
-RetryResult = Union[Retried, NotRetryable, RetryBlocked, NotFound]
+RetryResult = Union[Retried, NotRetryable, RetryBlocked, DepsGone, NotFound]
 ReadJobResult = Union[Job, NotFound]
 

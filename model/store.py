@@ -59,9 +59,17 @@ def _conflicts(t: Tables, row: Job) -> bool:
     return False
 
 
-def _unique_holder(t: Tables, key: str) -> int | None:
-    """§5.2: SELECT id WHERE unique_key = $1 ORDER BY id DESC LIMIT 1."""
-    return max((j.id for j in t.jobs.values() if j.unique_key == key), default=None)
+def _same_index(job: Job, mode: str) -> bool:
+    """Is `job` covered by the unique index a row of `mode` is checked against?"""
+    if mode == "incomplete":
+        return job.unique_mode == "incomplete" and job.state in INCOMPLETE
+    return job.unique_mode in ("window", "always")
+
+
+def _unique_holder(t: Tables, key: str, mode: str) -> int | None:
+    """§5.2: the newest row holding `key` in the index a `mode` row conflicts with
+    (SELECT id ... WHERE unique_key = $1 [and that index's predicate] ORDER BY id DESC LIMIT 1)."""
+    return max((j.id for j in t.jobs.values() if j.unique_key == key and _same_index(j, mode)), default=None)
 
 
 def _duplicate(t: Tables, row: Job) -> ops.Duplicate:
@@ -71,7 +79,7 @@ def _duplicate(t: Tables, row: Job) -> ops.Duplicate:
         )
         if holder is not None:
             return ops.Duplicate(holder, "cron")
-    holder = _unique_holder(t, row.unique_key) if row.unique_key is not None else None
+    holder = _unique_holder(t, row.unique_key, row.unique_mode) if row.unique_key is not None else None
     return ops.Duplicate(holder, "unique" if row.unique_key is not None else "cron")
 
 
@@ -95,18 +103,18 @@ def _new_row(job_id: int, spec: ops.JobSpec, now: datetime, state: str = "ready"
 
 
 def _insert(t: Tables, rows: list[Callable[[int], Job]]) -> list[ops.Inserted | ops.Duplicate]:
-    """One id per row from the sequence (skipped rows consume theirs), then row-by-row conflict checks."""
-    outcomes: list[ops.Inserted | ops.Duplicate] = []
+    """One id per row from the sequence (skipped rows consume theirs); the statement inserts row by
+    row, then duplicates are reported against what the whole statement left behind."""
     ids = range(t.next_id, t.next_id + len(rows))
     t.next_id += len(rows)
+    skipped: dict[int, Job] = {}
     for job_id, make in zip(ids, rows):
         row = make(job_id)
         if _conflicts(t, row):
-            outcomes.append(_duplicate(t, row))
+            skipped[job_id] = row
         else:
             t.jobs[job_id] = row
-            outcomes.append(ops.Inserted(job_id))
-    return outcomes
+    return [_duplicate(t, skipped[i]) if i in skipped else ops.Inserted(i) for i in ids]
 
 
 def _enqueue(t: Tables, op: ops.Enqueue) -> ops.Enqueued:
@@ -250,7 +258,12 @@ def _retry(t: Tables, op: ops.Retry) -> ops.RetryResult:
         o.id != job.id and o.unique_key == job.unique_key and o.unique_mode == "incomplete" and o.state in INCOMPLETE
         for o in t.jobs.values()
     ):
-        return ops.RetryBlocked(op.job_id, _unique_holder(t, job.unique_key))
+        return ops.RetryBlocked(op.job_id, _unique_holder(t, job.unique_key, "incomplete"))
+    if job.wf_deps:
+        names = {j.wf_name for j in t.jobs.values() if j.workflow_id == job.workflow_id}
+        missing = tuple(d for d in job.wf_deps if d not in names)
+        if missing:
+            return ops.DepsGone(op.job_id, missing)
     # §8.6: dep-bearing members are re-held and settled; the operator's retry clears cancel_requested.
     t.update(op.job_id, state="held" if job.wf_deps else "ready", ready_at=op.now, cancel_requested=False,
              max_attempts=max(job.max_attempts, job.attempt + 1), lease_until=None, leased_by=None,
@@ -395,6 +408,8 @@ def _ack_row(t: Tables, op: w.Ack) -> w.Acked | w.Stale:
     elif isinstance(outcome, w.CancelSelf):
         job = t.update(job.id, state="cancelled", finished_at=op.now, **lease)
     else:  # Snooze: spends no attempt
+        if job.max_attempts + 1 > ops.INT4_MAX:
+            raise OverflowError(f"job {job.id}: max_attempts {job.max_attempts} + 1 overflows the integer column")
         job = t.update(job.id, state="ready", ready_at=outcome.until, max_attempts=job.max_attempts + 1, **lease)
     return w.Acked(job.id, job.state)
 
@@ -451,6 +466,8 @@ def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:
         return w.JobGone(op.job_id)
     inserted = _journal(t, op.now, op.job_id, op.name, encode_step_value(op.value), op.usd_micros, op.tokens)
     if inserted:  # spend follows the journal: a duplicate execution's costs are not recorded twice
+        if max(job.spent_usd_micros + op.usd_micros, job.spent_tokens + op.tokens) > ops.INT8_MAX:
+            raise OverflowError(f"job {op.job_id}: spend overflows the bigint columns")
         job = t.update(op.job_id, spent_usd_micros=job.spent_usd_micros + op.usd_micros,
                        spent_tokens=job.spent_tokens + op.tokens)
     value = t.steps[(op.job_id, op.name)].value
@@ -485,7 +502,7 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
         for c, k in zip(op.children, keys)
     ]
     _insert(t, rows)
-    ids = [_unique_holder(t, k) for k in keys]  # rebuilt from the keys, never from the insert's ids
+    ids = [_unique_holder(t, k, "always") for k in keys]  # rebuilt from the keys, never from the insert's ids
     _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(ids))
     return w.Spawned(tuple(ids), False)
 
@@ -536,10 +553,15 @@ def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
 
 
 def _prune(t: Tables, op: w.Prune) -> w.Pruned:
+    live_workflows = {j.workflow_id for j in t.jobs.values() if j.workflow_id and j.state not in TERMINAL}
+
     def expired(job: Job) -> bool:
+        """Past its state's retention — and not a member of a workflow that is still settling: a held
+        dependent must still find its deps (a missing dep could never be satisfied)."""
         keep = op.retention.get(job.state)
         return (job.state in TERMINAL and keep is not None and job.finished_at is not None
-                and job.finished_at < op.now - timedelta(seconds=keep))
+                and job.finished_at < op.now - timedelta(seconds=keep)
+                and job.workflow_id not in live_workflows)
 
     doomed = sorted(j.id for j in t.jobs.values() if expired(j))[: op.limit]
     for job_id in doomed:

@@ -13,6 +13,7 @@ from typing import Any, Union
 
 from model.ops import (
     InvalidInput,
+    as_json,
     JobSpec,
     require_aware,
     require_int,
@@ -128,7 +129,12 @@ class Succeed:
     value: Any = None  # encoded with the §2 envelope into belay_jobs.result
 
     def __post_init__(self) -> None:
-        require_json(self.value, "result value")
+        from model.envelope import EnvelopeError, encode
+
+        try:
+            encode(self.value)
+        except EnvelopeError as exc:
+            raise InvalidInput(f"result value: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -141,8 +147,10 @@ class Fail:
 
     def __post_init__(self) -> None:
         require_name(self.error, "error")
-        if self.detail is not None and not isinstance(self.detail, str):
-            raise InvalidInput("detail must be a string")
+        if self.detail is not None:
+            if not isinstance(self.detail, str):
+                raise InvalidInput("detail must be a string")
+            require_json(self.detail, "detail")
         require_aware(self.retry_at, "retry_at")
 
 
@@ -285,7 +293,7 @@ class EmitEvent:
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
         require_int(self.job_id, "job_id", minimum=1)
-        require_json(self.payload, "event payload")
+        object.__setattr__(self, "payload", as_json(self.payload, "event payload"))
 
 
 # --- §8.4 children --------------------------------------------------------------------------------

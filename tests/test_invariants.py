@@ -94,8 +94,8 @@ def states_of(store: ModelStore) -> list[State]:
 
 def rows(snapshot: State, **changes) -> dict:
     """The rows of a snapshot as from_rows arguments, with whole tables replaced by `changes`."""
-    tables = dict(jobs=list(snapshot.jobs.values()), steps=list(snapshot.steps.values()),
-                  signals=list(snapshot.signals.values()))
+    tables = {"jobs": list(snapshot.jobs.values()), "steps": list(snapshot.steps.values()),
+              "signals": list(snapshot.signals.values())}
     tables.update(changes)
     return tables
 
@@ -211,7 +211,7 @@ def test_a_job_retention_pruned_is_not_lost():
 def test_a_job_left_running_after_the_drain_is_reported():
     store = ModelStore()
     enqueue(store, spec(), spec())
-    a, b = claim(store, demand=2)
+    a, _ = claim(store, demand=2)
     ack(store, a, w.Succeed())
     assert messages(i1_no_job_lost(store.state, [1, 2], drained=True)) == [
         "I1 job 2: is running, not terminal, after the workers drained all work"
@@ -234,7 +234,7 @@ def reclaimed_job(store: ModelStore):
 
 def test_stale_fenced_writes_after_a_reclaim_change_nothing():
     store = ModelStore()
-    first, second = reclaimed_job(store)
+    _, second = reclaimed_job(store)
     stale = [
         w.Ack(at(130), 1, 1, w.Succeed("late")),
         w.ParkAwait(at(130), 1, 1, "s", "go"),
@@ -249,6 +249,21 @@ def test_stale_fenced_writes_after_a_reclaim_change_nothing():
     ]
     assert i2_stale_acks_change_nothing(observed) == []
     assert store.state.jobs[1] == second
+
+
+def test_a_stale_member_of_a_batched_ack_changes_nothing_while_the_rest_of_the_batch_applies():
+    store = ModelStore()
+    reclaimed_job(store)
+    enqueue(store, spec(), now=at(120))
+    (other,) = claim(store, at(121))
+    batch = w.AckMany(at(130), (w.Ack(at(130), 1, 1, w.Succeed("late")), w.Ack(at(130), other.id, other.attempt, w.Succeed())))
+    assert [type(r) for r in store.apply(batch).results] == [w.Stale, w.Acked]
+    (observed,) = stale_acks_from_history(replay(op for op, _ in store.history))
+    assert (observed.job_id, observed.kind) == (1, "batched ack")
+    assert i2_stale_acks_change_nothing([observed]) == []
+    assert messages(i2_stale_acks_change_nothing([replace(observed, after=replace(observed.after, result=b"1"))])) == [
+        "I2 job 1: a stale batched ack (attempt 1) changed the row: result NULL→b'1'"
+    ]
 
 
 def test_a_stale_ack_that_changed_the_row_is_reported():
@@ -290,7 +305,7 @@ def journaled_twice(store: ModelStore):
     """Job 1 journals 'a', is reclaimed, re-runs (hit on 'a', journals 'b'); a duplicate execution of
     'a' with another value loses the race."""
     enqueue(store, spec(max_attempts=3))
-    (first,) = claim(store)
+    claim(store)
     store.apply(w.RecordStep(at(1), 1, "a", 1, 10, 1))
     store.apply(w.Reclaim(at(60)))
     (second,) = claim(store, at(120))
@@ -401,11 +416,29 @@ def test_a_job_fails_with_budget_exceeded_on_the_step_that_crosses_its_budget():
 def test_a_job_whose_worker_died_after_the_crossing_step_with_no_attempt_left_may_fail_by_lease_expiry():
     store = ModelStore()
     enqueue(store, spec(budget_tokens=5, max_attempts=1))
-    (job,) = claim(store)
+    claim(store)
     store.apply(w.RecordStep(T0, 1, "a", "x", 0, 6))
     store.apply(w.Reclaim(at(60)))
     assert (store.state.jobs[1].state, store.state.jobs[1].errors[-1]["error"]) == ("failed", "lease_expired")
     assert i4_budget_fails_on_crossing_step(store.state) == []
+
+
+def test_a_re_run_that_only_hits_the_journal_and_succeeds_after_a_crossing_is_reported():
+    """The §8.2/§11.4 gap: the crossing step was the last one and the worker died before failing the job;
+    the next attempt replays it as a hit (no pre-flight on a hit) and, unless the SDK checks spend before
+    acking success, succeeds."""
+    store = ModelStore()
+    enqueue(store, spec(budget_usd_micros=100, max_attempts=3))
+    claim(store)
+    assert store.apply(w.RecordStep(T0, 1, "only", "x", 120)).over_budget  # then the worker dies
+    store.apply(w.Reclaim(at(60)))
+    (job,) = claim(store, at(120))
+    assert work_step(store, job, "only", usd=120, now=at(121)) == "hit"
+    ack(store, job, w.Succeed(), at(122))
+    assert messages(i4_budget_fails_on_crossing_step(store.state)) == [
+        "I4 job 1: succeeded although step 'only' (seq 1) crossed the budget (usd 120 > budget 100); "
+        "it must fail with budget_exceeded"
+    ]
 
 
 def test_a_step_journaled_after_the_crossing_step_is_reported():
@@ -660,7 +693,7 @@ def children(n: int) -> tuple[JobSpec, ...]:
 
 def spawned(store: ModelStore) -> tuple[int, ...]:
     enqueue(store, spec())
-    (parent,) = claim(store)
+    claim(store)
     first = store.apply(w.Spawn(T0, 1, "fan", children(3)))
     again = store.apply(w.Spawn(at(1), 1, "fan", children(3)))
     assert (again.child_ids, again.memoized) == (first.child_ids, True)
@@ -676,7 +709,7 @@ def test_a_spawn_declares_exactly_its_keyed_children_even_when_it_runs_again():
 def test_children_inserted_before_a_crash_are_adopted_when_the_spawn_runs_again():
     store = ModelStore()
     enqueue(store, spec())
-    (parent,) = claim(store)
+    claim(store)
     # The insert half of a spawn whose journal write never happened (the worker crashed in between).
     enqueue(store, *(spec(unique_key=spawn_key(1, "fan", i), unique_mode="always", parent_id=1) for i in range(2)))
     assert i8_children_as_declared(store.state) == []  # undeclared, but no spawn step exists yet
@@ -833,19 +866,30 @@ def test_check_all_runs_every_invariant_one_snapshot_can_decide():
     )
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "contract gap: §8.7 retention may prune a terminal workflow dep before its held dependent settles; "
-    "settle() then treats the missing dep as unmet and the dependent stays held forever (I1)"
-))
 def test_retention_never_strands_a_held_workflow_member():
+    """Contract gap closed by a decision (README): retention skips members of a workflow still settling."""
     store = ModelStore()
     workflow(store, member("a"), member("b"), member("c", "a", "b"))
     a, b = claim(store, demand=2)
     ack(store, a, w.Succeed(), at(1))
-    store.apply(w.Prune(at(600), {"succeeded": 60}))  # a is pruned; c is still held on b
+    store.apply(w.Prune(at(600), {"succeeded": 60}))  # a is pruned while c still waits on b
     ack(store, b, w.Succeed(), at(601))
-    (c,) = claim(store, at(602))
-    ack(store, c, w.Succeed(), at(603))
+    for job in claim(store, at(602), demand=5):
+        ack(store, job, w.Succeed(), at(603))
+    ledger = ledger_from_history(store.history)
+    found = i1_no_job_lost(store.state, ledger.inserted, drained=True, pruned=ledger.pruned)
+    assert found == [], messages(found)
+
+
+def test_retrying_a_member_whose_dep_was_pruned_is_refused_not_stranded():
+    store = ModelStore()
+    workflow(store, member("a"), member("b", "a"))
+    a, = claim(store, demand=1)
+    ack(store, a, w.Fail("boom"), at(1))  # a fails; b is doomed; the workflow is finished
+    store.apply(w.Prune(at(600), {"failed": 60, "cancelled": 60}, limit=1))  # only a goes
+    b = next(j for j in store.state.jobs.values() if j.wf_name == "b")
+    assert store.apply(ops.Retry(at(601), b.id)) == ops.DepsGone(b.id, ("a",))
+    assert store.state.jobs[b.id].state == "cancelled"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -914,7 +958,8 @@ class ModelRun(RuleBasedStateMachine):
         return True
 
     def finish(self, job_id: int, attempt: int, outcome) -> None:
-        """Ack like a conformant SDK: a job whose durable spend crossed its budget fails with budget_exceeded."""
+        """Ack like a conformant SDK: a job whose durable spend crossed its budget fails with budget_exceeded
+        (checking before any ack closes the gap of test_a_re_run_that_only_hits_the_journal_...)."""
         if isinstance(self.apply(w.Preflight(job_id)), w.OverBudget):
             outcome = w.Fail("budget_exceeded")
         assert isinstance(self.apply(w.Ack(self.now, job_id, attempt, outcome)), w.Acked)
@@ -975,14 +1020,10 @@ class ModelRun(RuleBasedStateMachine):
         done = self.jobs_in(("failed", "cancelled"))
         job = self.store.state.jobs[done[pick % len(done)]]
         members = {j.wf_name for j in self.store.state.workflow(job.workflow_id)} if job.workflow_id else set()
-        if any(d not in members for d in job.wf_deps or ()):
-            return  # see test_retention_never_strands_a_held_workflow_member: a pruned dep strands it
-        self.apply(ops.Retry(self.now, job.id))
+        self.apply(ops.Retry(self.now, job.id))  # a member whose dep was pruned is refused (DepsGone)
 
-    @precondition(lambda self: not any(j.state == "held" for j in self.store.state.jobs.values()))
     @rule()
     def prune(self):
-        # Only while no member is held: retention may otherwise strand it (the xfail test above).
         self.apply(w.Prune(self.now, RETENTION, signal_ttl=300))
 
     # --- workers ----------------------------------------------------------------------------------
@@ -993,11 +1034,13 @@ class ModelRun(RuleBasedStateMachine):
 
     @rule(outcome=st.sampled_from(["succeed", "fail", "cancel"]))
     def child_worker(self, outcome):
-        """Another node's pool: claim spawned children and run each to an end."""
-        for job in self.apply(w.Claim(self.now, KIDS, "n2", 3, lease_ttl=timedelta(seconds=30))).jobs:
-            if self.boundary(job.id, job.attempt):
-                self.finish(job.id, job.attempt,
-                            {"succeed": w.Succeed(1), "fail": w.Fail("boom"), "cancel": w.CancelSelf()}[outcome])
+        """Another node's chunk worker: claim spawned children, run them, ack them in one batch."""
+        end = {"succeed": w.Succeed(1), "fail": w.Fail("boom"), "cancel": w.CancelSelf()}[outcome]
+        claimed = self.apply(w.Claim(self.now, KIDS, "n2", 3, lease_ttl=timedelta(seconds=30))).jobs
+        acks = tuple(w.Ack(self.now, j.id, j.attempt, end) for j in claimed if self.boundary(j.id, j.attempt))
+        if acks:
+            result = self.apply(w.AckMany(self.now, acks))
+            assert all(isinstance(r, w.Acked) for r in result.results)
 
     @rule(kind=st.sampled_from(["renew", "reclaim", "reconcile"]))
     def sweep(self, kind):
@@ -1032,7 +1075,7 @@ class ModelRun(RuleBasedStateMachine):
         }[outcome])
 
     @precondition(lambda self: bool(self.stale))
-    @rule(pick=PICK, kind=st.sampled_from(["ack", "park", "sleep", "await"]))
+    @rule(pick=PICK, kind=st.sampled_from(["ack", "batch", "park", "sleep", "await"]))
     def stale_write(self, pick, kind):
         if not self.stale:
             return
@@ -1042,12 +1085,14 @@ class ModelRun(RuleBasedStateMachine):
         job_id, attempt = stale[pick % len(stale)]
         op = {
             "ack": w.Ack(self.now, job_id, attempt, w.Succeed("late")),
+            "batch": w.AckMany(self.now, (w.Ack(self.now, job_id, attempt, w.Fail("late")),)),
             "park": w.ParkAwait(self.now, job_id, attempt, "s:a", "go"),
             "sleep": w.Sleep(self.now, job_id, attempt, "nap", self.now + timedelta(seconds=30)),
             "await": w.AwaitChildren(self.now, job_id, attempt),
         }[kind]
         result = self.apply(op)
-        assert isinstance(result, w.Stale), f"job {job_id}: a stale {kind} (attempt {attempt}) was accepted: {result}"
+        stale = result.results[0] if isinstance(result, w.AckedMany) else result
+        assert isinstance(stale, w.Stale), f"job {job_id}: a stale {kind} (attempt {attempt}) was accepted: {result}"
 
     @precondition(lambda self: bool(self.running))
     @rule(pick=PICK, name=st.sampled_from(["s1", "s2", "s3"]), usd=st.integers(0, 40), tokens=st.integers(0, 2))

@@ -24,8 +24,14 @@ ON CONFLICT DO NOTHING
 RETURNING id
 
 -- unique_holder --
--- §5.2: the holder a skipped unique-key row is reported against.
-SELECT id FROM {jobs} WHERE unique_key = %(key)s ORDER BY id DESC LIMIT 1
+-- §5.2: the holder a skipped unique-key row is reported against: the newest row in the index its mode
+-- conflicts with (incomplete: live incomplete-mode rows; window/always: rows of either of those modes).
+SELECT id FROM {jobs}
+WHERE unique_key = %(key)s
+  AND CASE WHEN %(mode)s = 'incomplete'
+           THEN unique_mode = 'incomplete' AND state IN ('ready', 'running', 'awaiting', 'held', 'paused')
+           ELSE unique_mode IN ('window', 'always') END
+ORDER BY id DESC LIMIT 1
 
 -- cron_holder --
 -- §8.5: the job that already owns a cron slot.
@@ -158,3 +164,8 @@ UPDATE {jobs} SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await
                   lease_until = NULL, leased_by = NULL
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING id, queue
+
+-- missing_deps --
+-- §8.6 retry guard: dep names of a member that no job of its workflow carries any more (pruned).
+SELECT d AS name FROM unnest(%(deps)s::text[]) AS d
+WHERE NOT EXISTS (SELECT 1 FROM {jobs} WHERE workflow_id = %(workflow_id)s AND wf_name = d)

@@ -169,7 +169,7 @@ SELECT id FROM {jobs} WHERE id = %(id)s FOR UPDATE
 -- spawn_holders --
 -- §8.4: rebuild the child id list from the unique keys (the newest holder of each key).
 SELECT DISTINCT ON (unique_key) unique_key, id FROM {jobs}
-WHERE unique_key = ANY(%(keys)s)
+WHERE unique_key = ANY(%(keys)s) AND unique_mode IN ('window', 'always')
 ORDER BY unique_key, id DESC
 
 -- children_states --
@@ -192,10 +192,14 @@ SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} OR
 -- prune_jobs --
 -- §8.7: terminal jobs past their state's retention, a batch at a time; never a non-terminal job.
 DELETE FROM {jobs} WHERE id IN (
-    SELECT id FROM {jobs}
-    WHERE (state = 'succeeded' AND finished_at < %(succeeded_before)s)
-       OR (state = 'failed' AND finished_at < %(failed_before)s)
-       OR (state = 'cancelled' AND finished_at < %(cancelled_before)s)
+    SELECT id FROM {jobs} AS j
+    WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)
+           OR (state = 'failed' AND finished_at < %(failed_before)s)
+           OR (state = 'cancelled' AND finished_at < %(cancelled_before)s))
+      -- never a member of a workflow still settling: its held dependents must find their deps
+      AND (workflow_id IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {jobs} AS o WHERE o.workflow_id = j.workflow_id
+               AND o.state NOT IN ('succeeded', 'failed', 'cancelled')))
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -9,7 +9,7 @@ from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
     MIN, NODE, OTHER_NODE, S, TTL, ack, check, claim, claim_job, claimed_ids, errors_of, expect, fields,
-    insert, member, park, read, signal, spawn, spec, start, succeed, wf_states, workflow,
+    insert, member, park, read, signal, spawn, spec, start, wf_states, workflow,
 )
 
 
@@ -121,25 +121,24 @@ def _(store, now):
     expect(claimed_ids(store, now, opts=opts), [], "every key is at its limit while its job runs")
     ack(store, now + S, read(store, a1), w.Succeed())
     expect(claimed_ids(store, now + S, opts=opts), [a2], "a's slot is free again")
-    expect(claimed_ids(store, now + TTL, opts=opts), [a3], "expired leases do not count against a key")
+    expect(claimed_ids(store, now + S + TTL, opts=opts), [a3],
+           "once a2's lease has expired it no longer counts against key a")
 
 
 @case("§6", "partitioned claims use global_limit as the per-key limit and can key on meta")
 def _(store, now):
     opts = {"limit": 1, "global_limit": 3, "partition": {"field": "meta", "key": "tenant"}}
     a1, a2, a3, b1 = (insert(store, now, meta={"tenant": t}) for t in "aaab")
-    expect(claimed_ids(store, now, opts=opts), [a1, a2, b1],
-           "per_key_limit = global_limit (3): a1, a2, a3 all rank in, but global order stops at 3 rows... "
-           "a3 ranks 3rd in key a, so the first three in global order win")
+    expect(claimed_ids(store, now, opts=opts), [a1, a2, a3],
+           "per_key_limit is global_limit (3), not limit (1): key a takes three rows (limit 1 would give [a1, b1])")
     expect(claimed_ids(store, now, opts=opts), [], "global_limit reached")
-    check(read(store, a3).state == "ready", "a3 waits")
+    check(read(store, b1).state == "ready", "b1 waits for a free global slot")
 
 
 @case("§6", "renew extends only this node's running leases and reports the rest lost")
 def _(store, now):
     a1 = start(store, now, queue="qa")
     a2 = start(store, now, queue="qa")
-    b1 = start(store, now, queue="qb", node=None) if False else None
     b_id = insert(store, now, queue="qb")
     (b1,) = claim(store, now, "qb", node=OTHER_NODE)
     ack(store, now + S, a2, w.Succeed())
@@ -195,3 +194,23 @@ def _(store, now):
     expect(store.apply(w.Reclaim(now + TTL, limit=2)), w.Reclaimed(tuple(ids[:2]), ()), "the first batch")
     expect(read(store, ids[2]).state, "running", "the rest waits for the next sweep")
     expect(store.apply(w.Reclaim(now + TTL, limit=2)), w.Reclaimed((ids[2],), ()), "the next batch")
+
+
+@case("§6", "partition keys are read from the stored JSON, so equal jsonb values share a partition")
+def _(store, now):
+    opts = {"limit": 1, "partition": {"field": "input", "key": "t"}}
+    first = insert(store, now, input={"t": 1e20})
+    insert(store, now, input={"t": 10**20})  # jsonb numeric: the same number, the same ->> text
+    obj = insert(store, now, input={"t": {"b": 1, "a": 2}})
+    insert(store, now, input={"t": {"a": 2, "b": 1}})  # jsonb objects have no key order
+    null = insert(store, now, input={"t": None})
+    insert(store, now, input={})  # JSON null and a missing key are both the '' partition
+    digit = insert(store, now, input={1: "x"})  # stored as {"1": "x"}: no "t" key, so also ''
+    expect(claimed_ids(store, now, opts=opts), [first, obj, null],
+           "COALESCE(input->>'t', '') over the jsonb as stored: one job per distinct key")
+    check(read(store, digit).state == "ready", "the int-keyed job waits in the '' partition")
+    keyed = {"limit": 1, "partition": {"field": "input", "key": "1"}}
+    a = insert(store, now, queue="k", input={1: "a"})
+    insert(store, now, queue="k", input={"1": "a"})
+    expect(claimed_ids(store, now, "k", opts=keyed), [a],
+           "input {1: 'a'} is stored as {'1': 'a'}: both jobs are partition 'a'")

@@ -3,7 +3,7 @@ enqueue (§8.3), reads, signals and steering (§8.1), cancel and retry (§8.6), 
 the transactional-enqueue capability."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from model import ops
 from model import worker_ops as w
@@ -12,7 +12,7 @@ from model.queues import QueueOpts
 from model.rows import Signal
 from properties.conformance.core import NotApplicable, case, require
 from properties.conformance.support import (
-    MIN, S, ack, cancel, check, claim, claim_job, enqueue, errors_of, expect, expect_raises, fail, fields,
+    MIN, S, ack, cancel, check, claim, claim_job, enqueue, expect, expect_raises, fail, fields,
     finish, gone, insert, member, park, read, signal, signals, spec, start, state, succeed, wf_states,
     workflow,
 )
@@ -34,7 +34,7 @@ def _(store, now):
     expect_raises(ops.IncompatibleSchema, lambda: store.apply(ops.CheckCompat(known_major=0)),
                   "an SDK knowing only contract major 0 must refuse a major-1 database")
     expect_raises(ops.IncompatibleSchema, lambda: store.apply(ops.CheckCompat(min_version=10**6)),
-                  "an SDK needing migration 1000000 must refuse a migration-3 database")
+                  "an SDK needing migration 1000000 must refuse an older database")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,11 +245,15 @@ def _(store, now):
 
 @case("§8.1", "reading signals returns only the requested scopes, ordered by scope and name")
 def _(store, now):
-    for scope, name in [("s2", "b"), ("s1", "z"), ("s1", "a"), ("s3", "x")]:
+    for scope, name in [("s2", "b"), ("s1", "z"), ("s1", "a"), ("s3", "x"), ("s1", "B"), ("s1", "$steer"),
+                        ("s1", "_x"), ("S2", "a")]:
         store.apply(ops.DeliverSignal(now, scope, name, [scope, name]))
-    expect([(s.scope, s.name, s.payload) for s in signals(store, "s2", "s1")],
-           [("s1", "a", ["s1", "a"]), ("s1", "z", ["s1", "z"]), ("s2", "b", ["s2", "b"])],
-           "ReadSignals(scope = ANY($scopes))")
+    # Code-point (bytewise UTF-8) order, as the model sorts: '$' < 'B' < '_' < 'a'. A server whose
+    # default collation is not C would order these differently.
+    expect([(s.scope, s.name) for s in signals(store, "s2", "s1", "S2")],
+           [("S2", "a"), ("s1", "$steer"), ("s1", "B"), ("s1", "_x"), ("s1", "a"), ("s1", "z"), ("s2", "b")],
+           "ReadSignals(scope = ANY($scopes)) ordered by scope, name in code-point order")
+    expect(signals(store, "s3")[0].payload, ["s3", "x"], "each row carries its payload")
 
 
 @case("§8.1", "a delivered signal wakes every job awaiting it and no other")
@@ -414,6 +418,20 @@ def _(store, now):
     expect(store.apply(ops.Retry(now, done_id + 1000)), ops.NotFound(done_id + 1000), "Retry of an unknown job")
 
 
+@case("§8.6", "a blocked retry and a duplicate both name the live holder of the key")
+def _(store, now):
+    older = insert(store, now, queue="q1", unique_key="k")
+    fail(store, now + S, older)
+    newer = insert(store, now + 2 * S, queue="q2", unique_key="k")
+    fail(store, now + 3 * S, newer)
+    expect(store.apply(ops.Retry(now + 4 * S, older)), ops.Retried(older, "ready"),
+           "setup: the older row is retried while the newer one is terminal, so it becomes the live holder")
+    expect(store.apply(ops.Retry(now + 5 * S, newer)), ops.RetryBlocked(newer, older),
+           "RetryBlocked.holder_id must be the live holder (the revived older row), not the newest row with the key")
+    expect(enqueue(store, now + 6 * S, spec(unique_key="k")).outcomes[0], Duplicate(older, "unique"),
+           "a duplicate names the live holder too: the newest row in the index its mode conflicts with")
+
+
 # ---------------------------------------------------------------------------------------------
 # input validation and the transactional-enqueue capability
 
@@ -498,3 +516,38 @@ def _(store, now):
         (dropped,) = store.apply(ops.Enqueue(now, (spec("dropped"),)), conn=conn).ids
         conn.rollback()
     check(gone(store, dropped), "a job enqueued in a rolled-back caller transaction must not exist")
+
+
+@case("§2", "JSON columns read back as JSON: non-string keys become strings and tuples become lists")
+def _(store, now):
+    job_id = insert(store, now, input={1: "one", "pair": (1, 2)}, meta={2: None})
+    expect(fields(read(store, job_id), "input", "meta"),
+           dict(input={"1": "one", "pair": [1, 2]}, meta={"2": None}),
+           "input and meta are jsonb (§2): a Python int key or tuple is stored as its JSON")
+    store.apply(ops.DeliverSignal(now, "s", "n", (1, {3: "x"})))
+    expect(signals(store, "s")[0].payload, [1, {"3": "x"}], "signal payloads are jsonb too")
+
+
+@case("§2", "a JSON value holding a lone surrogate is refused with InvalidInput")
+def _(store, now):
+    expect_raises(InvalidInput, lambda: store.apply(ops.Enqueue(now, (spec(input={"x": "\ud800"}),))),
+                  "jsonb cannot hold an unpaired UTF-16 surrogate: the input must be refused as bad input")
+    expect_raises(InvalidInput, lambda: store.apply(ops.DeliverSignal(now, "s", "n", ["\udfff"])),
+                  "a signal payload likewise")
+    expect(signals(store, "s"), (), "nothing was written")
+
+
+@case("§10", "a name holding a lone surrogate is refused with InvalidInput")
+def _(store, now):
+    expect_raises(InvalidInput, lambda: store.apply(ops.Enqueue(now, (spec(queue="q\ud800"),))),
+                  "a queue name that is not encodable as UTF-8 text must be refused as bad input")
+    expect_raises(InvalidInput, lambda: store.apply(ops.DeliverSignal(now, "scope\ud800", "n")),
+                  "a signal scope likewise")
+
+
+@case("§10", "max_attempts beyond the integer column is refused with InvalidInput")
+def _(store, now):
+    first = insert(store, now)
+    expect_raises(InvalidInput, lambda: store.apply(ops.Enqueue(now, (spec(max_attempts=2**31),))),
+                  "belay_jobs.max_attempts is an integer (at most 2147483647): larger is bad input")
+    check(gone(store, first + 1), "nothing was inserted")

@@ -77,10 +77,12 @@ def require(store: Any, capability: str) -> None:
 Selector = Union[None, str, Iterable[str], Callable[[Case], bool]]
 
 
-def _matches(c: Case, selector: str) -> bool:
-    """A string selects by section ('§7', '§8' takes §8.x too), area ('acks') or id substring."""
-    if selector == c.section or c.section.startswith(selector + ".") or selector == c.area:
-        return True
+def _matches(c: Case, selector: str, areas: set[str]) -> bool:
+    """A string selects by section ('§7'; '§8' takes §8.x too), by area ('acks'), else by id substring."""
+    if selector in areas:
+        return selector == c.area
+    if selector.startswith("§"):
+        return selector == c.section or c.section.startswith(selector + ".")
     return selector in c.id
 
 
@@ -93,7 +95,8 @@ def select(only: Selector = None, cases: Iterable[Case] | None = None) -> list[C
         chosen = [c for c in pool if only(c)]
     else:
         selectors = [only] if isinstance(only, str) else list(only)
-        chosen = [c for c in pool if any(_matches(c, s) for s in selectors)]
+        areas = {c.area for c in pool}
+        chosen = [c for c in pool if any(_matches(c, s, areas) for s in selectors)]
     if not chosen:
         raise ValueError(f"only={only!r} selects no conformance case (try a section like '§7' or an area "
                          f"like 'acks')")

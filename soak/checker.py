@@ -1,0 +1,667 @@
+"""The soak checker: a pure function of the database snapshot, the ledger and the fault log.
+
+    result = check(state, ledger, history)      # state: model.state.State (impl.snapshot.snapshot)
+    result.verdict in ("valid", "invalid", "unknown"); result.exit_code in (0, 1, 2)
+
+Inputs (all plain values, nothing is read here):
+  * `state` — one REPEATABLE READ snapshot of the Belay tables after the drain;
+  * `ledger` — what the driver wrote in the same transactions as its enqueues (`soak_ledger`,
+    `soak_unique`) and what workers observed (`soak_observations`), see PROTOCOL.md §4;
+  * `history` — the harness's event log (JSON objects with an epoch-seconds `t` and a `type`):
+    faults with their times (worker start/kill/exit/stop/cont, database crash/restart), phases, cron
+    registration, signals and cancels the driver sent, periodic step-journal samples, the drain end.
+
+Each §11 invariant is checked with the model's predicates (model/invariants.py) where they fit, plus
+soak-specific rules that turn the soak kinds' evidence (results that embed their attempt and the step
+values they saw, pre-ack observations, lease events) into checks from data. Every invariant ends
+`valid` (checked, held, and the scenario that could break it happened), `invalid` (counterexamples,
+first ones named) or `unknown` (not decidable, or not exercised in this run) — never a vacuous valid.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from model import invariants as inv
+from model.envelope import EnvelopeError, decode
+from model.rows import TERMINAL, Job, Step
+from model.state import State
+
+INVARIANTS = tuple(inv.CONTRACT)  # I1 … I9
+MAX_SHOWN = 10  # counterexamples kept per invariant
+RESULT_TOKENS = {  # kind → the step names whose tokens its result lists, in order (PROTOCOL.md §3)
+    "flaky": lambda job, result: ["pre", "mid"],
+    "steps": lambda job, result: [f"s{i}" for i in range(1, int(job.input.get("n", 0)) + 1)],
+    "costed": lambda job, result: [f"c{i}" for i in range(1, len(job.input.get("costs", [])) + 1)],
+}
+
+
+# --- inputs -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One soak_ledger row: a job the driver inserted, in the same transaction as the job."""
+
+    job_id: int
+    kind: str
+    expected: str  # e.g. "succeeded", "failed:budget_exceeded", "cancelled|succeeded"
+    inserted_at: datetime
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One soak_observations row written by a worker (pre_ack: the row it saw; ack: what its ack did)."""
+
+    job_id: int
+    attempt: int
+    node: str | None
+    phase: str
+    observed: Mapping[str, Any]
+    at: datetime
+
+
+@dataclass(frozen=True)
+class UniqueAttempt:
+    """One soak_unique row: one of several concurrent inserts of the same unique key."""
+
+    grp: int
+    key: str
+    mode: str
+    outcome: str  # inserted | duplicate
+    job_id: int | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class SoakLedger:
+    entries: tuple[LedgerEntry, ...] = ()
+    observations: tuple[Observation, ...] = ()
+    unique: tuple[UniqueAttempt, ...] = ()
+
+
+# --- outputs ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class InvariantResult:
+    name: str
+    verdict: str = "valid"
+    checks: int = 0
+    violations: int = 0
+    counterexamples: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    exercised: bool = False
+    why_unknown: str | None = None
+
+    def add(self, violations: Iterable[inv.Violation | str]) -> None:
+        for v in violations:
+            self.violations += 1
+            if len(self.counterexamples) < MAX_SHOWN:
+                self.counterexamples.append(str(v))
+
+    def finish(self) -> None:
+        if self.violations:
+            self.verdict = "invalid"
+        elif self.why_unknown is not None:
+            self.verdict = "unknown"
+        elif not self.exercised:
+            self.verdict = "unknown"
+            self.why_unknown = "not exercised in this run"
+        else:
+            self.verdict = "valid"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "contract": inv.CONTRACT[self.name], "verdict": self.verdict, "valid": self.verdict == "valid",
+            "checks": self.checks, "violations": self.violations,
+            "first_counterexample": self.counterexamples[0] if self.counterexamples else None,
+            "counterexamples": self.counterexamples, "notes": self.notes, "why_unknown": self.why_unknown,
+        }
+
+
+@dataclass
+class CheckResult:
+    verdict: str
+    invariants: dict[str, InvariantResult]
+    stats: dict[str, Any]
+
+    @property
+    def exit_code(self) -> int:
+        return {"valid": 0, "invalid": 1}.get(self.verdict, 2)
+
+    def first_counterexamples(self) -> list[str]:
+        return [c for r in self.invariants.values() for c in r.counterexamples[:1]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "exit_code": self.exit_code, "stats": self.stats,
+                "invariants": {k: v.to_json() for k, v in self.invariants.items()}}
+
+
+# --- the fault log as intervals -----------------------------------------------------------------------
+
+
+def _ts(value: datetime | float | str) -> float:
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, str):
+        return datetime.fromisoformat(value).timestamp()
+    return float(value)
+
+
+class Timeline:
+    """Who was alive and running when, and when the database was down (from the history)."""
+
+    def __init__(self, history: Sequence[Mapping[str, Any]]) -> None:
+        self.started: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self.stopped: dict[str, list[list[float]]] = defaultdict(list)
+        self.db_down: list[list[float]] = []
+        self.end = max((float(e["t"]) for e in history), default=0.0)
+        for e in sorted(history, key=lambda e: float(e["t"])):
+            t, kind, node = float(e["t"]), e.get("type"), e.get("node")
+            if kind == "worker_start":
+                self.started[node] = t
+            elif kind in ("worker_kill", "worker_exit", "worker_term"):
+                self.ended.setdefault(node, t)
+            elif kind == "worker_stop":
+                self.stopped[node].append([t, float("inf")])
+            elif kind == "worker_cont" and self.stopped[node]:
+                self.stopped[node][-1][1] = t
+            elif kind == "db_crash":
+                self.db_down.append([t, float("inf")])
+            elif kind == "db_restarted" and self.db_down:
+                self.db_down[-1][1] = t
+
+    def node_ran(self, node: str, t0: float, t1: float) -> bool:
+        """Node was started before t0, not dead before t1, never SIGSTOPped during [t0, t1]."""
+        if node not in self.started or self.started[node] > t0 or self.ended.get(node, float("inf")) < t1:
+            return False
+        return not any(a <= t1 and b >= t0 for a, b in self.stopped.get(node, ()))
+
+    def db_down_during(self, t0: float, t1: float) -> bool:
+        return any(a <= t1 and b >= t0 for a, b in self.db_down)
+
+    def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
+        """Seconds of [t0, t1] during which some worker was alive and running and the database up."""
+        total, t = 0.0, t0
+        while t < t1:
+            if not self.db_down_during(t, t) and any(self.node_ran(n, t, t) for n in self.started):
+                total += step
+            t += step
+        return total
+
+
+# --- helpers ------------------------------------------------------------------------------------------
+
+
+def _result(job: Job) -> Any:
+    if job.result is None:
+        return None
+    try:
+        return decode(bytes(job.result))
+    except (EnvelopeError, ValueError):
+        return None
+
+
+def _value(step: Step) -> Any:
+    try:
+        return decode(bytes(step.value))
+    except (EnvelopeError, ValueError):
+        return None
+
+
+def _digest(value: bytes) -> str:
+    return hashlib.md5(bytes(value)).hexdigest()
+
+
+def _last_error(job: Job) -> str | None:
+    entry = job.errors[-1] if job.errors else None
+    return entry.get("error") if isinstance(entry, Mapping) else None
+
+
+def _matches(expected: str, job: Job) -> bool:
+    for option in expected.split("|"):
+        state, _, error = option.partition(":")
+        if job.state == state and (not error or _last_error(job) == error):
+            return True
+    return False
+
+
+# --- the check ----------------------------------------------------------------------------------------
+
+
+def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> CheckResult:
+    """Every §11 invariant over one post-drain snapshot, the ledger and the fault log."""
+    results = {name: InvariantResult(name) for name in INVARIANTS}
+    timeline = Timeline(history)
+    drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
+    drained = bool(drain and drain.get("drained"))
+    snapshot_t = next((float(e["t"]) for e in reversed(history) if e.get("type") == "snapshot"), timeline.end)
+    run = next((e for e in history if e.get("type") == "run_start"), {})
+    ttl = float(run.get("lease_ttl", 10))
+    by_id = {e.job_id: e for e in ledger.entries}
+    steps = defaultdict(dict)
+    for (job_id, name), s in state.steps.items():
+        steps[job_id][name] = s
+
+    _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl)
+    _i2(results["I2"], state, ledger)
+    _i3(results["I3"], state, history, steps)
+    _i4(results["I4"], state, by_id, steps)
+    _i5(results["I5"], state, by_id)
+    _i6(results["I6"], state, history, timeline)
+    _i7(results["I7"], state, ledger)
+    _i8(results["I8"], state, by_id, steps)
+    _i9(results["I9"], state, by_id, drained)
+
+    for r in results.values():
+        r.finish()
+    verdicts = {r.verdict for r in results.values()}
+    verdict = "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
+    kinds = defaultdict(int)
+    for e in ledger.entries:
+        kinds[e.kind] += 1
+    mismatched = [e.job_id for e in ledger.entries if e.job_id in state.jobs
+                  and state.jobs[e.job_id].terminal and not _matches(e.expected, state.jobs[e.job_id])]
+    stats = {
+        "jobs_in_database": len(state.jobs), "ledger_jobs": len(ledger.entries), "ledger_by_kind": dict(kinds),
+        "jobs_checked": len(state.jobs), "steps": len(state.steps), "signals": len(state.signals),
+        "drained": drained, "observations": len(ledger.observations), "unique_attempts": len(ledger.unique),
+        "outcome_mismatches": len(mismatched), "outcome_mismatch_examples": [
+            f"job {i} ({by_id[i].kind}) expected {by_id[i].expected}, ended {state.jobs[i].state}"
+            f"{' ' + str(_last_error(state.jobs[i])) if state.jobs[i].errors else ''}" for i in mismatched[:5]],
+    }
+    return CheckResult(verdict, results, stats)
+
+
+# --- I1 -------------------------------------------------------------------------------------------------
+
+
+def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> None:
+    expected = set(by_id)
+    declared = set()
+    for (job_id, name), s in state.steps.items():
+        if name.startswith(inv.SPAWN_STEP):
+            ids = _value(s)
+            if isinstance(ids, list):
+                declared.update(i for i in ids if isinstance(i, int))
+    crons = {j.id for j in state.jobs.values() if j.cron_name is not None}
+    expected |= declared | crons
+    r.checks += len(expected)
+    r.add(inv.i1_no_job_lost(state, expected, drained=False))
+    stuck, pending = [], []
+    for job_id in sorted(expected):
+        job = state.jobs.get(job_id)
+        if job is None or job.terminal:
+            continue
+        due = lambda t: t is None or t.timestamp() <= snapshot_t  # noqa: E731
+        if (job.state == "ready" and not due(job.ready_at)) or (job.state == "running" and not due(job.lease_until)) \
+                or (job.state == "awaiting" and job.ready_at is not None and not due(job.ready_at)):
+            pending.append(job_id)
+        else:
+            stuck.append(job)
+    for job in stuck:
+        r.add([inv.Violation("I1", job.id, f"is {job.state} (ready_at {job.ready_at}, lease_until {job.lease_until}) "
+                             "after the drain although nothing it waits for is pending: it was never run to the end")])
+    if pending:
+        r.why_unknown = (f"{len(pending)} job(s) were still waiting for a future deadline or a live lease when the "
+                         f"drain ended (e.g. {pending[:5]}): their end was not observed")
+        r.notes.append(r.why_unknown)
+    elif not drained and not stuck:
+        r.notes.append("the drain did not report completion, but every expected job is terminal in the snapshot")
+    # Lease renewal (§6): a `slow` attempt must not lose its lease while its node was alive, running and the
+    # database up — otherwise live work is taken away and, attempts exhausted, lost.
+    for (job_id, _seq), ev in state.events.items():
+        p = ev.payload
+        if not (isinstance(p, Mapping) and p.get("phase") == "start"):
+            continue
+        job = state.jobs.get(job_id)
+        if job is None:
+            continue
+        t0 = ev.inserted_at.timestamp()
+        for e in job.errors:
+            if isinstance(e, Mapping) and e.get("error") == "lease_expired" and e.get("attempt") == p.get("attempt"):
+                t1 = _ts(e["at"])
+                r.checks += 1
+                node = p.get("node")
+                if node and timeline.node_ran(node, t0, t1) and not timeline.db_down_during(t0 - 1, t1):
+                    r.add([inv.Violation("I1", job_id, (
+                        f"attempt {p.get('attempt')} lost its lease (lease_expired at {e['at']}) while node {node} "
+                        f"was alive, not stopped, and the database up for the whole {t1 - t0:.1f}s since the attempt "
+                        f"started (lease ttl {ttl}s): its leases were not renewed"))])
+    r.exercised = bool(expected) and (drained or not pending)
+    if not ledger.entries:
+        r.why_unknown = "the ledger is empty"
+
+
+# --- I2 -------------------------------------------------------------------------------------------------
+
+
+def _i2(r, state, ledger) -> None:
+    missing_attempt = 0
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        attempts = [e.get("attempt") for e in job.errors if isinstance(e, Mapping)]
+        r.checks += 1
+        for a, b in zip(attempts, attempts[1:]):
+            if not (isinstance(a, int) and isinstance(b, int) and b > a):
+                r.add([inv.Violation("I2", job.id, f"attempt {b} ended twice (errors {attempts}): an ack of an attempt "
+                                     "that had already ended (reclaimed) mutated the row")])
+                break
+        if job.state != "succeeded":
+            continue
+        result = _result(job)
+        if not (isinstance(result, Mapping) and isinstance(result.get("attempt"), int)):
+            missing_attempt += 1
+            continue
+        if result["attempt"] != job.attempt:
+            r.add([inv.Violation("I2", job.id, (
+                f"succeeded with the result of attempt {result['attempt']} while the row is at attempt {job.attempt}: "
+                "a stale attempt's ack finished the job"))])
+        elif attempts and isinstance(attempts[-1], int) and attempts[-1] >= job.attempt:
+            r.add([inv.Violation("I2", job.id, f"succeeded by attempt {job.attempt}, which had already ended with "
+                                 f"{job.errors[-1].get('error')!r}: a stale ack mutated the row")])
+    pre = {(o.job_id, o.attempt): o for o in ledger.observations if o.phase == "pre_ack"}
+    acks = {(o.job_id, o.attempt): o for o in ledger.observations if o.phase == "ack"}
+    stale_seen = sum(1 for o in acks.values() if o.observed.get("state") == "stale")
+    moved_on = 0
+    for key, o in sorted(pre.items()):
+        seen = o.observed
+        if seen.get("state") == "running" and seen.get("attempt") == o.attempt:
+            continue
+        moved_on += 1
+        ack = acks.get(key)
+        r.checks += 1
+        if ack is not None and ack.observed.get("state") != "stale":
+            r.add([inv.Violation("I2", o.job_id, (
+                f"attempt {o.attempt} on node {o.node} saw the row already {seen.get('state')} at attempt "
+                f"{seen.get('attempt')} (leased by {seen.get('leased_by')}), yet its ack was applied "
+                f"(→ {ack.observed.get('state')}) instead of being stale"))])
+    r.notes.append(f"{stale_seen} stale ack(s) observed by workers; {moved_on} attempt(s) came back after their job "
+                   "had moved on")
+    if missing_attempt:
+        r.notes.append(f"{missing_attempt} succeeded job(s) carry no 'attempt' in their result (PROTOCOL.md §2): "
+                       "their final ack could not be attributed")
+    r.exercised = stale_seen + moved_on > 0
+    if not r.exercised:
+        r.why_unknown = "no stale ack happened (no attempt came back after its lease was reclaimed)"
+
+
+# --- I3 -------------------------------------------------------------------------------------------------
+
+
+def _i3(r, state, history, steps) -> None:
+    r.add(inv.i3_one_row_per_step(state.steps.values()))
+    r.add(inv.i3_steps_immutable([state]))
+    r.checks += len(state.steps)
+    # Immutability over time: periodic samples of (seq, md5(value)) against later samples and the end.
+    first: dict[tuple[int, str], tuple[int, str]] = {}
+    samples = 0
+    for e in history:
+        if e.get("type") != "step_sample":
+            continue
+        samples += 1
+        for job_id, name, seq, digest in e.get("rows", ()):
+            key = (int(job_id), name)
+            if key in first and first[key] != (seq, digest):
+                r.add([inv.Violation("I3", key[0], f"step {name!r} changed after it was journaled "
+                                     f"(seq/md5 {first[key]} → {(seq, digest)})")])
+            first.setdefault(key, (seq, digest))
+    for key, (seq, digest) in first.items():
+        s = state.steps.get(key)
+        if s is None:
+            if key[0] in state.jobs:
+                r.add([inv.Violation("I3", key[0], f"step {key[1]!r} vanished while its job still exists")])
+        elif (s.seq, _digest(s.value)) != (seq, digest):
+            r.add([inv.Violation("I3", key[0], f"step {key[1]!r} changed after it was journaled")])
+    r.checks += len(first)
+    # Results consistent with the journal: every token a result lists is the journaled one, journaled
+    # no later than the ack that finished the job.
+    replayed = 0
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        if job.state != "succeeded":
+            continue
+        result = _result(job)
+        if not isinstance(result, Mapping):
+            continue
+        if job.worker in RESULT_TOKENS and isinstance(result.get("tokens"), list):
+            names = RESULT_TOKENS[job.worker](job, result)
+            pairs = list(zip(names, result["tokens"]))
+            if len(result["tokens"]) != len(names):
+                r.add([inv.Violation("I3", job.id, f"result lists {len(result['tokens'])} step values, "
+                                     f"its input declares {len(names)}")])
+        elif job.worker == "slow" and "token" in result:
+            pairs = [("begin", result["token"])]
+        else:
+            continue
+        job_replayed = False
+        for name, tok in pairs:
+            r.checks += 1
+            s = steps[job.id].get(name)
+            if s is None:
+                r.add([inv.Violation("I3", job.id, f"result names step {name!r} = {tok!r} but the journal has no such "
+                                     "row: the job was acked before its step was journaled")])
+                continue
+            value = _value(s)
+            stored = value.get("token") if isinstance(value, Mapping) else value
+            if stored != tok:
+                r.add([inv.Violation("I3", job.id, f"result saw {tok!r} for step {name!r} but the journal holds "
+                                     f"{stored!r}: a journaled step was executed again")])
+            elif job.finished_at is not None and s.inserted_at > job.finished_at:
+                r.add([inv.Violation("I3", job.id, (
+                    f"step {name!r} was journaled at {s.inserted_at.isoformat()}, after the job finished at "
+                    f"{job.finished_at.isoformat()}: the ack did not wait for the step journal to commit"))])
+            if isinstance(value, Mapping) and isinstance(value.get("attempt"), int) and value["attempt"] < job.attempt:
+                job_replayed = True
+        replayed += job_replayed
+    r.notes.append(f"{replayed} succeeded job(s) replayed journaled steps from an earlier attempt; "
+                   f"{samples} journal sample(s) compared over time")
+    r.exercised = replayed > 0
+    if not r.exercised:
+        r.why_unknown = "no job replayed a journaled step (no multi-step job was retried after journaling)"
+
+
+# --- I4 -------------------------------------------------------------------------------------------------
+
+
+def _i4(r, state, by_id, steps) -> None:
+    r.add(inv.i4_budget_fails_on_crossing_step(state))
+    crossed = 0
+    for job in state.jobs.values():
+        r.checks += 1
+        entry = by_id.get(job.id)
+        if entry is None or entry.kind != "costed":
+            continue
+        want = entry.detail.get("crossing")
+        names = [s.name for s in sorted(steps[job.id].values(), key=lambda s: s.seq)]
+        if want is not None and job.state == "failed" and _last_error(job) == "budget_exceeded":
+            crossed += 1
+            if names and names[-1] != want:
+                r.add([inv.Violation("I4", job.id, f"failed with budget_exceeded after step {names[-1]!r}; its costs "
+                                     f"cross the budget on step {want!r}")])
+        if want is None and job.state == "failed" and _last_error(job) == "budget_exceeded":
+            r.add([inv.Violation("I4", job.id, "failed with budget_exceeded although its costs never cross its budget")])
+    r.notes.append(f"{crossed} costed job(s) failed with budget_exceeded on their crossing step")
+    r.exercised = crossed > 0
+
+
+# --- I5 -------------------------------------------------------------------------------------------------
+
+
+def _i5(r, state, by_id) -> None:
+    r.add(inv.i5_settlement_consistent(state, retried=frozenset()))
+    workflows: dict[str, dict[str, Job]] = defaultdict(dict)
+    for job in state.jobs.values():
+        if job.workflow_id is not None and job.wf_name is not None:
+            workflows[job.workflow_id][job.wf_name] = job
+    dooms = releases_ignoring = 0
+    for wf, members in sorted(workflows.items()):
+        for name, job in sorted(members.items()):
+            if not job.wf_deps:
+                continue
+            r.checks += 1
+            deps = [members.get(d) for d in job.wf_deps]
+            if any(d is None or not d.terminal for d in deps):
+                continue
+            ignore = set(job.wf_ignore or ())
+            satisfied = all(d.state == "succeeded" or d.state in ignore for d in deps)
+            driver_cancelled = bool(by_id.get(job.id) and by_id[job.id].detail.get("cancel"))
+            if job.attempt > 0 and not satisfied:
+                bad = [f"{d.wf_name}={d.state}" for d in deps if d.state != "succeeded" and d.state not in ignore]
+                r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} ran (attempt {job.attempt}) although "
+                                     f"its deps {bad} are not satisfied (ignore {sorted(ignore)})")])
+            if job.state == "cancelled" and job.attempt == 0 and not driver_cancelled:
+                if satisfied:
+                    r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} was cancelled (doomed) although every "
+                                         "dep is satisfied and nobody cancelled it")])
+                else:
+                    dooms += 1
+            if satisfied and ignore & {d.state for d in deps} and job.attempt > 0:
+                releases_ignoring += 1
+    r.notes.append(f"{dooms} doomed member(s) and {releases_ignoring} release(s) through an ignore flag checked")
+    r.exercised = dooms > 0 and releases_ignoring > 0
+
+
+# --- I6 -------------------------------------------------------------------------------------------------
+
+
+def expected_cron_slots(history: Sequence[Mapping[str, Any]], timeline: Timeline,
+                        min_cover: float = 5.0) -> set[tuple[str, datetime]]:
+    """Every-minute slots that were due while the cron was registered, not paused, and some worker was
+    alive and running with the database up for at least `min_cover` seconds of the slot's minute."""
+    from datetime import timezone
+
+    registered: dict[str, float] = {}
+    paused: dict[str, float] = {}
+    for e in history:
+        if e.get("type") == "cron_registered":
+            registered[e["name"]] = float(e["t"])
+        elif e.get("type") == "cron_paused":
+            paused[e["name"]] = float(e["t"])
+    slots = set()
+    for name, t0 in registered.items():
+        t_end = paused.get(name, timeline.end)
+        s = (int(t0) // 60 + 1) * 60
+        while s + 10 <= t_end:
+            if timeline.covered(s, min(s + 60, t_end)) >= min_cover:
+                slots.add((name, datetime.fromtimestamp(s, timezone.utc)))
+            s += 60
+    return slots
+
+
+def _i6(r, state, history, timeline) -> None:
+    slots = expected_cron_slots(history, timeline)
+    r.add(inv.i6_cron_slots_once(state, slots))
+    r.checks += len(slots) + sum(1 for j in state.jobs.values() if j.cron_name is not None)
+    r.notes.append(f"{len(slots)} cron slot(s) were due while a worker was alive")
+    r.exercised = bool(slots)
+
+
+# --- I7 -------------------------------------------------------------------------------------------------
+
+
+def _i7(r, state, ledger) -> None:
+    r.add(inv.i7_unique_keys(state))
+    groups: dict[int, list[UniqueAttempt]] = defaultdict(list)
+    ever: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for a in ledger.unique:
+        groups[a.grp].append(a)
+        if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):
+            job = state.jobs.get(a.job_id)
+            ever[(a.mode, job.unique_key if job else a.key)].append(a.job_id)
+    concurrent = 0
+    for grp, attempts in sorted(groups.items()):
+        r.checks += 1
+        concurrent += len(attempts) > 1
+        inserted = [a.job_id for a in attempts if a.outcome == "inserted"]
+        if attempts[0].mode == "incomplete" and len(inserted) > 1:
+            r.add([inv.Violation("I7", inserted[1], f"concurrent inserts of incomplete-mode key {attempts[0].key!r} "
+                                 f"(group {grp}) admitted {len(inserted)} live holders: {inserted}")])
+    for (mode, key), ids in sorted(ever.items()):
+        if len(ids) > 1:
+            r.add([inv.Violation("I7", ids[1], f"{mode}-mode key {key!r} was admitted {len(ids)} times: {ids}")])
+    r.checks += len(ever)
+    r.notes.append(f"{len(groups)} unique-key insert group(s), {concurrent} with concurrent inserts")
+    r.exercised = concurrent > 0
+
+
+# --- I8 -------------------------------------------------------------------------------------------------
+
+
+def _i8(r, state, by_id, steps) -> None:
+    r.add(inv.i8_children_as_declared(state))
+    kids: dict[int, list[Job]] = defaultdict(list)
+    for j in state.jobs.values():
+        if j.parent_id is not None:
+            kids[j.parent_id].append(j)
+    parents = 0
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        entry = by_id.get(job.id)
+        if entry is None or entry.kind != "parent":
+            continue
+        spawn = steps[job.id].get(f"{inv.SPAWN_STEP}kids")
+        r.checks += 1
+        if spawn is None:
+            if job.state == "succeeded":
+                r.add([inv.Violation("I8", job.id, "succeeded without a journaled $spawn:kids step")])
+            continue
+        parents += 1
+        declared = _value(spawn)
+        want = int(job.input.get("children", 0))
+        if not isinstance(declared, list) or len(declared) != want:
+            r.add([inv.Violation("I8", job.id, f"spawn declared {declared!r}, the parent asked for {want} children")])
+            continue
+        actual = sorted(c.id for c in kids[job.id])
+        if actual != sorted(declared):
+            r.add([inv.Violation("I8", job.id, f"has children {actual} but its spawn declared {declared}")])
+        if job.state == "succeeded":
+            result = _result(job)
+            if isinstance(result, Mapping) and result.get("children") != declared:
+                r.add([inv.Violation("I8", job.id, f"result lists children {result.get('children')}, the journal "
+                                     f"declares {declared}")])
+            late = [c.id for c in kids[job.id]
+                    if not c.terminal or (c.finished_at and job.finished_at and c.finished_at > job.finished_at)]
+            if late:
+                r.add([inv.Violation("I8", job.id, f"finished before its children {late} were terminal")])
+    r.notes.append(f"{parents} parent(s) with a journaled spawn checked")
+    r.exercised = parents > 0
+
+
+# --- I9 -------------------------------------------------------------------------------------------------
+
+
+def _i9(r, state, by_id, drained) -> None:
+    r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))
+    r.checks += sum(1 for j in state.jobs.values() if j.state == "awaiting") + len(state.signals)
+    ran = 0
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        entry = by_id.get(job.id)
+        if entry is None or entry.kind != "awaiter":
+            continue
+        signal = state.signals.get((f"job:{job.id}", job.input.get("signal")))
+        r.checks += 1
+        if signal is None:
+            continue
+        if job.state == "succeeded":
+            result = _result(job)
+            if isinstance(result, Mapping) and result.get("payload") != signal.payload:
+                r.add([inv.Violation("I9", job.id, f"ran with payload {result.get('payload')!r}, the delivered signal "
+                                     f"holds {signal.payload!r}")])
+            else:
+                ran += 1
+        elif job.state == "cancelled" and entry.detail.get("cancel"):
+            continue
+        elif not (job.state == "failed" and _last_error(job) == "lease_expired"):
+            r.add([inv.Violation("I9", job.id, f"is {job.state} although its signal {signal.name!r} was delivered at "
+                                 f"{signal.inserted_at.isoformat()}: the awaiter never ran to completion")])
+    r.notes.append(f"{ran} awaiter(s) with a delivered signal ran with its payload")
+    r.exercised = ran > 0
+
+
+__all__ = ["check", "CheckResult", "InvariantResult", "LedgerEntry", "Observation", "UniqueAttempt", "SoakLedger",
+           "Timeline", "expected_cron_slots", "INVARIANTS"]

@@ -1,0 +1,241 @@
+"""Worker processes and the nemesis that hurts them (and the database).
+
+`Workers` runs N copies of the worker command (PROTOCOL.md §1), each in its own process group so a
+signal reaches the whole command (a `sh -c` wrapper and what it execs). A process that dies is
+replaced by a new incarnation with a new node id (`w<slot>-<incarnation>`), whether the nemesis killed
+it or it exited by itself (`flaky` kills its own process on purpose).
+
+`Nemesis` injects, on independent schedules: kill -9 of a random worker, SIGSTOP of a worker (one
+running a `slow` job when there is one) for longer than the lease then SIGCONT, and a PostgreSQL
+crash-restart (`cluster.crash()` then `cluster.restart()`). Every fault is recorded in the history
+with its time *before* it takes effect (kill, stop, crash) or *after* it ended (cont, restarted), so
+the intervals the checker derives are conservative.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from soak.history import History
+
+
+@dataclass
+class Slot:
+    index: int
+    incarnation: int = 0
+    proc: subprocess.Popen | None = None
+    node: str = ""
+    stopped: bool = False
+    expected_end: str | None = None  # "kill" | "term" while we are ending it on purpose
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Workers:
+    def __init__(self, cmd: str, n: int, env: dict[str, str], cwd: Path, log_dir: Path, history: History) -> None:
+        self.cmd = cmd
+        self.env = env
+        self.cwd = cwd
+        self.log_dir = log_dir
+        self.history = history
+        self.slots = [Slot(i + 1) for i in range(n)]
+        self.closing = threading.Event()
+        self.kills = self.stops = self.exits = 0
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for slot in self.slots:
+            self._spawn(slot)
+
+    def _spawn(self, slot: Slot) -> None:
+        with slot.lock:
+            slot.incarnation += 1
+            slot.node = f"w{slot.index}-{slot.incarnation}"
+            slot.expected_end = None
+            slot.stopped = False
+            env = {**self.env, "BELAY_NODE": slot.node}
+            log = open(self.log_dir / f"{slot.node}.log", "ab")
+            self.history.record("worker_start", node=slot.node, slot=slot.index)
+            slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            log.close()
+            proc, node = slot.proc, slot.node
+        threading.Thread(target=self._watch, args=(slot, proc, node), name=f"watch-{node}", daemon=True).start()
+
+    def _watch(self, slot: Slot, proc: subprocess.Popen, node: str) -> None:
+        code = proc.wait()
+        with slot.lock:
+            reason = slot.expected_end
+            current = slot.proc is proc
+        if reason is None:
+            self.exits += 1
+            self.history.record("worker_exit", node=node, code=code)
+        if current and not self.closing.is_set():
+            self._spawn(slot)
+
+    def _signal(self, slot: Slot, sig: int) -> None:
+        proc = slot.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    # --- faults -----------------------------------------------------------------------------------------
+
+    def running_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and not s.stopped]
+
+    def kill(self, slot: Slot) -> None:
+        """kill -9 the worker's process group; its watcher starts the next incarnation."""
+        with slot.lock:
+            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
+                return
+            slot.expected_end = "kill"
+            self.history.record("worker_kill", node=slot.node)
+            self._signal(slot, signal.SIGKILL)
+            self.kills += 1
+
+    def stop(self, slot: Slot) -> bool:
+        with slot.lock:
+            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
+                return False
+            slot.stopped = True
+            self.history.record("worker_stop", node=slot.node)
+            self._signal(slot, signal.SIGSTOP)
+            self.stops += 1
+            return True
+
+    def cont(self, slot: Slot) -> None:
+        with slot.lock:
+            if not slot.stopped:
+                return
+            self._signal(slot, signal.SIGCONT)
+            slot.stopped = False
+            self.history.record("worker_cont", node=slot.node)
+
+    def cont_all(self) -> None:
+        for slot in self.slots:
+            self.cont(slot)
+
+    def status(self) -> dict[str, int]:
+        alive = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
+        return {"alive": alive, "stopped": sum(1 for s in self.slots if s.stopped), "kills": self.kills,
+                "stops": self.stops, "exits": self.exits}
+
+    def terminate(self, grace: float = 20.0) -> None:
+        """SIGTERM every worker (after SIGCONT), wait up to `grace`, then SIGKILL what is left."""
+        self.closing.set()
+        self.cont_all()
+        for slot in self.slots:
+            with slot.lock:
+                if slot.proc is not None and slot.proc.poll() is None:
+                    slot.expected_end = "term"
+                    self.history.record("worker_term", node=slot.node)
+                    self._signal(slot, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for slot in self.slots:
+            if slot.proc is None:
+                continue
+            try:
+                slot.proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                self._signal(slot, signal.SIGKILL)
+                slot.proc.wait()
+
+
+class Nemesis:
+    """Faults on schedules (seconds; None = off), with ±25% jitter from the run's seeded RNG."""
+
+    def __init__(self, workers: Workers, history: History, rng: random.Random, *, url: str, cluster: Any | None,
+                 kill_every: float | None, stop_every: float | None, db_restart_every: float | None,
+                 stop_for: float) -> None:
+        self.workers = workers
+        self.history = history
+        self.rng = rng
+        self.url = url
+        self.cluster = cluster
+        self.every = {"kill": kill_every, "stop": stop_every, "db": db_restart_every if cluster else None}
+        self.stop_for = stop_for
+        self.halt = threading.Event()
+        self.db_restarts = 0
+        self.db_lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self.last = ""
+
+    def start(self) -> None:
+        for name, every in self.every.items():
+            if every:
+                t = threading.Thread(target=self._loop, args=(name, every), name=f"nemesis-{name}", daemon=True)
+                t.start()
+                self.threads.append(t)
+
+    def _loop(self, name: str, every: float) -> None:
+        while not self.halt.wait(every * self.rng.uniform(0.75, 1.25)):
+            try:
+                getattr(self, f"_{name}")()
+            except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
+                self.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+
+    def _kill(self) -> None:
+        slots = self.workers.running_slots()
+        if slots:
+            slot = self.rng.choice(slots)
+            self.last = f"kill -9 {slot.node}"
+            self.workers.kill(slot)
+
+    def _slow_nodes(self) -> set[str]:
+        """Nodes running a `slow` attempt that still holds a live lease (it is in its sleep)."""
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
+                return {r[0] for r in c.execute(
+                    "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
+                    "AND lease_until > %s", (datetime.now(timezone.utc),))}
+        except psycopg.Error:
+            return set()
+
+    def _stop(self) -> None:
+        # Prefer a node in the middle of a `slow` job (so an attempt comes back stale); wait a little for one.
+        deadline = time.monotonic() + (self.every["stop"] or 10) / 2
+        while True:
+            slots = self.workers.running_slots()
+            busy = self._slow_nodes()
+            preferred = [s for s in slots if s.node in busy]
+            if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
+                break
+        if len(slots) < 2:  # keep at least one worker running
+            return
+        slot = self.rng.choice(preferred or slots)
+        if not self.workers.stop(slot):
+            return
+        self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
+        if not self.halt.wait(self.stop_for):
+            pass
+        self.workers.cont(slot)
+
+    def _db(self) -> None:
+        with self.db_lock:
+            self.last = "PostgreSQL crash-restart"
+            self.history.record("db_crash")
+            t0 = time.monotonic()
+            self.cluster.crash()
+            self.cluster.restart()
+            self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))
+            self.db_restarts += 1
+
+    def stop_all(self) -> None:
+        self.halt.set()
+        for t in self.threads:
+            t.join(timeout=30)
+        self.workers.cont_all()

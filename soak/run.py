@@ -1,0 +1,319 @@
+"""The soak harness: `python -m soak.run [options]` (soak/run.sh bootstraps and calls this).
+
+Phases (Jepsen style — generator, nemesis and checker kept apart):
+  1. faults — N workers run, the driver enqueues (transactional enqueue + ledger), the nemesis kills
+     (-9), freezes (SIGSTOP past the lease, then SIGCONT) and crash-restarts PostgreSQL;
+  2. heal   — no more faults, every worker running, load continues;
+  3. drain  — no new work, crons paused, follow-ups (signals, cancels) continue until every job is
+     terminal (or the drain times out);
+  4. check  — one snapshot + the ledger + the fault log go to soak.checker.check; the report is
+     written to <report>/<run-id>/ and <report>/latest points at it.
+Exit 0 valid, 1 invalid, 2 unknown (3: the harness itself failed).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+import urllib.parse
+import uuid
+from pathlib import Path
+
+import psycopg
+
+from impl.migrate import migrate
+from impl.provision import ClusterConfig, EmbeddedCluster, redact
+from impl.snapshot import snapshot
+from soak import ledger as soak_ledger
+from soak import report
+from soak.checker import check
+from soak.driver import Driver, DriverConfig
+from soak.history import History
+from soak.nemesis import Nemesis, Workers
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_WORKER = "soak/reference-worker"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="soak/run.sh", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", default=DEFAULT_WORKER, help="worker command, run via /bin/sh -c from the repo root "
+                   "(default: %(default)s, the reference worker; see soak/PROTOCOL.md)")
+    p.add_argument("--workers", type=int, default=3, help="worker processes (default %(default)s)")
+    p.add_argument("--duration", type=float, default=60, help="seconds of the faults phase (default %(default)s)")
+    p.add_argument("--heal", type=float, default=10, help="seconds of load without faults (default %(default)s)")
+    p.add_argument("--drain-timeout", type=float, default=180, help="max seconds to drain (default %(default)s)")
+    p.add_argument("--kill-every", type=float, default=10, help="kill -9 a worker every S seconds; 0 = off")
+    p.add_argument("--stop-every", type=float, default=20, help="SIGSTOP a worker past its lease every S s; 0 = off")
+    p.add_argument("--db-restart-every", type=float, default=30, help="crash-restart PostgreSQL every S s; 0 = off")
+    p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
+    p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
+    p.add_argument("--report", default=str(ROOT / "reports"), help="reports folder (default: reports/); the run "
+                   "writes <report>/<run-id>/ and points <report>/latest at it")
+    p.add_argument("--database-url", default=None, help="use this PostgreSQL server (a fresh database is created "
+                   "on it; needs CREATEDB) instead of an embedded cluster: database faults are then skipped")
+    p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live display")
+    args = p.parse_args(argv)
+    if args.workers < 1 or args.duration <= 0 or args.lease_ttl <= 0:
+        p.error("--workers, --duration and --lease-ttl must be positive")
+    return args
+
+
+# --- the database --------------------------------------------------------------------------------------
+
+
+class Database:
+    """An embedded cluster the soak owns (crash-restartable, fsync on), or a fresh database on a server."""
+
+    def __init__(self, external: str | None, run_id: str) -> None:
+        self.cluster: EmbeddedCluster | None = None
+        self.external_admin = external
+        self.dbname: str | None = None
+        if external is None:
+            config = ClusterConfig()  # fsync stays on: crash results are meaningless without it
+            assert config.fsync, "never turn fsync off for soak runs"
+            self.cluster = EmbeddedCluster(config).start()
+            self.url = self.cluster.url
+            self.description = f"embedded PostgreSQL {self.cluster.version} (fsync on)"
+            self.db_faults = "enabled (crash-restart of the embedded cluster)"
+        else:
+            self.dbname = f"belay_soak_{run_id.replace('-', '_').lower()}"
+            with psycopg.connect(external, autocommit=True) as c:
+                c.execute(psycopg.sql.SQL("CREATE DATABASE {}").format(psycopg.sql.Identifier(self.dbname)))
+            parts = urllib.parse.urlsplit(external)
+            self.url = urllib.parse.urlunsplit(parts._replace(path="/" + self.dbname))
+            self.description = f"external server {redact(self.url)}"
+            self.db_faults = "skipped: --database-url given (the harness does not own that server)"
+        with psycopg.connect(self.url, autocommit=True) as c:
+            migrate(c)
+            soak_ledger.install(c)
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.destroy()
+
+
+# --- progress ------------------------------------------------------------------------------------------
+
+
+class Progress:
+    """Counts from the database once a second; a rich live panel on a terminal, plain lines elsewhere."""
+
+    def __init__(self, url: str, plain: bool) -> None:
+        self.url = url
+        self.conn: psycopg.Connection | None = None
+        self.samples: list[tuple[float, int, int]] = []  # (t, terminal, total)
+        self.plain = plain or not sys.stdout.isatty()
+        self.live = None
+        self.last_line = 0.0
+
+    def poll(self) -> tuple[int, int] | None:
+        try:
+            if self.conn is None or self.conn.closed or self.conn.broken:
+                self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
+            row = self.conn.execute("SELECT count(*) FILTER (WHERE state IN ('succeeded','failed','cancelled')), "
+                                    "count(*) FROM belay_jobs").fetchone()
+            self.samples.append((time.monotonic(), row[0], row[1]))
+            return row[0], row[1]
+        except psycopg.Error:
+            self.conn = None
+            return None
+
+    def rate(self, window: float = 5.0) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        t1, d1, _ = self.samples[-1]
+        older = [s for s in self.samples if s[0] <= t1 - window] or self.samples[:1]
+        t0, d0, _ = older[-1]
+        return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
+
+    def _table(self, info: dict):
+        from rich.table import Table
+
+        t = Table(title=f"Belay soak {info['run_id']}", show_header=False, expand=False)
+        t.add_column(style="bold cyan")
+        t.add_column()
+        for k, v in info.items():
+            if k != "run_id":
+                t.add_row(k, str(v))
+        return t
+
+    def show(self, info: dict) -> None:
+        if self.plain:
+            if time.monotonic() - self.last_line >= 10:
+                self.last_line = time.monotonic()
+                print(" | ".join(f"{k} {v}" for k, v in info.items() if k != "run_id"), flush=True)
+            return
+        if self.live is None:
+            from rich.live import Live
+
+            self.live = Live(self._table(info), refresh_per_second=4, transient=False)
+            self.live.start()
+        else:
+            self.live.update(self._table(info))
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+        if self.conn is not None:
+            self.conn.close()
+
+
+# --- the run -------------------------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+
+    logging.basicConfig(level=logging.ERROR)  # the pool's "discarding closed connection" during crashes is expected
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    rng = random.Random(seed)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{uuid.uuid4().hex[:4]}"
+    run_dir = Path(args.report).resolve() / run_id
+    (run_dir / "workers").mkdir(parents=True)
+    history = History(run_dir / "history.jsonl")
+    print(f"soak {run_id}: worker `{args.worker}` × {args.workers}, faults {args.duration:.0f}s "
+          f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, PostgreSQL crash-restart "
+          f"every {args.db_restart_every or '-'}s), seed {seed}; report {run_dir}", flush=True)
+    db = Database(args.database_url, run_id)
+    print(f"database: {db.description}; database faults {db.db_faults}", flush=True)
+    password = urllib.parse.urlsplit(db.url).password
+    env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
+           "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
+                                                                                           os.environ.get("PYTHONPATH")]))}
+    stop_for = args.lease_ttl + 5
+    history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
+                   worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
+                   db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
+                   database=redact(db.url), db_faults=db.db_faults)
+    workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history)
+    driver = Driver(db.url, history, random.Random(rng.random()),
+                    DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))
+    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=db.url, cluster=db.cluster,
+                      kill_every=args.kill_every or None, stop_every=args.stop_every or None,
+                      db_restart_every=args.db_restart_every or None, stop_for=stop_for)
+    progress = Progress(db.url, args.no_progress)
+    meta = {"run_id": run_id, "worker": args.worker, "workers": args.workers, "lease_ttl": args.lease_ttl,
+            "seed": seed, "duration": args.duration, "heal": args.heal, "database": db.description,
+            "db_faults": db.db_faults, "kill_every": args.kill_every, "stop_every": args.stop_every,
+            "db_restart_every": args.db_restart_every if db.cluster else None, "rate": args.rate,
+            "fsync": "on" if db.cluster else "server's own setting"}
+    started = time.monotonic()
+
+    def tick(phase: str, until: float, extra: dict | None = None) -> None:
+        counts = progress.poll()
+        st = workers.status()
+        info = {"run_id": run_id, "phase": phase, "elapsed": f"{time.monotonic() - started:.0f}s",
+                "phase left": f"{max(until - time.monotonic(), 0):.0f}s",
+                "jobs terminal / total": f"{counts[0]} / {counts[1]}" if counts else "(database unreachable)",
+                "throughput": f"{progress.rate():.1f} jobs/s", **driver.counters(),
+                "workers alive / stopped": f"{st['alive']} / {st['stopped']}",
+                "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
+                          f"PG crash-restarts {nemesis.db_restarts}",
+                "last fault": nemesis.last or "-", **(extra or {})}
+        progress.show(info)
+
+    code = 3
+    try:
+        history.record("phase", phase="faults")
+        workers.start()
+        driver.start()
+        driver.put_cron(paused=False)
+        nemesis.start()
+        end = time.monotonic() + args.duration
+        before = progress.poll() or (0, 0)
+        while time.monotonic() < end:
+            tick("faults", end)
+            time.sleep(0.5)
+        after = progress.poll() or before
+        meta["mean_throughput_faults"] = round((after[0] - before[0]) / args.duration, 1)
+
+        history.record("phase", phase="heal")
+        nemesis.stop_all()
+        end = time.monotonic() + args.heal
+        while time.monotonic() < end:
+            tick("heal", end)
+            time.sleep(0.5)
+
+        history.record("phase", phase="drain")
+        driver.stop_producing()
+        driver.put_cron(paused=True)
+        drain_start = time.monotonic()
+        end = drain_start + args.drain_timeout
+        drained, quiet_since = False, None
+        while time.monotonic() < end:
+            counts = progress.poll()
+            tick("drain", end)
+            if counts and counts[0] == counts[1] and driver.follow_up_once() == 0:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= 3:  # a quiet period spanning sweeper/reconciler passes
+                    drained = True
+                    break
+            else:
+                quiet_since = None
+            time.sleep(0.5)
+        counts = progress.poll() or (None, None)
+        meta["drain_seconds"] = round(time.monotonic() - drain_start, 1)
+        history.record("drain_end", drained=drained, nonterminal=(counts[1] - counts[0]) if counts[0] is not None else None)
+
+        history.record("phase", phase="check")
+        driver.sample_steps()
+        with psycopg.connect(db.url, autocommit=True) as c:
+            history.record("snapshot")
+            state = snapshot(c)
+            led = soak_ledger.read(c)
+        progress.close()
+        driver.close()
+        workers.terminate()
+        meta["driver"] = driver.counters()
+        meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
+        result = check(state, led, history.snapshot())
+        for log in (run_dir / "workers").glob("*.log"):
+            text = redact(log.read_text(errors="replace"))
+            if password:
+                text = text.replace(password, "***")
+            log.write_text(text)
+        results = report.write(run_dir, result, state, history.snapshot(), meta)
+        code = result.exit_code
+        print_verdict(result, results, run_dir)
+    finally:
+        progress.close()
+        nemesis.halt.set()
+        driver.halt.set()
+        workers.terminate(grace=5)
+        history.close()
+        db.close()
+    return code
+
+
+def print_verdict(result, results: dict, run_dir: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"Belay soak: {result.verdict.upper()}")
+    for col in ("invariant", "verdict", "checks", "violations", "first counterexample / why"):
+        t.add_column(col, overflow="fold")
+    colour = {"valid": "green", "invalid": "bold red", "unknown": "yellow"}
+    for name, r in result.invariants.items():
+        why = r.counterexamples[0] if r.counterexamples else (r.why_unknown or "")
+        t.add_row(name, f"[{colour[r.verdict]}]{r.verdict}[/]", str(r.checks), str(r.violations), why)
+    console.print(t)
+    s = result.stats
+    console.print(f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}; "
+                  f"faults {results['faults']}")
+    console.print(f"verdict [{colour[result.verdict]}]{result.verdict}[/] → exit {result.exit_code}; "
+                  f"report {run_dir}/report.html")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    sys.exit(run(args))
+
+
+if __name__ == "__main__":
+    main()
