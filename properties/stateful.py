@@ -12,7 +12,9 @@ some of which are stale by the time they are used) and signal scopes.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
+from types import MappingProxyType
 from typing import Any
 
 import psycopg
@@ -175,6 +177,17 @@ class BelayMachine(RuleBasedStateMachine):
     @rule()
     def reclaim(self) -> None:
         self.both(w.Reclaim(self.now, w.Backoff(1, 2, 20), limit=3))
+
+    @rule(job=jobs)
+    def foreign_unscheduled_row(self, job: int) -> None:
+        """A foreign SDK may leave a ready job's ready_at NULL (§4: claimable when ready_at IS NULL);
+        write that into both stores the way such an SDK would, so NULLS FIRST ordering is exercised."""
+        row = self.model.state.jobs.get(job)
+        if row is None or row.state != "ready":
+            return
+        self.model.state = replace(self.model.state, jobs=MappingProxyType(
+            {**self.model.state.jobs, job: replace(row, ready_at=None)}))
+        self.conn.execute("UPDATE belay_jobs SET ready_at = NULL WHERE id = %s AND state = 'ready'", (job,))
 
     @rule(seconds=st.sampled_from([1, 5, 11, 31, 61, 3600, 2 * 86400]))
     def advance(self, seconds: int) -> None:

@@ -38,7 +38,8 @@ def figures(state: State, history: list[dict], t0: float) -> dict[str, Any]:
         done[second] += 1
         if job.state == "succeeded":
             lat = (job.finished_at - job.inserted_at).total_seconds()
-            kind = "cron" if job.cron_name else ("child" if job.parent_id else job.worker)
+            kind = ("cron" if job.cron_name else "child" if job.parent_id else
+                    "unique" if job.unique_key else job.worker)  # unique-key inserts are scheduled +20 s
             latencies[kind].append(lat)
             if kind == "echo":
                 echo_over_time[second // 10 * 10].append(lat)
@@ -112,7 +113,7 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
                        Patch(color="red", alpha=0.4, label="PostgreSQL down"),
                        Line2D([], [], color="black", alpha=0.5, label="kill -9"),
                        Line2D([], [], color="purple", linestyle=":", label="worker exited itself")],
-              loc="upper right", fontsize=7, ncol=5)
+              loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5)
     ax.set_xlabel("seconds since run start")
     ax.set_ylabel("jobs / s")
     ax.set_title("Throughput over time (fault windows shaded)")

@@ -169,7 +169,9 @@ class Progress:
 def run(args: argparse.Namespace) -> int:
     import logging
 
-    logging.basicConfig(level=logging.ERROR)  # the pool's "discarding closed connection" during crashes is expected
+    logging.basicConfig(level=logging.ERROR)
+    for name in ("psycopg", "psycopg.pool"):  # "discarding closed connection" during crashes is expected
+        logging.getLogger(name).setLevel(logging.ERROR)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     rng = random.Random(seed)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{uuid.uuid4().hex[:4]}"

@@ -6,6 +6,7 @@ a unique-key group and the fault log of two workers, one of which was SIGSTOPped
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -400,12 +401,18 @@ def test_i9_an_awaiter_that_ran_with_another_payload_is_flagged():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to run a ~40 s soak")
-def test_a_mini_soak_of_the_reference_worker_is_valid(tmp_path: Path):
+@pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to run a ~1 min soak")
+def test_a_mini_soak_of_the_reference_worker_finds_no_violation(tmp_path: Path):
+    """~30 s of faults: too short for every scenario (a cron minute, a stale ack) to be certain, so the
+    verdict may be unknown — but never invalid."""
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-m", "soak.run", "--duration", "25", "--workers", "3", "--kill-every", "8",
-         "--stop-every", "12", "--db-restart-every", "15", "--report", str(tmp_path), "--seed", "7"],
+        [sys.executable, "-m", "soak.run", "--duration", "30", "--workers", "3", "--kill-every", "8",
+         "--stop-every", "10", "--db-restart-every", "15", "--report", str(tmp_path), "--seed", "7",
+         "--no-progress"],
         cwd=root, capture_output=True, text=True, timeout=600,
     )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    assert out.returncode in (0, 2), out.stdout[-4000:] + out.stderr[-4000:]
+    results = json.loads((tmp_path / "latest" / "results.json").read_text())
+    assert not [k for k, v in results["invariants"].items() if v["verdict"] == "invalid"], results
+    assert results["stats"]["jobs_checked"] > 500

@@ -1,0 +1,39 @@
+"""Broken: acks are not fenced — `WHERE id = $id` without `AND state = 'running' AND attempt = $claimed`.
+
+A worker SIGSTOPped past its lease comes back and its ack overwrites the row another attempt owns.
+Expected verdict: invalid, I2."""
+from __future__ import annotations
+
+from psycopg import sql
+
+from impl.queries import raw_queries
+from impl.store import PgStore
+from model import worker_ops as w
+from model.rows import TERMINAL
+from soak.reference_worker import main
+
+FENCE = " AND state = 'running' AND attempt = %(attempt)s"
+
+
+class UnfencedStore(PgStore):
+    def apply(self, op, conn=None):
+        if isinstance(op, w.Ack):
+            return self._unfenced_ack(op)
+        return super().apply(op, conn)
+
+    def _unfenced_ack(self, op: w.Ack):
+        name, params = self._ack_params(op)
+        text = raw_queries()[name]
+        assert FENCE in text, f"the fence moved in query {name}; update this fixture"
+        query = sql.SQL(text.replace(FENCE, "")).format(**self.q.names)
+        with self.transaction(op.now) as tx:
+            row = tx.cur.execute(query, params).fetchone()
+            if row is None:
+                return w.Stale(op.job_id, op.attempt)
+            if row["state"] in TERMINAL:
+                self._terminal(tx, [row])
+            return w.Acked(op.job_id, row["state"])
+
+
+if __name__ == "__main__":
+    main(store_class=UnfencedStore)
