@@ -79,18 +79,16 @@ class WorkerOps:
                 take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
             if take <= 0:
                 return w.Claimed(())
-            params = {"queue": op.queue, "now": now, "take": take}
+            params = {"queue": op.queue, "now": now, "take": take, "node": op.node,
+                      "lease_until": now + op.lease_ttl}
             if opts.partition is not None:
                 params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
                 ids = [r["id"] for r in tx.all("claim_partitioned", params,
                                                field=sql.Identifier(opts.partition.field))]
+                rows = tx.all("claim_update", {**params, "ids": ids}) if ids else []
             else:
-                ids = [r["id"] for r in tx.all("claim_candidates", params)]
-            if not ids:
-                return w.Claimed(())
-            rows = tx.all("claim_update", {"ids": ids, "now": now, "node": op.node,
-                                           "lease_until": now + op.lease_ttl})
-            if window is not None:
+                rows = tx.all("claim_plain", params)
+            if window is not None and rows:  # nothing claimed, nothing debited (no empty window row)
                 tx.cur.execute(self.q.q("rate_debit"), {"bucket": opts.rate.bucket(op.queue), "window": window,
                                                          "n": admission.debit(len(rows), opts.rate.estimate)})
             return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))

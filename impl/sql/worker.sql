@@ -19,16 +19,6 @@ SELECT window_start, count FROM {rate} WHERE bucket = %(bucket)s AND window_star
 INSERT INTO {rate} (bucket, window_start, count) VALUES (%(bucket)s, %(window)s, %(n)s)
 ON CONFLICT (bucket, window_start) DO UPDATE SET count = {rate}.count + EXCLUDED.count
 
--- claim_candidates --
--- §6 plain claim: predicate C, claim order, SKIP LOCKED.
-SELECT id FROM {jobs}
-WHERE queue = %(queue)s
-  AND ((state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
-       OR (state = 'awaiting' AND ready_at <= %(now)s))
-ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
-LIMIT %(take)s
-FOR UPDATE SKIP LOCKED
-
 -- claim_partitioned --
 -- §6 partitioned claim (exact, under the queue lock): rank per key, subtract live running per key.
 WITH candidates AS (

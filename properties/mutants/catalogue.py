@@ -1,0 +1,318 @@
+"""The mutant catalogue: protocol bugs the project's tests must catch, each a small named patch to impl/.
+
+A mutant is never a switch in production code. Each one is a list of exact text edits (`Edit`: a file
+under impl/, the `old` text, the `new` text) applied to a throwaway copy of the repository; every `old`
+must occur exactly once in the current tree, so a patch that no longer applies fails loudly instead of
+silently testing the unmutated code. Mutants only touch impl/ — never model/, which is the oracle the
+stateful test compares against; where a bug lives in shared arithmetic (rounding, settlement), the
+patch replaces impl's *use* of the shared function with an inline, wrong version.
+
+Each mutant names the suite that should catch it: the project's own test files for that layer, in the
+order they run under `pytest -x` (store mutants: the conformance cases, the model-vs-PostgreSQL state
+machine, the regression tests; runtime mutants: the runtime tests; races: the forced-race tests). The
+runner (properties/mutants/runner.py) applies the patch to a copy and runs that suite there.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- the suites: the project's own tests, grouped by the layer they exercise --------------------------
+
+CONFORMANCE = "properties/test_conformance.py"
+STATEFUL = "properties/test_stateful.py"
+REGRESSIONS = "properties/test_regressions.py"
+MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
+RUNTIME = "tests/test_runtime.py"
+SIGNALS = "tests/test_workflows_signals.py"
+
+STORE_SUITE = (CONFORMANCE, STATEFUL, REGRESSIONS, MUTANT_REGRESSIONS)
+RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
+RUNTIME_SUITE = (RUNTIME,)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the single occurrence of `old` in `path` (relative to the repository root) by `new`."""
+
+    path: str
+    old: str
+    new: str
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One protocol bug: a name, what it breaks, the contract section, the patch, the catching suite."""
+
+    name: str
+    description: str
+    section: str
+    edits: tuple[Edit, ...]
+    suite: tuple[str, ...] = STORE_SUITE
+
+
+STORE_PY = "impl/store.py"
+WORKER_STORE_PY = "impl/worker_store.py"
+QUERIES_SQL = "impl/sql/queries.sql"
+WORKER_SQL = "impl/sql/worker.sql"
+WORKER_PY = "impl/worker.py"
+RUNTIME_PY = "impl/runtime.py"
+
+_FENCE = "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s\n"
+_NO_FENCE = "WHERE id = %(id)s AND state = 'running'\n"
+_ORDER = "ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC"
+_ORDER_NULLS_LAST = "ORDER BY priority ASC, ready_at ASC, id ASC"
+
+
+def _unfenced(set_line: str) -> Edit:
+    """Drop the attempt fence from the ack UPDATE whose SET clause ends with `set_line`."""
+    return Edit(WORKER_SQL, set_line + _FENCE, set_line + _NO_FENCE)
+
+
+CATALOGUE: tuple[Mutant, ...] = (
+    # --- §7 acks and the fence -----------------------------------------------------------------------
+    Mutant(
+        "ack_without_attempt_fence",
+        "single-row acks match any running attempt, so a stale attempt's ack lands on the live one",
+        "§7",
+        (
+            _unfenced("result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL\n"),
+            _unfenced("    errors = errors || %(entry)s, lease_until = NULL, leased_by = NULL\n"),
+            _unfenced("UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, "
+                      "leased_by = NULL\n"),
+            _unfenced("max_attempts = max_attempts + 1,\n                  lease_until = NULL, leased_by = NULL\n"),
+        ),
+    ),
+    Mutant(
+        "batched_ack_without_attempt_fence",
+        "AckMany's bulk succeed matches rows by id and state only: a stale row in a batch is acked",
+        "§7",
+        (Edit(WORKER_SQL, "WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
+              "WHERE j.id = v.id AND j.state = 'running'\n"),),
+    ),
+    Mutant(
+        "count_gated_children_signal",
+        "R1: a terminal child signals $children only when no sibling is still live (a sibling count gate)",
+        "§7 R1",
+        (
+            Edit(STORE_PY,
+                 "        for parent in sorted(by_parent):\n"
+                 "            self._deliver(tx, f\"job:{parent}\", \"$children\", "
+                 "{\"children\": sorted(by_parent[parent])})\n",
+                 "        for parent in sorted(by_parent):\n"
+                 "            live = tx.one(\"live_siblings\", {\"parent_id\": parent, "
+                 "\"ids\": sorted(by_parent[parent])})\n"
+                 "            if live[\"n\"] == 0:  # MUTANT: count-gated sibling completion signal\n"
+                 "                self._deliver(tx, f\"job:{parent}\", \"$children\", "
+                 "{\"children\": sorted(by_parent[parent])})\n"),
+            Edit(QUERIES_SQL, "-- missing_deps --\n",
+                 "-- live_siblings --\n"
+                 "-- MUTANT: how many of a parent's other children are still live.\n"
+                 "SELECT count(*) AS n FROM {jobs} WHERE parent_id = %(parent_id)s AND NOT (id = ANY(%(ids)s))\n"
+                 "  AND state NOT IN ('succeeded', 'failed', 'cancelled')\n\n"
+                 "-- missing_deps --\n"),
+        ),
+    ),
+    Mutant(
+        "await_park_without_signal_check",
+        "an await parks as awaiting even when the signal row already exists (a lost wake-up)",
+        "§7",
+        (Edit(WORKER_STORE_PY,
+              "present = tx.one(\"signal_exists\", {\"scope\": scope, \"name\": name}) is not None\n",
+              "present = False  # MUTANT: no signal check before parking\n"),),
+    ),
+    Mutant(
+        "signal_delivery_without_scope_lock",
+        "signal delivery skips the scope advisory lock, so it can interleave with a park and lose the wake-up",
+        "§8.1",
+        (Edit(STORE_PY,
+              "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
+              "        tx.one(\"lock_scope\", {\"scope\": scope})\n",
+              "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
+              "        # MUTANT: no scope lock\n"),),
+        suite=RACE_SUITE,
+    ),
+    # --- §6 claims and leases ---------------------------------------------------------------------------
+    Mutant(
+        "claim_order_without_nulls_first",
+        "claims order ready_at with PostgreSQL's default NULLS LAST: a foreign SDK's NULL ready_at row waits",
+        "§6",
+        (
+            Edit(WORKER_SQL, f"{_ORDER}\nLIMIT %(take)s\nFOR UPDATE SKIP LOCKED\n",
+                 f"{_ORDER_NULLS_LAST}\nLIMIT %(take)s\nFOR UPDATE SKIP LOCKED\n"),
+            Edit(WORKER_SQL, f"{_ORDER}) AS rn", f"{_ORDER_NULLS_LAST}) AS rn"),
+            Edit(WORKER_SQL, "ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC",
+                 "ORDER BY c.priority ASC, c.ready_at ASC, c.id ASC"),
+            Edit(WORKER_SQL, f"    {_ORDER}\n    LIMIT %(take)s\n", f"    {_ORDER_NULLS_LAST}\n    LIMIT %(take)s\n"),
+        ),
+    ),
+    Mutant(
+        "global_limit_counts_expired_leases",
+        "global_limit counts every running row, also leases that expired (dead nodes' jobs block the queue)",
+        "§6",
+        (Edit(WORKER_SQL,
+              "WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s\n\n-- rate_counts --",
+              "WHERE queue = %(queue)s AND state = 'running'\n\n-- rate_counts --"),),
+    ),
+    Mutant(
+        "python_rounding_in_rate_admission",
+        "rate admission rounds the previous window's weighted count with Python's round (halves to even)",
+        "§6",
+        (
+            Edit(WORKER_STORE_PY, "from dataclasses import replace\n",
+                 "from dataclasses import replace\nfrom fractions import Fraction\n"),
+            Edit(WORKER_STORE_PY,
+                 "                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),\n"
+                 "                                           counts.get(previous, 0))\n",
+                 "                elapsed = epoch_us(now) - start * admission.US_PER_S\n"
+                 "                weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
+                 "                # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
+                 "                used = counts.get(window, 0) + round(counts.get(previous, 0) * weight)\n"),
+        ),
+    ),
+    Mutant(
+        "rate_debit_without_estimate",
+        "a rate-limited claim debits N instead of N × estimate into the window",
+        "§6",
+        (Edit(WORKER_STORE_PY, "\"n\": admission.debit(len(rows), opts.rate.estimate)}",
+              "\"n\": len(rows)}  # MUTANT: estimate ignored"),),
+    ),
+    Mutant(
+        "partition_ignores_running",
+        "partitioned claims admit per_key_limit per key without subtracting that key's live running jobs",
+        "§6",
+        (Edit(WORKER_SQL, "WHERE c.rn <= greatest(%(per_key_limit)s - COALESCE(r.n, 0), 0)",
+              "WHERE c.rn <= %(per_key_limit)s"),),
+    ),
+    Mutant(
+        "lease_renewal_not_filtered_by_node",
+        "renew extends every listed running lease, also ones another node holds since a reclaim",
+        "§6",
+        (Edit(WORKER_SQL, "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
+              "WHERE id = ANY(%(ids)s) AND state = 'running'\n"),),
+    ),
+    Mutant(
+        "reclaim_without_settlement",
+        "reclaim-fail signals parents but never settles the workflow: dependents of a dead job stay held",
+        "§6",
+        (Edit(WORKER_STORE_PY, "            self._terminal(tx, failed)\n            return w.Reclaimed(",
+              "            # MUTANT: no settlement after reclaim-fail\n"
+              "            self._notify_parents(tx, [(r[\"id\"], r[\"parent_id\"]) for r in failed])\n"
+              "            return w.Reclaimed("),),
+    ),
+    # --- §8 semantics ---------------------------------------------------------------------------------
+    Mutant(
+        "no_budget_preflight",
+        "a step boundary ignores durable over-budget spend: a replay after a crossing runs one more paid step",
+        "§8.2",
+        (Edit(WORKER_PY,
+              "        if isinstance(verdict, w.OverBudget):\n"
+              "            raise BudgetExceeded(f\"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens\")\n"
+              "        return verdict\n",
+              "        return verdict  # MUTANT: no budget pre-flight\n"),),
+        suite=RUNTIME_SUITE,
+    ),
+    Mutant(
+        "spend_added_for_duplicate_step",
+        "a duplicate step execution adds its costs although its value was not journaled",
+        "§8.2",
+        (Edit(WORKER_STORE_PY,
+              "            if inserted:  # spend follows the journal: a duplicate execution's costs are not added twice\n"
+              "                job = tx.one(\"add_spend\", params)\n"
+              "            else:\n",
+              "            job = tx.one(\"add_spend\", params)  # MUTANT: spend added for duplicates too\n"
+              "            if not inserted:\n"),),
+    ),
+    Mutant(
+        "settlement_not_iterated_to_fixpoint",
+        "settlement decides every held member once from the stored states: dooms do not cascade",
+        "§8.3",
+        (Edit(STORE_PY, "from model.settle import Member, settle\n",
+              "from model.settle import Member, Settlement, _verdict\n\n\n"
+              "def settle(members):  # MUTANT: one pass over the stored states, not iterated to a fixpoint\n"
+              "    members = list(members)\n"
+              "    states = {m.name: m.state for m in members}\n"
+              "    verdicts = {m.name: _verdict(m, states) for m in members if m.state == \"held\" and m.deps}\n"
+              "    return Settlement(frozenset(n for n, v in verdicts.items() if v == \"release\"),\n"
+              "                      frozenset(n for n, v in verdicts.items() if v == \"doom\"))\n\n\n"),),
+    ),
+    Mutant(
+        "spawn_trusts_insert_ids",
+        "spawn journals the ids the insert returned, dropping children a partial earlier insert created",
+        "§8.4",
+        (Edit(WORKER_STORE_PY,
+              "                self._insert(tx, [self._row(s, op.now) for s in specs])\n"
+              "            # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).\n"
+              "            holders = {r[\"unique_key\"]: r[\"id\"] for r in tx.all(\"spawn_holders\", {\"keys\": keys})}\n"
+              "            ids = [holders[k] for k in keys]\n",
+              "                outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])\n"
+              "            # MUTANT: trust the insert's RETURNING ids\n"
+              "            ids = [o.id for o in outcomes if isinstance(o, ops.Inserted)] if keys else []\n"),),
+    ),
+    Mutant(
+        "await_children_keeps_stale_signal",
+        "await-children parks without clearing the stale $children signal, so it wakes at once and spins",
+        "§8.4",
+        (Edit(WORKER_STORE_PY,
+              "                tx.cur.execute(self.q.q(\"clear_signal\"), {\"scope\": scope, \"name\": \"$children\"})\n",
+              "                # MUTANT: the stale $children signal is kept\n"),),
+    ),
+    Mutant(
+        "no_children_reconciler",
+        "R2: the $children reconciler backstop matches nothing, so a lost wake-up parks a parent forever",
+        "§8.4 R2",
+        (Edit(WORKER_SQL, "WHERE p.state = 'awaiting' AND p.await_name = '$children'",
+              "WHERE false AND p.state = 'awaiting' AND p.await_name = '$children'"),),
+    ),
+    Mutant(
+        "window_unique_key_without_bucket",
+        "a window-mode unique key is stored without its @<bucket>, so it dedupes forever",
+        "§5.2",
+        (Edit(STORE_PY,
+              "        if spec.unique_mode == \"window\":\n"
+              "            key = ops.window_key(key, now, spec.unique_window)\n",
+              "        # MUTANT: the window bucket is not embedded in the key\n"),),
+    ),
+    Mutant(
+        "retry_without_rehold",
+        "an operator retry sends a dep-bearing workflow member straight to ready beside a failed dep",
+        "§8.6",
+        (Edit(STORE_PY, "\"state\": \"held\" if row[\"wf_deps\"] else \"ready\"}",
+              "\"state\": \"ready\"}  # MUTANT: no re-hold"),),
+    ),
+    Mutant(
+        "retry_keeps_cancel_requested",
+        "an operator retry keeps cancel_requested, so a cooperatively cancelled job cancels itself again",
+        "§8.6",
+        (Edit(QUERIES_SQL, "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s, cancel_requested = false,\n",
+              "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s,\n"),),
+    ),
+    Mutant(
+        "prune_deletes_non_terminal_jobs",
+        "retention applies the succeeded cutoff to every job not failed or cancelled, live ones included",
+        "§8.7",
+        (Edit(WORKER_SQL, "    WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)\n",
+              "    WHERE ((state NOT IN ('failed', 'cancelled')\n"
+              "            AND COALESCE(finished_at, inserted_at) < %(succeeded_before)s)\n"),),
+    ),
+    # --- the runtime ------------------------------------------------------------------------------------
+    Mutant(
+        "cancel_request_ignored_at_step_boundary",
+        "the runtime never honours cancel_requested at a step boundary; a cancelled job runs to the end",
+        "§8.6",
+        (Edit(WORKER_PY,
+              "        if verdict.cancel_requested:\n"
+              "            raise CancelRequested(f\"job {self.id}: cancel requested\")\n",
+              "        # MUTANT: cancel requests are not checked\n"),),
+        suite=RUNTIME_SUITE,
+    ),
+    Mutant(
+        "zombie_attempt_forgets_live_attempt",
+        "a zombie attempt ending on a node unregisters the job's live attempt there, which then stops renewing",
+        "§6",
+        (Edit(RUNTIME_PY, "            if self.running.get(ctx.id) is ctx:\n",
+              "            if ctx.id in self.running:  # MUTANT: any attempt of the job\n"),),
+        suite=RUNTIME_SUITE,
+    ),
+)
+
+BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
