@@ -28,7 +28,7 @@ from typing import Any
 
 from model import invariants as inv
 from model.envelope import EnvelopeError, decode
-from model.rows import TERMINAL, Job, Step
+from model.rows import Job, Step
 from model.state import State
 
 INVARIANTS = tuple(inv.CONTRACT)  # I1 … I9
@@ -286,7 +286,7 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
 def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> None:
     expected = set(by_id)
     declared = set()
-    for (job_id, name), s in state.steps.items():
+    for (_, name), s in state.steps.items():
         if name.startswith(inv.SPAWN_STEP):
             ids = _value(s)
             if isinstance(ids, list):
@@ -348,7 +348,7 @@ def _i2(r, state, ledger) -> None:
     for job in sorted(state.jobs.values(), key=lambda j: j.id):
         attempts = [e.get("attempt") for e in job.errors if isinstance(e, Mapping)]
         r.checks += 1
-        for a, b in zip(attempts, attempts[1:]):
+        for a, b in zip(attempts, attempts[1:], strict=False):
             if not (isinstance(a, int) and isinstance(b, int) and b > a):
                 r.add([inv.Violation("I2", job.id, f"attempt {b} ended twice (errors {attempts}): an ack of an attempt "
                                      "that had already ended (reclaimed) mutated the row")])
@@ -431,7 +431,7 @@ def _i3(r, state, history, steps) -> None:
             continue
         if job.worker in RESULT_TOKENS and isinstance(result.get("tokens"), list):
             names = RESULT_TOKENS[job.worker](job, result)
-            pairs = list(zip(names, result["tokens"]))
+            pairs = list(zip(names, result["tokens"], strict=False))
             if len(result["tokens"]) != len(names):
                 r.add([inv.Violation("I3", job.id, f"result lists {len(result['tokens'])} step values, "
                                      f"its input declares {len(names)}")])

@@ -16,7 +16,6 @@ Threads:
 """
 from __future__ import annotations
 
-import hashlib
 import random
 import threading
 import time
@@ -158,7 +157,7 @@ class Driver:
             with conn.transaction():
                 result = self.store.apply(ops.Enqueue(now, tuple(p.spec for p in plans)), conn=conn)
                 rows = [(o.id, p.kind, p.expected, now, Jsonb(p.detail))
-                        for p, o in zip(plans, result.outcomes) if isinstance(o, ops.Inserted)]
+                        for p, o in zip(plans, result.outcomes, strict=True) if isinstance(o, ops.Inserted)]
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
                                     "VALUES (%s, %s, %s, %s, %s)", rows)
@@ -187,7 +186,7 @@ class Driver:
                 result = self.store.apply(ops.EnqueueWorkflow(now, wf, tuple(specs)), conn=conn)
                 rows = [(job_id, "member", expected[name], now,
                          Jsonb({"workflow": wf, "member": name, "cancel": bool(m.get("cancel"))}))
-                        for (name, job_id), m in zip(result.ids, members)]
+                        for (name, job_id), m in zip(result.ids, members, strict=True)]
                 with conn.cursor() as cur:
                     cur.executemany("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
                                     "VALUES (%s, %s, %s, %s, %s)", rows)
@@ -354,41 +353,8 @@ class Driver:
             barrier = threading.Barrier(len(conns))
             outcomes: list[str | None] = [None] * len(conns)
 
-            def attempt(i: int) -> None:
-                try:
-                    if conns[i] is None or conns[i].closed or conns[i].broken:
-                        conns[i] = psycopg.connect(self.url, connect_timeout=3)
-                    conn = conns[i]
-                    kw: dict[str, Any] = {"unique_key": key, "unique_mode": mode}
-                    if mode == "window":
-                        kw["unique_window"] = 3600
-                    if mode == "incomplete":
-                        kw["scheduled_at"] = utc_now() + timedelta(seconds=20)  # stays live across the group
-                    spec = self._spec("echo", {"v": key}, **kw)
-                    try:
-                        barrier.wait(timeout=5)
-                    except threading.BrokenBarrierError:
-                        pass
-                    now = utc_now()
-                    with conn.transaction():
-                        out = self.store.apply(ops.Enqueue(now, (spec,)), conn=conn).outcomes[0]
-                        inserted = isinstance(out, ops.Inserted)
-                        conn.execute("INSERT INTO soak_unique (grp, key, mode, outcome, job_id, at) "
-                                     "VALUES (%s, %s, %s, %s, %s, %s)",
-                                     (grp, key, mode, "inserted" if inserted else "duplicate", out.id, now))
-                        if inserted:
-                            conn.execute("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
-                                         "VALUES (%s, 'echo', 'succeeded', %s, %s)",
-                                         (out.id, now, Jsonb({"unique": key, "mode": mode, "grp": grp})))
-                    outcomes[i] = "inserted" if inserted else "duplicate"
-                    if inserted:
-                        with self.lock:
-                            self.enqueued += 1
-                except (psycopg.Error, OSError):
-                    conns[i] = None
-                    barrier.abort()
-
-            threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(conns))]
+            threads = [threading.Thread(target=self._unique_attempt, args=(conns, i, grp, key, mode, barrier, outcomes))
+                       for i in range(len(conns))]
             for t in threads:
                 t.start()
             for t in threads:
@@ -399,6 +365,42 @@ class Driver:
         for c in conns:
             if c is not None:
                 c.close()
+
+    def _unique_attempt(self, conns: list, i: int, grp: int, key: str, mode: str, barrier: threading.Barrier,
+                        outcomes: list) -> None:
+        """One of the concurrent inserts of a group, in its own transaction on its own connection."""
+        try:
+            if conns[i] is None or conns[i].closed or conns[i].broken:
+                conns[i] = psycopg.connect(self.url, connect_timeout=3)
+            conn = conns[i]
+            kw: dict[str, Any] = {"unique_key": key, "unique_mode": mode}
+            if mode == "window":
+                kw["unique_window"] = 3600
+            if mode == "incomplete":
+                kw["scheduled_at"] = utc_now() + timedelta(seconds=20)  # stays live across the group
+            spec = self._spec("echo", {"v": key}, **kw)
+            try:
+                barrier.wait(timeout=5)
+            except threading.BrokenBarrierError:
+                pass
+            now = utc_now()
+            with conn.transaction():
+                out = self.store.apply(ops.Enqueue(now, (spec,)), conn=conn).outcomes[0]
+                inserted = isinstance(out, ops.Inserted)
+                conn.execute("INSERT INTO soak_unique (grp, key, mode, outcome, job_id, at) "
+                             "VALUES (%s, %s, %s, %s, %s, %s)",
+                             (grp, key, mode, "inserted" if inserted else "duplicate", out.id, now))
+                if inserted:
+                    conn.execute("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
+                                 "VALUES (%s, 'echo', 'succeeded', %s, %s)",
+                                 (out.id, now, Jsonb({"unique": key, "mode": mode, "grp": grp})))
+            outcomes[i] = "inserted" if inserted else "duplicate"
+            if inserted:
+                with self.lock:
+                    self.enqueued += 1
+        except (psycopg.Error, OSError):
+            conns[i] = None
+            barrier.abort()
 
     # --- step-journal samples (I3 immutability over time) -----------------------------------------------------
 
@@ -458,6 +460,3 @@ class Driver:
             return {"enqueued": self.enqueued, "signals": self.signals, "cancels": self.cancels,
                     "unique_groups": self.unique_groups, "driver_errors": self.enqueue_errors}
 
-
-def md5(value: bytes) -> str:
-    return hashlib.md5(value).hexdigest()
