@@ -74,6 +74,7 @@ class WorkerConfig:
                                                      ("cancelled", 7 * 86400))
     signal_ttl: int | None = 7 * 86400
     queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
+    reclaim_backoff: w.Backoff = w.Backoff()  # retry delay of a job whose lease expired (by attempt)
     retry: RetryPolicy = RetryPolicy()
 
     def __post_init__(self) -> None:
@@ -356,15 +357,18 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
                 continue
+            registered = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
             for job_id in result.lost:
                 ctx = contexts[job_id]
+                if registered.get(job_id) is not ctx:
+                    continue  # it finished (and acked) between the listing and the renewal
                 ctx.lost.set()  # the execution stops at its next step boundary; its ack will be stale
                 log.warning("belay job=%s attempt=%s: lease lost", job_id, ctx.attempt)
 
     def sweep_once(self, since: datetime) -> datetime:
         """One sweeper pass: reclaim, reconcile, crons, retention. Returns the new cron watermark."""
         now = self.clock()
-        reclaimed = self.call(lambda: self.store.apply(w.Reclaim(now)), "reclaim")
+        reclaimed = self.call(lambda: self.store.apply(w.Reclaim(now, self.config.reclaim_backoff)), "reclaim")
         woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")
         if reclaimed.retried or woken.woken:
             for producer in self.producers.values():

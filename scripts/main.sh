@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# The main job. Until the soak harness lands (soak/run.sh), this runs the smoke scenario:
-# provision PostgreSQL, migrate, enqueue, read back, verify.
+# The main job: a soak of the reference worker on an embedded PostgreSQL (soak/run.sh, which
+# bootstraps .venv itself). Arguments are passed to soak/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-exec .venv/bin/belay smoke "$@"
+exec soak/run.sh "$@"

@@ -485,7 +485,8 @@ def _i4(r, state, by_id, steps) -> None:
                 r.add([inv.Violation("I4", job.id, f"failed with budget_exceeded after step {names[-1]!r}; its costs "
                                      f"cross the budget on step {want!r}")])
         if want is None and job.state == "failed" and _last_error(job) == "budget_exceeded":
-            r.add([inv.Violation("I4", job.id, "failed with budget_exceeded although its costs never cross its budget")])
+            r.add([inv.Violation("I4", job.id,
+                                 "failed with budget_exceeded although its costs never cross its budget")])
     r.notes.append(f"{crossed} costed job(s) failed with budget_exceeded on their crossing step")
     r.exercised = crossed > 0
 
@@ -517,8 +518,8 @@ def _i5(r, state, by_id) -> None:
                                      f"its deps {bad} are not satisfied (ignore {sorted(ignore)})")])
             if job.state == "cancelled" and job.attempt == 0 and not driver_cancelled:
                 if satisfied:
-                    r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} was cancelled (doomed) although every "
-                                         "dep is satisfied and nobody cancelled it")])
+                    r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} was cancelled (doomed) although "
+                                         "every dep is satisfied and nobody cancelled it")])
                 else:
                     dooms += 1
             if satisfied and ignore & {d.state for d in deps} and job.attempt > 0:

@@ -54,7 +54,8 @@ def observe(ctx: JobContext, phase: str, observed: dict) -> None:
     """Insert one soak_observations row on an autocommit connection (outside every Belay transaction)."""
     with ctx.store.pool.connection() as c:
         c.execute(
-            "INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) VALUES (%s, %s, %s, %s, %s, %s)",
+            "INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) "
+            "VALUES (%s, %s, %s, %s, %s, %s)",
             (ctx.id, ctx.attempt, ctx.job.leased_by, phase, Jsonb(observed), utc_now()),
         )
 

@@ -187,7 +187,8 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
         lines.append(f"| {kind} | {q['n']} | {q['p50']} | {q['p90']} | {q['p99']} | {q['p100']} |")
     if result.stats.get("outcome_mismatch_examples"):
         lines += ["", f"Outcome mismatches vs. the ledger (informational, explained by faults): "
-                  f"{result.stats['outcome_mismatches']}"] + [f"- {x}" for x in result.stats["outcome_mismatch_examples"]]
+                  f"{result.stats['outcome_mismatches']}"]
+        lines += [f"- {x}" for x in result.stats["outcome_mismatch_examples"]]
     lines += ["", "Notes:"] + [f"- {n}: {note}" for n, r in result.invariants.items() for note in r.notes]
     summary = redact("\n".join(lines) + "\n")
     (run_dir / "summary.md").write_text(summary)
@@ -211,7 +212,8 @@ font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:
 .invalid td:nth-child(2){{color:#b00;font-weight:bold}} .unknown td:nth-child(2){{color:#a60}} img{{max-width:100%}}
 </style></head><body><h1>Belay soak {meta['run_id']}: {result.verdict.upper()}</h1>
 <pre>{html.escape(summary.split('| invariant')[0])}</pre>
-<table><tr><th>invariant</th><th>verdict</th><th>checks</th><th>violations</th><th>first counterexample / why unknown</th>
+<table><tr><th>invariant</th><th>verdict</th><th>checks</th><th>violations</th>
+<th>first counterexample / why unknown</th>
 <th>notes</th></tr>{rows}</table>{imgs}
 <h2>Artifacts</h2><ul><li><a href="results.json">results.json</a></li><li><a href="summary.md">summary.md</a></li>
 <li><a href="history.jsonl">history.jsonl</a> (fault log and driver actions)</li>{logs}</ul></body></html>"""

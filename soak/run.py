@@ -179,8 +179,9 @@ def run(args: argparse.Namespace) -> int:
     (run_dir / "workers").mkdir(parents=True)
     history = History(run_dir / "history.jsonl")
     print(f"soak {run_id}: worker `{args.worker}` × {args.workers}, faults {args.duration:.0f}s "
-          f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, PostgreSQL crash-restart "
-          f"every {args.db_restart_every or '-'}s), seed {seed}; report {run_dir}", flush=True)
+          f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
+          f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
+          f"seed {seed}; report {run_dir}", flush=True)
     db = Database(args.database_url, run_id)
     print(f"database: {db.description}; database faults {db.db_faults}", flush=True)
     password = urllib.parse.urlsplit(db.url).password
@@ -260,7 +261,8 @@ def run(args: argparse.Namespace) -> int:
             time.sleep(0.5)
         counts = progress.poll() or (None, None)
         meta["drain_seconds"] = round(time.monotonic() - drain_start, 1)
-        history.record("drain_end", drained=drained, nonterminal=(counts[1] - counts[0]) if counts[0] is not None else None)
+        left = (counts[1] - counts[0]) if counts[0] is not None else None
+        history.record("drain_end", drained=drained, nonterminal=left)
 
         history.record("phase", phase="check")
         driver.sample_steps()

@@ -416,3 +416,46 @@ def test_a_mini_soak_of_the_reference_worker_finds_no_violation(tmp_path: Path):
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
     assert not [k for k, v in results["invariants"].items() if v["verdict"] == "invalid"], results
     assert results["stats"]["jobs_checked"] > 500
+
+
+# --- driver expectations and reports ---------------------------------------------------------------------
+
+
+def test_workflow_expectations_follow_settlement_semantics():
+    from soak.driver import WORKFLOW_SHAPES, workflow_outcomes
+
+    assert workflow_outcomes(WORKFLOW_SHAPES["chain"]) == {
+        "a": "failed", "b": "cancelled", "c": "succeeded", "d": "succeeded"}
+    assert workflow_outcomes(WORKFLOW_SHAPES["diamond"]) == {
+        "a": "succeeded", "b": "succeeded", "c": "failed", "d": "succeeded", "e": "cancelled"}
+    assert workflow_outcomes(WORKFLOW_SHAPES["cancel"]) == {
+        "a": "succeeded", "b": "cancelled", "c": "succeeded", "d": "cancelled"}
+
+
+def test_every_workflow_shape_exercises_a_doom_or_an_ignore_flag_except_the_plain_one():
+    from soak.driver import WORKFLOW_SHAPES, workflow_outcomes
+
+    for name, members in WORKFLOW_SHAPES.items():
+        outcomes = workflow_outcomes(members)
+        assert set(outcomes) == {m["name"] for m in members}
+        assert ("cancelled" in outcomes.values() or any(m["ignore"] for m in members)) == (name != "plain")
+
+
+def test_reports_never_contain_a_password(tmp_path: Path):
+    from soak import report
+
+    r = baseline()
+    result = r.check()
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    url = "postgresql://soak:s3cret-pw@127.0.0.1:5432/belay_soak"
+    meta = {"run_id": "r1", "worker": "soak/reference-worker", "workers": 2, "lease_ttl": 10, "seed": 1,
+            "duration": 60, "heal": 10, "database": f"external server {url}", "db_faults": "skipped", "url": url}
+    run_dir = tmp_path / "r1"
+    (run_dir / "workers").mkdir(parents=True)
+    (run_dir / "history.jsonl").write_text("")
+    report.write(run_dir, result, state, r.history, meta)
+    for name in ("results.json", "summary.md", "report.html"):
+        text = (run_dir / name).read_text()
+        assert "s3cret-pw" not in text and "soak:***@" in text, name
+    assert (tmp_path / "latest").resolve() == run_dir.resolve()
+    assert "data:image/png;base64," in (run_dir / "report.html").read_text()

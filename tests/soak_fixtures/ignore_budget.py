@@ -1,4 +1,5 @@
-"""Broken: budgets are ignored — no §8.2 pre-flight, and a recorded spend over the cap does not fail the job.
+"""Broken: budgets are ignored — no §8.2 pre-flight, a recorded spend over the cap does not fail the job,
+and the runtime's check before a budgeted job succeeds is gone too.
 
 Expected verdict: invalid, I4 (steps journaled past the crossing step; crossed jobs succeed)."""
 from __future__ import annotations
@@ -34,4 +35,5 @@ def step(self, name, fn, *, cost=None):
 if __name__ == "__main__":
     sdk.JobContext._boundary = boundary
     sdk.JobContext.step = step
+    sdk.JobContext.check_budget = lambda self: None  # BUG: no durable-spend check before success
     main()
