@@ -12,6 +12,7 @@ lock; settlement then only ever waits on held rows, which no one else locks firs
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
+from impl.failpoints import failpoint
 from impl.migrate import check_compat
 from impl.pgrows import channel_name, job_from_row, poke_payload
 from impl.queries import SchemaSQL
@@ -57,6 +59,13 @@ class _Tx:
             channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
             self.all("notify", {"channel": channel, "payloads": [poke_payload(q) for q in sorted(self.pokes)]})
             self.pokes.clear()
+
+
+class _Busy:
+    """The job's row is locked by another transaction (see PgStore._lock_job)."""
+
+
+BUSY = _Busy()
 
 
 class PgStore(WorkerOps):
@@ -106,6 +115,7 @@ class PgStore(WorkerOps):
             yield tx
             if self.notify:
                 tx.flush_pokes()
+            failpoint("store.before_commit")
 
     def statement(self, name: str, params: dict) -> list[dict]:
         """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN."""
@@ -120,7 +130,7 @@ class PgStore(WorkerOps):
             raise TypeError(f"PgStore does not implement {type(op).__name__}")
         if conn is not None and type(op) not in (ops.Enqueue, ops.EnqueueWorkflow):
             raise ops.InvalidInput(f"{type(op).__name__} cannot run in a caller's transaction; only enqueues can")
-        return handler(self, op, conn)
+        return getattr(self, handler.__name__)(op, conn)  # by name, so a subclass's override is used
 
     # --- §1 ----------------------------------------------------------------------------------
 
@@ -226,6 +236,7 @@ class PgStore(WorkerOps):
             tx.one("lock_workflow", {"workflow_id": workflow_id})
             _, doomed = self._settle(tx, workflow_id)
             children.extend((d["id"], d["parent_id"]) for d in doomed)
+        failpoint("after_terminal.before_notify")
         self._notify_parents(tx, children)
 
     def _notify_parents(self, tx: _Tx, children: Iterable[tuple[int, int | None]]) -> None:
@@ -262,55 +273,75 @@ class PgStore(WorkerOps):
 
     # --- §8.6 cancel and retry -------------------------------------------------------------------
 
-    def _lock_job(self, tx: _Tx, job_id: int) -> dict | None:
-        """Workflow lock first (lock order), then the row lock."""
+    def _lock_job(self, tx: _Tx, job_id: int) -> dict | None | _Busy:
+        """Workflow lock first (lock order), then the row lock — without ever waiting on the row while
+        holding the workflow lock: an ack holds its running row and then waits for the workflow lock,
+        so waiting here would close a cycle. A row someone else holds comes back as BUSY, and the
+        caller retries in a fresh transaction (the explorer's cancel_ack scenario)."""
         header = tx.one("job_header", {"id": job_id})
         if header is None:
             return None
         if header["workflow_id"] is not None:
             tx.one("lock_workflow", {"workflow_id": header["workflow_id"]})
-        return tx.one("lock_job", {"id": job_id})
+        row = tx.one("lock_job_skip_locked", {"id": job_id})
+        return BUSY if row is None else row
+
+    def _with_row(self, op: Any, body: Any) -> Any:
+        """Run body(tx, row) in a transaction holding the job's locks; retry while the row is busy."""
+        for attempt in range(200):
+            with self.transaction(op.now) as tx:
+                row = self._lock_job(tx, op.job_id)
+                if row is None:
+                    return ops.NotFound(op.job_id)
+                if row is not BUSY:
+                    return body(tx, row)
+            time.sleep(min(0.001 * 2**attempt, 0.05))  # the holder is mid-transaction: let it finish
+        raise RuntimeError(f"job {op.job_id}: its row stayed locked by other transactions for ~10 s")
 
     def _cancel(self, op: ops.Cancel, conn: Any) -> ops.CancelResult:
         with self.transaction(op.now) as tx:
-            row = self._lock_job(tx, op.job_id)
-            if row is None:
-                return ops.NotFound(op.job_id)
+            # A running job only gets its flag: the row lock alone, no workflow lock (see _lock_job).
+            if tx.one("request_cancel", {"id": op.job_id}) is not None:
+                return ops.CancelRequested(op.job_id)
+
+        def body(tx: _Tx, row: dict) -> ops.CancelResult:
             if row["state"] in TERMINAL:
                 return ops.NotCancellable(op.job_id, row["state"])
             if row["state"] == "running":
-                tx.cur.execute(self.q.q("request_cancel"), {"id": op.job_id})
+                tx.one("request_cancel", {"id": op.job_id})
                 return ops.CancelRequested(op.job_id)
             cancelled = tx.all("cancel_parked", {"id": op.job_id, "now": op.now})
             self._after_terminal(tx, cancelled)
             return ops.Cancelled(op.job_id)
 
+        return self._with_row(op, body)
+
     def _retry(self, op: ops.Retry, conn: Any) -> ops.RetryResult:
-        with self.transaction(op.now) as tx:
-            row = self._lock_job(tx, op.job_id)
-            if row is None:
-                return ops.NotFound(op.job_id)
-            if row["state"] not in ("failed", "cancelled"):
-                return ops.NotRetryable(op.job_id, row["state"])
-            if row["wf_deps"]:
-                missing = [r["name"] for r in tx.all("missing_deps", {"deps": list(row["wf_deps"]),
-                                                                       "workflow_id": row["workflow_id"]})]
-                if missing:
-                    return ops.DepsGone(op.job_id, tuple(sorted(missing, key=list(row["wf_deps"]).index)))
-            # §8.6: dep-bearing members are re-held, then settled, never sent straight to ready.
-            params = {"id": op.job_id, "now": op.now, "state": "held" if row["wf_deps"] else "ready"}
-            try:
-                with tx.cur.connection.transaction():  # a savepoint: a unique clash must not abort the rest
-                    updated = tx.one("retry_job", params)
-            except errors.UniqueViolation:
-                holder = tx.one("unique_holder", {"key": row["unique_key"], "mode": "incomplete"})
-                return ops.RetryBlocked(op.job_id, holder["id"] if holder else None)
-            if updated["state"] == "ready":
-                tx.pokes.add(updated["queue"])
-            if row["workflow_id"] is not None:
-                _, doomed = self._settle(tx, row["workflow_id"])
-                self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
-            return ops.Retried(op.job_id, tx.one("job_state", {"id": op.job_id})["state"])
+        return self._with_row(op, lambda tx, row: self._retry_locked(op, tx, row))
+
+    def _retry_locked(self, op: ops.Retry, tx: _Tx, row: dict) -> ops.RetryResult:
+        if row["state"] not in ("failed", "cancelled"):
+            return ops.NotRetryable(op.job_id, row["state"])
+        if row["wf_deps"]:
+            missing = [r["name"] for r in tx.all("missing_deps", {"deps": list(row["wf_deps"]),
+                                                                   "workflow_id": row["workflow_id"]})]
+            if missing:
+                return ops.DepsGone(op.job_id, tuple(sorted(missing, key=list(row["wf_deps"]).index)))
+        # §8.6: dep-bearing members are re-held, then settled, never sent straight to ready.
+        params = {"id": op.job_id, "now": op.now, "state": "held" if row["wf_deps"] else "ready"}
+        try:
+            with tx.cur.connection.transaction():  # a savepoint: a unique clash must not abort the rest
+                updated = tx.one("retry_job", params)
+        except errors.UniqueViolation:
+            holder = tx.one("unique_holder", {"key": row["unique_key"], "mode": "incomplete"})
+            return ops.RetryBlocked(op.job_id, holder["id"] if holder else None)
+        failpoint("retry.before_settle")
+        if updated["state"] == "ready":
+            tx.pokes.add(updated["queue"])
+        if row["workflow_id"] is not None:
+            _, doomed = self._settle(tx, row["workflow_id"])
+            self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
+        return ops.Retried(op.job_id, tx.one("job_state", {"id": op.job_id})["state"])
 
     # --- runtime CRUD ----------------------------------------------------------------------------
 

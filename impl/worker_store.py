@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from impl.failpoints import failpoint
 from impl.pgrows import job_from_row, result_payload, channel_name
 from model import admission
 from model import ops
@@ -141,6 +142,7 @@ class WorkerOps:
         name, params = self._ack_params(op)
         with self.transaction(op.now) as tx:
             row = tx.one(name, params)
+            failpoint("ack.after_update")
             if row is None:
                 return w.Stale(op.job_id, op.attempt)
             if row["state"] in TERMINAL:
@@ -184,6 +186,7 @@ class WorkerOps:
         """§7 park rule: under the scope lock, a present signal row parks the job as ready instead."""
         tx.one("lock_scope", {"scope": scope})
         present = tx.one("signal_exists", {"scope": scope, "name": name}) is not None
+        failpoint("park.after_check")
         params = {"id": job_id, "attempt": attempt, "scope": scope, "name": name, "deadline": deadline,
                   "now": tx.now}
         parked = tx.one("park_ready" if present else "park_awaiting", params)
@@ -278,6 +281,7 @@ class WorkerOps:
                 done, ids = self._children_done(tx, op.job_id)
                 if done:
                     return w.ChildrenDone(ids)
+                failpoint("await_children.before_park")
                 parked = self._park(tx, op.job_id, op.attempt, scope, "$children", op.deadline)
                 if parked is None:
                     raise _Rollback(w.Stale(op.job_id, op.attempt))

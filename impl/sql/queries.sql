@@ -86,14 +86,14 @@ DELETE FROM {signals} WHERE scope = %(scope)s AND name = %(name)s RETURNING scop
 -- The immutable facts needed before locking (which workflow lock to take first).
 SELECT id, workflow_id FROM {jobs} WHERE id = %(id)s
 
--- lock_job --
--- Lock one job row (after any workflow lock: lock order).
+-- lock_job_skip_locked --
+-- Lock one job row after the workflow lock, never waiting for it (no row: it is busy, or gone).
 SELECT id, state, workflow_id, wf_deps, parent_id, unique_key, unique_mode FROM {jobs}
-WHERE id = %(id)s FOR UPDATE
+WHERE id = %(id)s FOR UPDATE SKIP LOCKED
 
 -- request_cancel --
 -- §8.6: a running job is cancelled cooperatively at its next step boundary.
-UPDATE {jobs} SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
+UPDATE {jobs} SET cancel_requested = true WHERE id = %(id)s AND state = 'running' RETURNING id
 
 -- cancel_parked --
 -- §8.6: parked or held → cancelled (terminal).
