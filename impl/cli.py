@@ -163,5 +163,39 @@ def smoke_cmd() -> None:
     sys.exit(run(click.echo))
 
 
+@main.command("serve")
+@click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to bind; anything but loopback needs a token")
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--token", envvar="BELAY_HTTP_TOKEN", default=None,
+              help="bearer token required by mutating requests ($BELAY_HTTP_TOKEN)")
+@click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
+@click.option("--migrate/--no-migrate", "do_migrate", default=False, show_default=True,
+              help="apply migrations 1-3 before serving")
+@click.option("--sweep-interval", type=float, default=1.0, show_default=True,
+              help="seconds between sweeper passes (reclaim, timeouts, cleanup)")
+@click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator for long polls")
+def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema: str, do_migrate: bool,
+              sweep_interval: float, notify: bool) -> None:
+    """Serve the Durable Execution HTTP API at /api/v1 (OpenAPI document at /openapi.json)."""
+    import uvicorn
+
+    from impl.http import create_app
+    from impl.http.server import BindRefused, check_bind
+
+    try:
+        check_bind(host, token or None)
+    except BindRefused as exc:
+        raise click.UsageError(str(exc)) from None
+    if do_migrate:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            migrate(conn, schema)
+    app = create_app(database_url, token=token or None, schema=schema, sweep_interval=sweep_interval, notify=notify)
+    click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'})",
+               err=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")
+
+
 if __name__ == "__main__":
     main()

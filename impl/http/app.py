@@ -1,0 +1,441 @@
+"""The ASGI application (Starlette): routes, bearer auth, JSON bodies, the claim long poll, and the
+background sweeper and pg_notify listener that run for the app's lifetime.
+
+`create_app(conninfo, *, token=None, clock=utc_now, ...)` builds it. The clock is read once per
+request, in the handler (and once per long-poll round and sweeper pass, which are entry points of
+their own), and passed to the service as `now`; a test injects a fake clock.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import unquote, unquote_to_bytes
+
+import psycopg
+from psycopg import sql
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from impl.http import errors as e
+from impl.http.errors import ApiError
+from impl.http.openapi import served_document
+from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, HttpService
+from impl.pgrows import channel_name
+from impl.store import PgStore
+from model import ops
+
+log = logging.getLogger("belay.http")
+MAX_BODY = 16 * 1024 * 1024
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Waker:
+    """Wakes long-polling claims: local pokes (this server made work ready) and pg_notify pokes (any
+    node did). Lossy by assumption (§9): every waiter also re-polls at the floor interval. A per-queue
+    generation counter closes the gap between an empty claim and the wait that follows it."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.generation: dict[str | None, int] = {}
+        self.waiters: dict[str, set[asyncio.Event]] = {}
+
+    def seen(self, queue: str) -> tuple[int, int]:
+        return self.generation.get(queue, 0), self.generation.get(None, 0)
+
+    def poke(self, queue: str | None) -> None:
+        """Thread-safe: a queue's waiters (None: every waiter)."""
+        if self.loop is not None and not self.loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(self._poke, queue)
+
+    def _poke(self, queue: str | None) -> None:
+        self.generation[queue] = self.generation.get(queue, 0) + 1
+        for q, events in self.waiters.items():
+            if queue is None or q == queue:
+                for event in events:
+                    event.set()
+
+    async def wait(self, queue: str, seen: tuple[int, int], timeout: float) -> None:
+        if self.seen(queue) != seen:
+            return
+        event = asyncio.Event()
+        self.waiters.setdefault(queue, set()).add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.waiters[queue].discard(event)
+
+
+class Belay:
+    """What the app holds for its lifetime (app.state.belay)."""
+
+    def __init__(self, conninfo: str, *, schema: str, token: str | None, clock: Callable[[], datetime],
+                 pool_size: int, poll_interval: float, sweep_interval: float | None, notify: bool,
+                 node: str, max_long_poll: float | None) -> None:
+        self.conninfo = conninfo
+        self.max_long_poll = max_long_poll
+        self.schema = schema
+        self.token = token
+        self.clock = clock
+        self.pool_size = pool_size
+        self.poll_interval = poll_interval
+        self.sweep_interval = sweep_interval
+        self.notify = notify
+        self.node = node
+        self.waker = Waker()
+        self.store: PgStore | None = None
+        self.service: HttpService | None = None
+        self.stopped = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.documents = {bearer: served_document(bearer=bearer) for bearer in (False, True)}
+
+    def open(self) -> None:
+        self.store = PgStore(self.conninfo, schema=self.schema, pool_size=self.pool_size)
+        try:
+            self.store.apply(ops.CheckCompat())
+        except Exception:
+            self.store.close()
+            raise
+        self.service = HttpService(self.store, node=self.node, on_ready=self.waker.poke)
+        loops = [self._sweep_loop] if self.sweep_interval else []
+        if self.notify:
+            loops.append(self._listen_loop)
+        for loop in loops:
+            t = threading.Thread(target=loop, name=f"belay-http{loop.__name__}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def close(self) -> None:
+        self.stopped.set()
+        for t in self.threads:
+            t.join(timeout=5)
+        if self.store is not None:
+            self.store.close()
+
+    def sweep_once(self, now: datetime | None = None):
+        return self.service.sweep_once(self.clock() if now is None else now)
+
+    def _sweep_loop(self) -> None:
+        while not self.stopped.wait(self.sweep_interval):
+            try:
+                self.sweep_once()
+            except Exception as exc:  # noqa: BLE001 - the next pass retries; the server keeps serving
+                log.error("belay http sweeper pass failed: %s", exc)
+
+    def _listen_loop(self) -> None:
+        """The pg_notify accelerator (§9.2): pokes wake long polls; never load-bearing."""
+        delay = 0.1
+        while not self.stopped.is_set():
+            try:
+                with psycopg.connect(self.conninfo, autocommit=True) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(conn.info.dbname,
+                                                                                         self.schema))))
+                    delay = 0.1
+                    self.waker.poke(None)  # anything missed while disconnected
+                    while not self.stopped.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            self._on_notify(note.payload)
+            except Exception as exc:  # noqa: BLE001
+                if not self.stopped.is_set():
+                    log.warning("belay http listener: %s; reconnecting in %.1fs", exc, delay)
+                    self.stopped.wait(delay)
+                    delay = min(delay * 2, 5.0)
+
+    def _on_notify(self, payload: str) -> None:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            return
+        if isinstance(data, dict) and data.get("t") == "p" and isinstance(data.get("q"), str):
+            self.waker.poke(data["q"])
+
+
+# --- request plumbing ------------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+async def json_body(request: Request, *, optional: bool = False) -> Any:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise ApiError(413, "PAYLOAD_TOO_LARGE", f"request body is over {MAX_BODY} bytes")
+    if not raw.strip():
+        if optional:
+            return {}  # an omitted optional body is an empty object; a literal `null` is not
+        raise e.bad("request body is required (a JSON object)")
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise e.bad(f"request body is not valid JSON: {exc}") from None
+
+
+def path(request: Request, key: str) -> str:
+    """A path parameter; see `_EncodedSlashes` for why it is unquoted here."""
+    return unquote(request.path_params[key])
+
+
+def _belay(request: Request) -> Belay:
+    return request.app.state.belay
+
+
+def _authorize(request: Request) -> None:
+    token = _belay(request).token
+    if token is None or request.method not in ("POST", "PUT", "PATCH", "DELETE"):
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, credentials = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), token.encode()):
+        raise ApiError(401, "UNAUTHORIZED", "a bearer token is required for this request",
+                       {"WWW-Authenticate": 'Bearer realm="belay"'})
+
+
+Handler = Callable[[Request, HttpService, datetime], Awaitable[Response]]
+
+
+def endpoint(*handlers: tuple[str, Handler]) -> Callable[[Request], Awaitable[Response]]:
+    """One route's methods: authorize, read the clock once, dispatch."""
+    table = dict(handlers)
+
+    async def dispatch(request: Request) -> Response:
+        _authorize(request)
+        belay = _belay(request)
+        handler = table.get(request.method) or table["GET"]  # HEAD is GET without a body
+        return await handler(request, belay.service, belay.clock())
+
+    return dispatch
+
+
+def ok(body: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(body, status_code=status)
+
+
+async def call(fn: Callable, *args: Any) -> Any:
+    return await run_in_threadpool(fn, *args)
+
+
+# --- handlers ------------------------------------------------------------------------------------
+
+
+async def list_queues(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.list_queues, now))
+
+
+async def create_queue(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.create_queue, now, await json_body(request)), 201)
+
+
+async def delete_queue(request: Request, s: HttpService, now: datetime) -> Response:
+    await call(s.delete_queue, now, path(request, "queue_name"))
+    return Response(status_code=204)
+
+
+async def queue_stats(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.queue_stats, now, path(request, "queue_name")))
+
+
+async def create_task(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.create_task, now, path(request, "queue_name"), await json_body(request)), 201)
+
+
+async def claim_tasks(request: Request, s: HttpService, now: datetime) -> Response:
+    """Claim; with long_poll_seconds, hold the request until a claim returns work or the time is up,
+    re-claiming when woken (pg_notify or a local poke) and at least every poll_interval (the floor)."""
+    body = e.obj(await json_body(request))
+    limit = e.integer(body, "limit", minimum=1, maximum=None, required=True)
+    claim_timeout = e.integer(body, "claim_timeout", minimum=1, required=True)
+    long_poll = e.integer(body, "long_poll_seconds", minimum=5, maximum=30)
+    queue = path(request, "queue_name")
+    belay = _belay(request)
+    if long_poll and belay.max_long_poll is not None:
+        long_poll = min(long_poll, belay.max_long_poll)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (long_poll or 0)
+    while True:
+        seen = belay.waker.seen(queue)
+        tasks = await call(s.claim, now, queue, limit, claim_timeout)
+        remaining = deadline - loop.time()
+        if tasks or remaining <= 0 or belay.stopped.is_set():
+            return ok({"tasks": tasks})
+        await belay.waker.wait(queue, seen, min(remaining, belay.poll_interval))
+        if await request.is_disconnected():
+            return ok({"tasks": []})
+        now = belay.clock()
+
+
+async def list_runs(request: Request, s: HttpService, now: datetime) -> Response:
+    q = request.query_params
+    status = q.get("status")
+    if status is not None and status not in RUN_STATUSES:
+        raise e.bad(f"status must be one of {', '.join(RUN_STATUSES)}")
+    limit = DEFAULT_PAGE
+    if q.get("limit") is not None:
+        try:
+            limit = int(q["limit"])
+        except ValueError:
+            raise e.bad("limit must be an integer") from None
+        if limit < 1:
+            raise e.bad("limit must be >= 1")
+    return ok(await call(s.list_runs, now, q.get("task_id"), status, q.get("cursor"), limit))
+
+
+async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.complete, now, path(request, "run_id"), await json_body(request, optional=True)))
+
+
+async def fail_run(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.fail, now, path(request, "run_id"), await json_body(request)))
+
+
+async def schedule_run(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.schedule, now, path(request, "run_id"), await json_body(request)))
+
+
+async def wait_for_event(request: Request, s: HttpService, now: datetime) -> Response:
+    status, body = await call(s.wait_for_event, now, path(request, "run_id"), await json_body(request))
+    return ok(body, status)
+
+
+async def set_checkpoint(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.set_checkpoint, now, path(request, "task_id"), path(request, "step_name"),
+                         await json_body(request)))
+
+
+async def get_checkpoint(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.get_checkpoint, now, path(request, "task_id"), path(request, "step_name")))
+
+
+async def emit_event(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.emit, now, await json_body(request)), 201)
+
+
+async def create_workflow_run(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.create_workflow_run, now, await json_body(request)), 201)
+
+
+async def update_workflow_run(request: Request, s: HttpService, now: datetime) -> Response:
+    return ok(await call(s.update_workflow_run, now, path(request, "workflow_run_id"), await json_body(request)))
+
+
+async def openapi_json(request: Request) -> Response:
+    belay = _belay(request)
+    return ok(belay.documents[belay.token is not None])
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+async def api_error(request: Request, exc: ApiError) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+
+async def http_error(request: Request, exc: HTTPException) -> Response:
+    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+    message = {404: f"no route for {request.url.path}", 405: f"{request.method} is not allowed here"}.get(
+        exc.status_code, str(exc.detail))
+    return JSONResponse({"error": message, "code": code}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def invalid_input(request: Request, exc: ops.InvalidInput) -> Response:
+    return JSONResponse({"error": str(exc), "code": e.VALIDATION_ERROR}, status_code=400)
+
+
+async def unexpected(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, psycopg.OperationalError):
+        log.warning("belay http: database unavailable: %s", exc)
+        return JSONResponse({"error": "the database is unavailable; retry", "code": "DATABASE_UNAVAILABLE"},
+                            status_code=503, headers={"Retry-After": "1"})
+    log.exception("belay http: unexpected error on %s %s", request.method, request.url.path)
+    return JSONResponse({"error": "internal error", "code": "INTERNAL_ERROR"}, status_code=500)
+
+
+class _EncodedSlashes:
+    """Route on the raw path so a name holding '/' (sent as %2F) stays one path segment: each segment
+    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("raw_path"):
+            raw = scope["raw_path"].split(b"?", 1)[0]
+            segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
+            scope = dict(scope, path="/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments))
+        await self.app(scope, receive, send)
+
+
+def create_app(
+    conninfo: str,
+    *,
+    token: str | None = None,
+    clock: Callable[[], datetime] = utc_now,
+    schema: str = "public",
+    pool_size: int = 16,
+    poll_interval: float = 0.5,
+    sweep_interval: float | None = 1.0,
+    notify: bool = True,
+    node: str = "http",
+    max_long_poll: float | None = None,
+) -> Starlette:
+    """The Belay HTTP API on `conninfo`. `token`: bearer token required by mutating requests;
+    `sweep_interval` None disables the background sweeper (tests call `app.state.belay.sweep_once`);
+    `notify` enables the pg_notify accelerator for long polls; `poll_interval` is their floor;
+    `max_long_poll` caps a long poll's hold in seconds (None: as the request asks, 5..30)."""
+    belay = Belay(conninfo, schema=schema, token=token, clock=clock, pool_size=pool_size,
+                  poll_interval=poll_interval, sweep_interval=sweep_interval, notify=notify, node=node,
+                  max_long_poll=max_long_poll)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        belay.waker.loop = asyncio.get_running_loop()
+        await run_in_threadpool(belay.open)
+        try:
+            yield
+        finally:
+            belay.stopped.set()
+            belay.waker.poke(None)
+            await run_in_threadpool(belay.close)
+
+    v1 = "/api/v1"
+    routes = [
+        Route(f"{v1}/queues", endpoint(("GET", list_queues), ("POST", create_queue)), methods=["GET", "POST"]),
+        Route(f"{v1}/queues/{{queue_name}}", endpoint(("DELETE", delete_queue)), methods=["DELETE"]),
+        Route(f"{v1}/queues/{{queue_name}}/stats", endpoint(("GET", queue_stats)), methods=["GET"]),
+        Route(f"{v1}/queues/{{queue_name}}/tasks", endpoint(("POST", create_task)), methods=["POST"]),
+        Route(f"{v1}/queues/{{queue_name}}/tasks/claim", endpoint(("POST", claim_tasks)), methods=["POST"]),
+        Route(f"{v1}/runs", endpoint(("GET", list_runs)), methods=["GET"]),
+        Route(f"{v1}/runs/{{run_id}}/complete", endpoint(("POST", complete_run)), methods=["POST"]),
+        Route(f"{v1}/runs/{{run_id}}/fail", endpoint(("POST", fail_run)), methods=["POST"]),
+        Route(f"{v1}/runs/{{run_id}}/schedule", endpoint(("POST", schedule_run)), methods=["POST"]),
+        Route(f"{v1}/runs/{{run_id}}/wait-for-event", endpoint(("POST", wait_for_event)), methods=["POST"]),
+        Route(f"{v1}/tasks/{{task_id}}/checkpoints/{{step_name}}",
+              endpoint(("PUT", set_checkpoint), ("GET", get_checkpoint)), methods=["PUT", "GET"]),
+        Route(f"{v1}/events", endpoint(("POST", emit_event)), methods=["POST"]),
+        Route(f"{v1}/workflow-runs", endpoint(("POST", create_workflow_run)), methods=["POST"]),
+        Route(f"{v1}/workflow-runs/{{workflow_run_id}}", endpoint(("PATCH", update_workflow_run)),
+              methods=["PATCH"]),
+        Route(f"{v1}/openapi.json", openapi_json, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
+        ApiError: api_error, HTTPException: http_error, ops.InvalidInput: invalid_input, Exception: unexpected})
+    app.state.belay = belay
+    app.add_middleware(_EncodedSlashes)
+    return app

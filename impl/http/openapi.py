@@ -1,0 +1,149 @@
+"""The OpenAPI document the server serves: the spec (a verbatim copy in impl/http/openapi.yaml, checked
+against shared/spec by tests/test_http_openapi.py) plus an overlay that documents what this server
+really does where the spec is silent. Nothing in the overlay changes a spec schema's meaning for
+valid requests; it adds:
+
+- the status codes the server answers besides the spec's: 400 (Error, VALIDATION_ERROR) on every
+  operation with input, 404 where a named queue/task/workflow run may not exist, 409 where a run is
+  fenced (schedule, wait-for-event, checkpoints) or a workflow run is finished, and 401 on mutating
+  operations when a bearer token is configured (with the bearer security scheme);
+- the cursor's form (24 hex digits, as next_cursor gives it);
+- the store's bounds: names (queue, task_name, event_name, step_name) are 1..63 characters (always
+  within the store's 255 UTF-8 bytes); max_attempts
+  is at most 1,000,000 (a snooze or wait adds one to the integer column); durations in seconds are
+  at most 2^31-1;
+- `oldest_pending_run_age_seconds` as OpenAPI 3.1 spells a nullable number (`nullable` is 3.0);
+- `servers: /api/v1` relative to wherever the document is served, and response links for clients
+  and stateful testers (queue → tasks → runs → checkpoints, workflow run → update).
+"""
+from __future__ import annotations
+
+import copy
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from impl.http.ids import CURSOR_PATTERN
+
+MUTATING = ("post", "put", "patch", "delete")
+_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+_NAME = {"minLength": 1, "maxLength": 63}
+_SECONDS = {"maximum": 2147483647}
+
+# operationId → (extra status codes, each answered with the Error schema)
+_EXTRA_STATUSES = {
+    "createQueue": ("400",),
+    "createTask": ("400", "404", "409"),
+    "claimTasks": ("400", "404"),
+    "listRuns": ("400",),
+    "completeRun": ("400",),
+    "failRun": ("400",),
+    "scheduleRun": ("400", "409"),
+    "waitForEvent": ("400", "409"),
+    "setCheckpoint": ("400", "409"),
+    "emitEvent": ("400",),
+    "createWorkflowRun": ("400",),
+    "updateWorkflowRun": ("400", "409"),
+}
+_DESCRIPTIONS = {"400": "Validation error", "401": "Missing or wrong bearer token", "404": "Resource not found",
+                 "409": "Conflict with current state (a stale or foreign run, a finished resource)"}
+
+_LINKS = {
+    ("createQueue", "201"): {
+        "GetQueueStats": ("getQueueStats", {"queue_name": "$response.body#/name"}),
+        "CreateTask": ("createTask", {"queue_name": "$response.body#/name"}),
+        "ClaimTasks": ("claimTasks", {"queue_name": "$response.body#/name"}),
+        "DeleteQueue": ("deleteQueue", {"queue_name": "$response.body#/name"}),
+    },
+    ("createTask", "201"): {
+        "ListTaskRuns": ("listRuns", {"task_id": "$response.body#/task_id"}),
+        "GetCheckpoint": ("getCheckpoint", {"task_id": "$response.body#/task_id"}),
+        "CompleteRun": ("completeRun", {"run_id": "$response.body#/run_id"}),
+        "FailRun": ("failRun", {"run_id": "$response.body#/run_id"}),
+        "SetCheckpoint": ("setCheckpoint", {"task_id": "$response.body#/task_id"}),
+    },
+    ("claimTasks", "200"): {
+        "CompleteClaimedRun": ("completeRun", {"run_id": "$response.body#/tasks/0/run_id"}),
+        "FailClaimedRun": ("failRun", {"run_id": "$response.body#/tasks/0/run_id"}),
+        "ScheduleClaimedRun": ("scheduleRun", {"run_id": "$response.body#/tasks/0/run_id"}),
+    },
+    ("createWorkflowRun", "201"): {
+        "UpdateWorkflowRun": ("updateWorkflowRun", {"workflow_run_id": "$response.body#/workflow_run_id"}),
+    },
+}
+
+
+@cache
+def spec_text() -> str:
+    """The spec, verbatim."""
+    return resources.files("impl.http").joinpath("openapi.yaml").read_text(encoding="utf-8")
+
+
+def _operations(doc: dict) -> dict[str, dict]:
+    return {op["operationId"]: op for item in doc["paths"].values() for method, op in item.items()
+            if method in ("get", "post", "put", "patch", "delete")}
+
+
+def _methods(doc: dict) -> dict[str, str]:
+    return {op["operationId"]: method for item in doc["paths"].values() for method, op in item.items()
+            if method in ("get", "post", "put", "patch", "delete")}
+
+
+def _body_schema(op: dict) -> dict:
+    return op["requestBody"]["content"]["application/json"]["schema"]
+
+
+def served_document(*, bearer: bool) -> dict[str, Any]:
+    """The document to serve; `bearer` adds the security scheme and 401s (a token is configured)."""
+    doc = copy.deepcopy(yaml.safe_load(spec_text()))
+    doc["servers"] = [{"url": "/api/v1"}]
+    doc["info"]["description"] += (
+        "\n## Served by Belay\n\nThis document is the spec plus what this server adds where the spec is "
+        "silent: error statuses (400, 404, 409, 401 with a token) with the Error schema, the store's bounds "
+        "(names 1..63 characters, max_attempts ≤ 1,000,000, seconds ≤ 2^31-1) and response links. Ids: "
+        "task_<n>, run_<n>_<attempt>, wfr_<hex>. Checkpoints are immutable once written (409 for another "
+        "state). A run resumed after schedule or wait-for-event is the task's next run (a new run_id).\n")
+    ops = _operations(doc)
+    methods = _methods(doc)
+    schemas = doc["components"]["schemas"]
+    # bounds
+    _body_schema(ops["createQueue"])["properties"]["name"].update(_NAME)
+    schemas["CreateTaskRequest"]["properties"]["task_name"].update(_NAME)
+    schemas["CreateTaskRequest"]["properties"]["max_attempts"]["maximum"] = 1_000_000
+    for key in ("start_timeout", "execution_timeout"):
+        schemas["CreateTaskRequest"]["properties"][key].update(_SECONDS)
+    for key in ("task_ttl_seconds", "event_ttl_seconds"):
+        schemas["CleanupPolicy"]["properties"][key].update(_SECONDS)
+    _body_schema(ops["claimTasks"])["properties"]["claim_timeout"].update(_SECONDS)
+    wait = _body_schema(ops["waitForEvent"])["properties"]
+    wait["event_name"].update(_NAME)
+    wait["step_name"].update(_NAME)
+    wait["timeout_seconds"].update(_SECONDS)
+    _body_schema(ops["emitEvent"])["properties"]["event_name"].update(_NAME)
+    put = _body_schema(ops["setCheckpoint"])["properties"]
+    put["extend_claim_by"].update(_SECONDS)
+    doc["components"]["parameters"]["StepName"]["schema"].update(_NAME)
+    for param in ops["listRuns"]["parameters"]:
+        if param["name"] == "cursor":
+            param["schema"]["pattern"] = CURSOR_PATTERN
+    age = ops["getQueueStats"]["responses"]["200"]["content"]["application/json"]["schema"]["properties"][
+        "oldest_pending_run_age_seconds"]
+    age.pop("nullable", None)
+    age["type"] = ["number", "null"]
+    # statuses
+    for op_id, statuses in _EXTRA_STATUSES.items():
+        for status in statuses:
+            ops[op_id]["responses"].setdefault(status, {"description": _DESCRIPTIONS[status], "content": _ERROR})
+    if bearer:
+        doc["components"]["securitySchemes"] = {"bearerAuth": {"type": "http", "scheme": "bearer"}}
+        for op_id, op in ops.items():
+            if methods[op_id] in MUTATING:
+                op["security"] = [{"bearerAuth": []}]
+                op["responses"].setdefault("401", {"description": _DESCRIPTIONS["401"], "content": _ERROR})
+    # links
+    for (op_id, status), links in _LINKS.items():
+        ops[op_id]["responses"][status]["links"] = {
+            name: {"operationId": target, "parameters": params} for name, (target, params) in links.items()}
+    return doc

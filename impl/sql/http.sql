@@ -1,0 +1,139 @@
+-- Belay named queries for the HTTP API (impl/http/): queues as belay_queues rows, task options and
+-- cancel reasons as reserved `$http:` steps, stats, the runs listing, the fenced checkpoint write,
+-- timeouts and the per-queue cleanup policy. Conventions as in queries.sql: named parameters,
+-- identifiers in braces, `now` always a parameter (no query calls now()).
+--
+-- Lock order (contract §7, extended): queue row → workflow advisory lock → job row locks →
+-- signal-scope advisory lock. A task insert holds its queue row FOR KEY SHARE, a queue delete holds
+-- it FOR UPDATE, so no task can slip into a queue between the delete's check and its delete.
+
+-- http_queue_insert --
+-- createQueue: insert-only (an existing name is a conflict, never an update).
+INSERT INTO {queues} (name, opts, updated_at) VALUES (%(name)s, %(opts)s, %(now)s)
+ON CONFLICT (name) DO NOTHING
+RETURNING name, opts, updated_at
+
+-- http_queue_list --
+-- listQueues: every queue row in name order.
+SELECT name, opts, updated_at FROM {queues} ORDER BY name
+
+-- http_queue_get --
+-- One queue row.
+SELECT name, opts, updated_at FROM {queues} WHERE name = %(name)s
+
+-- http_queue_share --
+-- createTask: the queue must exist, and must keep existing until this insert commits.
+SELECT name FROM {queues} WHERE name = %(name)s FOR KEY SHARE
+
+-- http_queue_lock --
+-- deleteQueue: lock the queue row against concurrent task inserts.
+SELECT name FROM {queues} WHERE name = %(name)s FOR UPDATE
+
+-- http_queue_pinned --
+-- deleteQueue guard: tasks that keep a queue alive: non-terminal ones, and terminal members of a
+-- workflow still settling (retention keeps those too: a held dependent must find its deps).
+SELECT count(*) AS n FROM {jobs} AS j
+WHERE j.queue = %(name)s
+  AND (j.state NOT IN ('succeeded', 'failed', 'cancelled')
+       OR (j.workflow_id IS NOT NULL AND EXISTS (
+               SELECT 1 FROM {jobs} AS o WHERE o.workflow_id = j.workflow_id
+               AND o.state NOT IN ('succeeded', 'failed', 'cancelled'))))
+
+-- http_queue_purge --
+-- deleteQueue: the queue's terminal tasks go with it (their steps and events are deleted by id).
+DELETE FROM {jobs} WHERE queue = %(name)s AND state IN ('succeeded', 'failed', 'cancelled') RETURNING id
+
+-- http_queue_delete --
+-- deleteQueue: the row itself.
+DELETE FROM {queues} WHERE name = %(name)s
+
+-- http_queue_stats --
+-- getQueueStats: pending = claimable now (§6 predicate C), claimed = running, completed = succeeded.
+SELECT
+    count(*) FILTER (WHERE (state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
+                        OR (state = 'awaiting' AND ready_at <= %(now)s)) AS pending,
+    count(*) FILTER (WHERE state = 'running') AS claimed,
+    count(*) FILTER (WHERE state = 'succeeded') AS completed,
+    min(COALESCE(ready_at, inserted_at)) FILTER (
+        WHERE (state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
+           OR (state = 'awaiting' AND ready_at <= %(now)s)) AS oldest_pending
+FROM {jobs} WHERE queue = %(name)s
+
+-- http_task_configs --
+-- The `$http:task` options of some jobs.
+SELECT job_id, value FROM {steps} WHERE job_id = ANY(%(ids)s) AND name = '$http:task'
+
+-- http_run_context --
+-- What a run-scoped request needs: the job's fence columns plus its `$http:task` options.
+SELECT j.id, j.queue, j.state, j.attempt, j.max_attempts, j.errors, j.inserted_at, j.started_at,
+       j.cancel_requested, j.workflow_id, s.value AS config
+FROM {jobs} AS j LEFT JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task'
+WHERE j.id = %(id)s
+
+-- http_step --
+-- One step of a job (a checkpoint), with when it was journaled.
+SELECT value, inserted_at FROM {steps} WHERE job_id = %(job_id)s AND name = %(name)s
+
+-- http_extend_lease --
+-- setCheckpoint extend_claim_by: push the fenced run's lease out (never shorten it).
+UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(until)s)
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+RETURNING lease_until
+
+-- http_spend_no_attempt --
+-- wait-for-event park: like a snooze, a park spends no attempt (the resume is a new claim).
+UPDATE {jobs} SET max_attempts = max_attempts + 1
+WHERE id = %(id)s AND attempt = %(attempt)s AND state IN ('awaiting', 'ready') AND max_attempts < 2147483647
+
+-- http_signal --
+-- One signal row (an event, or a workflow-run record).
+SELECT payload, inserted_at FROM {signals} WHERE scope = %(scope)s AND name = %(name)s
+
+-- http_signal_lock --
+-- One signal row, locked for a read-modify-write (workflow-run records).
+SELECT payload, inserted_at FROM {signals} WHERE scope = %(scope)s AND name = %(name)s FOR UPDATE
+
+-- http_workflow_tasks --
+-- The tasks of a workflow run, in id order.
+SELECT id, state, attempt FROM {jobs} WHERE workflow_id = %(workflow_id)s ORDER BY id
+
+-- http_runs_page --
+-- listRuns: jobs from a position on, in id order, with any recorded cancel reason.
+SELECT j.id, j.state, j.attempt, j.errors, j.inserted_at, j.ready_at, j.finished_at, c.value AS cancel_step
+FROM {jobs} AS j LEFT JOIN {steps} AS c ON c.job_id = j.id AND c.name = '$http:cancel'
+WHERE j.id >= %(from_id)s AND (%(task)s::bigint IS NULL OR j.id = %(task)s::bigint)
+ORDER BY j.id
+LIMIT %(limit)s
+
+-- http_timed_out --
+-- Non-terminal tasks past a deadline of their `$http:task` options: execution, or start while unclaimed.
+SELECT j.id, j.state, j.attempt,
+       CASE WHEN (cfg.doc->>'execution_deadline')::timestamptz <= %(now)s THEN 'execution_timeout'
+            ELSE 'start_timeout' END AS reason
+FROM {jobs} AS j
+JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task' AND get_byte(s.value, 0) <> 131
+CROSS JOIN LATERAL (SELECT convert_from(s.value, 'UTF8')::jsonb AS doc) AS cfg
+WHERE j.state IN ('ready', 'running', 'awaiting', 'held', 'paused')
+  AND ((cfg.doc->>'execution_deadline')::timestamptz <= %(now)s
+       OR (j.started_at IS NULL AND (cfg.doc->>'start_deadline')::timestamptz <= %(now)s))
+ORDER BY j.id
+LIMIT %(limit)s
+
+-- http_prune_tasks --
+-- Cleanup policy: one queue's terminal tasks finished before the TTL, never a member of a workflow
+-- still settling (as prune_jobs), a batch at a time.
+DELETE FROM {jobs} WHERE id IN (
+    SELECT id FROM {jobs} AS j
+    WHERE j.queue = %(queue)s AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at < %(before)s
+      AND (j.workflow_id IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {jobs} AS o WHERE o.workflow_id = j.workflow_id
+               AND o.state NOT IN ('succeeded', 'failed', 'cancelled')))
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+
+-- http_prune_events --
+-- Cleanup policy: events (signals of the API's scope) older than the TTL; no other scope.
+DELETE FROM {signals} WHERE scope = %(scope)s AND inserted_at < %(before)s

@@ -1,0 +1,149 @@
+"""The HTTP API and the model (model.store.ModelStore) driven side by side through the task lifecycle.
+
+Each rule makes one HTTP request against the running server and applies the vocabulary operation the
+route is documented to perform (impl/http/__init__.py) to the model with the same `now`; the answers
+must agree (200 ↔ Acked, 409 ↔ Stale, the claimed runs, the retry time) and so must every task's job
+row afterwards. Tasks are matched by the ids each side returned, so the examples can share one server
+and database (each example has its own queues and starts a day later on the shared clock).
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from impl.http.errors import iso
+from impl.http.service import NO_BACKOFF
+from impl.http.tasks import RetryStrategy
+from impl.http.testing import FakeClock, serve_api
+from model import ops
+from model import worker_ops as w
+from model.store import ModelStore
+
+STRATEGIES = [None, {"kind": "fixed", "base_seconds": 5},
+              {"kind": "exponential", "base_seconds": 2, "factor": 2, "max_seconds": 10}]
+COMPARED = ("state", "attempt", "max_attempts", "ready_at", "lease_until", "leased_by", "finished_at")
+
+
+class HttpVersusModel(RuleBasedStateMachine):
+    api = None
+    clock: FakeClock = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock.advance(86400)
+        self.model = ModelStore()
+        prefix = uuid.uuid4().hex[:8]
+        self.queues = {q: f"{prefix}-{q}" for q in ("a", "b")}
+        for name in self.queues.values():
+            assert self.api.post("/queues", json={"name": name}).status_code == 201
+        self.tasks: dict[int, tuple[int, dict | None]] = {}  # db job id → (model job id, strategy)
+        self.runs: list[tuple[str, int, int]] = []  # (run id, model job id, attempt)
+
+    def pick_run(self, data) -> tuple[str, int, int]:
+        """Mostly a recent run (likely live), sometimes any run (likely stale)."""
+        return data.draw(st.one_of(st.sampled_from(self.runs[-2:]), st.sampled_from(self.runs)))
+
+    def now(self):
+        return self.clock()
+
+    def model_job(self, model_id: int):
+        return self.model.state.jobs[model_id]
+
+    @rule(queue=st.sampled_from("ab"), max_attempts=st.integers(1, 3), strategy=st.sampled_from(STRATEGIES))
+    def create(self, queue, max_attempts, strategy):
+        body = {"task_name": "work", "params": {"n": len(self.tasks)}, "max_attempts": max_attempts}
+        if strategy is not None:
+            body["retry_strategy"] = strategy
+        r = self.api.post(f"/queues/{self.queues[queue]}/tasks", json=body)
+        assert r.status_code == 201, r.text
+        spec = ops.JobSpec(self.queues[queue], "work", body["params"], {}, max_attempts=max_attempts)
+        [inserted] = self.model.apply(ops.Enqueue(self.now(), (spec,))).outcomes
+        self.tasks[int(r.json()["task_id"][5:])] = (inserted.id, strategy)
+
+    @rule(queue=st.sampled_from("ab"), limit=st.integers(1, 3), timeout=st.sampled_from([10, 30]))
+    def claim(self, queue, limit, timeout):
+        r = self.api.post(f"/queues/{self.queues[queue]}/tasks/claim", json={"limit": limit, "claim_timeout": timeout})
+        assert r.status_code == 200, r.text
+        got = [(self.tasks[int(t["task_id"][5:])][0], t["attempt"]) for t in r.json()["tasks"]]
+        claimed = self.model.apply(w.Claim(self.now(), self.queues[queue], "http", limit, timedelta(seconds=timeout)))
+        assert got == [(j.id, j.attempt) for j in claimed.jobs]
+        self.runs += [(t["run_id"], mid, attempt) for t, (mid, attempt) in zip(r.json()["tasks"], got)]
+
+    def expect(self, r, result) -> None:
+        if isinstance(result, w.Stale):
+            assert r.status_code == 409 and r.json()["code"] == "STALE_RUN", r.text
+        else:
+            assert r.status_code == 200, r.text
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data())
+    def complete(self, data):
+        run, mid, attempt = self.pick_run(data)
+        r = self.api.post(f"/runs/{run}/complete", json={})
+        self.expect(r, self.model.apply(w.Ack(self.now(), mid, attempt, w.Succeed(None))))
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data())
+    def fail(self, data):
+        run, mid, attempt = self.pick_run(data)
+        strategy = next(s for m, s in self.tasks.values() if m == mid)
+        job, retry_at = self.model_job(mid), None
+        if job.attempt < job.max_attempts:
+            delay = RetryStrategy.from_json(strategy).delay(len(job.errors) + 1) if strategy else timedelta(0)
+            retry_at = self.now() + delay
+        r = self.api.post(f"/runs/{run}/fail", json={"error": "boom"})
+        result = self.model.apply(w.Ack(self.now(), mid, attempt, w.Fail("run_failed", "boom", retry_at)))
+        self.expect(r, result)
+        if isinstance(result, w.Acked):
+            body = r.json()
+            assert ("next_attempt_at" in body) == (result.state == "ready")
+            if result.state == "ready":
+                assert body["next_attempt_at"] == iso(retry_at)
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data(), seconds=st.integers(0, 30))
+    def schedule(self, data, seconds):
+        run, mid, attempt = self.pick_run(data)
+        until = self.now() + timedelta(seconds=seconds)
+        r = self.api.post(f"/runs/{run}/schedule", json={"run_at": iso(until)})
+        self.expect(r, self.model.apply(w.Ack(self.now(), mid, attempt, w.Snooze(until))))
+
+    @rule(seconds=st.integers(0, 40))
+    def advance(self, seconds):
+        self.clock.advance(seconds)
+
+    @rule()
+    def sweep(self):
+        report = self.api.belay.sweep_once(self.now())
+        ours = {self.tasks[i][0] for i in report.reclaimed if i in self.tasks}
+        done = self.model.apply(w.Reclaim(self.now(), NO_BACKOFF, 500))
+        assert ours == {*done.retried, *done.failed}
+
+    @invariant()
+    def job_rows_agree(self):
+        for db_id, (mid, _) in self.tasks.items():
+            row = self.api.belay.store.apply(ops.ReadJob(db_id))
+            mine = self.model_job(mid)
+            assert {f: getattr(row, f) for f in COMPARED} == {f: getattr(mine, f) for f in COMPARED}, db_id
+            assert [e["error"] for e in row.errors] == [e["error"] for e in mine.errors]
+
+    @invariant()
+    def stats_agree(self):
+        for name in self.queues.values():
+            stats = self.api.get(f"/queues/{name}/stats").json()
+            jobs = [j for j in self.model.state.jobs.values() if j.queue == name]
+            assert stats["claimed_runs"] == sum(j.state == "running" for j in jobs)
+            assert stats["completed_runs"] == sum(j.state == "succeeded" for j in jobs)
+
+
+def test_http_api_and_model_agree_on_the_task_lifecycle(db_url):
+    clock = FakeClock()
+    with serve_api(db_url, clock=clock) as api:
+        HttpVersusModel.api, HttpVersusModel.clock = api, clock
+        run_state_machine_as_test(HttpVersusModel, settings=settings(
+            max_examples=20, stateful_step_count=30, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
