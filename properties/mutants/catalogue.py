@@ -7,10 +7,13 @@ silently testing the unmutated code. Mutants only touch impl/ — never model/, 
 stateful test compares against; where a bug lives in shared arithmetic (rounding, settlement), the
 patch replaces impl's *use* of the shared function with an inline, wrong version.
 
-Each mutant names the suite that should catch it: the project's own test files for that layer, in the
-order they run under `pytest -x` (store mutants: the conformance cases, the model-vs-PostgreSQL state
-machine, the regression tests; runtime mutants: the runtime tests; races: the forced-race tests). The
-runner (properties/mutants/runner.py) applies the patch to a copy and runs that suite there.
+Each mutant names the suite that should catch it: the project's own test files for its layer, in the
+order they run under `pytest -x` — store mutants: the conformance cases, the regression tests, then the
+model-vs-PostgreSQL state machine; the scope-lock race: tests/test_workflows_signals.py's park/deliver
+race first; runtime mutants: tests/test_runtime.py. A suite is per layer, never a test written against
+one patch's text. properties/test_mutants_regressions.py holds the contract behaviours this catalogue
+found no test pinning down (each a legitimate regression test for the real implementation). The
+runner (properties/mutants/runner.py) applies the patch to a copy and runs the suite there.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
 RUNTIME = "tests/test_runtime.py"
 SIGNALS = "tests/test_workflows_signals.py"
 
-STORE_SUITE = (CONFORMANCE, STATEFUL, REGRESSIONS, MUTANT_REGRESSIONS)
+STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
 RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
 RUNTIME_SUITE = (RUNTIME,)
 
@@ -137,8 +140,6 @@ CATALOGUE: tuple[Mutant, ...] = (
         "claims order ready_at with PostgreSQL's default NULLS LAST: a foreign SDK's NULL ready_at row waits",
         "§6",
         (
-            Edit(WORKER_SQL, f"{_ORDER}\nLIMIT %(take)s\nFOR UPDATE SKIP LOCKED\n",
-                 f"{_ORDER_NULLS_LAST}\nLIMIT %(take)s\nFOR UPDATE SKIP LOCKED\n"),
             Edit(WORKER_SQL, f"{_ORDER}) AS rn", f"{_ORDER_NULLS_LAST}) AS rn"),
             Edit(WORKER_SQL, "ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC",
                  "ORDER BY c.priority ASC, c.ready_at ASC, c.id ASC"),
@@ -173,8 +174,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "rate_debit_without_estimate",
         "a rate-limited claim debits N instead of N × estimate into the window",
         "§6",
-        (Edit(WORKER_STORE_PY, "\"n\": admission.debit(len(rows), opts.rate.estimate)}",
-              "\"n\": len(rows)}  # MUTANT: estimate ignored"),),
+        (Edit(WORKER_STORE_PY, "\"n\": admission.debit(len(rows), opts.rate.estimate)})\n",
+              "\"n\": len(rows)})  # MUTANT: the estimate is ignored\n"),),
     ),
     Mutant(
         "partition_ignores_running",
@@ -206,7 +207,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§8.2",
         (Edit(WORKER_PY,
               "        if isinstance(verdict, w.OverBudget):\n"
-              "            raise BudgetExceeded(f\"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens\")\n"
+              "            raise BudgetExceeded(f\"spent {verdict.spent_usd_micros} µ$ / "
+              "{verdict.spent_tokens} tokens\")\n"
               "        return verdict\n",
               "        return verdict  # MUTANT: no budget pre-flight\n"),),
         suite=RUNTIME_SUITE,
@@ -216,7 +218,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a duplicate step execution adds its costs although its value was not journaled",
         "§8.2",
         (Edit(WORKER_STORE_PY,
-              "            if inserted:  # spend follows the journal: a duplicate execution's costs are not added twice\n"
+              "            if inserted:  # spend follows the journal: "
+              "a duplicate execution's costs are not added twice\n"
               "                job = tx.one(\"add_spend\", params)\n"
               "            else:\n",
               "            job = tx.one(\"add_spend\", params)  # MUTANT: spend added for duplicates too\n"
@@ -242,7 +245,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         (Edit(WORKER_STORE_PY,
               "                self._insert(tx, [self._row(s, op.now) for s in specs])\n"
               "            # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).\n"
-              "            holders = {r[\"unique_key\"]: r[\"id\"] for r in tx.all(\"spawn_holders\", {\"keys\": keys})}\n"
+              "            holders = {r[\"unique_key\"]: r[\"id\"] "
+              "for r in tx.all(\"spawn_holders\", {\"keys\": keys})}\n"
               "            ids = [holders[k] for k in keys]\n",
               "                outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])\n"
               "            # MUTANT: trust the insert's RETURNING ids\n"
@@ -253,7 +257,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "await-children parks without clearing the stale $children signal, so it wakes at once and spins",
         "§8.4",
         (Edit(WORKER_STORE_PY,
-              "                tx.cur.execute(self.q.q(\"clear_signal\"), {\"scope\": scope, \"name\": \"$children\"})\n",
+              "                tx.cur.execute(self.q.q(\"clear_signal\"), "
+              "{\"scope\": scope, \"name\": \"$children\"})\n",
               "                # MUTANT: the stale $children signal is kept\n"),),
     ),
     Mutant(

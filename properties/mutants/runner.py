@@ -137,7 +137,8 @@ def import_check(root: Path, python: str = sys.executable) -> str:
     )
     env = subprocess_env(root)
     env.pop("PYTHONDONTWRITEBYTECODE")
-    done = subprocess.run([python, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([python, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
     if done.returncode == 0:
         return ""
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
@@ -229,16 +230,17 @@ def run_mutant(mutant: Mutant, source: Path = ROOT, timeout: float = DEFAULT_TIM
         with mutated_copy(mutant, source) as root:
             problem = import_check(root, python)
             if problem:
+                elapsed = time.time() - started
                 return Verdict(mutant.name, mutant.section, "broken", "", f"does not import: {problem}",
-                               time.time() - started)
+                               elapsed, elapsed)
             tests = existing(root, mutant.suite)
             run = run_suite(root, tests, timeout, python)
             if keep is not None:
                 keep(root, run)
             return replace(judge(mutant, run, timeout), wall=time.time() - started)
     except PatchError as exc:
-        return Verdict(mutant.name, mutant.section, "broken", "", f"patch does not apply: {exc}",
-                       time.time() - started)
+        elapsed = time.time() - started
+        return Verdict(mutant.name, mutant.section, "broken", "", f"patch does not apply: {exc}", elapsed, elapsed)
 
 
 def run_baseline(suite: Sequence[str], source: Path = ROOT, timeout: float = 600.0,

@@ -1,0 +1,69 @@
+"""`python -m properties.mutants`: run the catalogue against the project's tests and print the kill matrix.
+
+Exit status 0 only when every selected mutant is killed (and, with --baseline, every suite passes on
+the unmutated tree); 1 when one survives, times out or does not apply; 2 for a usage error.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from properties.mutants.catalogue import BY_NAME, CATALOGUE
+from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_baseline, run_mutant, short_test
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m properties.mutants", description=__doc__.splitlines()[0])
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="run only this mutant (repeatable)")
+    parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds per mutant (default {DEFAULT_TIMEOUT:.0f})")
+    parser.add_argument("--baseline", action="store_true",
+                        help="first run every selected suite on an unmutated copy; it must pass")
+    parser.add_argument("--details", action="store_true", help="print each killing test's failure line")
+    parser.add_argument("--source", type=Path, default=ROOT, help="the repository to copy (default: this one)")
+    args = parser.parse_args(argv)
+
+    unknown = [n for n in args.only if n not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown mutant(s) {', '.join(unknown)}; see --list")
+    selected = [BY_NAME[n] for n in args.only] if args.only else list(CATALOGUE)
+
+    if args.list:
+        width = max(len(m.name) for m in selected)
+        for m in selected:
+            print(f"{m.name:<{width}}  {m.section:<8}  {m.description}")
+        return 0
+
+    started = time.time()
+    if args.baseline:
+        for suite in dict.fromkeys(m.suite for m in selected):
+            run = run_baseline(suite, args.source)
+            culprit = run.failures[0]["nodeid"] if run.failures else f"exit code {run.returncode}"
+            status = "passed" if run.returncode == 0 else f"FAILED ({culprit})"
+            print(f"baseline {' '.join(suite)}: {status} in {run.seconds:.1f}s", flush=True)
+            if run.returncode != 0:
+                print(run.output[-3000:], file=sys.stderr)
+                return 1
+
+    verdicts: list[Verdict] = []
+    for i, mutant in enumerate(selected, 1):
+        verdict = run_mutant(mutant, args.source, args.timeout)
+        verdicts.append(verdict)
+        by = short_test(verdict.killer) if verdict.killer else verdict.message
+        print(f"[{i}/{len(selected)}] {mutant.name}: {verdict.status} in {verdict.seconds:.1f}s {by}", flush=True)
+
+    print()
+    print(matrix(verdicts, details=args.details))
+    print(f"total {time.time() - started:.1f}s")
+    slow = [v.mutant for v in verdicts if v.killed and v.seconds > args.timeout]
+    if slow:
+        print(f"killed, but slower than {args.timeout:.0f}s: {', '.join(slow)}")
+    return 0 if all(v.killed for v in verdicts) and not slow else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
