@@ -217,3 +217,25 @@ def test_the_clock_scan_would_catch_a_now_call():
     assert _CLOCK_CALLS.search("UPDATE belay_jobs SET ready_at = now()")
     assert _CLOCK_CALLS.search("SELECT CURRENT_TIMESTAMP")
     assert not _CLOCK_CALLS.search("SET ready_at = %(now)s")
+
+
+def test_the_claim_order_has_an_index_variant_with_nulls_first(conn):
+    """§1 allows new index variants; this one serves §6's ORDER BY ready_at ASC NULLS FIRST, which
+    belay_jobs_claim_idx (NULLS LAST by default) can only answer by sorting the whole backlog."""
+    row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'belay_jobs_claim_order_idx'").fetchone()
+    assert row is not None
+    assert "(queue, priority, ready_at NULLS FIRST, id) WHERE (state = 'ready'::text)" in row[0]
+
+
+def test_a_claim_over_a_deep_backlog_walks_the_index_instead_of_sorting(conn, now):
+    from impl.queries import SchemaSQL
+
+    conn.execute("INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
+                 "SELECT 'q', 'w', 'ready', %s, %s FROM generate_series(1, 20000)", (now, now))
+    conn.execute("ANALYZE belay_jobs")
+    query = SchemaSQL().q("claim_plain")
+    plan = "\n".join(r[0] for r in conn.execute(
+        psycopg.sql.SQL("EXPLAIN ") + query,  # EXPLAIN without ANALYZE: nothing is claimed
+        {"queue": "q", "now": now, "take": 10, "node": "n", "lease_until": now}).fetchall())
+    assert "belay_jobs_claim_order_idx" in plan, plan
+    assert "Seq Scan on belay_jobs" not in plan, plan

@@ -16,6 +16,11 @@ CREATE UNIQUE INDEX IF NOT EXISTS belay_jobs_unique_incomplete_idx ON {jobs} (un
     WHERE unique_mode = 'incomplete' AND state IN ('ready','running','awaiting','held','paused');
 CREATE UNIQUE INDEX IF NOT EXISTS belay_jobs_unique_window_idx ON {jobs} (unique_key) WHERE unique_mode IN ('window','always');
 
+-- §6 (an additive index variant): the claim order is ready_at ASC NULLS FIRST, which the normative
+-- belay_jobs_claim_idx (NULLS LAST by default) cannot return without a sort of the whole backlog.
+CREATE INDEX IF NOT EXISTS belay_jobs_claim_order_idx ON {jobs} (queue, priority, ready_at NULLS FIRST, id)
+    WHERE state = 'ready';
+
 -- §8.7: retention scans terminal jobs by their finish time.
 CREATE INDEX IF NOT EXISTS belay_jobs_prune_idx ON {jobs} (state, finished_at) WHERE state IN ('succeeded','failed','cancelled');
 

@@ -254,16 +254,28 @@ WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
 -- claim_plain --
--- §6 plain claim in one statement: predicate C, claim order, SKIP LOCKED, then the claim update.
-UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
-                  started_at = COALESCE(started_at, %(now)s)
-WHERE id IN (
-    SELECT id FROM {jobs}
-    WHERE queue = %(queue)s
-      AND ((state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s))
-           OR (state = 'awaiting' AND ready_at <= %(now)s))
+-- §6 plain claim in one statement: predicate C in claim order, SKIP LOCKED, then the claim update.
+-- C's two halves are scanned apart, each in index order (claim_order_idx, await_due_idx), so a deep
+-- backlog costs an index range, not a sort; the top `take` of their union is the top `take` of C.
+-- (Awaiting rows due by ready_at <= now are never NULL, so NULLS FIRST orders them as the index does.)
+WITH ready AS (
+    SELECT id, priority, ready_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)
     ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
     LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id, priority, ready_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'awaiting' AND ready_at <= %(now)s
+    ORDER BY priority ASC, ready_at ASC, id ASC
+    LIMIT %(take)s
+    FOR UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
+    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
+    LIMIT %(take)s
 )
+UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
+                  started_at = COALESCE(started_at, %(now)s)
+WHERE id IN (SELECT id FROM chosen)
 RETURNING {job_columns}

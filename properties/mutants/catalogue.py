@@ -143,7 +143,11 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(WORKER_SQL, f"{_ORDER}) AS rn", f"{_ORDER_NULLS_LAST}) AS rn"),
             Edit(WORKER_SQL, "ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC",
                  "ORDER BY c.priority ASC, c.ready_at ASC, c.id ASC"),
-            Edit(WORKER_SQL, f"    {_ORDER}\n    LIMIT %(take)s\n", f"    {_ORDER_NULLS_LAST}\n    LIMIT %(take)s\n"),
+            Edit(WORKER_SQL, "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
+                 f"    {_ORDER}\n", "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
+                 f"    {_ORDER_NULLS_LAST}\n"),
+            Edit(WORKER_SQL, "    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC\n    LIMIT %(take)s\n)\nUPDATE",
+                 "    ORDER BY priority ASC, ready_at ASC, id ASC\n    LIMIT %(take)s\n)\nUPDATE"),
         ),
     ),
     Mutant(
