@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -126,7 +125,7 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     import importlib
     import logging
 
-    from impl.runtime import QueueConfig, Worker, WorkerConfig
+    from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
     from impl.worker import Registry
     from model.queues import QueueOpts
 
@@ -140,12 +139,10 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     config_kwargs = {"node": node} if node else {}
     config = WorkerConfig(queues=tuple(QueueConfig(n, opts) for n in names), lease_ttl=lease_ttl,
                           shutdown_grace=shutdown_grace, notify=notify, **config_kwargs)
+    termination = Termination()
     worker = Worker(database_url, registry, config, schema=schema).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
     click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
-    stop.wait()
+    termination.wait()
     drained = worker.stop()
     click.echo(f"belay worker {config.node} stopped ({'drained' if drained else 'grace expired'})", err=True)
     if not drained:

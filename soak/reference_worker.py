@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import sys
 import threading
 import time
@@ -26,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from impl.runtime import QueueConfig, Worker, WorkerConfig, default_logger, utc_now
+from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig, default_logger, utc_now
 from impl.store import PgStore
 from impl.worker import BudgetExceeded, Fail, JobContext, Registry
 from model.ops import JobSpec
@@ -211,14 +210,12 @@ def main(*, store_class: type[PgStore] = PgStore, worker_class: type[Worker] = W
          reg: Registry = registry) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     worker = build(dict(os.environ), store_class=store_class, worker_class=worker_class, reg=reg)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    termination = Termination()
     worker.start()
     print(f"soak worker {worker.config.node} pid {os.getpid()} running queues "
           f"{', '.join(q.name for q in worker.config.queues)} (lease ttl {worker.config.lease_ttl}s)",
           file=sys.stderr, flush=True)
-    stop.wait()
+    termination.wait()
     drained = worker.stop()
     print(f"soak worker {worker.config.node} stopped ({'drained' if drained else 'grace expired'})",
           file=sys.stderr, flush=True)
