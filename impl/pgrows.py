@@ -2,8 +2,14 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import threading
+from collections.abc import Callable
 from typing import Any
+
+import psycopg
+from psycopg import sql
 
 from model.rows import JOB_COLUMNS, Job
 
@@ -31,3 +37,40 @@ def job_from_row(row: dict[str, Any]) -> Job:
     if values["result"] is not None:
         values["result"] = bytes(values["result"])
     return Job(**values)
+
+
+def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
+                     on_poke: Callable[[str | None], None], what: str = "listener") -> None:
+    """The pg_notify accelerator (§9.2), never load-bearing: LISTEN on the channel, call
+    `on_poke(queue)` for each poke payload, and `on_poke(None)` after every (re)connect so anything
+    missed while disconnected is polled now. Reconnects with backoff until `stopped` is set."""
+    log = logging.getLogger("belay")
+    delay = 0.1
+    while not stopped.is_set():
+        try:
+            with psycopg.connect(conninfo, autocommit=True) as conn:
+                channel = channel_name(conn.info.dbname, schema)
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                delay = 0.1
+                on_poke(None)
+                while not stopped.is_set():
+                    for note in conn.notifies(timeout=0.5):
+                        queue = poked_queue(note.payload)
+                        if queue is not None:
+                            on_poke(queue)
+        except Exception as exc:  # noqa: BLE001 - lossy by assumption: polling is the floor
+            if not stopped.is_set():
+                log.warning("belay %s: %s; reconnecting in %.1fs", what, exc, delay)
+                stopped.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+
+def poked_queue(payload: str) -> str | None:
+    """The queue of a poke payload {"t":"p","q":...}; None for anything else."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and data.get("t") == "p" and isinstance(data.get("q"), str):
+        return data["q"]
+    return None

@@ -17,7 +17,6 @@ Configuration is one frozen object per component; the environment is read only b
 """
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -28,11 +27,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-import psycopg
-from psycopg import sql
 
 from impl.faults import RetryPolicy, with_retries
-from impl.pgrows import channel_name
+from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
 from impl.worker import JobContext, Kind, Registry, UnknownKind, outcome_for
 from model import ops
@@ -411,32 +408,16 @@ class Worker:
             return {r["name"]: r["opts"] for r in tx.all("snapshot_queues")}
 
     def _listen_loop(self) -> None:
-        """The pg_notify accelerator: never load-bearing; reconnects forever with backoff."""
-        delay = 0.1
-        while not self.stopped.is_set():
-            try:
-                with psycopg.connect(self.config.listen_url or self.conninfo, autocommit=True) as conn:
-                    channel = channel_name(conn.info.dbname, self.store.schema)
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                    delay = 0.1
-                    for producer in self.producers.values():
-                        producer.poke()  # anything missed while disconnected: poll now
-                    while not self.stopped.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            self._on_notify(note.payload)
-            except Exception as exc:  # noqa: BLE001
-                if not self.stopped.is_set():
-                    log.warning("belay listener: %s; reconnecting in %.1fs", exc, delay)
-                    self.stopped.wait(delay)
-                    delay = min(delay * 2, 5.0)
+        """The pg_notify accelerator: one LISTEN connection per node (`listen_url` past any pooler)."""
+        listen_for_pokes(self.config.listen_url or self.conninfo, self.store.schema, self.stopped,
+                         self._on_poke, "listener")
 
-    def _on_notify(self, payload: str) -> None:
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            return
-        if isinstance(data, dict) and data.get("t") == "p" and isinstance(data.get("q"), str):
-            self.poke(data["q"])
+    def _on_poke(self, queue: str | None) -> None:
+        if queue is None:
+            for producer in self.producers.values():
+                producer.poke()
+        else:
+            self.poke(queue)
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 

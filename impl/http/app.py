@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
 import psycopg
-from psycopg import sql
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -31,7 +30,7 @@ from impl.http import errors as e
 from impl.http.errors import ApiError
 from impl.http.openapi import served_document
 from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, HttpService
-from impl.pgrows import channel_name
+from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
 from model import ops
 
@@ -140,30 +139,7 @@ class Belay:
 
     def _listen_loop(self) -> None:
         """The pg_notify accelerator (§9.2): pokes wake long polls; never load-bearing."""
-        delay = 0.1
-        while not self.stopped.is_set():
-            try:
-                with psycopg.connect(self.conninfo, autocommit=True) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel_name(conn.info.dbname,
-                                                                                         self.schema))))
-                    delay = 0.1
-                    self.waker.poke(None)  # anything missed while disconnected
-                    while not self.stopped.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            self._on_notify(note.payload)
-            except Exception as exc:  # noqa: BLE001
-                if not self.stopped.is_set():
-                    log.warning("belay http listener: %s; reconnecting in %.1fs", exc, delay)
-                    self.stopped.wait(delay)
-                    delay = min(delay * 2, 5.0)
-
-    def _on_notify(self, payload: str) -> None:
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            return
-        if isinstance(data, dict) and data.get("t") == "p" and isinstance(data.get("q"), str):
-            self.waker.poke(data["q"])
+        listen_for_pokes(self.conninfo, self.schema, self.stopped, self.waker.poke, "http listener")
 
 
 # --- request plumbing ------------------------------------------------------------------------------
