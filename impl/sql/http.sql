@@ -1,7 +1,7 @@
 -- Belay named queries for the HTTP API (impl/http/): queues as belay_queues rows, task options and
 -- cancel reasons as reserved `$http:` steps, stats, the runs listing, the fenced checkpoint write,
 -- timeouts and the per-queue cleanup policy. Conventions as in queries.sql: named parameters,
--- identifiers in braces, `now` always a parameter (no query calls now()).
+-- identifiers in braces, `now` always a parameter (no query reads the database clock).
 --
 -- Lock order (contract §7, extended): queue row → workflow advisory lock → job row locks →
 -- signal-scope advisory lock. A task insert holds its queue row FOR KEY SHARE, a queue delete holds

@@ -13,7 +13,7 @@ It reports the states explored and, when a property fails, the shortest countere
     result.verdict                     # "invalid"
     print(format_result(result))       # the shortest trace: both last children count 1, no one signals
 
-    import time; explore(s, clock=time.perf_counter).states_per_second   # the caller owns the clock
+    explore(s, clock=perf_counter).states_per_second   # the caller owns the clock (bench/explorer.py)
 
 Scenarios (model/explorer/scenarios/), each a correct and a broken variant:
     r1          count-gated `$children` (broken) vs unconditional signal + re-verify on wake (§11 R1)
