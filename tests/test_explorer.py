@@ -26,6 +26,7 @@ from model.explorer import (
 )
 from model.explorer.db import NOBODY, UNSET, Blocked, Layout, View
 from model.explorer.scenarios import MODULES
+from model.explorer.search import successors
 
 CATALOGUE = catalogue()
 CORRECT = [s for s in CATALOGUE if s.expect == "valid"]
@@ -155,19 +156,7 @@ def _violates_within(s: Scenario, depth: int) -> bool:
             return True
         if left == 0:
             return False
-        for a, actor in enumerate(s.actors):
-            pc = world[a]
-            if pc == actor.end:
-                continue
-            tx = tx_class(world, a)
-            try:
-                nxt = actor.program[pc].run(tx)
-            except Blocked:
-                continue
-            tx.s[a] = pc + 1 if nxt is None else actor.labels[nxt]
-            if dfs(tuple(tx.s), left - 1):
-                return True
-        return False
+        return any(dfs(nxt, left - 1) for _, nxt, _ in successors(s, world))
 
     return dfs(s.initial, depth)
 

@@ -22,7 +22,7 @@ Pure: no clock. A caller that wants states per second passes `clock` (e.g. time.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -306,11 +306,10 @@ def _path(parent: Sequence[int], k: int) -> list[int]:
     return path[::-1]
 
 
-def _step(result: Result, u: int, v: int) -> tuple[int, str]:
-    """Which actor moves state u to state v, and the note its statement leaves."""
-    scenario = result.scenario
+def successors(scenario: Scenario, world: tuple) -> Iterator[tuple[int, tuple, str]]:
+    """Every (actor, next world, note) one statement can reach from `world`; blocked actors are
+    skipped. (explore() inlines this loop for speed, since it also records who waits on whom.)"""
     tx_class = Tx.of(scenario.layout)
-    world = result.worlds[u]
     for a, actor in enumerate(scenario.actors):
         pc = world[a]
         if pc == actor.end:
@@ -321,8 +320,14 @@ def _step(result: Result, u: int, v: int) -> tuple[int, str]:
         except Blocked:
             continue
         tx.s[a] = pc + 1 if nxt is None else actor.labels[nxt]
-        if tuple(tx.s) == result.worlds[v]:
-            return a, tx.note
+        yield a, tuple(tx.s), tx.note
+
+
+def _step(result: Result, u: int, v: int) -> tuple[int, str]:
+    """Which actor moves state u to state v, and the note its statement leaves."""
+    for a, world, note in successors(result.scenario, result.worlds[u]):
+        if world == result.worlds[v]:
+            return a, note
     raise AssertionError(f"no actor moves state {u} to state {v}")
 
 
