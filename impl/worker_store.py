@@ -25,7 +25,7 @@ from model import worker_ops as w
 from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.rows import TERMINAL, CronRow
-from model.store import EPOCH, claim_order, epoch_us, spawn_key
+from model.store import EPOCH, claim_order, epoch_us, over_budget, spawn_key
 
 if TYPE_CHECKING:
     from impl.store import _Tx
@@ -39,9 +39,7 @@ class _Rollback(Exception):
 
 
 def _over_budget(row: dict) -> bool:
-    return (row["budget_usd_micros"] is not None and row["spent_usd_micros"] > row["budget_usd_micros"]) or (
-        row["budget_tokens"] is not None and row["spent_tokens"] > row["budget_tokens"]
-    )
+    return over_budget(row["spent_usd_micros"], row["spent_tokens"], row["budget_usd_micros"], row["budget_tokens"])
 
 
 class WorkerOps:

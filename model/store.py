@@ -440,10 +440,15 @@ def _sleep(t: Tables, op: w.Sleep) -> w.Slept | w.Stale:
 # §8.2 steps and budgets, events
 
 
-def _over_budget(job: Job) -> bool:
-    return (job.budget_usd_micros is not None and job.spent_usd_micros > job.budget_usd_micros) or (
-        job.budget_tokens is not None and job.spent_tokens > job.budget_tokens
+def over_budget(spent_usd: int, spent_tokens: int, budget_usd: int | None, budget_tokens: int | None) -> bool:
+    """§8.2: durable spend exceeds a budget column (strictly; a null budget is no cap)."""
+    return (budget_usd is not None and spent_usd > budget_usd) or (
+        budget_tokens is not None and spent_tokens > budget_tokens
     )
+
+
+def _over_budget(job: Job) -> bool:
+    return over_budget(job.spent_usd_micros, job.spent_tokens, job.budget_usd_micros, job.budget_tokens)
 
 
 def _read_step(t: Tables, op: w.ReadStep) -> w.StepHit | w.StepMiss:
