@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from model.rows import JOB_COLUMNS, Job
+from model.rows import JOB_COLUMNS, Job, Step
 
 
 def channel_name(dbname: str, schema: str = "public") -> str:
@@ -37,6 +37,10 @@ def job_from_row(row: dict[str, Any]) -> Job:
     if values["result"] is not None:
         values["result"] = bytes(values["result"])
     return Job(**values)
+
+
+def step_from_row(row: dict[str, Any]) -> Step:
+    return Step(**{**row, "value": bytes(row["value"])})
 
 
 def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,

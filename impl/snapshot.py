@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 from psycopg.rows import dict_row
 
-from impl.pgrows import job_from_row
+from impl.pgrows import job_from_row, step_from_row
 from impl.queries import SchemaSQL
-from model.rows import CronRow, Event, QueueRow, RateWindow, Signal, Step
+from model.rows import CronRow, Event, QueueRow, RateWindow, Signal
 from model.state import State, from_rows
 
 
@@ -30,7 +30,7 @@ def snapshot(conn: psycopg.Connection, schema: str = "public") -> State:
         meta = rows("meta")[0]
         return from_rows(
             [job_from_row(r) for r in rows("snapshot_jobs")],
-            [Step(**{**r, "value": bytes(r["value"])}) for r in rows("snapshot_steps")],
+            [step_from_row(r) for r in rows("snapshot_steps")],
             [Event(**r) for r in rows("snapshot_events")],
             [Signal(**r) for r in rows("snapshot_signals")],
             [RateWindow(**r) for r in rows("snapshot_rate")],

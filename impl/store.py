@@ -27,7 +27,7 @@ from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
-from impl.pgrows import channel_name, job_from_row, poke_payload
+from impl.pgrows import channel_name, job_from_row, poke_payload, step_from_row
 from impl.queries import SchemaSQL
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
 from model import ops
@@ -375,7 +375,7 @@ class PgStore(WorkerOps):
     def _read_steps(self, op: ops.ReadSteps, conn: Any) -> tuple[Step, ...]:
         with self.transaction(None) as tx:
             return tuple(
-                Step(**{**r, "value": bytes(r["value"])}) for r in tx.all("read_steps", {"job_id": op.job_id})
+                step_from_row(r) for r in tx.all("read_steps", {"job_id": op.job_id})
             )
 
     def _read_events(self, op: ops.ReadEvents, conn: Any) -> tuple[Event, ...]:
