@@ -122,7 +122,9 @@ LIMIT %(limit)s
 -- http_prune_tasks --
 -- Cleanup policy: one queue's terminal tasks finished before the TTL, never a member of a workflow
 -- still settling (as prune_jobs), a batch at a time.
-DELETE FROM {jobs} WHERE id IN (
+-- The batch is chosen once (a locking CTE): as an IN-subquery the planner may rescan it per outer
+-- row, and a rescanned LIMIT … SKIP LOCKED can return other rows — a batch larger than its limit.
+WITH batch AS MATERIALIZED (
     SELECT id FROM {jobs} AS j
     WHERE j.queue = %(queue)s AND j.state IN ('succeeded', 'failed', 'cancelled') AND j.finished_at < %(before)s
       AND (j.workflow_id IS NULL OR NOT EXISTS (
@@ -132,6 +134,7 @@ DELETE FROM {jobs} WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM {jobs} WHERE id IN (SELECT id FROM batch)
 RETURNING id
 
 -- http_prune_events --

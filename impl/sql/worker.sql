@@ -181,7 +181,9 @@ SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} OR
 
 -- prune_jobs --
 -- §8.7: terminal jobs past their state's retention, a batch at a time; never a non-terminal job.
-DELETE FROM {jobs} WHERE id IN (
+-- The batch is chosen once (a locking CTE): as an IN-subquery the planner may rescan it per outer
+-- row, and a rescanned LIMIT … SKIP LOCKED can return other rows — a batch larger than its limit.
+WITH batch AS MATERIALIZED (
     SELECT id FROM {jobs} AS j
     WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)
            OR (state = 'failed' AND finished_at < %(failed_before)s)
@@ -194,6 +196,7 @@ DELETE FROM {jobs} WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+DELETE FROM {jobs} WHERE id IN (SELECT id FROM batch)
 RETURNING id
 
 -- prune_steps --
@@ -270,7 +273,7 @@ WITH ready AS (
     ORDER BY priority ASC, ready_at ASC, id ASC
     LIMIT %(take)s
     FOR UPDATE SKIP LOCKED
-), chosen AS (
+), chosen AS MATERIALIZED (
     SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
     ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
     LIMIT %(take)s
