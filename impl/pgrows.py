@@ -50,12 +50,15 @@ def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
     missed while disconnected is polled now. Reconnects with backoff until `stopped` is set."""
     log = logging.getLogger("belay")
     delay = 0.1
+    failing = False  # log the first failure of an outage and the reconnect, not every attempt
     while not stopped.is_set():
         try:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
                 channel = channel_name(conn.info.dbname, schema)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                delay = 0.1
+                if failing:
+                    log.info("belay %s: reconnected", what)
+                delay, failing = 0.1, False
                 on_poke(None)
                 while not stopped.is_set():
                     for note in conn.notifies(timeout=0.5):
@@ -64,7 +67,9 @@ def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
                             on_poke(queue)
         except Exception as exc:  # noqa: BLE001 - lossy by assumption: polling is the floor
             if not stopped.is_set():
-                log.warning("belay %s: %s; reconnecting in %.1fs", what, exc, delay)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                (log.debug if failing else log.warning)("belay %s: %s; reconnecting with backoff", what, first)
+                failing = True
                 stopped.wait(delay)
                 delay = min(delay * 2, 5.0)
 
