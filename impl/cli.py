@@ -234,16 +234,20 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
 def _wait_for_database(url: str, schema: str, termination, give_up_after: float | None) -> bool:
     """Block until the database answers the §1 check; one line when it does not, one when it does.
 
-    False when a signal arrived or `give_up_after` seconds passed (the reason already printed). An
-    incompatible schema is not a weather condition: it fails at once."""
+    False when a signal arrived or `give_up_after` seconds passed (the reason already printed). A
+    schema of another contract major or too old a migration is not weather: it fails at once."""
     started = time.monotonic()
     delay, reported = 0.5, False
     while not termination.received:
         try:
             check_database(url, schema=schema)
         except ToolError as exc:
-            if not isinstance(exc.__cause__, psycopg.OperationalError):
-                raise  # a malformed URL or an incompatible schema does not heal by waiting
+            cause = exc.__cause__
+            # A database still being created or migrated heals by waiting (deploy order); a malformed
+            # URL or a schema of another contract major or an older migration does not.
+            not_yet_migrated = isinstance(cause, IncompatibleSchema) and "no Belay schema" in str(cause)
+            if not (isinstance(cause, psycopg.OperationalError) or not_yet_migrated):
+                raise
             message = str(exc)
             waited = time.monotonic() - started
             if give_up_after is not None and waited >= give_up_after:
