@@ -44,10 +44,23 @@ def step_from_row(row: dict[str, Any]) -> Step:
 
 
 def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
-                     on_poke: Callable[[str | None], None], what: str = "listener") -> None:
+                     on_poke: Callable[[str | None], None] | None, what: str = "listener", *,
+                     on_payload: Callable[[str | None], None] | None = None) -> None:
     """The pg_notify accelerator (§9.2), never load-bearing: LISTEN on the channel, call
     `on_poke(queue)` for each poke payload, and `on_poke(None)` after every (re)connect so anything
-    missed while disconnected is polled now. Reconnects with backoff until `stopped` is set."""
+    missed while disconnected is polled now. Reconnects with backoff until `stopped` is set.
+    `on_payload` instead receives every raw payload (and None after each (re)connect)."""
+    if on_payload is None:
+        assert on_poke is not None, "give on_poke or on_payload"
+
+        def on_payload(payload: str | None) -> None:
+            if payload is None:
+                on_poke(None)
+            else:
+                queue = poked_queue(payload)
+                if queue is not None:
+                    on_poke(queue)
+
     log = logging.getLogger("belay")
     delay = 0.1
     failing = False  # log the first failure of an outage and the reconnect, not every attempt
@@ -59,12 +72,10 @@ def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
                 if failing:
                     log.info("belay %s: reconnected", what)
                 delay, failing = 0.1, False
-                on_poke(None)
+                on_payload(None)
                 while not stopped.is_set():
                     for note in conn.notifies(timeout=0.5):
-                        queue = poked_queue(note.payload)
-                        if queue is not None:
-                            on_poke(queue)
+                        on_payload(note.payload)
         except Exception as exc:  # noqa: BLE001 - lossy by assumption: polling is the floor
             if not stopped.is_set():
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
