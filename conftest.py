@@ -6,7 +6,13 @@ from datetime import datetime, timezone
 import psycopg
 import pytest
 
+from impl.lifecycle import interrupt_on_signals
 from impl.testing import TestDatabases, session_databases
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM/SIGHUP stop the run like Ctrl-C: session fixtures tear down the embedded cluster."""
+    interrupt_on_signals()
 
 
 @pytest.fixture(scope="session")

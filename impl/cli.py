@@ -14,8 +14,9 @@ from contextlib import contextmanager
 import click
 import psycopg
 
+from impl.failures import EXIT_FAILURE, ToolError, check_database, debug_requested, describe_database_error
 from impl.migrate import IncompatibleSchema, check_compat, migrate
-from impl.provision import ClusterConfig, EmbeddedCluster, Provisioned, provision, redact
+from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, Provisioned, provision, redact
 from model.ops import InvalidInput, validate_schema_name
 
 URL_HELP = "PostgreSQL URL (default: $BELAY_DATABASE_URL; without either, an embedded throwaway cluster)"
@@ -40,9 +41,64 @@ def _schema(value: str) -> str:
         raise click.BadParameter(str(exc)) from None
 
 
-@click.group()
-def main() -> None:
+def _record_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Remember the database URL a command was given, so a failure message can name it (redacted)."""
+    if value:
+        ctx.meta["belay.url"] = value
+    return value
+
+
+def _track_urls(group: click.Group) -> None:
+    """Every `--database-url` option of every command (also ones added later) records its value."""
+    for command in group.commands.values():
+        if isinstance(command, click.Group):
+            _track_urls(command)
+        for param in command.params:
+            if param.name == "database_url" and not getattr(param, "_belay_tracked", False):
+                inner = param.callback
+
+                def callback(ctx: click.Context, p: click.Parameter, v: object, inner=inner) -> object:
+                    v = inner(ctx, p, v) if inner else v
+                    return _record_url(ctx, p, v)  # type: ignore[arg-type]
+
+                param.callback = callback
+                param._belay_tracked = True  # type: ignore[attr-defined]
+
+
+class _Belay(click.Group):
+    """The `belay` group: failures become one clear line on stderr and exit 1 (usage errors exit 2,
+    as click does); a traceback only with `--debug` or BELAY_DEBUG=1."""
+
+    def main(self, *args, **kwargs):  # type: ignore[override]
+        _track_urls(self)
+        return super().main(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # noqa: BLE001 - every other failure is reported as one line
+            if ctx.meta.get("belay.debug") or debug_requested():
+                raise
+            url = ctx.meta.get("belay.url") or os.environ.get("BELAY_DATABASE_URL")
+            if isinstance(exc, ToolError):
+                message = str(exc)
+            elif isinstance(exc, (psycopg.Error, IncompatibleSchema, ProvisionError)):
+                message = describe_database_error(exc, url)
+            else:
+                message = (f"unexpected {type(exc).__name__}: {redact(str(exc)).strip().splitlines()[0] if str(exc).strip() else ''}"
+                           "\n  rerun with --debug (or BELAY_DEBUG=1) for the traceback")
+            click.echo(f"belay: error: {message}", err=True)
+            ctx.exit(EXIT_FAILURE)
+
+
+@click.group(cls=_Belay)
+@click.option("--debug", is_flag=True, default=False, help="show tracebacks (also BELAY_DEBUG=1)")
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
     """Belay: verify a Postgres-backed durable job queue."""
+    ctx.meta["belay.debug"] = debug
 
 
 @main.command("migrate")
@@ -50,7 +106,7 @@ def main() -> None:
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
 def migrate_cmd(database_url: str, schema: str) -> None:
     """Apply migrations 1–3 (idempotent; safe to run from several nodes at once)."""
-    with psycopg.connect(database_url, autocommit=True) as conn:
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         applied = migrate(conn, schema)
         compat = check_compat(conn, schema)
     done = f"applied {', '.join(map(str, applied))}" if applied else "already current"
@@ -65,12 +121,11 @@ def status_cmd(database_url: str | None, schema: str) -> None:
     with _database(database_url or os.environ.get("BELAY_DATABASE_URL")) as db:
         click.echo(f"provisioning: {db.kind} — {db.reason}")
         click.echo(f"database: {redact(db.url)}")
-        with psycopg.connect(db.url, autocommit=True) as conn:
+        with psycopg.connect(db.url, autocommit=True, connect_timeout=5) as conn:
             try:
                 compat = check_compat(conn, schema)
             except IncompatibleSchema as exc:
-                click.echo(f"schema {schema}: {exc}")
-                sys.exit(2)
+                raise ToolError(f"schema {schema} at {redact(db.url)}: {exc}") from None
             click.echo(f"schema {schema}: migration version {compat.version}, contract major {compat.contract_major}")
             rows = conn.execute(
                 psycopg.sql.SQL("SELECT queue, state, count(*) FROM {} GROUP BY 1, 2 ORDER BY 1, 2").format(
@@ -90,15 +145,16 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
     """Start an embedded PostgreSQL, print its URL, and keep it running until Ctrl-C / SIGTERM."""
     cluster = EmbeddedCluster(ClusterConfig.from_env(port=port))
     started = time.monotonic()
-    cluster.start()
+    for signum in (signal.SIGTERM, signal.SIGHUP):  # stop the cluster like Ctrl-C does, even mid-start
+        signal.signal(signum, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
+        cluster.start()
         if do_migrate:
             with psycopg.connect(cluster.url, autocommit=True) as conn:
                 migrate(conn)
         click.echo(f"embedded PostgreSQL ready in {time.monotonic() - started:.2f}s")
         click.echo(cluster.url, err=False)
         click.echo(f"export BELAY_DATABASE_URL='{cluster.url}'", err=True)
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -119,30 +175,53 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
 @click.option("--shutdown-grace", type=float, default=15.0, show_default=True)
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator")
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
+@click.option("--exit-on-unreachable", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
+              help="give up (exit 1) once the database has been unreachable this long (default: keep trying)")
 def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None, lease_ttl: float, limit: int,
-               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str) -> None:
-    """Run a worker node until SIGTERM/SIGINT (stop claiming, drain within the grace, exit)."""
+               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str,
+               exit_on_unreachable: float | None) -> None:
+    """Run a worker node until SIGTERM/SIGINT/SIGHUP (stop claiming, drain within the grace, exit).
+
+    A daemon: when the database is unreachable at start or goes away later, the node keeps trying
+    with backoff and logs one line per change (unreachable / reachable again), not one per attempt.
+    """
     import importlib
     import logging
 
+    from impl.faults import RetryPolicy
     from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
     from impl.worker import Registry
     from model.queues import QueueOpts
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # the node logs outages itself, once
     module_name, _, attr = app.partition(":")
-    registry = getattr(importlib.import_module(module_name), attr or "registry")
+    try:
+        registry = getattr(importlib.import_module(module_name), attr or "registry")
+    except (ImportError, AttributeError) as exc:
+        raise click.BadParameter(f"cannot load {app}: {exc}", param_hint="--app") from None
     if not isinstance(registry, Registry):
         raise click.BadParameter(f"{app} is not an impl.worker.Registry", param_hint="--app")
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else sorted(registry.queues())
     opts = QueueOpts.parse({"limit": {"min": min_limit or limit, "max": limit}})
     config_kwargs = {"node": node} if node else {}
+    # A daemon never gives up on a transient fault by itself; --exit-on-unreachable is the user's limit.
     config = WorkerConfig(queues=tuple(QueueConfig(n, opts) for n in names), lease_ttl=lease_ttl,
-                          shutdown_grace=shutdown_grace, notify=notify, **config_kwargs)
+                          shutdown_grace=shutdown_grace, notify=notify,
+                          retry=RetryPolicy(max_elapsed=float("inf")), **config_kwargs)
     termination = Termination()
+    if not _wait_for_database(database_url, schema, termination, exit_on_unreachable):
+        sys.exit(EXIT_FAILURE if not termination.received else 0)
     worker = Worker(database_url, registry, config, schema=schema).start()
     click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
-    termination.wait()
+    while not termination.received:
+        if exit_on_unreachable is not None and worker.connectivity.down_for() > exit_on_unreachable:
+            click.echo(f"belay worker {config.node}: the database has been unreachable for more than "
+                       f"{exit_on_unreachable:g}s (--exit-on-unreachable); stopping", err=True)
+            worker.stop(grace=0)
+            logging.shutdown()
+            os._exit(EXIT_FAILURE)
+        time.sleep(0.1)
     drained = worker.stop()
     click.echo(f"belay worker {config.node} stopped ({'drained' if drained else 'grace expired'})", err=True)
     if not drained:
@@ -150,6 +229,44 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
         # Their executor threads cannot be interrupted, so leave without joining them.
         logging.shutdown()
         os._exit(0)
+
+
+def _wait_for_database(url: str, schema: str, termination, give_up_after: float | None) -> bool:
+    """Block until the database answers the §1 check; one line when it does not, one when it does.
+
+    False when a signal arrived or `give_up_after` seconds passed (the reason already printed). A
+    schema of another contract major or too old a migration is not weather: it fails at once."""
+    started = time.monotonic()
+    delay, reported = 0.5, False
+    while not termination.received:
+        try:
+            check_database(url, schema=schema)
+        except ToolError as exc:
+            cause = exc.__cause__
+            # A database still being created or migrated heals by waiting (deploy order); a malformed
+            # URL or a schema of another contract major or an older migration does not.
+            not_yet_migrated = isinstance(cause, IncompatibleSchema) and "no Belay schema" in str(cause)
+            if not (isinstance(cause, psycopg.OperationalError) or not_yet_migrated):
+                raise
+            message = str(exc)
+            waited = time.monotonic() - started
+            if give_up_after is not None and waited >= give_up_after:
+                click.echo(f"belay: error: {message.splitlines()[0]}; gave up after {waited:.0f}s "
+                           "(--exit-on-unreachable)", err=True)
+                return False
+            if not reported:
+                click.echo(f"belay worker: waiting for the database: {message.splitlines()[0]} "
+                           "(retrying with backoff)", err=True)
+                reported = True
+            end = time.monotonic() + delay
+            while time.monotonic() < end and not termination.received:
+                time.sleep(0.05)
+            delay = min(delay * 2, 10.0)
+            continue
+        if reported:
+            click.echo(f"belay worker: database reachable after {time.monotonic() - started:.1f}s", err=True)
+        return True
+    return False
 
 
 @main.command("smoke")
@@ -186,8 +303,9 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
     except BindRefused as exc:
         raise click.UsageError(str(exc)) from None
     if do_migrate:
-        with psycopg.connect(database_url, autocommit=True) as conn:
+        with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
             migrate(conn, schema)
+    check_database(database_url, schema=schema)  # before binding: fail in seconds, not after a pool timeout
     app = create_app(database_url, token=token or None, schema=schema, sweep_interval=sweep_interval, notify=notify)
     click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'})",
                err=True)

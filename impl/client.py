@@ -6,6 +6,7 @@ from its injectable `clock` (an entry point is the only place that reads the sys
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
@@ -13,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from impl.pgrows import listen_for_pokes
 from impl.store import PgStore, channel_name
 from model import ops
 from model.envelope import decode
@@ -42,6 +44,8 @@ class Client:
         self.clock = clock
         self.on_enqueue = on_enqueue
         self.store = PgStore(conninfo, schema=schema, pool_size=pool_size)
+        self._results: _ResultListener | None = None  # one LISTEN connection, opened by the first await
+        self._results_lock = threading.Lock()
         self.compat: ops.Compatible | None = None
         if check:
             try:
@@ -51,6 +55,8 @@ class Client:
                 raise
 
     def close(self) -> None:
+        if self._results is not None:
+            self._results.close()
         self.store.close()
 
     def __enter__(self) -> "Client":
@@ -144,12 +150,9 @@ class Client:
         """
         deadline = time.monotonic() + timeout
         delay = 0.005
-        listener = None
+        listener = self._listener() if listen else None
+        woken = listener.register(job_id) if listener is not None else None
         try:
-            if listen:
-                listener = psycopg.connect(self.conninfo, autocommit=True)
-                channel = channel_name(listener.info.dbname, self.store.schema)
-                listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
             while True:
                 job = self.job(job_id)
                 if job is None:
@@ -160,25 +163,79 @@ class Client:
                 if remaining <= 0:
                     raise TimeoutError(f"job {job_id} is still {job.state} after {timeout}s")
                 wait = min(delay, remaining)
-                if listener is not None:
-                    for note in listener.notifies(timeout=wait, stop_after=1):
-                        if _is_result_for(note.payload, job_id):
-                            delay = 0.005
-                            break
-                else:
+                if woken is not None and woken.wait(wait):
+                    woken.clear()
+                    delay = 0.005
+                    continue
+                if woken is None:
                     time.sleep(wait)
                 delay = min(delay * 2, 0.2)
         finally:
-            if listener is not None:
-                listener.close()
+            if listener is not None and woken is not None:
+                listener.unregister(job_id, woken)
+
+    def _listener(self) -> "_ResultListener":
+        with self._results_lock:
+            if self._results is None:
+                self._results = _ResultListener(self.conninfo, self.store.schema)
+            return self._results
 
 
-def _is_result_for(payload: str, job_id: int) -> bool:
+class _ResultListener:
+    """One long-lived LISTEN connection per client (§9.2 result notifications), on its own thread.
+
+    Awaiters register an Event per job id *before* they re-read the job, so a notification that
+    arrives between the read and the wait is not lost; after a reconnect every awaiter is woken to
+    re-read (anything missed while disconnected). Notifications only shorten waits: the re-read
+    decides, and polling is the floor."""
+
+    def __init__(self, conninfo: str, schema: str) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[int, list[threading.Event]] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=listen_for_pokes, name="belay-client-results", daemon=True,
+            args=(conninfo, schema, self._stopped, None, "client result listener"),
+            kwargs={"on_payload": self._on_payload})
+        self._thread.start()
+
+    def register(self, job_id: int) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._waiters.setdefault(job_id, []).append(event)
+        return event
+
+    def unregister(self, job_id: int, event: threading.Event) -> None:
+        with self._lock:
+            events = self._waiters.get(job_id, [])
+            if event in events:
+                events.remove(event)
+            if not events:
+                self._waiters.pop(job_id, None)
+
+    def _on_payload(self, payload: str | None) -> None:
+        with self._lock:
+            if payload is None:  # (re)connected: everyone re-reads
+                targets = [e for events in self._waiters.values() for e in events]
+            else:
+                job_id = _result_id(payload)
+                targets = list(self._waiters.get(job_id, ())) if job_id is not None else []
+        for event in targets:
+            event.set()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=2)
+
+
+def _result_id(payload: str) -> int | None:
     try:
         data = json.loads(payload)
     except ValueError:
-        return False
-    return isinstance(data, dict) and data.get("t") == "r" and data.get("id") == job_id
+        return None
+    if isinstance(data, dict) and data.get("t") == "r" and isinstance(data.get("id"), int):
+        return data["id"]
+    return None
 
 
 def result_value(job: Job) -> Any:

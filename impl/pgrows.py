@@ -44,27 +44,43 @@ def step_from_row(row: dict[str, Any]) -> Step:
 
 
 def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
-                     on_poke: Callable[[str | None], None], what: str = "listener") -> None:
+                     on_poke: Callable[[str | None], None] | None, what: str = "listener", *,
+                     on_payload: Callable[[str | None], None] | None = None) -> None:
     """The pg_notify accelerator (§9.2), never load-bearing: LISTEN on the channel, call
     `on_poke(queue)` for each poke payload, and `on_poke(None)` after every (re)connect so anything
-    missed while disconnected is polled now. Reconnects with backoff until `stopped` is set."""
+    missed while disconnected is polled now. Reconnects with backoff until `stopped` is set.
+    `on_payload` instead receives every raw payload (and None after each (re)connect)."""
+    if on_payload is None:
+        assert on_poke is not None, "give on_poke or on_payload"
+
+        def on_payload(payload: str | None) -> None:
+            if payload is None:
+                on_poke(None)
+            else:
+                queue = poked_queue(payload)
+                if queue is not None:
+                    on_poke(queue)
+
     log = logging.getLogger("belay")
     delay = 0.1
+    failing = False  # log the first failure of an outage and the reconnect, not every attempt
     while not stopped.is_set():
         try:
-            with psycopg.connect(conninfo, autocommit=True) as conn:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
                 channel = channel_name(conn.info.dbname, schema)
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                delay = 0.1
-                on_poke(None)
+                if failing:
+                    log.info("belay %s: reconnected", what)
+                delay, failing = 0.1, False
+                on_payload(None)
                 while not stopped.is_set():
                     for note in conn.notifies(timeout=0.5):
-                        queue = poked_queue(note.payload)
-                        if queue is not None:
-                            on_poke(queue)
+                        on_payload(note.payload)
         except Exception as exc:  # noqa: BLE001 - lossy by assumption: polling is the floor
             if not stopped.is_set():
-                log.warning("belay %s: %s; reconnecting in %.1fs", what, exc, delay)
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                (log.debug if failing else log.warning)("belay %s: %s; reconnecting with backoff", what, first)
+                failing = True
                 stopped.wait(delay)
                 delay = min(delay * 2, 5.0)
 

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 
-from impl.faults import RetryPolicy, with_retries
+from impl.faults import Connectivity, RetryPolicy, with_retries
 from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
 from impl.worker import JobContext, Kind, Registry, UnknownKind, outcome_for
@@ -238,6 +238,7 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self.stale_acks = 0
         self.completed = 0
+        self.connectivity = Connectivity(log)  # database lost / back, logged once per change
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -250,7 +251,7 @@ class Worker:
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """A store call that degrades and retries on transient faults until the node stops."""
-        return with_retries(fn, self.config.retry, what=what, stop=self.stopped)
+        return with_retries(fn, self.config.retry, what=what, stop=self.stopped, connectivity=self.connectivity)
 
     def poke(self, queue: str) -> None:
         producer = self.producers.get(queue)
@@ -458,7 +459,7 @@ class Worker:
 
 
 class Termination:
-    """SIGTERM/SIGINT handling for entry points: `Termination()` installs the handlers (before the
+    """SIGTERM/SIGINT/SIGHUP handling for entry points: `Termination()` installs the handlers (before the
     worker starts), `wait()` blocks the main thread until one arrives and returns its number.
 
     The handlers only record the signal and the main thread polls for it: a handler that called
@@ -469,7 +470,7 @@ class Termination:
         import signal
 
         self.received: list[int] = []
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, lambda signum, _frame: self.received.append(signum))
 
     def wait(self, poll: float = 0.1) -> int:

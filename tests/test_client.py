@@ -95,7 +95,7 @@ def test_cli_migrate_is_idempotent_and_status_reports_versions(blank_db_url):
 
 def test_cli_status_on_an_unmigrated_database_says_what_to_do(blank_db_url):
     result = CliRunner().invoke(main, ["status", "--database-url", blank_db_url])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # a failure, not a usage error (exit 2)
     assert "run `belay migrate`" in result.output
 
 

@@ -293,3 +293,35 @@ def test_cron_rows_are_validated(store, conn, now):
         ops.PutCron(now, "bad", "61 * * * *", "w")
     with pytest.raises(InvalidInput, match="unknown cron options"):
         ops.PutCron(now, "bad", "* * * * *", "w", opts={"queu": "x"})
+
+
+def test_one_call_enqueues_a_hundred_thousand_jobs_with_duplicates_reported_in_place(store, conn, now):
+    """No batch-size limit (the old VALUES form failed above 2,520 rows: 65,535 bind parameters)."""
+    n = 100_000
+    specs = [JobSpec(queue="bulk", worker="noop", input={"i": i}) for i in range(n)]
+    specs[500] = JobSpec(queue="bulk", worker="noop", unique_key="k", unique_mode="always")
+    specs[99_000] = JobSpec(queue="bulk", worker="noop", unique_key="k", unique_mode="always")
+    result = store.apply(Enqueue(now, tuple(specs)))
+    assert len(result.outcomes) == n
+    holder = result.outcomes[500]
+    assert isinstance(holder, Inserted)
+    assert result.outcomes[99_000] == Duplicate(holder.id, "unique")
+    ids = [o.id for o in result.outcomes if isinstance(o, Inserted)]
+    assert ids == sorted(ids) and len(ids) == n - 1
+    assert conn.execute("SELECT count(*) FROM belay_jobs WHERE queue = 'bulk'").fetchone()[0] == n - 1
+    row = conn.execute("SELECT input, state, attempt, errors FROM belay_jobs WHERE id = %s", (ids[-1],)).fetchone()
+    assert row == ({"i": n - 1}, "ready", 0, [])
+
+
+def test_a_workflow_of_ten_thousand_members_enqueues_in_one_call(store, conn, now):
+    from model.ops import EnqueueWorkflow, WorkflowMember
+
+    members = [WorkflowMember("m0", JobSpec(queue="wf", worker="noop"))]
+    members += [WorkflowMember(f"m{i}", JobSpec(queue="wf", worker="noop"), deps=(f"m{i - 1}",), ignore=("failed",))
+                for i in range(1, 10_000)]
+    result = store.apply(EnqueueWorkflow(now, "big", tuple(members)))
+    assert len(result.ids) == 10_000
+    states = dict(conn.execute("SELECT state, count(*) FROM belay_jobs WHERE workflow_id = 'big' GROUP BY 1").fetchall())
+    assert states == {"ready": 1, "held": 9_999}
+    deps, ignore = conn.execute("SELECT wf_deps, wf_ignore FROM belay_jobs WHERE wf_name = 'm7'").fetchone()
+    assert deps == ["m6"] and ignore == ["failed"]

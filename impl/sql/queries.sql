@@ -14,12 +14,64 @@ SELECT version, contract_major FROM {meta}
 SELECT nextval({jobs_seq}::regclass) AS id FROM generate_series(1, %(n)s)
 
 -- insert_jobs --
--- §5.1 multi-row insert; the targetless conflict clause absorbs unique-key and cron-slot dedup.
+-- §5.1 multi-row insert, set-based: one array parameter per column (unnest keeps the rows' order and
+-- any batch size fits in 21 parameters); the targetless conflict clause absorbs unique-key and
+-- cron-slot dedup exactly as the contract's VALUES form does. attempt=0, errors='[]', spent_*=0 and
+-- cancel_requested=false are the §5.1 defaults. wf_deps/wf_ignore travel as JSON arrays (unnest would
+-- flatten a text[][]) and NULL stays NULL.
 INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, max_attempts,
                     ready_at, inserted_at, errors, cancel_requested, unique_key, unique_mode,
                     cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
                     budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)
-VALUES {values}
+SELECT r.id, r.queue, r.worker, r.input::jsonb, r.meta::jsonb, r.state, r.priority, 0, r.max_attempts,
+       r.ready_at, %(now)s, '[]'::jsonb, false, r.unique_key, r.unique_mode,
+       r.cron_name, r.cron_slot, r.workflow_id, r.wf_name,
+       CASE WHEN r.wf_deps IS NULL THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.wf_deps::jsonb)) END,
+       CASE WHEN r.wf_ignore IS NULL THEN NULL
+            ELSE ARRAY(SELECT jsonb_array_elements_text(r.wf_ignore::jsonb)) END,
+       r.parent_id, r.budget_usd_micros, r.budget_tokens, 0, 0
+FROM unnest(%(id)s::bigint[], %(queue)s::text[], %(worker)s::text[], %(input)s::text[], %(meta)s::text[],
+            %(state)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(ready_at)s::timestamptz[],
+            %(unique_key)s::text[], %(unique_mode)s::text[], %(cron_name)s::text[],
+            %(cron_slot)s::timestamptz[], %(workflow_id)s::text[], %(wf_name)s::text[], %(wf_deps)s::text[],
+            %(wf_ignore)s::text[], %(parent_id)s::bigint[], %(budget_usd_micros)s::bigint[],
+            %(budget_tokens)s::bigint[])
+     WITH ORDINALITY AS r(id, queue, worker, input, meta, state, priority, max_attempts, ready_at,
+                          unique_key, unique_mode, cron_name, cron_slot, workflow_id, wf_name, wf_deps,
+                          wf_ignore, parent_id, budget_usd_micros, budget_tokens, ord)
+ORDER BY r.ord
+ON CONFLICT DO NOTHING
+RETURNING id
+
+-- stage_jobs_table --
+-- A session-local staging table for large batches (rows vanish at commit). pg_temp is spelled out so
+-- no table of the caller's search_path can stand in for it.
+CREATE TEMP TABLE IF NOT EXISTS belay_stage_jobs (
+  batch bigint, ord int, id bigint, queue text, worker text, input jsonb, meta jsonb, state text, priority int,
+  max_attempts int, ready_at timestamptz, unique_key text, unique_mode text, cron_name text, cron_slot timestamptz,
+  workflow_id text, wf_name text, wf_deps text[], wf_ignore text[], parent_id bigint, budget_usd_micros bigint,
+  budget_tokens bigint) ON COMMIT DELETE ROWS
+
+-- stage_jobs_copy --
+-- COPY a batch into the staging table (binary: no text rendering of values on either side).
+COPY pg_temp.belay_stage_jobs (batch, ord, id, queue, worker, input, meta, state, priority, max_attempts, ready_at,
+  unique_key, unique_mode, cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
+  budget_usd_micros, budget_tokens) FROM STDIN (FORMAT BINARY)
+
+-- insert_staged_jobs --
+-- §5.1 for a staged batch: the same insert as insert_jobs, reading one batch of the staging table.
+INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, max_attempts,
+                    ready_at, inserted_at, errors, cancel_requested, unique_key, unique_mode,
+                    cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
+                    budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)
+SELECT s.id, s.queue, s.worker, s.input, s.meta, s.state, s.priority, 0, s.max_attempts,
+       s.ready_at, %(now)s, '[]'::jsonb, false, s.unique_key, s.unique_mode,
+       s.cron_name, s.cron_slot, s.workflow_id, s.wf_name, s.wf_deps, s.wf_ignore,
+       s.parent_id, s.budget_usd_micros, s.budget_tokens, 0, 0
+FROM pg_temp.belay_stage_jobs s
+WHERE s.batch = %(batch)s
+ORDER BY s.ord
 ON CONFLICT DO NOTHING
 RETURNING id
 
@@ -36,6 +88,21 @@ ORDER BY id DESC LIMIT 1
 -- cron_holder --
 -- §8.5: the job that already owns a cron slot.
 SELECT id FROM {jobs} WHERE cron_name = %(cron_name)s AND cron_slot = %(cron_slot)s
+
+-- duplicate_holders --
+-- §5.2/§8.5 for a whole batch at once: per skipped row (by its position), the cron slot's owner and
+-- the unique key's holder, with the same predicates as cron_holder and unique_holder.
+SELECT d.pos,
+       (SELECT j.id FROM {jobs} j
+        WHERE d.cron_name IS NOT NULL AND j.cron_name = d.cron_name AND j.cron_slot = d.cron_slot) AS cron_id,
+       (SELECT j.id FROM {jobs} j
+        WHERE d.unique_key IS NOT NULL AND j.unique_key = d.unique_key
+          AND CASE WHEN d.unique_mode = 'incomplete'
+                   THEN j.unique_mode = 'incomplete' AND j.state IN ('ready', 'running', 'awaiting', 'held', 'paused')
+                   ELSE j.unique_mode IN ('window', 'always') END
+        ORDER BY j.id DESC LIMIT 1) AS unique_id
+FROM unnest(%(pos)s::int[], %(unique_key)s::text[], %(unique_mode)s::text[], %(cron_name)s::text[],
+            %(cron_slot)s::timestamptz[]) AS d(pos, unique_key, unique_mode, cron_name, cron_slot)
 
 -- notify --
 -- §9.2: one pg_notify per payload (delivered only on commit).

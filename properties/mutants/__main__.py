@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from impl.lifecycle import interrupt_on_signals
 from properties.mutants.catalogue import BY_NAME, CATALOGUE
 from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_baseline, run_mutant, short_test
 
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--details", action="store_true", help="print each killing test's failure line")
     parser.add_argument("--source", type=Path, default=ROOT, help="the repository to copy (default: this one)")
     args = parser.parse_args(argv)
+    interrupt_on_signals()  # SIGTERM/SIGHUP: stop the pytest run of the current copy, remove the copy
 
     unknown = [n for n in args.only if n not in BY_NAME]
     if unknown:
