@@ -119,8 +119,13 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
 @click.option("--shutdown-grace", type=float, default=15.0, show_default=True)
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator")
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address for --metrics-port")
+@click.option("--otel/--no-otel", default=False, show_default=True,
+              help="OpenTelemetry spans per job attempt (global tracer provider)")
 def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None, lease_ttl: float, limit: int,
-               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str) -> None:
+               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str, metrics_port: int | None,
+               metrics_host: str, otel: bool) -> None:
     """Run a worker node until SIGTERM/SIGINT (stop claiming, drain within the grace, exit)."""
     import importlib
     import logging
@@ -140,7 +145,19 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     config = WorkerConfig(queues=tuple(QueueConfig(n, opts) for n in names), lease_ttl=lease_ttl,
                           shutdown_grace=shutdown_grace, notify=notify, **config_kwargs)
     termination = Termination()
-    worker = Worker(database_url, registry, config, schema=schema).start()
+    from impl import telemetry
+
+    telemetry.attach_default_logger()
+    if otel:
+        telemetry.attach_opentelemetry()
+    worker = Worker(database_url, registry, config, schema=schema)
+    if metrics_port is not None:
+        from impl.operator import stats_reader
+
+        metrics = telemetry.attach_prometheus(stats_reader(worker.store))
+        metrics.serve(metrics_port, metrics_host)
+        click.echo(f"belay worker metrics at http://{metrics_host}:{metrics_port}/metrics", err=True)
+    worker.start()
     click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
     termination.wait()
     drained = worker.stop()
@@ -192,6 +209,13 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
     click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'})",
                err=True)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+# --- day-2 commands (impl/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
+# prune, replay, mcp ---
+from impl.cli_ops import register as _register_ops  # noqa: E402
+
+_register_ops(main)
 
 
 if __name__ == "__main__":
