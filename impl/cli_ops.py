@@ -23,6 +23,7 @@ import click
 import psycopg
 
 from model.ops import IncompatibleSchema, InvalidInput, validate_schema_name
+from model.rows import STATES
 
 EXIT_REFUSED, EXIT_DIVERGED = 1, 3
 
@@ -37,7 +38,10 @@ def _schema(ctx: click.Context, param: click.Parameter, value: str) -> str:
 def _console():
     from rich.console import Console
 
-    return Console(soft_wrap=True)
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # piped or captured: do not fold tables to 80 columns
+        console = Console(soft_wrap=True, width=160)
+    return console
 
 
 class Out:
@@ -124,10 +128,9 @@ def register(main: click.Group) -> None:
         stats = op.stats()
         if out.as_json:
             return out.json(stats)
-        from model.rows import STATES
-
-        _table("jobs per queue", ["queue", *STATES],
-               [[q, *[counts.get(s, "") for s in STATES]] for q, counts in sorted(stats.items())])
+        present = [s for s in STATES if any(s in counts for counts in stats.values())]
+        _table("jobs per queue", ["queue", *present],
+               [[q, *[counts.get(s, "") for s in present]] for q, counts in sorted(stats.items())])
         if not stats:
             click.echo("no jobs")
 
@@ -136,7 +139,8 @@ def register(main: click.Group) -> None:
         """List and inspect jobs."""
 
     @jobs_group.command("list")
-    @click.option("--state", "states", multiple=True, help="filter by state (repeatable)")
+    @click.option("--state", "states", multiple=True, type=click.Choice(STATES),
+                  help="filter by state (repeatable)")
     @click.option("--queue", default=None)
     @click.option("--kind", default=None, help="filter by kind (belay_jobs.worker)")
     @click.option("--workflow", default=None, help="filter by workflow id")
