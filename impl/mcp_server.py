@@ -30,6 +30,7 @@ from impl.operator import Operator, Refused, event_json, job_json, step_json
 
 Authorizer = Callable[[str, dict[str, Any]], Any]
 MUTATING = ("retry_job", "cancel_job", "signal", "steer", "queue_put")
+JobId = Annotated[int, Field(ge=1, description="a belay_jobs id")]
 
 
 def load_authorizer(spec: str) -> Authorizer:
@@ -82,8 +83,6 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
             if not allowed:
                 raise ToolError(f"refused by the authorizer: {tool} {json.dumps(arguments, default=str)}; "
                                 "nothing was changed")
-
-    JobId = Annotated[int, Field(ge=1, description="a belay_jobs id")]
 
     @server.tool(annotations=read_only)
     def stats() -> dict[str, dict[str, int]]:

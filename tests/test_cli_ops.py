@@ -55,13 +55,25 @@ def client(db_url):
         yield c
 
 
-@pytest.fixture
-def ran_pipeline(db_url, client) -> int:
-    """A pipeline job run to success (steps with costs, events, two children), at OLD."""
-    job_id = client.enqueue(app.QUEUE, "pipeline", {"n": 21}).id
-    with PgStore(db_url) as store:
+def _run_pipeline(url: str) -> int:
+    """A pipeline job run to success (steps with costs, events, two children) at OLD, then steered."""
+    with Client(url, clock=lambda: OLD) as c, PgStore(url) as store:
+        job_id = c.enqueue(app.QUEUE, "pipeline", {"n": 21}).id
         app.drain(store, app.registry, lambda: OLD)
+        c.steer(job_id, {"hint": "shorter"})
     return job_id
+
+
+@pytest.fixture
+def ran_pipeline(db_url) -> int:
+    return _run_pipeline(db_url)
+
+
+@pytest.fixture(scope="module")
+def pipeline_db(databases):
+    """One database for the read-only command tests of this module (reads change nothing)."""
+    with databases.fresh() as url:
+        yield url, _run_pipeline(url)
 
 
 def test_stats_counts_jobs_per_queue_and_state(db_url, client):
@@ -97,8 +109,8 @@ def test_jobs_list_filters_and_pages_newest_first_by_keyset(db_url, client):
     assert bad.exit_code == 2 and "bogus" in bad.output
 
 
-def test_jobs_show_prints_the_journal_with_attempts_costs_events_children_and_signals(db_url, client, ran_pipeline):
-    client.steer(ran_pipeline, {"hint": "shorter"})
+def test_jobs_show_prints_the_journal_with_attempts_costs_events_children_and_signals(pipeline_db):
+    db_url, ran_pipeline = pipeline_db
     shown = out(belay(db_url, "jobs", "show", str(ran_pipeline), "--json"))
     assert shown["job"]["state"] == "succeeded" and shown["job"]["result"] == {"total": 42, "children": 2}
     assert [(s["name"], s["usd_micros"], s["tokens"]) for s in shown["steps"]] == [
@@ -112,7 +124,8 @@ def test_jobs_show_prints_the_journal_with_attempts_costs_events_children_and_si
     assert human.exit_code == 0 and "summarize" in human.stdout and "total cost: 250 µ$, 17 tokens" in human.stdout
 
 
-def test_reading_an_unknown_job_is_refused_with_exit_1(db_url):
+def test_reading_an_unknown_job_is_refused_with_exit_1(pipeline_db):
+    db_url, _ = pipeline_db
     for args in (("jobs", "show", "999"), ("steps", "999"), ("events", "999")):
         result = belay(db_url, *args)
         assert result.exit_code == 1 and "job 999 does not exist" in result.stderr, args
@@ -122,14 +135,16 @@ def test_reading_an_unknown_job_is_refused_with_exit_1(db_url):
                                               "refused": "not_found"}
 
 
-def test_usage_errors_exit_2(db_url):
+def test_usage_errors_exit_2(pipeline_db):
+    db_url, _ = pipeline_db
     assert belay(db_url, "jobs", "show", "abc").exit_code == 2
     assert belay(db_url, "retry", "0").exit_code == 2
     missing = CliRunner().invoke(main, ["stats"], env={"BELAY_DATABASE_URL": ""})
     assert missing.exit_code == 2 and "--database-url" in missing.output
 
 
-def test_steps_and_events_list_a_jobs_journal_and_stream(db_url, ran_pipeline):
+def test_steps_and_events_list_a_jobs_journal_and_stream(pipeline_db):
+    db_url, ran_pipeline = pipeline_db
     steps = out(belay(db_url, "steps", str(ran_pipeline), "--json"))
     assert [s["name"] for s in steps] == ["fetch", "$spawn:pages", "summarize"]
     assert steps[0]["value"] == {"n": 21}
@@ -253,7 +268,8 @@ def test_prune_dry_run_reports_exactly_what_prune_then_deletes(db_url, client, r
     assert belay(db_url, "prune", "--dry-run", "--failed", "soon").exit_code == 2
 
 
-def test_replay_prints_what_the_job_did_and_exits_3_on_a_divergence(db_url, ran_pipeline):
+def test_replay_prints_what_the_job_did_and_exits_3_on_a_divergence(pipeline_db):
+    db_url, ran_pipeline = pipeline_db
     plain = belay(db_url, "replay", str(ran_pipeline))
     assert plain.exit_code == 0 and "timeline" in plain.stdout and "summarize" in plain.stdout
     clean = belay(db_url, "replay", str(ran_pipeline), "--app", "tests.apps.replay_app", "--json")
