@@ -59,35 +59,44 @@ def failed_job(url: str) -> int:
     return job_id
 
 
-def test_tools_are_listed_and_read_only_tools_answer_from_the_database(db_url, tmp_path):
+def test_a_server_without_flags_answers_read_only_tools_and_refuses_every_mutation(db_url, tmp_path):
     with Client(db_url, clock=lambda: OLD) as c, PgStore(db_url) as store:
         job_id = c.enqueue(app.QUEUE, "pipeline", {"n": 21}).id
         app.drain(store, app.registry, lambda: OLD)
+    failed = failed_job(db_url)
     latest = tmp_path / "latest"
     latest.mkdir()
     (latest / "results.json").write_text(json.dumps({"run_id": "r1", "verdict": "valid", "exit_code": 0,
                                                      "invariants": {"I1": {"verdict": "valid", "checks": 3}}}))
+    with psycopg.connect(db_url, autocommit=True) as c:
+        before = snapshot(c)
 
     async def calls(s):
         tools = await s.list_tools()
-        return [tools,
-                await s.call_tool("stats", {}),
-                await s.call_tool("list_jobs", {"state": ["succeeded"], "limit": 2}),
-                await s.call_tool("get_job", {"job_id": job_id}),
-                await s.call_tool("steps", {"job_id": job_id}),
-                await s.call_tool("events", {"job_id": job_id}),
-                await s.call_tool("replay_dry_run", {"job_id": job_id}),
-                await s.call_tool("soak_verdict", {}),
-                await s.call_tool("get_job", {"job_id": 999}),
-                await s.call_tool("workflow", {"workflow_id": "nope"})]
+        reads = [await s.call_tool("stats", {}),
+                 await s.call_tool("list_jobs", {"state": ["succeeded"], "limit": 2}),
+                 await s.call_tool("get_job", {"job_id": job_id}),
+                 await s.call_tool("steps", {"job_id": job_id}),
+                 await s.call_tool("events", {"job_id": job_id}),
+                 await s.call_tool("replay_dry_run", {"job_id": job_id}),
+                 await s.call_tool("soak_verdict", {}),
+                 await s.call_tool("get_job", {"job_id": 999}),
+                 await s.call_tool("workflow", {"workflow_id": "nope"})]
+        writes = [await s.call_tool("retry_job", {"job_id": failed}),
+                  await s.call_tool("cancel_job", {"job_id": failed}),
+                  await s.call_tool("signal", {"scope": "x", "name": "y", "payload": {"a": 1}}),
+                  await s.call_tool("steer", {"job_id": failed, "payload": 1}),
+                  await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}})]
+        return tools, reads, writes
 
-    tools, stats, jobs, job, steps, events, replay, verdict, unknown, no_wf = session(
-        db_url, "--reports", str(tmp_path), "--app", "tests.apps.replay_app", calls=calls)
+    tools, reads, writes = session(db_url, "--reports", str(tmp_path), "--app", "tests.apps.replay_app",
+                                   calls=calls)
+    stats, jobs, job, steps, events, replay, verdict, unknown, no_wf = reads
     listed = {t.name: t for t in tools.tools}
     assert set(listed) == READ_ONLY | MUTATING
     assert all(listed[n].annotations.readOnlyHint for n in READ_ONLY)
     assert not any(listed[n].annotations.readOnlyHint for n in MUTATING)
-    assert payload(stats) == {app.QUEUE: {"succeeded": 3}}
+    assert payload(stats) == {app.QUEUE: {"succeeded": 3}, "m": {"failed": 1}}
     page = payload(jobs)
     assert len(page["jobs"]) == 2 and page["next_after"] == page["jobs"][-1]["id"]
     journal = payload(job)
@@ -98,25 +107,11 @@ def test_tools_are_listed_and_read_only_tools_answer_from_the_database(db_url, t
     assert payload(verdict)["verdict"] == "valid" and payload(verdict)["invariants"]["I1"]["checks"] == 3
     assert "job 999 does not exist" in error(unknown)
     assert "workflow 'nope' has no jobs" in error(no_wf)
-
-
-def test_mutations_are_refused_without_the_flag_or_an_authorizer_and_change_nothing(db_url):
-    job_id = failed_job(db_url)
-    with psycopg.connect(db_url, autocommit=True) as c:
-        before = snapshot(c)
-
-    async def calls(s):
-        return [await s.call_tool("retry_job", {"job_id": job_id}),
-                await s.call_tool("cancel_job", {"job_id": job_id}),
-                await s.call_tool("signal", {"scope": "x", "name": "y", "payload": {"a": 1}}),
-                await s.call_tool("steer", {"job_id": job_id, "payload": 1}),
-                await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}})]
-
-    for result in session(db_url, calls=calls):
+    for result in writes:
         assert "mutations are disabled on this server" in error(result)
         assert "--allow-mutations or --authorizer" in error(result)
     with psycopg.connect(db_url, autocommit=True) as c:
-        assert snapshot(c) == before
+        assert snapshot(c) == before, "a refused mutation (or a read) changed the database"
 
 
 def test_an_authorizer_decides_each_mutation_and_its_refusal_is_a_clear_tool_error(db_url):
