@@ -40,7 +40,9 @@ WITH candidates AS (
     WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)
            OR (state = 'failed' AND finished_at < %(failed_before)s)
            OR (state = 'cancelled' AND finished_at < %(cancelled_before)s))
-      AND true
+      AND (workflow_id IS NULL OR NOT EXISTS (
+               SELECT 1 FROM {jobs} AS o WHERE o.workflow_id = j.workflow_id
+               AND o.state NOT IN ('succeeded', 'failed', 'cancelled')))
 )
 SELECT c.state, count(*) AS jobs,
        sum((SELECT count(*) FROM {steps} s WHERE s.job_id = c.id))::bigint AS steps,
