@@ -1,4 +1,6 @@
-"""`belay` command line: migrate, status, db (an embedded PostgreSQL), smoke.
+"""`belay` command line: migrate, status, db (an embedded PostgreSQL), smoke, worker, serve; the day-2
+commands (stats, jobs, steps, events, retry, cancel, signal, steer, queue, prune, replay, mcp) are in
+impl/cli_ops.py.
 
 Entry point only: this is where environment variables and the system clock are read.
 """

@@ -16,7 +16,6 @@ ignore the key: for them a pause has no effect (use their own pause), and nothin
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,7 +26,7 @@ from model import ops
 from model import worker_ops as w
 from model.envelope import Opaque, decode
 from model.queues import QueueOpts
-from model.rows import STATES, TERMINAL, Event, Job, Step
+from model.rows import STATES, Event, Job, Step
 
 RETENTION_DEFAULTS = {"succeeded": 86400, "failed": 7 * 86400, "cancelled": 7 * 86400}
 SIGNAL_TTL_DEFAULT = 7 * 86400
@@ -112,15 +111,6 @@ def attempts_json(job: Job) -> list[dict[str, Any]]:
             ended = "parked, slept or snoozed"
         out.append({"attempt": n, "ended": ended, "errors": errors.get(n, [])})
     return out
-
-
-def parse_json_arg(text: str, what: str) -> Any:
-    """A JSON argument from the command line (refused with a clear message when it is not JSON)."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise Refused("invalid", f"{what} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-                                 f"{text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -357,10 +347,6 @@ class Operator:
                 break
         return {"dry_run": False, "now": plain(now), "retention": retention, "signal_ttl": signal_ttl,
                 "pruned_jobs": len(jobs), "signals": signals, "rate_windows": rate}
-
-
-def is_terminal(job: Job) -> bool:
-    return job.state in TERMINAL
 
 
 def stats_reader(store: Any) -> Callable[[], dict[str, dict[str, int]]]:
