@@ -5,6 +5,7 @@ insert → result latency, and worker memory over a long run. Prints its figures
                                              [--chunk 100] [--notify]
     .venv/bin/python -m bench.run latency [--rounds 500]
     .venv/bin/python -m bench.run memory [--jobs 100000]
+    .venv/bin/python -m bench.run telemetry [--jobs 5000 --rounds 3]   # runtime with telemetry off vs on
 
 PostgreSQL: $BELAY_DATABASE_URL or an embedded cluster with default durability (fsync and
 synchronous_commit on), on this machine.
@@ -118,7 +119,7 @@ def pure_sql(url: str, queue: str, n: int, batch: int, concurrency: int = 1) -> 
 
 
 def runtime(url: str, queue: str, n: int, *, limit: int, kind: str, chunk: int = 100,
-            notify: bool = False) -> tuple[float, float, float]:
+            notify: bool = False, telemetry: tuple = ()) -> tuple[float, float, float]:
     """Drain n pre-inserted jobs with a Worker: jobs/s (the clock stops when the database shows all n
     succeeded) and RSS before/after."""
     fill(url, queue, n, worker=kind)
@@ -127,7 +128,7 @@ def runtime(url: str, queue: str, n: int, *, limit: int, kind: str, chunk: int =
     before = rss_mib()
     with psycopg.connect(url, autocommit=True) as probe:
         started = time.perf_counter()
-        worker = Worker(url, registry(chunk), config, telemetry=()).start()
+        worker = Worker(url, registry(chunk), config, telemetry=telemetry).start()
         deadline = started + 600
         while succeeded(probe, queue) < n and time.perf_counter() < deadline:
             time.sleep(0.005)
@@ -230,6 +231,52 @@ def cmd_memory(url: str, args: argparse.Namespace) -> dict:
     return {"jobs": args.jobs, "rss_start_mib": before, "rss_end_mib": after, "jobs_per_s": rate}
 
 
+def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
+    """Runtime throughput with telemetry off (no handlers) and on (the default logger writing one line per
+    job to a log file, plus Prometheus metrics), interleaved round by round in one run; medians compared."""
+    import tempfile
+
+    from impl import telemetry
+
+    log_path = os.path.join(tempfile.mkdtemp(prefix="belay-bench-"), "jobs.log")
+    logger = logging.getLogger("belay.bench")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    logger.addHandler(logging.FileHandler(log_path))
+    metrics = telemetry.PrometheusMetrics()
+    modes = {"off": (), "on": (telemetry.DefaultLogger(logging.INFO, logger), metrics)}
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}  # this process's CPU µs per job (all threads)
+    for r in range(args.rounds):
+        for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+            cpu_before = time.process_time()
+            rate = runtime(url, f"tel_{mode}_{r}", args.jobs, limit=10, kind="noop", telemetry=modes[mode])[0]
+            cpu[mode].append((time.process_time() - cpu_before) / args.jobs * 1e6)
+            rates[mode].append(rate)
+            print(f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job")
+    off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
+    cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    with open(log_path) as f:
+        lines = sum(1 for _ in f)
+    # The handlers alone, on this thread: what the runtime pays per job (job.start, claim, job.stop).
+    handlers = modes["on"]
+    meta = {"job_id": 1, "kind": "noop", "worker": "noop", "queue": "q", "attempt": 1, "node": "n"}
+    started = time.process_time()  # CPU time: what the handlers cost, whatever else runs on the machine
+    for i in range(20000):
+        for h in handlers:
+            h("job.start", meta)
+            h("claim", {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5})
+            h("job.stop", {**meta, "state": "succeeded", "duration_ms": 1})
+    per_job_us = (time.process_time() - started) / 20000 * 1e6
+    print(f"median telemetry off: {off:8.0f} jobs/s; on (default logger + Prometheus): {on:8.0f} jobs/s "
+          f"({on / off:.1%} of off; target >= 95%); {lines} log lines written")
+    print(f"median CPU per job: off {cpu_off:.0f} µs, on {cpu_on:.0f} µs ({cpu_on / cpu_off:.1%} of off); "
+          f"the handlers alone: {per_job_us:.1f} CPU µs per job ({per_job_us / cpu_off:.1%} of a job's CPU)")
+    return {"off": rates["off"], "on": rates["on"], "median_off": off, "median_on": on, "ratio": on / off,
+            "cpu_us_per_job_off": cpu["off"], "cpu_us_per_job_on": cpu["on"], "cpu_ratio": cpu_on / cpu_off,
+            "handlers_us_per_job": per_job_us, "log_lines": lines}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -246,6 +293,9 @@ def main() -> None:
     m = sub.add_parser("memory")
     m.add_argument("--jobs", type=int, default=100000)
     m.add_argument("--batched", action="store_true")
+    tel = sub.add_parser("telemetry")
+    tel.add_argument("--jobs", type=int, default=5000)
+    tel.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     db = provision()
@@ -255,7 +305,8 @@ def main() -> None:
             migrate(c)
             print("durability:", ", ".join(f"{k}={c.execute(f'SHOW {k}').fetchone()[0]}"
                                            for k in ("fsync", "synchronous_commit")))
-        figures = {"throughput": cmd_throughput, "latency": cmd_latency, "memory": cmd_memory}[args.cmd](db.url, args)
+        figures = {"throughput": cmd_throughput, "latency": cmd_latency, "memory": cmd_memory,
+                   "telemetry": cmd_telemetry}[args.cmd](db.url, args)
         print(json.dumps(figures, default=float))
     finally:
         db.close()

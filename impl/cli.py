@@ -1,4 +1,6 @@
-"""`belay` command line: migrate, status, db (an embedded PostgreSQL), smoke.
+"""`belay` command line: migrate, status, db (an embedded PostgreSQL), smoke, worker, serve; the day-2
+commands (stats, jobs, steps, events, retry, cancel, signal, steer, queue, prune, replay, mcp) are in
+impl/cli_ops.py.
 
 Entry point only: this is where environment variables and the system clock are read.
 """
@@ -177,9 +179,13 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
 @click.option("--exit-on-unreachable", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
               help="give up (exit 1) once the database has been unreachable this long (default: keep trying)")
+@click.option("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address for --metrics-port")
+@click.option("--otel/--no-otel", default=False, show_default=True,
+              help="OpenTelemetry spans per job attempt (global tracer provider)")
 def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None, lease_ttl: float, limit: int,
                min_limit: int | None, shutdown_grace: float, notify: bool, schema: str,
-               exit_on_unreachable: float | None) -> None:
+               exit_on_unreachable: float | None, metrics_port: int | None, metrics_host: str, otel: bool) -> None:
     """Run a worker node until SIGTERM/SIGINT/SIGHUP (stop claiming, drain within the grace, exit).
 
     A daemon: when the database is unreachable at start or goes away later, the node keeps trying
@@ -212,7 +218,19 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     termination = Termination()
     if not _wait_for_database(database_url, schema, termination, exit_on_unreachable):
         sys.exit(EXIT_FAILURE if not termination.received else 0)
-    worker = Worker(database_url, registry, config, schema=schema).start()
+    from impl import telemetry
+
+    telemetry.attach_default_logger()
+    if otel:
+        telemetry.attach_opentelemetry()
+    worker = Worker(database_url, registry, config, schema=schema)
+    if metrics_port is not None:
+        from impl.operator import stats_reader
+
+        metrics = telemetry.attach_prometheus(stats_reader(worker.store))
+        metrics.serve(metrics_port, metrics_host)
+        click.echo(f"belay worker metrics at http://{metrics_host}:{metrics_port}/metrics", err=True)
+    worker.start()
     click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
     while not termination.received:
         if exit_on_unreachable is not None and worker.connectivity.down_for() > exit_on_unreachable:
@@ -310,6 +328,13 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
     click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'})",
                err=True)
     uvicorn.run(app, host=host, port=port, log_level="info")
+
+
+# --- day-2 commands (impl/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
+# prune, replay, mcp ---
+from impl.cli_ops import register as _register_ops  # noqa: E402
+
+_register_ops(main)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def _read(name: str) -> str:
     return resources.files("impl").joinpath("sql", name).read_text(encoding="utf-8")
 
 
-QUERY_FILES = ("queries.sql", "worker.sql", "http.sql")
+QUERY_FILES = ("queries.sql", "worker.sql", "http.sql", "ops.sql")
 
 
 @cache

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 
+from impl import telemetry
 from impl.faults import Connectivity, RetryPolicy, with_retries
 from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
@@ -35,7 +36,7 @@ from impl.worker import JobContext, Kind, Registry, UnknownKind, outcome_for
 from model import ops
 from model import worker_ops as w
 from model.cron import CronDef
-from model.queues import QueueOpts
+from model.queues import QueueOpts, merge_opts
 from model.rows import Job
 
 log = logging.getLogger("belay")
@@ -83,23 +84,9 @@ class WorkerConfig:
             raise ValueError(f"a queue is configured twice: {names}")
 
 
-Telemetry = Callable[[str, dict[str, Any]], None]
-
-
-def default_logger(event: str, meta: dict[str, Any]) -> None:
-    """One-line structured logs: `belay job=812 worker=X queue=ai state=succeeded attempt=1 duration=8143ms`."""
-    if event == "job.stop":
-        log.info("belay job=%s worker=%s queue=%s state=%s attempt=%s duration=%dms", meta["job_id"],
-                 meta["worker"], meta["queue"], meta["state"], meta["attempt"], meta["duration_ms"])
-    elif event == "job.exception":
-        log.warning("belay job=%s worker=%s queue=%s state=%s attempt=%s duration=%dms error=%s", meta["job_id"],
-                    meta["worker"], meta["queue"], meta["state"], meta["attempt"], meta["duration_ms"],
-                    meta["error"])
-    elif event == "ack.stale":
-        log.warning("belay stale ack job=%s attempt=%s: the job was reclaimed; discarding (the fence working)",
-                    meta["job_id"], meta["attempt"])
-    elif event == "queue.scale":
-        log.info("belay queue=%s limit=%s", meta["queue"], meta["limit"])
+# Telemetry: one small interface (impl/telemetry.py); `default_logger` is re-exported for callers.
+Telemetry = telemetry.Handler
+default_logger = telemetry.default_logger
 
 
 class _Producer:
@@ -163,7 +150,10 @@ class _Producer:
     def claim(self, demand: int) -> int:
         cfg = self.worker.config
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
+        started = time.monotonic()
         jobs = self.worker.call(lambda: self.worker.store.apply(op), "claim").jobs
+        self.worker.emit("claim", {"queue": self.name, "node": cfg.node, "demand": demand, "claimed": len(jobs),
+                                   "duration_ms": (time.monotonic() - started) * 1000})
         for job in jobs:
             ctx = JobContext(job, self.worker.store, self.worker.clock)
             with self.lock:
@@ -219,7 +209,7 @@ class Worker:
         *,
         schema: str = "public",
         clock: Callable[[], datetime] = utc_now,
-        telemetry: tuple[Telemetry, ...] = (default_logger,),
+        telemetry: tuple[Telemetry, ...] = (telemetry.dispatch,),
     ) -> None:
         self.conninfo = conninfo
         self.registry = registry
@@ -264,7 +254,8 @@ class Worker:
         job = ctx.job
         kind = self.registry.kinds.get(job.worker)
         started = time.monotonic()
-        meta = {"job_id": job.id, "worker": job.worker, "queue": job.queue, "attempt": job.attempt}
+        meta = {"job_id": job.id, "kind": job.worker, "worker": job.worker, "queue": job.queue,
+                "attempt": job.attempt, "node": self.config.node}
         self.emit("job.start", meta)
         value, error = None, None
         try:
@@ -294,6 +285,9 @@ class Worker:
         """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
         context order); a job missing from it, or a raise of the whole call, fails that job."""
         started = time.monotonic()
+        for ctx in contexts:
+            self.emit("job.start", {"job_id": ctx.id, "kind": kind.name, "worker": kind.name, "queue": producer.name,
+                                    "attempt": ctx.attempt, "node": self.config.node})
         try:
             try:
                 returned = kind.fn(contexts)
@@ -319,11 +313,12 @@ class Worker:
                 for ack, result in zip(acks, done.results):
                     if isinstance(result, w.Stale):
                         self.stale_acks += 1
+                        _log_stale(ack.job_id, ack.attempt)
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
                     else:
-                        self.emit("job.stop", {"job_id": ack.job_id, "worker": kind.name, "queue": producer.name,
-                                               "attempt": ack.attempt, "state": result.state,
-                                               "duration_ms": duration})
+                        self.emit("job.stop", {"job_id": ack.job_id, "kind": kind.name, "worker": kind.name,
+                                               "queue": producer.name, "attempt": ack.attempt, "node": self.config.node,
+                                               "state": result.state, "duration_ms": duration})
         except Exception:  # noqa: BLE001 - leases expire; another node retries
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
@@ -336,6 +331,7 @@ class Worker:
         result = self.call(lambda: self.store.apply(op), "ack")
         if isinstance(result, w.Stale):
             self.stale_acks += 1
+            _log_stale(ctx.id, ctx.attempt)
             self.emit("ack.stale", {"job_id": ctx.id, "attempt": ctx.attempt})
             return "stale"
         return result.state
@@ -362,12 +358,16 @@ class Worker:
                     continue  # it finished (and acked) between the listing and the renewal
                 ctx.lost.set()  # the execution stops at its next step boundary; its ack will be stale
                 log.warning("belay job=%s attempt=%s: lease lost", job_id, ctx.attempt)
+                self.emit("lease.lost", {"job_id": job_id, "attempt": ctx.attempt, "node": self.config.node})
 
     def sweep_once(self, since: datetime) -> datetime:
         """One sweeper pass: reclaim, reconcile, crons, retention. Returns the new cron watermark."""
         now = self.clock()
         reclaimed = self.call(lambda: self.store.apply(w.Reclaim(now, self.config.reclaim_backoff)), "reclaim")
         woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")
+        if reclaimed.retried or reclaimed.failed:
+            self.emit("reclaim", {"node": self.config.node, "retried": len(reclaimed.retried),
+                                  "failed": len(reclaimed.failed)})
         if reclaimed.retried or woken.woken:
             for producer in self.producers.values():
                 producer.poke()
@@ -393,7 +393,7 @@ class Worker:
                     opts = producer.static
                     if name in rows:
                         try:
-                            opts = QueueOpts.parse(rows[name])
+                            opts = merge_opts(producer.static, rows[name])  # key by key: `paused` keeps limits
                         except ValueError as exc:
                             log.error("belay queue %s: ignoring invalid belay_queues row: %s", name, exc)
                     if opts != producer.opts:
@@ -456,6 +456,12 @@ class Worker:
 
     def running_jobs(self) -> list[Job]:
         return [c.job for p in self.producers.values() for c in list(p.running.values())]
+
+
+def _log_stale(job_id: int, attempt: int) -> None:
+    """Spec: "You'll see a stale ack warning — that's the fence working" (whatever telemetry is attached)."""
+    log.warning("belay stale ack job=%s attempt=%s: the job was reclaimed; discarding (the fence working)",
+                job_id, attempt)
 
 
 class Termination:

@@ -107,3 +107,20 @@ class QueueOpts:
         if not isinstance(paused, bool):
             raise InvalidInput("paused must be true or false")
         return cls(lo, hi, global_limit, rate, partition, paused)
+
+
+def merge_opts(static: QueueOpts, row: Mapping[str, Any]) -> QueueOpts:
+    """A belay_queues row merged over a node's static options, key by key (a key the row does not
+    name keeps the node's static value; a key set to null clears it). This is what makes an
+    operator's pause — the row key `paused`, an extension of this toolkit that foreign SDKs may
+    ignore — stop claiming on every reference node without resetting their configured limits."""
+    from dataclasses import replace
+
+    parsed = QueueOpts.parse(row)
+    changes: dict[str, Any] = {}
+    if "limit" in row:
+        changes.update(limit_min=parsed.limit_min, limit_max=parsed.limit_max)
+    for key in ("global_limit", "rate", "partition", "paused"):
+        if key in row:
+            changes[key] = getattr(parsed, key)
+    return replace(static, **changes)

@@ -1,0 +1,259 @@
+"""Telemetry (spec/belay-operations.txt "Telemetry"): the runtime's events, one small interface.
+
+A handler is any callable `handler(event, meta)`. The runtime (`impl.runtime.Worker`) calls its
+`telemetry` handlers synchronously on the thread where the event happened; by default that is
+`dispatch`, which fans out to the handlers attached here (process-wide, like Elixir's :telemetry):
+
+    from impl import telemetry
+    telemetry.attach_default_logger()              # belay job=812 kind=summarize queue=ai state=succeeded ...
+    telemetry.attach("mine", lambda event, meta: ...)
+
+Events and their metadata (durations in milliseconds):
+
+| event           | meta                                                                              |
+|-----------------|-----------------------------------------------------------------------------------|
+| `job.start`     | job_id, kind, worker (= kind), queue, attempt, node                                |
+| `job.stop`      | … + state (the ack's outcome: succeeded, ready, failed, cancelled, parked, stale), duration_ms |
+| `job.exception` | … + state, duration_ms, error (the job code raised; state says what the ack made of it) |
+| `claim`         | queue, node, demand, claimed, duration_ms (one claim round)                       |
+| `ack.stale`     | job_id, attempt (a fenced ack was rejected: the job was reclaimed)                |
+| `lease.lost`    | job_id, attempt, node                                                             |
+| `reclaim`       | node, retried, failed (counts of one sweeper pass that reclaimed something)       |
+| `queue.scale`   | queue, limit (adaptive concurrency changed a queue's per-node limit)              |
+
+Optional integrations (extras `otel` and `prometheus`): `OpenTelemetrySpans` (one span per job
+attempt) and `PrometheusMetrics` (claim latency, jobs by outcome, stale acks, lease losses,
+reclaims, queue depth; served by `belay worker --metrics-port`).
+
+A handler that raises is logged and skipped: telemetry never breaks the worker.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+Handler = Callable[[str, dict[str, Any]], None]
+
+log = logging.getLogger("belay")
+
+_lock = threading.Lock()
+_handlers: tuple[tuple[str, Handler], ...] = ()  # copy-on-write: dispatch reads it without the lock
+
+
+def attach(handler_id: str, handler: Handler) -> None:
+    """Attach a process-wide handler under a unique id (refused if the id is taken)."""
+    global _handlers
+    with _lock:
+        if any(hid == handler_id for hid, _ in _handlers):
+            raise ValueError(f"a telemetry handler is already attached as {handler_id!r}; detach it first")
+        _handlers = (*_handlers, (handler_id, handler))
+
+
+def detach(handler_id: str) -> bool:
+    """Detach a handler; False when none was attached under that id."""
+    global _handlers
+    with _lock:
+        kept = tuple(h for h in _handlers if h[0] != handler_id)
+        found = len(kept) != len(_handlers)
+        _handlers = kept
+    return found
+
+
+def attached() -> tuple[str, ...]:
+    return tuple(hid for hid, _ in _handlers)
+
+
+def dispatch(event: str, meta: dict[str, Any]) -> None:
+    """Call every attached handler (the runtime's default telemetry)."""
+    for handler_id, handler in _handlers:
+        try:
+            handler(event, meta)
+        except Exception:  # noqa: BLE001 - telemetry never breaks the worker
+            log.exception("belay telemetry handler %r failed on %s", handler_id, event)
+
+
+# --- the default logger -----------------------------------------------------------------------------
+
+
+def format_job_line(meta: dict[str, Any]) -> str:
+    """`belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=8143ms node=n1`."""
+    line = (f"belay job={meta['job_id']} kind={meta.get('kind', meta.get('worker'))} queue={meta['queue']} "
+            f"state={meta['state']} attempt={meta['attempt']} duration={meta['duration_ms']}ms")
+    if meta.get("node"):
+        line += f" node={meta['node']}"
+    if meta.get("error"):
+        line += f" error={meta['error']!r}"
+    return line
+
+
+class DefaultLogger:
+    """One line per finished job attempt on the `belay` logger (job.exception at WARNING)."""
+
+    def __init__(self, level: int = logging.INFO, logger: logging.Logger | None = None) -> None:
+        self.level = level
+        self.logger = logger or log
+
+    def __call__(self, event: str, meta: dict[str, Any]) -> None:
+        if event == "job.stop":
+            self.logger.log(self.level, "%s", format_job_line(meta))
+        elif event == "job.exception":
+            self.logger.log(max(self.level, logging.WARNING), "%s", format_job_line(meta))
+        elif event == "queue.scale":
+            self.logger.log(self.level, "belay queue=%s limit=%s", meta["queue"], meta["limit"])
+
+
+default_logger: Handler = DefaultLogger()
+
+
+def attach_default_logger(level: int | str = logging.INFO, *, handler_id: str = "belay-default-logger") -> None:
+    """Belay.Telemetry.attach_default_logger: one structured line per job attempt, at `level`."""
+    if isinstance(level, str):
+        level = logging.getLevelName(level.upper())
+        if not isinstance(level, int):
+            raise ValueError("level must be a logging level name such as 'info' or a number")
+    detach(handler_id)
+    attach(handler_id, DefaultLogger(level))
+
+
+# --- OpenTelemetry spans (extra: otel) ---------------------------------------------------------------------
+
+
+class OpenTelemetrySpans:
+    """One span per job attempt (`belay.job <kind>`), from job.start to job.stop/job.exception, with
+    the job's metadata as attributes; an exception ending marks the span as an error. Uses the
+    global tracer provider unless one is given (configure the SDK and exporter as usual, e.g. with
+    `opentelemetry-instrument belay worker ...`)."""
+
+    def __init__(self, tracer_provider: Any = None) -> None:
+        try:
+            from opentelemetry import trace
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise RuntimeError("OpenTelemetry spans need the otel extra: pip install 'belay-toolkit[otel]'") from exc
+        self._trace = trace
+        self.tracer = trace.get_tracer("belay", tracer_provider=tracer_provider)
+        self.spans: dict[tuple[int, int], Any] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _attributes(meta: dict[str, Any]) -> dict[str, Any]:
+        out = {f"belay.{k}": v for k, v in meta.items() if isinstance(v, (str, int, float, bool)) and k != "error"}
+        return out
+
+    def __call__(self, event: str, meta: dict[str, Any]) -> None:
+        if event == "job.start":
+            span = self.tracer.start_span(f"belay.job {meta.get('kind')}", attributes=self._attributes(meta))
+            with self.lock:
+                self.spans[(meta["job_id"], meta["attempt"])] = span
+        elif event in ("job.stop", "job.exception"):
+            with self.lock:
+                span = self.spans.pop((meta["job_id"], meta["attempt"]), None)
+            if span is None:
+                return
+            span.set_attributes(self._attributes(meta))
+            if event == "job.exception":
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, meta.get("error")))
+            span.end()
+
+
+def attach_opentelemetry(tracer_provider: Any = None, *, handler_id: str = "belay-otel") -> OpenTelemetrySpans:
+    handler = OpenTelemetrySpans(tracer_provider)
+    detach(handler_id)
+    attach(handler_id, handler)
+    return handler
+
+
+# --- Prometheus metrics (extra: prometheus) -----------------------------------------------------------------
+
+
+class PrometheusMetrics:
+    """Prometheus metrics in their own registry (so several workers in one process never clash):
+
+    belay_jobs_total{queue,kind,outcome}        finished job attempts by ack outcome
+    belay_job_duration_seconds{queue,kind}      job attempt durations (histogram)
+    belay_claim_latency_seconds{queue}          claim round latency (histogram)
+    belay_stale_acks_total / belay_lease_losses_total / belay_reclaims_total{outcome}
+    belay_queue_depth{queue,state}              job counts read from the database at scrape time
+                                                (when a depth source is given)
+    """
+
+    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
+        try:
+            import prometheus_client as p
+        except ImportError as exc:  # pragma: no cover - depends on the extra
+            raise RuntimeError("Prometheus metrics need the prometheus extra: "
+                               "pip install 'belay-toolkit[prometheus]'") from exc
+        self.registry = p.CollectorRegistry()
+        self.jobs = p.Counter("belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"],
+                              registry=self.registry)
+        self.duration = p.Histogram("belay_job_duration_seconds", "Job attempt duration", ["queue", "kind"],
+                                    registry=self.registry)
+        self.claim_latency = p.Histogram("belay_claim_latency_seconds", "Claim round latency", ["queue"],
+                                         buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5),
+                                         registry=self.registry)
+        self.stale_acks = p.Counter("belay_stale_acks", "Acks rejected by the attempt fence", registry=self.registry)
+        self.lease_losses = p.Counter("belay_lease_losses", "Leases this node lost", registry=self.registry)
+        self.reclaims = p.Counter("belay_reclaims", "Expired leases reclaimed by this node's sweeper", ["outcome"],
+                                  registry=self.registry)
+        self.depth = depth
+        if depth is not None:
+            self.registry.register(_DepthCollector(depth))
+
+    def __call__(self, event: str, meta: dict[str, Any]) -> None:
+        if event in ("job.stop", "job.exception"):
+            kind = meta.get("kind", meta.get("worker"))
+            self.jobs.labels(meta["queue"], kind, meta["state"]).inc()
+            self.duration.labels(meta["queue"], kind).observe(meta["duration_ms"] / 1000)
+        elif event == "claim":
+            self.claim_latency.labels(meta["queue"]).observe(meta["duration_ms"] / 1000)
+        elif event == "ack.stale":
+            self.stale_acks.inc()
+        elif event == "lease.lost":
+            self.lease_losses.inc()
+        elif event == "reclaim":
+            if meta.get("retried"):
+                self.reclaims.labels("retried").inc(meta["retried"])
+            if meta.get("failed"):
+                self.reclaims.labels("failed").inc(meta["failed"])
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
+        """Serve /metrics on addr:port from a daemon thread; returns the server (call .shutdown())."""
+        import prometheus_client as p
+
+        server, _thread = p.start_http_server(port, addr=addr, registry=self.registry)
+        return server
+
+    def exposition(self) -> str:
+        import prometheus_client as p
+
+        return p.generate_latest(self.registry).decode()
+
+
+class _DepthCollector:
+    """belay_queue_depth{queue,state}, read from the database when scraped (a failed read yields nothing)."""
+
+    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]]) -> None:
+        self.read = depth
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        gauge = GaugeMetricFamily("belay_queue_depth", "Jobs per queue and state", labels=["queue", "state"])
+        try:
+            stats = self.read()
+        except Exception as exc:  # noqa: BLE001 - a scrape during an outage reports no depth
+            log.warning("belay metrics: queue depth unavailable: %s", exc)
+            stats = {}
+        for queue, states in sorted(stats.items()):
+            for state, n in sorted(states.items()):
+                gauge.add_metric([queue, state], n)
+        yield gauge
+
+
+def attach_prometheus(depth: Callable[[], dict[str, dict[str, int]]] | None = None, *,
+                      handler_id: str = "belay-prometheus") -> PrometheusMetrics:
+    handler = PrometheusMetrics(depth)
+    detach(handler_id)
+    attach(handler_id, handler)
+    return handler
