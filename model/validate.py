@@ -98,6 +98,11 @@ def parse_expression(expression: str) -> None:
         raise InvalidInput(
             "cron expression must be a non-empty string like '*/5 * * * *'"
         )
+    if len(expression.split()) != 5:  # cronsim also reads a seconds field; cron slots are whole minutes
+        raise InvalidInput(
+            f"cron expression {expression!r} must have five fields (minute hour day month weekday), "
+            "like '*/5 * * * *'; slots are whole UTC minutes"
+        )
     try:
         CronSim(expression, datetime(2000, 1, 1, tzinfo=timezone.utc))
     except (CronSimError, ValueError) as exc:
