@@ -33,7 +33,7 @@ from properties.conformance.support import (
 )
 
 
-@case("§7", "an error entry is {attempt, at, error, detail} with `at` an ISO-8601 UTC instant")
+@case("§7", "an error entry is {attempt, at, error, detail} with at an ISO-8601 UTC instant")
 def _(store, now):
     job = start(store, now, max_attempts=3)
     expect(ack(store, now + S, job, w.Fail("boom", "it broke", now + MIN)), w.Acked(job.id, "ready"),
@@ -140,3 +140,13 @@ def _(store, now):
     expect(store.apply(ops.PutQueue(now, "q", {"global_limit": 2})), ops.QueuePut("q"), "stored")
     expect(store.apply(ops.PutQueue(now + S, "q", {"paused": True})), ops.QueuePut("q"), "replaced")
     check(True, "the row's content is compared model-vs-PostgreSQL by the stateful test (put_queue rule)")
+
+
+@case("§8.6", "a parked job with a pending cancel request is cancelled at once by another cancel")
+def _(store, now):
+    running = start(store, now)
+    expect(store.apply(ops.Cancel(now + S, running.id)), ops.CancelRequested(running.id), "running: a request")
+    parked = park(store, now + 2 * S, running, f"job:{running.id}", "go")
+    expect(store.apply(ops.Cancel(now + 3 * S, parked.id)), ops.Cancelled(parked.id), "parked: cancelled at once")
+    expect(fields(read(store, parked.id), "state", "finished_at", "await_scope", "await_name"),
+           dict(state="cancelled", finished_at=now + 3 * S, await_scope=None, await_name=None), "terminal")
