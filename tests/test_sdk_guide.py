@@ -111,3 +111,16 @@ def test_a_step_journaled_while_another_transaction_holds_the_job_row_takes_the_
     assert result and isinstance(result[0], w.Recorded) and result[0].inserted
     seqs = {s.name: s.seq for s in store.apply(ops.ReadSteps(inserted.id))}
     assert seqs == {"first": 1, "stale": 2, "live": 3}, seqs
+
+
+def test_nothing_in_the_repository_points_at_documents_outside_it():
+    outside = re.compile(r"\.\./shared/|/work/shared|(?<![\w/])shared/spec/")
+    offenders = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted(ROOT.rglob("*"))
+        if path.is_file() and path.suffix in {".py", ".md", ".sh", ".toml", ".txt", ".yaml", ".ipynb"}
+        and not {".git", ".venv", "reports", "node_modules"} & set(path.relative_to(ROOT).parts)
+        and path != Path(__file__).resolve()
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if outside.search(line)
+    ]
+    assert not offenders, offenders
