@@ -1,6 +1,6 @@
 """The shared vocabulary: one frozen dataclass per store operation, one result type per outcome.
 
-DESIGN.md "One vocabulary": `model.apply(op)` and `impl.apply(op)` take and return these same types.
+docs/architecture.md "How an operation flows": `model.apply(op)` and `impl.apply(op)` take and return these same types.
 Every mutating operation carries its `now` (the clock rule, contract §2) and every other input it
 needs, so a store is a deterministic function of the operations applied to it. Bad input is refused
 at construction with `InvalidInput` (a ValueError) before any store sees it: "bad input gets a clear

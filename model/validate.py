@@ -1,7 +1,7 @@
 """Input validation shared by the vocabulary (`model/ops.py`), queue options (`model/queues.py`) and
 cron (`model/cron.py`): the lowest layer of model/, importing nothing from the project.
 
-"Bad input gets a clear error and changes nothing" (DESIGN.md): every check raises `InvalidInput` (a
+"Bad input gets a clear error and changes nothing" (the project's rule): every check raises `InvalidInput` (a
 ValueError) with what was wrong. Column limits follow the schema (contract §3): names are bound as
 parameters and at most MAX_NAME_BYTES; integers fit their int4/int8 columns; JSON is what jsonb can
 store. `model.ops` re-exports these names, so `model.ops.InvalidInput` stays the public spelling.
