@@ -9,6 +9,7 @@ so a planted cycle proves it catches what it claims to.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import networkx as nx
@@ -65,8 +66,13 @@ def cycles(graph: nx.DiGraph) -> list[list[str]]:
     return sorted(sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1)
 
 
+@cache
+def project_graph() -> nx.DiGraph:
+    return import_graph(project_sources())
+
+
 def test_the_project_has_no_import_cycle():
-    graph = import_graph(project_sources())
+    graph = project_graph()
     found = cycles(graph)
     detail = []
     for component in found:
@@ -76,7 +82,7 @@ def test_the_project_has_no_import_cycle():
 
 
 def test_the_graph_sees_the_modules_and_the_layering():
-    graph = import_graph(project_sources())
+    graph = project_graph()
     assert graph.has_edge("impl.store", "impl.worker_store")
     assert graph.has_edge("impl.store", "model.ops")          # `from model import ops`
     assert graph.has_edge("model.ops", "model.validate")
