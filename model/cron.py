@@ -15,7 +15,7 @@ from cronsim import CronSim
 
 from model.ops import JobSpec
 from model.rows import CronRow
-from model.validate import minute_slot
+from model.validate import minute_slot, parse_expression
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,9 @@ class CronDef:
     queue: str = "default"
     priority: int = 0
     max_attempts: int = 20
+
+    def __post_init__(self) -> None:
+        parse_expression(self.expression)  # a bad static expression fails at configuration, not in every sweep
 
 
 def due_slots(expression: str, after: datetime, now: datetime) -> list[datetime]:

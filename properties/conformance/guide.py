@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from model import ops
+from model.cron import CronDef
 from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
@@ -113,6 +114,8 @@ def _(store, now):
     for bad in ("*/20 * * * * *", "@hourly", "* * * *", ""):
         expect_raises(ops.InvalidInput, lambda bad=bad: ops.PutCron(now, "c", bad, "w"),
                       f"expression {bad!r} is refused")
+    expect_raises(ops.InvalidInput, lambda: CronDef("c", "*/20 * * * * *", "w"),
+                  "a static definition with a seconds field is refused too")
     for good in ("*/5 * * * *", "0 9 * * MON-FRI", "0 0 L * *", "0 0 * * 1#2"):
         expect(store.apply(ops.PutCron(now, "c", good, "w")), ops.CronPut("c"), f"{good!r} is accepted")
 
