@@ -1,6 +1,6 @@
 """Provision a PostgreSQL for Belay with no setup by the user.
 
-`provision()` picks, in this order (DESIGN.md, "Provisioning PostgreSQL"):
+`provision()` picks, in this order (README, "Where PostgreSQL comes from"):
 
 1. ``BELAY_DATABASE_URL`` when set: use it as is, start nothing (kind ``"env"``).
 2. A testcontainers ``PostgresContainer`` when a Docker daemon answers ``GET /_ping`` on

@@ -16,7 +16,6 @@ import json
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -28,8 +27,9 @@ from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
-from impl.pgrows import channel_name, job_from_row, poke_payload, step_from_row
+from impl.pgrows import channel_name, job_from_row, step_from_row  # channel_name: re-exported
 from impl.queries import SchemaSQL
+from impl.tx import Tx as _Tx
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
 from model import ops
 from model.rows import TERMINAL, Event, Job, Signal, Step
@@ -46,29 +46,6 @@ _ARRAY_ROWS = 64  # batches up to this size bind arrays; larger ones are COPYed 
 _QUEUE, _STATE = _ROW_FIELDS.index("queue"), _ROW_FIELDS.index("state")
 _UNIQUE_KEY, _UNIQUE_MODE = _ROW_FIELDS.index("unique_key"), _ROW_FIELDS.index("unique_mode")
 _CRON_NAME, _CRON_SLOT = _ROW_FIELDS.index("cron_name"), _ROW_FIELDS.index("cron_slot")
-
-
-@dataclass
-class _Tx:
-    """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
-
-    cur: psycopg.Cursor
-    q: SchemaSQL
-    now: datetime | None
-    pokes: set[str] = field(default_factory=set)
-
-    def one(self, name: str, params: dict | None = None, **extra: sql.Composable) -> dict | None:
-        return self.cur.execute(self.q.q(name, **extra), params).fetchone()
-
-    def all(self, name: str, params: dict | None = None, **extra: sql.Composable) -> list[dict]:
-        return self.cur.execute(self.q.q(name, **extra), params).fetchall()
-
-    def flush_pokes(self) -> None:
-        """§9.2: at most one poke per queue for this batch, sent in this transaction."""
-        if self.pokes:
-            channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
-            self.all("notify", {"channel": channel, "payloads": [poke_payload(q) for q in sorted(self.pokes)]})
-            self.pokes.clear()
 
 
 class _Busy:

@@ -45,5 +45,5 @@ class TestDatabases:
 
 
 def session_databases() -> TestDatabases:
-    """Provision per DESIGN.md's order (BELAY_DATABASE_URL, Docker, embedded) — reads the env."""
+    """Provision in the README's order (BELAY_DATABASE_URL, Docker, embedded) — reads the env."""
     return TestDatabases(provision())

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from impl.failpoints import failpoint
 from impl.pgrows import job_from_row, result_payload, channel_name
+from impl.tx import Tx as _Tx
 from model import admission
 from model import ops
 from model import worker_ops as w
@@ -26,9 +27,6 @@ from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.rows import TERMINAL, CronRow
 from model.store import EPOCH, claim_order, epoch_us, over_budget, spawn_key
-
-if TYPE_CHECKING:
-    from impl.store import _Tx
 
 
 class _Rollback(Exception):

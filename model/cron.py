@@ -1,6 +1,7 @@
 """Cron expressions and due minute slots (contract §8.5), via the cronsim library.
 
-Pure: the caller supplies `now`; slots are UTC-truncated minutes.
+Pure: the caller supplies `now`; slots are UTC-truncated minutes. The expression syntax check
+(`parse_expression`) lives in model/validate.py, below the vocabulary that uses it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from cronsim import CronSim, CronSimError
+from cronsim import CronSim
 
-from model.ops import InvalidInput, JobSpec, minute_slot
+from model.ops import JobSpec
 from model.rows import CronRow
+from model.validate import minute_slot, parse_expression
 
 
 @dataclass(frozen=True)
@@ -28,17 +30,8 @@ class CronDef:
     priority: int = 0
     max_attempts: int = 20
 
-
-def parse_expression(expression: str) -> None:
-    """Refuse an expression cronsim cannot read, with its reason."""
-    if not isinstance(expression, str) or not expression.strip():
-        raise InvalidInput(
-            "cron expression must be a non-empty string like '*/5 * * * *'"
-        )
-    try:
-        CronSim(expression, datetime(2000, 1, 1, tzinfo=timezone.utc))
-    except (CronSimError, ValueError) as exc:
-        raise InvalidInput(f"invalid cron expression {expression!r}: {exc}") from None
+    def __post_init__(self) -> None:
+        parse_expression(self.expression)  # a bad static expression fails at configuration, not in every sweep
 
 
 def due_slots(expression: str, after: datetime, now: datetime) -> list[datetime]:

@@ -1,6 +1,6 @@
 """The shared vocabulary: one frozen dataclass per store operation, one result type per outcome.
 
-DESIGN.md "One vocabulary": `model.apply(op)` and `impl.apply(op)` take and return these same types.
+docs/architecture.md "How an operation flows": `model.apply(op)` and `impl.apply(op)` take and return these same types.
 Every mutating operation carries its `now` (the clock rule, contract §2) and every other input it
 needs, so a store is a deterministic function of the operations applied to it. Bad input is refused
 at construction with `InvalidInput` (a ValueError) before any store sees it: "bad input gets a clear
@@ -11,95 +11,35 @@ Client-level operations (contract §10) live here; worker-level ones are added b
 """
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Union
 
+from model.queues import QueueOpts
 from model.rows import UNIQUE_MODES, Job
+from model.validate import (  # the validation layer; re-exported: model.ops.InvalidInput is the public name
+    INT4_MAX as INT4_MAX,
+    INT8_MAX as INT8_MAX,
+    MAX_NAME_BYTES as MAX_NAME_BYTES,
+    SCHEMA_NAME as SCHEMA_NAME,
+    InvalidInput as InvalidInput,
+    as_json as as_json,
+    minute_slot as minute_slot,
+    parse_expression as parse_expression,
+    require_aware as require_aware,
+    require_int as require_int,
+    require_json as require_json,
+    require_name as require_name,
+    validate_schema_name as validate_schema_name,
+)
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-MAX_NAME_BYTES = 255  # queue, worker, scope, signal and member names: data, bound as parameters
-INT4_MAX = 2**31 - 1  # integer columns (attempt, max_attempts, priority, seq)
-INT8_MAX = 2**63 - 1  # bigint columns (ids, budgets, spend)
 DEFAULT_MAX_ATTEMPTS = 20
-SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class InvalidInput(ValueError):
-    """An operation was built with input the contract does not allow; nothing was changed."""
 
 
 class IncompatibleSchema(RuntimeError):
     """The database's schema cannot be used by this SDK (§1); the message says what to do."""
-
-
-# ---------------------------------------------------------------------------------------------
-# validation helpers
-
-
-def require_aware(value: datetime | None, what: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, datetime):
-        raise InvalidInput(f"{what} must be a datetime, got {type(value).__name__}")
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise InvalidInput(f"{what} must be timezone-aware (UTC), got naive {value.isoformat()}")
-
-
-def require_name(value: Any, what: str) -> None:
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} is not valid UTF-8 text (it holds a lone surrogate)") from None
-    if len(value.encode()) > MAX_NAME_BYTES:
-        raise InvalidInput(f"{what} is {len(value.encode())} bytes; the limit is {MAX_NAME_BYTES}")
-    if "\x00" in value:
-        raise InvalidInput(f"{what} must not contain NUL characters")
-
-
-def require_json(value: Any, what: str) -> None:
-    """JSON-encodable with no NaN/Infinity (jsonb rejects them), no NUL and valid UTF-8 strings."""
-    try:
-        text = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} holds a string that is not valid UTF-8 (a lone surrogate)") from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise InvalidInput(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
-    if "\\u0000" in text or "\x00" in text:
-        raise InvalidInput(f"{what} contains a NUL character, which jsonb cannot store")
-
-
-def as_json(value: Any, what: str) -> Any:
-    """The value as a jsonb column gives it back: validated, then keys made strings and tuples lists
-    (a JSON round trip), so the model stores exactly what PostgreSQL would."""
-    require_json(value, what)
-    return json.loads(json.dumps(value))
-
-
-def require_int(value: Any, what: str, *, minimum: int | None = None, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInput(f"{what} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
-        raise InvalidInput(f"{what} must be >= {minimum}, got {value}")
-    if not -(2**63) <= value < 2**63:
-        raise InvalidInput(f"{what} does not fit a bigint: {value}")
-
-
-def validate_schema_name(name: str) -> str:
-    """A configurable schema name: ^[A-Za-z_][A-Za-z0-9_]*$, at most 63 bytes, used unquoted."""
-    if not isinstance(name, str) or not SCHEMA_NAME.match(name) or len(name.encode()) > 63:
-        raise InvalidInput(
-            f"schema name {name!r} is invalid: it must match ^[A-Za-z_][A-Za-z0-9_]*$ and be at most 63 bytes"
-        )
-    return name
 
 
 def window_bucket(now: datetime, window_seconds: int) -> int:
@@ -110,11 +50,6 @@ def window_bucket(now: datetime, window_seconds: int) -> int:
 def window_key(key: str, now: datetime, window_seconds: int) -> str:
     """§5.2: a window-mode key MUST embed the bucket: <key>@<floor(epoch / window)>."""
     return f"{key}@{window_bucket(now, window_seconds)}"
-
-
-def minute_slot(at: datetime) -> datetime:
-    """A cron slot: the UTC minute containing `at` (§8.5)."""
-    return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
 
 
 def check_versions(version: int, major: int, *, known_major: int = 1, min_version: int = 3) -> "Compatible":
@@ -349,8 +284,6 @@ class PutQueue:
     opts: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        from model.queues import QueueOpts  # local: queues imports this module's helpers
-
         require_aware(self.now, "now")
         require_name(self.name, "queue")
         QueueOpts.parse(self.opts)
@@ -369,8 +302,6 @@ class PutCron:
     paused: bool = False
 
     def __post_init__(self) -> None:
-        from model.cron import parse_expression
-
         require_aware(self.now, "now")
         require_name(self.name, "cron name")
         require_name(self.worker, "worker")

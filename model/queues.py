@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from model.ops import InvalidInput, require_int, require_json, require_name
+from model.validate import InvalidInput, require_int, require_json, require_name
 
 KNOWN = ("limit", "global_limit", "rate", "partition", "paused")
 

@@ -1,7 +1,7 @@
 """Row types: the observable state of a Belay database, as frozen data (contract §3).
 
 Both the model and the Postgres store return these. Every field is a column named by the contract
-or by DESIGN.md's "Decisions" table; nothing here depends on column order, so unknown columns added
+or by docs/decisions.md's §3 column table; nothing here depends on column order, so unknown columns added
 by newer migrations are simply not read (contract §1).
 """
 from __future__ import annotations

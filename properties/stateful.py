@@ -300,6 +300,17 @@ class BelayMachine(RuleBasedStateMachine):
         self.both(ops.ReadSteps(job))
         self.both(ops.ReadEvents(job))
         self.both(ops.ReadSignals((f"job:{job}", "s1")))
+        row = self.model.state.jobs.get(job)
+        self.both(ops.ReadWorkflow(row.workflow_id if row is not None and row.workflow_id else "none"))
+
+    @rule()
+    def check_compat(self) -> None:
+        self.both(ops.CheckCompat())
+
+    @rule(queue=st.sampled_from(QUEUES), opts=st.sampled_from([{}, {"global_limit": 2}, {"limit": {"min": 1, "max": 3}},
+                                                               {"paused": True}]))
+    def put_queue(self, queue: str, opts: dict) -> None:
+        self.both(ops.PutQueue(self.now, queue, opts))
 
 
 def _outcome(fn: Any) -> Any:

@@ -7,12 +7,11 @@ import yaml
 
 from impl.http.openapi import served_document, spec_text
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "spec" / "durable-execution-api.openapi.yaml"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "spec" / "durable-execution-api.openapi.yaml"
 
 
-def test_the_vendored_spec_is_the_shared_one():
-    if SHARED.exists():
-        assert spec_text() == SHARED.read_text(encoding="utf-8")
+def test_the_vendored_spec_is_the_one_in_docs():
+    assert spec_text() == DOCS.read_text(encoding="utf-8")
 
 
 def test_the_overlay_keeps_every_spec_operation_schema_and_status():

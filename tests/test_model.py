@@ -1,7 +1,7 @@
 """The executable specification (model/store.py) on its own: no database, a fixed `now`, every operation.
 
 Sections follow the contract: §5 enqueue and uniqueness, §6 claims / admission / leases / reclaim,
-§7 acks (one test per row of DESIGN.md's outcome table, plus the fence), §4's legal writers (each
+§7 acks (one test per row of docs/decisions.md's outcome table, plus the fence), §4's legal writers (each
 named, then a Hypothesis sweep that every state change any operation makes is one of them), §8.1
 signals, §8.2 steps and budgets, events, §8.4 children, §8.5 cron, §8.6 cancel and retry, §8.7
 retention, reads, and refused input. States a test needs that no operation produces directly (a

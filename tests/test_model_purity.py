@@ -1,4 +1,4 @@
-"""The model is pure (DESIGN.md, STYLE.md): no clock, no randomness, no I/O, no database driver.
+"""The model is pure (docs/architecture.md, "Layers"): no clock, no randomness, no I/O, no database driver.
 
 Checked statically: every .py file under model/ is parsed and walked for imports of impure modules
 and for calls that read a clock. The checker is a plain function of source text, so a planted bad

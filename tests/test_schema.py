@@ -20,7 +20,7 @@ TABLES = {
     "belay_crons", "belay_meta",
 }
 
-# §3, with DESIGN.md's decisions for the indexes whose columns the contract leaves open.
+# §3, with docs/decisions.md's decisions for the indexes whose columns the contract leaves open.
 INDEXES = {
     "belay_jobs_claim_idx": ("(queue, priority, ready_at, id)", "(state = 'ready'::text)", False),
     "belay_jobs_await_due_idx": ("(queue, priority, ready_at, id)", "(state = 'awaiting'::text)", False),

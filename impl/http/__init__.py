@@ -1,4 +1,4 @@
-"""The Durable Execution HTTP API (shared/spec/durable-execution-api.openapi.yaml) over the Belay tables.
+"""The Durable Execution HTTP API (docs/spec/durable-execution-api.openapi.yaml) over the Belay tables.
 
     from impl.http import create_app
     app = create_app("postgresql://...", token="s3cret")      # any ASGI server; `belay serve` runs uvicorn

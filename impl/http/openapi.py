@@ -1,5 +1,5 @@
 """The OpenAPI document the server serves: the spec (a verbatim copy in impl/http/openapi.yaml, checked
-against shared/spec by tests/test_http_openapi.py) plus an overlay that documents what this server
+against docs/spec by tests/test_http_openapi.py) plus an overlay that documents what this server
 really does where the spec is silent. Nothing in the overlay changes a spec schema's meaning for
 valid requests; it adds:
 

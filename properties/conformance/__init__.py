@@ -22,6 +22,8 @@ Areas (one module each, River style), with the contract sections they check:
   children        §8.4: memoized spawn, child keys, ids rebuilt from keys, await-children, reconciler
   cron_retention  §8.5 cron firing; §8.7 pruning (per state, batches, signals, rate windows, live
                   workflows kept, retry of a member whose deps were pruned)
+  guide           points docs/sdk-guide.md settles: error entries, await fields on claim, park scopes,
+                  settlement edge cases, cron syntax and options, queue rows
 
 Optional capabilities (a case needing one the store lacks is reported as skipped):
   supports_transactional_enqueue  a store that says False must refuse `conn=` loudly (InvalidInput);
@@ -49,8 +51,9 @@ from properties.conformance.core import (
 
 # Importing the area modules registers their cases, in this order.
 from properties.conformance import client, claims, acks, steps, children, cron_retention  # noqa: E402,F401
+from properties.conformance import guide  # noqa: E402,F401  (points docs/sdk-guide.md settles)
 
-AREAS = ("client", "claims", "acks", "steps", "children", "cron_retention")
+AREAS = ("client", "claims", "acks", "steps", "children", "cron_retention", "guide")
 
 __all__ = [
     "AREAS", "CASES", "DEFAULT_NOW", "Case", "NotApplicable", "Outcome", "Report", "case", "exercise", "require",

@@ -1,4 +1,4 @@
-"""Ack conformance (contract §7, DESIGN.md's outcome table): every outcome's column effects, the fence
+"""Ack conformance (contract §7, docs/decisions.md's outcome table): every outcome's column effects, the fence
 (stale attempts and non-running rows change nothing), the await park rule in both orders, durable
 sleep, and the after-terminal steps (workflow settlement, `$children` to the parent, unconditionally)."""
 from __future__ import annotations

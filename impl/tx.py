@@ -1,0 +1,40 @@
+"""One open store transaction (`Tx`): the base both stores build on.
+
+`impl/store.py` (client operations, contract §5, §8.1, §8.3, §8.6, §10) and `impl/worker_store.py`
+(worker operations, §6–§9) both run their named queries through a `Tx`; it lives here, below both, so
+neither store module imports the other for it. Pokes (§9.2) collected during the transaction are sent
+inside it, at most one per queue.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from impl.pgrows import channel_name, poke_payload
+from impl.queries import SchemaSQL
+
+
+@dataclass
+class Tx:
+    """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
+
+    cur: psycopg.Cursor
+    q: SchemaSQL
+    now: datetime | None
+    pokes: set[str] = field(default_factory=set)
+
+    def one(self, name: str, params: dict | None = None, **extra: sql.Composable) -> dict | None:
+        return self.cur.execute(self.q.q(name, **extra), params).fetchone()
+
+    def all(self, name: str, params: dict | None = None, **extra: sql.Composable) -> list[dict]:
+        return self.cur.execute(self.q.q(name, **extra), params).fetchall()
+
+    def flush_pokes(self) -> None:
+        """§9.2: at most one poke per queue for this batch, sent in this transaction."""
+        if self.pokes:
+            channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
+            self.all("notify", {"channel": channel, "payloads": [poke_payload(q) for q in sorted(self.pokes)]})
+            self.pokes.clear()
