@@ -8,6 +8,7 @@ Content-Security-Policy allows scripts only from /static, so even a missed escap
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -283,6 +284,7 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             return RedirectResponse(f"{back}?{urlencode({'msg': describe(kind, result)})}", status_code=303)
         return endpoint
 
+    @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         state["store"] = PgStore(conninfo, schema=schema, pool_size=pool_size)
         try:

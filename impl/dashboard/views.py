@@ -86,7 +86,8 @@ class Mark:
 
 
 def timeline(job: Job, now: datetime) -> list[Mark]:
-    """Inserted, each attempt's error (from belay_jobs.errors), the current attempt's start, the finish."""
+    """Inserted, the first start (started_at is set once, at the first claim), each failed attempt
+    (belay_jobs.errors), and the finish — or now, for a job still in flight."""
     marks = [Mark(job.inserted_at, "inserted", "inserted")]
     for e in job.errors or []:
         if isinstance(e, dict) and e.get("at"):
@@ -96,12 +97,13 @@ def timeline(job: Job, now: datetime) -> list[Mark]:
                 continue
             marks.append(Mark(at, f"attempt {e.get('attempt', '?')}: {e.get('error', '')}", "error"))
     if job.started_at is not None:
-        marks.append(Mark(job.started_at, f"attempt {job.attempt} started", "started"))
+        marks.append(Mark(job.started_at, "first attempt started", "started"))
     if job.finished_at is not None:
         marks.append(Mark(job.finished_at, job.state, "finished"))
     else:
         marks.append(Mark(max(now, job.inserted_at), f"now ({job.state})", "now"))
-    marks.sort(key=lambda m: m.at)
+    order = {"inserted": 0, "started": 1, "error": 2, "finished": 3, "now": 4}
+    marks.sort(key=lambda m: (m.at, order[m.kind]))
     t0, t1 = marks[0].at, marks[-1].at
     span = (t1 - t0).total_seconds() or 1.0
     return [Mark(m.at, m.label, m.kind, (m.at - t0).total_seconds() / span) for m in marks]
