@@ -27,7 +27,7 @@ from starlette.templating import Jinja2Templates
 
 from impl.dashboard import auth as a
 from impl.dashboard import views
-from impl.dashboard.queries import COUNT_CAP, FILTERS, INDEXES, PAGE_SIZE, DashboardQueries, JobFilter
+from impl.dashboard.queries import COUNT_CAP, FILTERS, TERMINAL_CAP, INDEXES, PAGE_SIZE, DashboardQueries, JobFilter
 from impl.store import PgStore
 from model import ops
 from model.rows import STATES, TERMINAL
@@ -69,7 +69,7 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined)
     env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty)
-    env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP)
+    env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP, TERMINAL_CAP=TERMINAL_CAP)
     return env
 
 

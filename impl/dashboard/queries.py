@@ -21,10 +21,11 @@ from psycopg.rows import dict_row
 
 from impl.queries import SchemaSQL
 from model.ops import InvalidInput
-from model.rows import STATES
+from model.rows import STATES, TERMINAL
 
 _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
-COUNT_CAP = 10_000  # a tile shows an exact count up to this, then "10,000+"
+COUNT_CAP = 10_000  # a tile shows a live state's exact count up to this, then "10,000+"
+TERMINAL_CAP = 1_000  # ... and a terminal state's up to this (history; "finished, last minute" is the live figure)
 PAGE_SIZE = 50
 FILTERS = ("queue", "state", "kind", "workflow", "parent", "error")
 INDEXES = ("belay_jobs_dash_queue_state_idx", "belay_jobs_dash_state_idx", "belay_jobs_dash_errors_idx")
@@ -143,17 +144,18 @@ class DashboardQueries:
 
     # --- tiles --------------------------------------------------------------------------------
 
-    def tiles(self, conn: psycopg.Connection, now: datetime, *, indexed: bool, cap: int = COUNT_CAP) -> list[Tile]:
+    def tiles(self, conn: psycopg.Connection, now: datetime, *, indexed: bool, cap: int = COUNT_CAP,
+              terminal_cap: int = TERMINAL_CAP) -> list[Tile]:
         """Every queue that has jobs or a belay_queues row, with counts, options and freshness."""
         if indexed:
-            pairs = self._all(conn, "dash_pair_counts", {"cap": cap})
+            pairs = self._all(conn, "dash_pair_counts", {"cap": cap, "terminal_cap": terminal_cap})
         else:
             pairs = self._all(conn, "dash_pair_counts_scan")
         counts: dict[str, dict[str, int]] = {}
         capped: dict[str, set[str]] = {}
         for r in pairs:
             counts.setdefault(r["queue"], {})[r["state"]] = r["n"]
-            if indexed and r["n"] >= cap:
+            if indexed and r["n"] >= (terminal_cap if r["state"] in TERMINAL else cap):
                 capped.setdefault(r["queue"], set()).add(r["state"])
         opts = {r["name"]: r["opts"] for r in self._all(conn, "dash_queue_rows")}
         finished = {r["queue"]: r["n"] for r in self._all(conn, "dash_finished_since",
