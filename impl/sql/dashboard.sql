@@ -27,6 +27,7 @@ FROM pairs p
 CROSS JOIN LATERAL (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {jobs} j WHERE j.queue = p.queue AND j.state = p.state
+        ORDER BY j.id  -- the index's own order: keeps the planner off "seq scan until LIMIT rows"
         LIMIT CASE WHEN p.state IN ('succeeded', 'failed', 'cancelled') THEN %(terminal_cap)s ELSE %(cap)s END
     ) capped
 ) c
@@ -55,9 +56,27 @@ GROUP BY queue
 
 -- dash_oldest_ready --
 -- Per queue, the earliest ready_at among ready jobs that are due (ready_at <= now): the longest wait.
-SELECT queue, min(ready_at) AS oldest FROM {jobs}
-WHERE state = 'ready' AND ready_at <= %(now)s
-GROUP BY queue
+-- A loose scan of belay_jobs_claim_order_idx (queue, priority, ready_at NULLS FIRST, id) over the
+-- (queue, priority) pairs present, then one index probe per pair: O(pairs), however deep the backlog.
+WITH RECURSIVE qp AS (
+    (SELECT j.queue, j.priority FROM {jobs} j WHERE j.state = 'ready' ORDER BY j.queue, j.priority LIMIT 1)
+    UNION ALL
+    SELECT nxt.queue, nxt.priority
+    FROM qp p
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority FROM {jobs} j
+        WHERE j.state = 'ready' AND (j.queue, j.priority) > (p.queue, p.priority)
+        ORDER BY j.queue, j.priority LIMIT 1
+    ) nxt
+)
+SELECT qp.queue, min(head.ready_at) AS oldest
+FROM qp
+CROSS JOIN LATERAL (
+    SELECT j.ready_at FROM {jobs} j
+    WHERE j.state = 'ready' AND j.queue = qp.queue AND j.priority = qp.priority AND j.ready_at <= %(now)s
+    ORDER BY j.ready_at NULLS FIRST LIMIT 1
+) head
+GROUP BY qp.queue
 
 -- dash_jobs_page --
 -- One page of the job list, newest first, keyset-paginated on id (never OFFSET); {where} is an
