@@ -240,12 +240,14 @@ def test_with_the_token_cancel_changes_the_job_state_in_the_database(db_url, wor
 def test_html_in_a_jobs_input_and_error_is_shown_as_text_and_never_runs(db_url, world, page):
     with serve(db_url) as base:
         page.goto(f"{base}/jobs/{world.xss_job}")
+        expect(page.locator("#errors tr.error-row")).to_have_count(1)
+        page.wait_for_load_state("load")  # an injected <img> would have fired onerror by now
+        assert page.evaluate("window.__pwned") is None  # no injected script or handler ran
+        assert page.locator("main img").count() == 0
+        assert page.locator("main script").count() == 0
         expect(page.locator("#job-input")).to_contain_text(XSS_INPUT.replace('"', '\\"'))
         expect(page.locator("#errors td.err")).to_have_text(XSS_ERROR)
         expect(page.locator("#errors pre.detail")).to_have_text(XSS_ERROR)
-        assert page.locator("main img").count() == 0
-        assert page.locator("main script").count() == 0
-        assert page.evaluate("window.__pwned") is None
         shot(page, "job-xss")
         page.goto(f"{base}/jobs?error=onerror")
         expect(page.locator("tr.job-row")).to_have_count(1)
