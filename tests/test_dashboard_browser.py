@@ -3,8 +3,9 @@
 Playwright for Python drives Debian's Chromium (`executable_path`; Playwright's own browser download
 is not used). Each test serves the dashboard with uvicorn on a fresh database seeded by
 tests/dashboard_world.py, waits on elements (never sleeps), and compares what the page shows with
-what the database holds. Screenshots of each page go to tests/artifacts/dashboard/ (a test artifact;
-override with $BELAY_SCREENSHOTS).
+what the database holds. Screenshots of each page go to reports/screenshots/dashboard/ (git-ignored,
+like every run's artifacts; override with $BELAY_SCREENSHOTS); tests/artifacts/dashboard/ holds the
+screenshots of one run, committed for reference.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ expect = playwright_api.expect
 CHROMIUM = os.environ.get("BELAY_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent / "artifacts" / "dashboard"))
+SHOTS = Path(os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent.parent / "reports" / "screenshots" / "dashboard"))
 SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 NOW = SEEDED + timedelta(seconds=60)  # the dashboard's clock: the seeded jobs finished within the last minute
 TOKEN = "s3cret-dashboard-token"
