@@ -19,8 +19,11 @@ from urllib.parse import urlencode, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -275,8 +278,6 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
                         op = ops.Steer(now, job_id, _payload(form.get("payload", ""), "steer payload"))
             except ops.InvalidInput as exc:
                 return PlainTextResponse(f"bad input: {exc}", status_code=400)
-            from starlette.concurrency import run_in_threadpool
-
             result = await run_in_threadpool(store().apply, op)
             log.info("dashboard %s: %r -> %r", kind, op, result)
             if not back.startswith("/") or back.startswith("//"):
@@ -306,9 +307,6 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
         response.headers.setdefault("Cache-Control", "no-store")
         return response
 
-    from starlette.middleware import Middleware
-    from starlette.middleware.base import BaseHTTPMiddleware
-
     routes = [
         Route("/", index),
         Route("/fragments/tiles", tiles_fragment),
@@ -326,7 +324,8 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)])
+    return Starlette(routes=routes, lifespan=lifespan,
+                     middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)])
 
 
 def describe(kind: str, result: Any) -> str:
