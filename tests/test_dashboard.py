@@ -119,8 +119,9 @@ def test_actions_with_the_bearer_token_apply_the_client_operations(db_url, world
         assert r.status_code == 303 and "cancelled" in r.headers["location"]
         r = http.post(f"/jobs/{world.held_job}/retry", headers=auth)
         assert r.status_code == 303 and "retried" in r.headers["location"]
-        r = http.post("/signals", headers=auth, data={"scope": "orders", "name": "paid", "payload": '{"amount": 3}'})
-        assert r.status_code == 303
+        r = http.post("/signals", headers=auth, data={"scope": "orders", "name": "paid", "payload": '{"amount": 3}',
+                                                       "back": "//evil.example/x"})
+        assert r.status_code == 303 and r.headers["location"].startswith("/?msg=")  # never an open redirect
         r = http.post(f"/jobs/{world.ready_job}/steer", headers=auth, data={"payload": '{"hint": "<shorter>"}'})
         assert r.status_code == 303
         r = http.post("/signals", headers=auth, data={"scope": "orders", "name": "bad", "payload": "{not json"})

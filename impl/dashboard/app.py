@@ -42,6 +42,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 REPORT_FILES = {"report.html", "results.json", "summary.md"}
+BACK = re.compile(r"/(jobs/[0-9]+)?")
 
 
 def utc_now() -> datetime:
@@ -280,7 +281,7 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
                 return PlainTextResponse(f"bad input: {exc}", status_code=400)
             result = await run_in_threadpool(store().apply, op)
             log.info("dashboard %s: %r -> %r", kind, op, result)
-            if not back.startswith("/") or back.startswith("//"):
+            if not BACK.fullmatch(back):  # only our own pages: never an open redirect ("//evil", "/\\evil")
                 back = "/"
             return RedirectResponse(f"{back}?{urlencode({'msg': describe(kind, result)})}", status_code=303)
         return endpoint
