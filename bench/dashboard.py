@@ -14,6 +14,7 @@ process). `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile count query 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import uuid
@@ -92,7 +93,8 @@ def measure(url: str, repeat: int, label: str) -> None:
     q = DashboardQueries()
     with psycopg.connect(url, autocommit=True) as conn:
         indexed = "belay_jobs_dash_queue_state_idx" in q.index_names(conn)
-        print(f"\n== {label} (index variants: {'yes' if indexed else 'no'}) ==")
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"\n== {label} (index variants: {'yes' if indexed else 'no'}; load average {load} on {os.cpu_count()} CPUs) ==")
         med, p95 = timed(lambda: q.tiles(conn, NOW, indexed=indexed), repeat)
         tiles = q.tiles(conn, NOW, indexed=indexed)
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
