@@ -191,3 +191,19 @@ def test_bad_filters_and_unknown_pages_get_clear_errors(db_url, tmp_path):
 
 def test_error_text_search_matches_literally():
     assert like_pattern("50%_off\\") == "%50\\%\\_off\\\\%"
+
+
+def test_a_custom_schema_is_read_and_indexed_in_that_schema(db_url):
+    from impl.migrate import migrate
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        migrate(conn, "tenant_a")
+        assert sorted(DashboardQueries("tenant_a").ensure_indexes(conn)) == sorted(INDEXES)
+        assert DashboardQueries("public").index_names(conn) == set()
+    with PgStore(db_url, schema="tenant_a") as store:
+        job = store.apply(ops.Enqueue(SEEDED, (ops.JobSpec("tenant_q", "noop"),))).ids[0]
+    with served(db_url, schema="tenant_a") as base, httpx.Client(base_url=base) as http:
+        tiles = http.get("/fragments/tiles").text
+        assert 'data-queue="tenant_q"' in tiles and "full scan" not in tiles
+        assert ids_on(http.get("/jobs").text) == [job]
+        assert http.get(f"/jobs/{job}").status_code == 200
