@@ -95,6 +95,8 @@ def measure(url: str, repeat: int, label: str) -> None:
         indexed = "belay_jobs_dash_queue_state_idx" in q.index_names(conn)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"\n== {label} (index variants: {'yes' if indexed else 'no'}; load average {load} on {os.cpu_count()} CPUs) ==")
+        med, p95 = timed(lambda: conn.execute("SELECT count(*) FROM generate_series(1, 100000)").fetchone(), repeat)
+        print(f"  {'reference: count(*) of 100,000 series':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   (machine speed now)")
         med, p95 = timed(lambda: q.tiles(conn, NOW, indexed=indexed), repeat)
         tiles = q.tiles(conn, NOW, indexed=indexed)
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
