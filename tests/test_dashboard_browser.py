@@ -35,7 +35,8 @@ SHOTS = Path(os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent.parent / 
 SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 NOW = SEEDED + timedelta(seconds=60)  # the dashboard's clock: the seeded jobs finished within the last minute
 TOKEN = "s3cret-dashboard-token"
-WAIT_MS = 10_000
+WAIT_MS = 20_000  # generous: on a loaded CI machine a page can take seconds; passing runs never wait this long
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="module")
