@@ -335,6 +335,40 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
 from impl.cli_ops import register as _register_ops  # noqa: E402
 
 _register_ops(main)
+# --- belay dashboard (issue 14; impl/dashboard/) ------------------------------------------------
+@main.command("dashboard")
+@click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+@click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to bind; anything but loopback needs a token")
+@click.option("--port", type=int, default=4004, show_default=True)
+@click.option("--token", envvar="BELAY_DASHBOARD_TOKEN", default=None,
+              help="token that enables actions ($BELAY_DASHBOARD_TOKEN); without it the dashboard is read-only")
+@click.option("--reports", "reports_dir", default="reports", show_default=True, help="soak reports directory")
+@click.option("--create-indexes", is_flag=True, default=False,
+              help="first create the dashboard's optional index variants (CREATE INDEX CONCURRENTLY)")
+def dashboard_cmd(database_url: str, schema: str, host: str, port: int, token: str | None, reports_dir: str,
+                  create_indexes: bool) -> None:
+    """Serve the operator's dashboard: queue tiles, jobs, workflows, actions, soak reports."""
+    import uvicorn
+
+    from impl.dashboard import create_app
+    from impl.dashboard.auth import BindRefused, check_bind
+    from impl.dashboard.queries import DashboardQueries
+
+    try:
+        check_bind(host, token or None)
+    except BindRefused as exc:
+        raise click.UsageError(str(exc)) from None
+    check_database(database_url, schema=schema)  # before binding: fail in seconds with one clear line
+    with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
+        if create_indexes:
+            created = DashboardQueries(schema).ensure_indexes(conn)
+            click.echo(f"dashboard indexes: {'created ' + ', '.join(created) if created else 'all present'}", err=True)
+    app = create_app(database_url, token=token or None, schema=schema, reports_dir=reports_dir)
+    click.echo(f"belay dashboard: http://{host}:{port}/ ({'actions need the token' if token else 'read-only: no token'})",
+               err=True)
+    uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 if __name__ == "__main__":

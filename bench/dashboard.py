@@ -1,0 +1,172 @@
+"""Dashboard benchmark: the tiles' queries and one job-list page over a large belay_jobs.
+
+    .venv/bin/python -m bench.dashboard [--jobs 1000000] [--repeat 15] [--explain]
+
+Fills belay_jobs on $BELAY_DATABASE_URL or an embedded PostgreSQL (a fresh database) with `--jobs`
+rows in one SQL statement (not measured): 6 queues, 12 kinds, ~94 % succeeded, 3 % failed (with an
+error entry), 1 % cancelled, 1.5 % ready, 0.3 % running, 0.1 % held and awaiting, finished over the
+last week, 1 in 50 a workflow member, 1 in 100 a child. Then VACUUM ANALYZE, and measures — side by
+side in one run, first without and then with the dashboard index variants (impl/sql/dashboard_indexes.sql)
+— the median and p95 of: the tile queries (all four, as the page runs them), the first job-list page
+unfiltered and under each filter, a deep keyset page, and the same pages through HTTP (uvicorn, in
+process). `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile count query and two pages.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from impl.dashboard import create_app
+from impl.dashboard.queries import DashboardQueries, JobFilter
+from impl.http.server import running
+from impl.migrate import migrate
+from impl.provision import TemplateDatabases, provision, redact
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+FILL = """
+INSERT INTO belay_jobs (queue, worker, input, state, attempt, max_attempts, ready_at, inserted_at, started_at,
+                        finished_at, errors, workflow_id, wf_name, parent_id)
+SELECT 'queue_' || (g %% 6),
+       'kind_' || (g %% 12),
+       jsonb_build_object('n', g),
+       s.state,
+       CASE WHEN s.state IN ('ready', 'held', 'awaiting') THEN 0 ELSE 1 END,
+       3,
+       %(now)s - make_interval(secs => (g %% 604800)),
+       %(now)s - make_interval(secs => (g %% 604800) + 5),
+       CASE WHEN s.state IN ('ready', 'held', 'awaiting') THEN NULL ELSE %(now)s - make_interval(secs => (g %% 604800)) END,
+       CASE WHEN s.state IN ('succeeded', 'failed', 'cancelled') THEN %(now)s - make_interval(secs => (g %% 604800) - 1) END,
+       CASE WHEN s.state = 'failed' THEN jsonb_build_array(jsonb_build_object(
+           'attempt', 1, 'at', '2026-11-30T00:00:00+00:00', 'error', 'upstream_' || (g %% 97), 'detail', 'HTTP 503 from host ' || (g %% 13)))
+            ELSE '[]'::jsonb END,
+       CASE WHEN g %% 50 = 0 THEN 'wf-' || (g / 500) END,
+       CASE WHEN g %% 50 = 0 THEN 'm' || g END,
+       CASE WHEN g %% 100 = 1 THEN greatest(g - 1, 1) END
+FROM generate_series(1, %(n)s) g
+CROSS JOIN LATERAL (SELECT CASE
+    WHEN g %% 1000 < 940 THEN 'succeeded'
+    WHEN g %% 1000 < 970 THEN 'failed'
+    WHEN g %% 1000 < 980 THEN 'cancelled'
+    WHEN g %% 1000 < 995 THEN 'ready'
+    WHEN g %% 1000 < 998 THEN 'running'
+    WHEN g %% 1000 < 999 THEN 'held'
+    ELSE 'awaiting' END AS state) s
+"""
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    fn()  # warm
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.95))]
+
+
+CASES = [
+    ("page: no filter", JobFilter(), None),
+    ("page: state=failed", JobFilter(state="failed"), None),
+    ("page: state=held (0.1 %)", JobFilter(state="held"), None),
+    ("page: queue=queue_3", JobFilter(queue="queue_3"), None),
+    ("page: queue=queue_3 & state=ready", JobFilter(queue="queue_3", state="ready"), None),
+    ("page: kind=kind_7", JobFilter(kind="kind_7"), None),
+    ("page: workflow=wf-100", JobFilter(workflow="wf-100"), None),
+    ("page: parent=5001", JobFilter(parent=5001), None),
+    ("page: error text 'upstream_42'", JobFilter(error="upstream_42"), None),
+    ("page: error text absent", JobFilter(error="no such text"), None),
+    ("page: keyset deep (before id 300000)", JobFilter(), 300_000),
+]
+
+
+def measure(url: str, repeat: int, label: str) -> None:
+    q = DashboardQueries()
+    with psycopg.connect(url, autocommit=True) as conn:
+        indexed = "belay_jobs_dash_queue_state_idx" in q.index_names(conn)
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(f"\n== {label} (index variants: {'yes' if indexed else 'no'}; load average {load} on {os.cpu_count()} CPUs) ==")
+        med, p95 = timed(lambda: conn.execute("SELECT count(*) FROM generate_series(1, 100000)").fetchone(), repeat)
+        print(f"  {'reference: count(*) of 100,000 series':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   (machine speed now)")
+        med, p95 = timed(lambda: q.tiles(conn, NOW, indexed=indexed), repeat)
+        tiles = q.tiles(conn, NOW, indexed=indexed)
+        print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
+        for name, filters, before in CASES:
+            med, p95 = timed(lambda: q.jobs_page(conn, filters, before), repeat)
+            rows, _ = q.jobs_page(conn, filters, before)
+            print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(rows)} rows)")
+    app = create_app(url, clock=lambda: NOW)
+    with running(app) as base, httpx.Client(base_url=base, timeout=60) as http:
+        for name, path in (("HTTP GET /fragments/tiles", "/fragments/tiles"), ("HTTP GET /jobs", "/jobs"),
+                           ("HTTP GET /jobs?state=held", "/jobs?state=held")):
+            med, p95 = timed(lambda: http.get(path).raise_for_status(), repeat)
+            print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms")
+
+
+def explain(url: str) -> None:
+    q = DashboardQueries()
+    with psycopg.connect(url, autocommit=True) as conn:
+        for title, query, params in (
+            ("tile counts (dash_pair_counts)", q.q("dash_pair_counts"), {"cap": 10_000, "terminal_cap": 1_000}),
+            ("finished in the last minute", q.q("dash_finished_since"), {"since": NOW - timedelta(minutes=1)}),
+            ("oldest ready", q.q("dash_oldest_ready"), {"now": NOW}),
+            ("first page, no filter", *q.jobs_page_query(JobFilter(), None)),
+            ("first page, state=held", *q.jobs_page_query(JobFilter(state="held"), None)),
+        ):
+            params = {**params, "limit": 51}
+            plan = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + query, params).fetchall()
+            print(f"\n-- EXPLAIN {title}")
+            for (line,) in plan:
+                print("   " + line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--explain", action="store_true")
+    args = parser.parse_args()
+    with provision() as db:
+        templates = TemplateDatabases(db.url)
+        name = f"belay_bench_dash_{uuid.uuid4().hex[:6]}"
+        templates.create_template(name, lambda conn: migrate(conn))
+        url = templates.clone(name)
+        print(f"database: {redact(url)} ({db.kind})")
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                t = time.perf_counter()
+                conn.execute(FILL, {"now": NOW, "n": args.jobs})
+                conn.execute("INSERT INTO belay_queues (name, opts, updated_at) VALUES "
+                             "('queue_1', '{\"global_limit\": 5}', %(now)s), "
+                             "('queue_2', '{\"rate\": {\"allowed\": 10, \"period\": 1}}', %(now)s)", {"now": NOW})
+                conn.execute("VACUUM ANALYZE belay_jobs")
+                size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('belay_jobs'))").fetchone()[0]
+                print(f"filled {args.jobs:,} jobs in {time.perf_counter() - t:.1f} s; belay_jobs with indexes: {size}")
+            measure(url, args.repeat, "without the dashboard index variants")
+            with psycopg.connect(url, autocommit=True) as conn:
+                t = time.perf_counter()
+                created = DashboardQueries().ensure_indexes(conn)
+                conn.execute("VACUUM ANALYZE belay_jobs")
+                sizes = conn.execute("SELECT string_agg(relname || ' ' || pg_size_pretty(pg_relation_size(oid)), ', ') "
+                                     "FROM pg_class WHERE relname LIKE 'belay_jobs_dash_%%'").fetchone()[0]
+                print(f"\ncreated {', '.join(created)} in {time.perf_counter() - t:.1f} s ({sizes})")
+            measure(url, args.repeat, "with the dashboard index variants")
+            if args.explain:
+                explain(url)
+        finally:
+            dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+            templates.drop(dbname)
+            templates.drop(name)
+
+
+if __name__ == "__main__":
+    main()

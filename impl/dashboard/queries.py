@@ -1,0 +1,206 @@
+"""The dashboard's reads: named blocks from impl/sql/dashboard.sql, composed for one schema.
+
+Reads only. Tiles are bounded (a loose index scan plus capped counts, when the dashboard index
+variant exists), the job list is keyset-paginated on id, and every filter is one fixed SQL fragment
+(`dash_where_*`) joined with AND through psycopg.sql — user input only ever travels as a parameter.
+`ensure_indexes` creates the optional index variants of impl/sql/dashboard_indexes.sql.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from impl.queries import SchemaSQL
+from model.ops import InvalidInput
+from model.rows import STATES, TERMINAL
+
+_BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
+COUNT_CAP = 10_000  # a tile shows a live state's exact count up to this, then "10,000+"
+TERMINAL_CAP = 1_000  # ... and a terminal state's up to this (history; "finished, last minute" is the live figure)
+PAGE_SIZE = 50
+FILTERS = ("queue", "state", "kind", "workflow", "parent", "error")
+INDEXES = ("belay_jobs_dash_queue_state_idx", "belay_jobs_dash_state_idx", "belay_jobs_dash_errors_idx")
+
+
+def _blocks(filename: str) -> dict[str, str]:
+    text = resources.files("impl").joinpath("sql", filename).read_text(encoding="utf-8")
+    parts = _BLOCK.split(text)
+    out: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
+        out[name] = "\n".join(lines).strip()
+    return out
+
+
+@cache
+def dashboard_blocks() -> dict[str, str]:
+    return _blocks("dashboard.sql")
+
+
+@cache
+def index_blocks() -> dict[str, str]:
+    return _blocks("dashboard_indexes.sql")
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """The job list's filters; None means "any". Validated at construction (clear errors)."""
+
+    queue: str | None = None
+    state: str | None = None
+    kind: str | None = None
+    workflow: str | None = None
+    parent: int | None = None
+    error: str | None = None  # text searched in errors[].error / errors[].detail
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> "JobFilter":
+        values: dict[str, Any] = {}
+        for name in FILTERS:
+            raw = params.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[name] = raw.strip()
+        if "parent" in values:
+            try:
+                values["parent"] = int(values["parent"])
+            except ValueError:
+                raise InvalidInput(f"parent must be a job id (an integer), got {values['parent']!r}") from None
+        return cls(**values)
+
+    def __post_init__(self) -> None:
+        if self.state is not None and self.state not in STATES:
+            raise InvalidInput(f"state must be one of {', '.join(STATES)}; got {self.state!r}")
+        for name in ("queue", "kind", "workflow", "error"):
+            value = getattr(self, name)
+            if value is not None and ("\x00" in value or len(value) > 255):
+                raise InvalidInput(f"{name} filter must be at most 255 characters without NUL")
+
+    def active(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in FILTERS if getattr(self, name) is not None}
+
+
+def like_pattern(text: str) -> str:
+    """A LIKE pattern matching `text` literally anywhere (escapes \\, % and _)."""
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One queue tile."""
+
+    queue: str
+    counts: dict[str, int]  # state -> count (capped at COUNT_CAP when `capped`)
+    capped: frozenset[str]  # states whose count reached the cap ("at least")
+    opts: dict[str, Any] = field(default_factory=dict)
+    finished_last_minute: int = 0
+    oldest_ready_age: float | None = None  # seconds; None: no due ready job
+
+
+class DashboardQueries:
+    """The dashboard's SQL for one schema."""
+
+    def __init__(self, schema: str = "public") -> None:
+        self.sql = SchemaSQL(schema)
+        self.schema = self.sql.schema
+
+    def q(self, name: str, **extra: sql.Composable) -> sql.Composed:
+        return sql.SQL(dashboard_blocks()[name]).format(**self.sql.names, **extra)
+
+    def _all(self, conn: psycopg.Connection, name: str, params: dict | None = None, **extra: sql.Composable
+             ) -> list[dict]:
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.q(name, **extra), params or {})
+            return cur.fetchall()
+
+    # --- indexes ------------------------------------------------------------------------------
+
+    def index_names(self, conn: psycopg.Connection) -> set[str]:
+        return {r["name"] for r in self._all(conn, "dash_index_names", {"schema": self.schema})}
+
+    def ensure_indexes(self, conn: psycopg.Connection) -> list[str]:
+        """Create the missing index variants (CONCURRENTLY: `conn` must be in autocommit); an INVALID
+        leftover of an interrupted build is dropped and rebuilt. Returns the names created."""
+        if not conn.autocommit:
+            raise InvalidInput("ensure_indexes needs an autocommit connection (CREATE INDEX CONCURRENTLY)")
+        present = self.index_names(conn)
+        created = []
+        for name, body in index_blocks().items():
+            if name in present:
+                continue
+            conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(self.schema, name)))
+            conn.execute(sql.SQL(body).format(**self.sql.names))
+            created.append(name)
+        return created
+
+    # --- tiles --------------------------------------------------------------------------------
+
+    def tiles(self, conn: psycopg.Connection, now: datetime, *, indexed: bool, cap: int = COUNT_CAP,
+              terminal_cap: int = TERMINAL_CAP) -> list[Tile]:
+        """Every queue that has jobs or a belay_queues row, with counts, options and freshness."""
+        if indexed:
+            pairs = self._all(conn, "dash_pair_counts", {"cap": cap, "terminal_cap": terminal_cap})
+        else:
+            pairs = self._all(conn, "dash_pair_counts_scan")
+        counts: dict[str, dict[str, int]] = {}
+        capped: dict[str, set[str]] = {}
+        for r in pairs:
+            counts.setdefault(r["queue"], {})[r["state"]] = r["n"]
+            if indexed and r["n"] >= (terminal_cap if r["state"] in TERMINAL else cap):
+                capped.setdefault(r["queue"], set()).add(r["state"])
+        opts = {r["name"]: r["opts"] for r in self._all(conn, "dash_queue_rows")}
+        finished = {r["queue"]: r["n"] for r in self._all(conn, "dash_finished_since",
+                                                          {"since": now - timedelta(minutes=1)})}
+        oldest = {r["queue"]: r["oldest"] for r in self._all(conn, "dash_oldest_ready", {"now": now})}
+        names = sorted(set(counts) | set(opts))
+        return [
+            Tile(queue=name, counts=counts.get(name, {}), capped=frozenset(capped.get(name, ())),
+                 opts=opts.get(name) or {}, finished_last_minute=finished.get(name, 0),
+                 oldest_ready_age=(now - oldest[name]).total_seconds() if oldest.get(name) else None)
+            for name in names
+        ]
+
+    # --- job list -----------------------------------------------------------------------------
+
+    def jobs_page_query(self, filters: JobFilter, before: int | None) -> tuple[sql.Composed, dict[str, Any]]:
+        params: dict[str, Any] = dict(filters.active())
+        fragments = []
+        if before is not None:
+            params["before"] = before
+            fragments.append("dash_where_before")
+        for name in FILTERS:
+            if name in params:
+                fragments.append(f"dash_where_{name}")
+        if "error" in params:
+            params["error"] = like_pattern(params["error"])
+        where = sql.SQL(" AND ").join(
+            sql.SQL(dashboard_blocks()[f]).format(**self.sql.names) for f in fragments or ["dash_where_true"])
+        return self.q("dash_jobs_page", where=where), params
+
+    def jobs_page(self, conn: psycopg.Connection, filters: JobFilter, before: int | None = None,
+                  limit: int = PAGE_SIZE) -> tuple[list[dict], int | None]:
+        """One page (newest first) and the cursor of the next page (None on the last page)."""
+        query, params = self.jobs_page_query(filters, before)
+        params["limit"] = limit + 1  # one more row tells whether a next page exists
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            rows = cur.fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return rows, (rows[-1]["id"] if more and rows else None)
+
+    # --- job page -----------------------------------------------------------------------------
+
+    def children(self, conn: psycopg.Connection, job_id: int, limit: int = 200) -> tuple[list[dict], int]:
+        rows = self._all(conn, "dash_children", {"id": job_id, "limit": limit})
+        total = rows and len(rows) == limit and self._all(conn, "dash_children_count", {"id": job_id})[0]["n"]
+        return rows, total or len(rows)

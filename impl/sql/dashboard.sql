@@ -1,0 +1,140 @@
+-- Belay dashboard reads (belay-operations.txt, "The dashboard"). Same block format as queries.sql:
+-- `-- name --`, a one-line purpose, the body; identifiers in braces; named parameters. Read-only:
+-- every mutation the dashboard offers goes through PgStore.apply with the Client SDK's operations.
+-- No block reads the database clock: `now` / `since` are parameters from the web server's clock.
+-- Blocks named dash_where_* are WHERE fragments the job list joins with AND (composed in Python
+-- with psycopg.sql, so only these fixed texts ever reach the server).
+
+-- dash_pair_counts --
+-- Tile counts, bounded: a loose index scan enumerates the (queue, state) pairs present, then counts
+-- each pair up to a cap (an index-only range scan of belay_jobs_dash_queue_state_idx): %(cap)s for
+-- the live states, %(terminal_cap)s for the terminal ones (history whose size is set by retention; the
+-- tile's live signal for them is "finished in the last minute"). The work is O(pairs × cap), not
+-- O(table): a million succeeded jobs cost `terminal_cap` index entries.
+WITH RECURSIVE pairs AS (
+    (SELECT j.queue, j.state FROM {jobs} j ORDER BY j.queue, j.state LIMIT 1)
+    UNION ALL
+    SELECT nxt.queue, nxt.state
+    FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.state FROM {jobs} j
+        WHERE (j.queue, j.state) > (p.queue, p.state)
+        ORDER BY j.queue, j.state LIMIT 1
+    ) nxt
+)
+SELECT p.queue, p.state, c.n
+FROM pairs p
+CROSS JOIN LATERAL (
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {jobs} j WHERE j.queue = p.queue AND j.state = p.state
+        ORDER BY j.id  -- the index's own order: keeps the planner off "seq scan until LIMIT rows"
+        LIMIT CASE WHEN p.state IN ('succeeded', 'failed', 'cancelled') THEN %(terminal_cap)s ELSE %(cap)s END
+    ) capped
+) c
+ORDER BY p.queue, p.state
+
+-- dash_pair_counts_scan --
+-- Tile counts without the dashboard index variant: exact, but a full scan of belay_jobs.
+SELECT queue, state, count(*) AS n FROM {jobs} GROUP BY queue, state ORDER BY queue, state
+
+-- dash_queue_rows --
+-- Runtime queue options (global_limit, rate, partition, paused) from belay_queues.
+SELECT name, opts, updated_at FROM {queues} ORDER BY name
+
+-- dash_finished_since --
+-- Jobs per queue that reached a terminal state at or after %(since)s: one range of
+-- belay_jobs_prune_idx (state, finished_at) per terminal state (with `state IN (...)` the planner
+-- would walk the whole index, since its leading column is then only the partial predicate).
+SELECT queue, count(*) AS n FROM (
+    SELECT queue FROM {jobs} WHERE state = 'succeeded' AND finished_at >= %(since)s
+    UNION ALL
+    SELECT queue FROM {jobs} WHERE state = 'failed' AND finished_at >= %(since)s
+    UNION ALL
+    SELECT queue FROM {jobs} WHERE state = 'cancelled' AND finished_at >= %(since)s
+) finished
+GROUP BY queue
+
+-- dash_oldest_ready --
+-- Per queue, the earliest ready_at among ready jobs that are due (ready_at <= now): the longest wait.
+-- A loose scan of belay_jobs_claim_order_idx (queue, priority, ready_at NULLS FIRST, id) over the
+-- (queue, priority) pairs present, then one index probe per pair: O(pairs), however deep the backlog.
+WITH RECURSIVE qp AS (
+    (SELECT j.queue, j.priority FROM {jobs} j WHERE j.state = 'ready' ORDER BY j.queue, j.priority LIMIT 1)
+    UNION ALL
+    SELECT nxt.queue, nxt.priority
+    FROM qp p
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority FROM {jobs} j
+        WHERE j.state = 'ready' AND (j.queue, j.priority) > (p.queue, p.priority)
+        ORDER BY j.queue, j.priority LIMIT 1
+    ) nxt
+)
+SELECT qp.queue, min(head.ready_at) AS oldest
+FROM qp
+CROSS JOIN LATERAL (
+    SELECT j.ready_at FROM {jobs} j
+    WHERE j.state = 'ready' AND j.queue = qp.queue AND j.priority = qp.priority AND j.ready_at <= %(now)s
+    ORDER BY j.ready_at NULLS FIRST LIMIT 1
+) head
+GROUP BY qp.queue
+
+-- dash_jobs_page --
+-- One page of the job list, newest first, keyset-paginated on id (never OFFSET); {where} is an
+-- AND of dash_where_* fragments.
+SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.priority, j.inserted_at,
+       j.finished_at, j.workflow_id, j.wf_name, j.parent_id, j.cancel_requested,
+       jsonb_array_length(j.errors) AS n_errors, j.errors -> -1 ->> 'error' AS last_error
+FROM {jobs} j
+WHERE {where}
+ORDER BY j.id DESC
+LIMIT %(limit)s
+
+-- dash_where_true --
+-- No filter.
+true
+
+-- dash_where_before --
+-- Keyset: rows older than the last id of the previous page.
+j.id < %(before)s
+
+-- dash_where_queue --
+-- Filter: queue.
+j.queue = %(queue)s
+
+-- dash_where_state --
+-- Filter: state.
+j.state = %(state)s
+
+-- dash_where_kind --
+-- Filter: kind (the worker column).
+j.worker = %(kind)s
+
+-- dash_where_workflow --
+-- Filter: workflow id.
+j.workflow_id = %(workflow)s
+
+-- dash_where_parent --
+-- Filter: parent job id.
+j.parent_id = %(parent)s
+
+-- dash_where_error --
+-- Filter: text in any error's `error` or `detail` (a LIKE pattern, wildcards escaped by the caller);
+-- `errors <> '[]'` lets belay_jobs_dash_errors_idx restrict the scan to jobs that have errors.
+j.errors <> '[]'::jsonb AND EXISTS (
+    SELECT 1 FROM jsonb_array_elements(j.errors) e
+    WHERE e ->> 'error' ILIKE %(error)s OR e ->> 'detail' ILIKE %(error)s)
+
+-- dash_children --
+-- The children of a job (§8.4) with their states, oldest first (bounded).
+SELECT id, queue, worker, state, attempt, finished_at FROM {jobs}
+WHERE parent_id = %(id)s ORDER BY id LIMIT %(limit)s
+
+-- dash_children_count --
+-- How many children a job has (the page shows at most a bounded number).
+SELECT count(*) AS n FROM {jobs} WHERE parent_id = %(id)s
+
+-- dash_index_names --
+-- Which dashboard index variants exist and are valid in this schema.
+SELECT c.relname AS name
+FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND i.indisvalid AND c.relname LIKE 'belay_jobs_dash_%%'
