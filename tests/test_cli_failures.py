@@ -164,6 +164,7 @@ DB_COMMANDS = {
     "status": ["status", "--database-url", "{url}"],
     "migrate": ["migrate", "--database-url", "{url}"],
     "serve": ["serve", "--database-url", "{url}", "--port", "0"],
+    "dashboard": ["dashboard", "--database-url", "{url}", "--port", "0"],
     "worker": ["worker", "--app", "tests.apps.runtime_app", "--database-url", "{url}", "--exit-on-unreachable", "2"],
 }
 
