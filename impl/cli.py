@@ -101,6 +101,11 @@ class _Belay(click.Group):
 def main(ctx: click.Context, debug: bool) -> None:
     """Belay: verify a Postgres-backed durable job queue."""
     ctx.meta["belay.debug"] = debug
+    if not (debug or debug_requested()):
+        # The pool logs every failed background connect; a command reports its failure once, itself.
+        import logging
+
+        logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
 @main.command("migrate")

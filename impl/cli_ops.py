@@ -71,20 +71,22 @@ def operator_command(fn: Callable) -> Callable:
     @wraps(fn)
     def wrapper(database_url: str, schema: str, as_json: bool, **kwargs: Any) -> None:
         from impl.client import utc_now
+        from impl.failures import ToolError, check_database, describe_database_error
         from impl.operator import Operator, Refused
-        from impl.provision import redact
 
         out = Out(as_json)
         try:
+            check_database(database_url, schema=None)  # a few seconds, not the pool's 30 s timeout
             with Operator(database_url, schema=schema, clock=utc_now) as op:
                 fn(op, out, **kwargs)
         except Refused as exc:
             out.refuse(exc.kind, str(exc))
         except IncompatibleSchema as exc:
             out.refuse("incompatible", f"schema {schema}: {exc}")
-        except psycopg.OperationalError as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            out.refuse("database", f"cannot use the database at {redact(database_url)}: {first}")
+        except ToolError as exc:
+            out.refuse("database", str(exc))
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            out.refuse("database", describe_database_error(exc, database_url))
 
     return wrapper
 
@@ -429,7 +431,10 @@ def register(main: click.Group) -> None:
     def mcp_cmd(database_url: str, schema: str, allow_mutations: bool, authorizer: str | None, transport: str,
                 reports: str, app: str | None) -> None:
         """The MCP server: the day-2 inspection surface for AI assistants (read-only by default)."""
+        from impl.failures import check_database
         from impl.mcp_server import build_server, load_authorizer
+
+        check_database(database_url, schema=schema)  # fail in seconds with one clear line, before serving
 
         auth = None
         if authorizer is not None:
