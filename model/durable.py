@@ -285,10 +285,10 @@ class _Model:
 
     def record(self, attempt: int, op: dict, value: Any, values: list, lost: bool) -> _Ended | None:
         usd, tokens = op.get("cost", (0, 0))
-        try:
+        try:  # over the §2 cap, the SDK's RecordStep refuses the value: the job code raises, and retries
             recorded = self.apply(w.RecordStep(self.tick(), self.job_id, op["name"], value, usd, tokens))
-        except StepValueTooLarge:
-            return self.end(attempt, "raise", "StepValueTooLarge")
+        except (StepValueTooLarge, ops.InvalidInput) as exc:
+            return self.end(attempt, "raise", type(exc).__name__)
         if isinstance(recorded, w.JobGone):
             return self.end(attempt, "lost")
         if recorded.over_budget:

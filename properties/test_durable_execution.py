@@ -24,7 +24,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import HealthCheck, Phase, example, given, note, settings
 from hypothesis import strategies as st
 
 from model.durable import predict
@@ -96,6 +96,40 @@ def programs(draw: st.DrawFn) -> dict:
             "ops": ops, "faults": faults}
 
 
+# Programs every run covers (explicit examples), each aimed at a way the SDK or runtime can go wrong.
+EXPLICIT = [
+    # Falsy step values replayed after a durable sleep: each step function must still run exactly once.
+    {"uid": "falsy-replay", "max_attempts": 2, "budget_usd": None, "faults": [], "ops": [
+        {"op": "step", "name": "s0", "value": 0}, {"op": "step", "name": "s1", "value": ""},
+        {"op": "step", "name": "s2", "value": []}, {"op": "step", "name": "s3", "value": False},
+        {"op": "step", "name": "s4", "value": None}, {"op": "step", "name": "s5", "value": {}},
+        {"op": "sleep", "name": "n", "ms": 50}, {"op": "emit", "payload": "after the sleep"}]},
+    # A node frozen in step 1 past its lease: the zombie must stop at step 2's boundary (and never ack).
+    {"uid": "frozen-zombie", "max_attempts": 3, "budget_usd": None,
+     "faults": [{"f": "freeze", "at": 1, "attempt": 1}], "ops": [
+        {"op": "step", "name": "s0", "value": 0}, {"op": "step", "name": "s1", "value": {"k": [1, 2]}},
+        {"op": "emit", "payload": None}, {"op": "step", "name": "s2", "value": "after"}]},
+    # Crashes in the middle of a step and right after one; the step values are falsy.
+    {"uid": "crashes", "max_attempts": 4, "budget_usd": None,
+     "faults": [{"f": "crash_mid", "at": 1, "attempt": 1}, {"f": "crash_after", "at": 0, "attempt": 2}], "ops": [
+        {"op": "step", "name": "s0", "value": ""}, {"op": "step", "name": "s1", "value": [131, 104, 2]},
+        {"op": "step", "name": "s2", "value": False}]},
+    # A step longer than the lease ttl, beside a sweeper whose clock runs ahead; a signal after the park
+    # across a database restart; children; a cancel request before the last step.
+    {"uid": "slow-signal-children-cancel", "max_attempts": 3, "budget_usd": None,
+     "faults": [{"f": "cancel", "at": 5, "attempt": 3}], "ops": [
+        {"op": "step", "name": "s0", "value": None, "slow_ms": int((TTL + 0.2) * 1000)},
+        {"op": "await", "name": "g1", "payload": 0, "when": "after", "db_restart": True},
+        {"op": "await", "name": "g2", "payload": [], "when": "before", "db_restart": False},
+        {"op": "spawn", "name": "k", "values": [0, "", {"a": None}]}, {"op": "await_children"},
+        {"op": "step", "name": "s5", "value": 1}]},
+    # Values at the 1 MiB step cap and one byte over it (that step fails every attempt).
+    {"uid": "near-cap", "max_attempts": 2, "budget_usd": 7, "faults": [], "ops": [
+        {"op": "step", "name": "s0", "value": "v" * (STEP_VALUE_CAP - 2), "cost": [5, 1]},
+        {"op": "snooze", "on": [1], "ms": 10},
+        {"op": "step", "name": "s1", "value": "v" * (STEP_VALUE_CAP - 1)}]},
+]
+
 # --- the property ------------------------------------------------------------------------------------------
 
 
@@ -133,6 +167,11 @@ def test_programs_under_real_faults_do_what_the_model_of_durable_execution_predi
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                      HealthCheck.function_scoped_fixture])
     @given(programs())
+    @example(EXPLICIT[0])
+    @example(EXPLICIT[1])
+    @example(EXPLICIT[2])
+    @example(EXPLICIT[3])
+    @example(EXPLICIT[4])
     def run(program: dict) -> None:
         note(f"program: {json.dumps(program)[:4000]}")
         expected, observed = check_program(fleet, program)

@@ -381,7 +381,7 @@ def test_stop_waits_for_running_jobs_up_to_the_grace_and_no_longer(db, pg, worke
 
     worker = workers(shutdown_grace=0.6)
     with Client(db) as client:
-        long = client.enqueue(Q, "nap", {"s": 3}).id
+        long = client.enqueue(Q, "nap", {"s": 1.5}).id
         wait_for(lambda: row(pg, long)[0] == "running", 5, "the long job to start")
         started = time.monotonic()
         assert worker.stop() is False, "a job outliving the grace is abandoned"
