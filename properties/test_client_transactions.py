@@ -24,7 +24,7 @@ from impl.client import Client
 from impl.pgrows import channel_name
 from model.ops import JobSpec, WorkflowMember
 
-EXAMPLES = int(os.environ.get("BELAY_CLIENT_TX_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("BELAY_CLIENT_TX_EXAMPLES", "30"))
 
 
 # --- the caller's transaction, as data ------------------------------------------------------------------
