@@ -348,22 +348,21 @@ def test_an_idle_producer_backs_off_to_the_poll_interval_and_a_busy_one_claims_a
     worker = workers(busy_poll=0.01, poll_interval=0.2, go=False)
     worker.store = recording = Recording(worker.store)
     worker.start()
-    time.sleep(1.6)  # idle: claims back off 0.01 → 0.02 → ... → capped at 0.2 s
+    time.sleep(2.5)  # idle: claims back off 0.01 → 0.02 → ... → capped at 0.2 s
     claims = [t for t, op in recording.calls if isinstance(op, w.Claim)]
     gaps = [b - a for a, b in zip(claims, claims[1:])]
-    settled = gaps[5:]
-    assert settled, gaps
-    assert max(settled) <= 0.2 + 0.1, f"an idle producer waited longer than poll_interval: {max(settled):.3f}s"
-    assert statistics.median(settled) >= 0.15, f"an idle producer polls faster than poll_interval: {settled}"
-    first_gaps = gaps[:4]
-    assert first_gaps == sorted(first_gaps) and first_gaps[0] < 0.05, f"the idle backoff starts at busy_poll: {gaps}"
+    assert gaps and gaps[0] < 0.1, f"the first idle round waits about busy_poll, not longer: {gaps}"
+    settled = gaps[-6:]
+    assert 0.15 <= statistics.median(settled) <= 0.3, f"an idle producer polls every poll_interval: {gaps}"
+    # Uncapped doubling would make about 9 claims in 2.5 s; capped at 0.2 s, about 15.
+    assert len(claims) >= 12, f"only {len(claims)} idle claims in 2.5 s: the idle interval is not capped: {gaps}"
     # Enqueued by another process (no local poke, no pg_notify): found within one idle poll interval.
     with Client(db) as client:
         enqueued = time.monotonic()
         job_id = client.enqueue(Q, "nap", {"s": 0}).id
     wait_for(lambda: row(pg, job_id)[0] == "succeeded", 2, "the job to be found by the idle poll")
     found = next(t for t, op in recording.calls if isinstance(op, w.Claim) and t > enqueued)
-    assert found - enqueued <= 0.2 + 0.1
+    assert found - enqueued <= 0.2 + 0.25, "an enqueue is found within one idle poll interval"
 
 
 # --- the shutdown grace ----------------------------------------------------------------------------------------
