@@ -31,9 +31,9 @@ SIGNALS = "tests/test_workflows_signals.py"
 STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
 RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
 RUNTIME_SUITE = (RUNTIME,)
-# The durable-execution tier (issue 20): runtime duties, the Client's transactional enqueue, then the
+# The durable-execution tier (issue 20): the Client's transactional enqueue, the runtime duties, then the
 # model-vs-runtime property test under real faults — fastest first (the runner stops at the first kill).
-DURABLE_SUITE = ("properties/test_runtime_duties.py", "properties/test_client_transactions.py",
+DURABLE_SUITE = ("properties/test_client_transactions.py", "properties/test_runtime_duties.py",
                  "properties/test_durable_execution.py")
 
 
