@@ -5,7 +5,7 @@ lease renewal every ttl/3 (a job longer than the ttl beside a node whose clock r
 attempt 1), a lost lease stopping the local execution at its next step boundary (whoever claimed the job
 since, this node included), the sweeper's duties — reclaim, the `$children` reconciler, crons, prune —
 on every pass, the chunk gather window and its clamp to half the lease ttl, adaptive limits doubling
-between min and max and decaying back, busy and idle poll intervals, and the shutdown grace.
+between min and max and decaying back, the busy and idle poll intervals, and the shutdown grace.
 
 Workers run in-process with real threads against a fresh database per test; what job code runs is
 recorded in `duty_exec` on autocommit connections of its own (never inside a Belay transaction).
@@ -362,6 +362,22 @@ def test_an_idle_producer_backs_off_to_the_poll_interval_and_finds_new_work_with
     wait_for(lambda: row(pg, job_id)[0] == "succeeded", 2, "the job to be found by the idle poll")
     found = next(t for t, op in recording.calls if isinstance(op, w.Claim) and t > enqueued)
     assert found - enqueued <= 0.2 + 0.25, "an enqueue is found within one idle poll interval"
+
+
+def test_a_producer_that_just_claimed_work_polls_at_the_busy_cadence(db, pg, workers):
+    workers(busy_poll=0.01, poll_interval=1.0, limit=(8, 8))
+    ids = []
+    with Client(db) as client:  # no local poke, no pg_notify listener: only polling finds these
+        for _ in range(15):
+            ids.append(client.enqueue(Q, "nap", {"s": 0}).id)
+            time.sleep(0.03)
+    wait_for(lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE id = ANY(%s) AND state = 'succeeded'",
+                                (ids,)).fetchone()[0] == 15, 20, "the 15 jobs to succeed")
+    waits = [r[0] for r in pg.execute("SELECT extract(epoch FROM started_at - inserted_at) FROM belay_jobs "
+                                      "WHERE id = ANY(%s) ORDER BY id", (ids,))]
+    # The first job may wait up to the idle poll interval (1 s); the rest arrive while the producer is
+    # busy, every 30 ms, and are found within a few busy polls (0.01 s doubling), never a full idle interval.
+    assert statistics.median(waits[1:]) < 0.25, f"claim latencies while busy: {waits}"
 
 
 # --- the shutdown grace ----------------------------------------------------------------------------------------

@@ -420,6 +420,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         suite=DURABLE_SUITE,
     ),
     Mutant(
+        "busy_poll_ignored",
+        "a producer that just claimed work waits the idle poll_interval before its next claim",
+        "§6",
+        (Edit(RUNTIME_PY, "                interval = self.worker.config.busy_poll\n                if claimed == demand:",
+              "                interval = self.worker.config.poll_interval  # MUTANT: no busy cadence\n"
+              "                if claimed == demand:"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
         "shutdown_ignores_the_grace",
         "stop() abandons running jobs at once instead of waiting up to the shutdown grace",
         "§6",
