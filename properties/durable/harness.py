@@ -92,6 +92,7 @@ class Fleet:
     generation: Counter = field(default_factory=Counter)
     sweeper: Worker | None = None
     totals: Counter = field(default_factory=Counter)
+    runs: int = 0
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
@@ -183,6 +184,10 @@ class Fleet:
 
     def run(self, program: dict, expected_stale: int = 0, timeout: float = 90.0) -> Observed:
         counts: Counter = Counter()
+        # A fresh uid per run: signals, gates and markers of an earlier run of the same program (Hypothesis
+        # replays programs while it shrinks) must not leak into this one. The model never reads the uid.
+        self.runs += 1
+        program = {**program, "uid": f"{program['uid']}.{self.runs}"}
         uid, scope = program["uid"], signal_scope(program["uid"])
         faults = [(f["f"], f["at"], f["attempt"]) for f in program.get("faults", ())]
         awaits = {op["name"]: op for op in program["ops"] if op["op"] == "await"}
