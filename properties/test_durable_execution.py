@@ -55,7 +55,7 @@ VALUES = st.one_of(FALSY, FALSY, JSON, ETF_SHAPED)
 
 @st.composite
 def programs(draw: st.DrawFn) -> dict:
-    n = draw(st.integers(1, 6))
+    n = draw(st.integers(2, 7))
     ops: list[dict] = []
     spawned = False
     for i in range(n):
@@ -87,7 +87,7 @@ def programs(draw: st.DrawFn) -> dict:
     steps = [i for i, op in enumerate(ops) if op["op"] == "step"]
     faults: list[dict] = []
     if steps:
-        for _ in range(draw(st.sampled_from([0, 1, 1, 2]))):
+        for _ in range(draw(st.sampled_from([1, 1, 2, 0]))):
             f = draw(st.sampled_from(["crash_after", "crash_mid", "freeze", "cancel"]))
             if f == "freeze" and any(x["f"] == "freeze" for x in faults):
                 continue
