@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 from properties.mutants.catalogue import BY_NAME, CATALOGUE, TIERS
 from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_baseline, run_mutant, short_test
