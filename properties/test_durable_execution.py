@@ -11,7 +11,7 @@ each step function ran (counted outside the job), the events and the stale acks 
 prediction. Contract: §§6–9 (leases, acks, steps, signals, children, cancel) and the operations guide.
 
 Profiles: the default (CI) runs the explicit programs below and BELAY_DURABLE_EXAMPLES generated ones
-(default 5, derandomized: about 45 s); BELAY_DURABLE_LONG=1 runs 200 random programs (BELAY_DURABLE_EXAMPLES
+(default 2, derandomized: about a minute with the fleet start); BELAY_DURABLE_LONG=1 runs 200 random programs (BELAY_DURABLE_EXAMPLES
 overrides; BELAY_DURABLE_EXPLICIT=0 skips the explicit ones). A failure prints the shrunk program: save
 its JSON and replay it with `python -m properties.durable.replay program.json` (model and fleet).
 """
@@ -33,7 +33,7 @@ from properties.durable.harness import Fleet
 
 LONG = os.environ.get("BELAY_DURABLE_LONG") == "1"
 EXPLICIT_PHASE = os.environ.get("BELAY_DURABLE_EXPLICIT", "1") == "1"  # 0: generated programs only
-EXAMPLES = int(os.environ.get("BELAY_DURABLE_EXAMPLES", "200" if LONG else "5"))
+EXAMPLES = int(os.environ.get("BELAY_DURABLE_EXAMPLES", "200" if LONG else "2"))
 TTL, SKEW = 1.5, 0.4
 
 # --- values ------------------------------------------------------------------------------------------
