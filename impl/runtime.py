@@ -157,6 +157,9 @@ class _Producer:
         for job in jobs:
             ctx = JobContext(job, self.worker.store, self.worker.clock)
             with self.lock:
+                zombie = self.running.get(job.id)
+                if zombie is not None:  # an earlier attempt still runs here: its lease is gone (§6), and
+                    zombie.lost.set()  # the renewer no longer lists it — stop it at its next step boundary
                 self.running[job.id] = ctx
             kind = self.worker.registry.kinds.get(job.worker)
             if kind is not None and kind.chunk_size is not None:

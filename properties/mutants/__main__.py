@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from impl.lifecycle import interrupt_on_signals
-from properties.mutants.catalogue import BY_NAME, CATALOGUE
+from properties.mutants.catalogue import BY_NAME, CATALOGUE, TIERS
 from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_baseline, run_mutant, short_test
 
 
@@ -19,6 +20,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.mutants", description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="run only this mutant (repeatable)")
+    parser.add_argument("--tier", choices=sorted(TIERS), default=None,
+                        help="run only this tier's mutants (durable: the SDK and runtime, issue 20)")
+    parser.add_argument("--suite", action="append", default=[], metavar="TEST_FILE",
+                        help="run these test files instead of each mutant's own suite (repeatable): "
+                             "e.g. how an older suite fares against the same mutants")
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds per mutant (default {DEFAULT_TIMEOUT:.0f})")
@@ -33,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown mutant(s) {', '.join(unknown)}; see --list")
     selected = [BY_NAME[n] for n in args.only] if args.only else list(CATALOGUE)
+    if args.tier:
+        selected = [m for m in selected if m.name in TIERS[args.tier]]
+    if args.suite:
+        selected = [replace(m, suite=tuple(args.suite)) for m in selected]
 
     if args.list:
         width = max(len(m.name) for m in selected)

@@ -31,6 +31,10 @@ SIGNALS = "tests/test_workflows_signals.py"
 STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
 RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
 RUNTIME_SUITE = (RUNTIME,)
+# The durable-execution tier (issue 20): the Client's transactional enqueue, the runtime duties, then the
+# model-vs-runtime property test under real faults — fastest first (the runner stops at the first kill).
+DURABLE_SUITE = ("properties/test_client_transactions.py", "properties/test_runtime_duties.py",
+                 "properties/test_durable_execution.py")
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ QUERIES_SQL = "impl/sql/queries.sql"
 WORKER_SQL = "impl/sql/worker.sql"
 WORKER_PY = "impl/worker.py"
 RUNTIME_PY = "impl/runtime.py"
+CLIENT_PY = "impl/client.py"
 
 _FENCE = "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s\n"
 _NO_FENCE = "WHERE id = %(id)s AND state = 'running'\n"
@@ -322,6 +327,118 @@ CATALOGUE: tuple[Mutant, ...] = (
               "            if ctx.id in self.running:  # MUTANT: any attempt of the job\n"),),
         suite=RUNTIME_SUITE,
     ),
+    # --- the durable-execution tier: SDK and runtime duties (issue 20) -----------------------------------
+    Mutant(
+        "step_memo_keyed_on_truthiness",
+        "a journaled step whose value is falsy (0, \"\", [], False, None) runs again on replay",
+        "§8.2",
+        (Edit(WORKER_PY,
+              "        if isinstance(hit, w.StepHit):\n            return decode(hit.value)\n",
+              "        if isinstance(hit, w.StepHit) and decode(hit.value):  # MUTANT: memo keyed on truthiness\n"
+              "            return decode(hit.value)\n"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "transactional_enqueue_commits_on_its_own",
+        "an enqueue on the caller's connection runs in a transaction of its own: a rollback leaves the job",
+        "§5.1",
+        (Edit(STORE_PY,
+              "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
+              "        with self.transaction(op.now, conn) as tx:\n",
+              "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
+              "        with self.transaction(op.now, None) as tx:  # MUTANT: commits on its own\n"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "lost_lease_ignored_at_step_boundary",
+        "an execution whose lease was lost keeps running steps instead of stopping at its next boundary",
+        "§6",
+        (Edit(WORKER_PY,
+              "        if self.lost.is_set():\n"
+              "            raise LeaseLost(f\"job {self.id} attempt {self.attempt}: lease lost\")\n",
+              "        # MUTANT: the lost flag is not checked at the step boundary\n"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "children_reconciler_only_after_a_reclaim",
+        "R2: the sweeper runs the $children reconciler only on passes that also reclaimed an expired lease",
+        "§8.4 R2",
+        (Edit(RUNTIME_PY,
+              "        woken = self.call(lambda: self.store.apply(w.Reconcile(now)), \"reconcile\")\n",
+              "        woken = (self.call(lambda: self.store.apply(w.Reconcile(now)), \"reconcile\")\n"
+              "                 if reclaimed.retried or reclaimed.failed else w.Reconciled(()))  # MUTANT\n"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "chunk_gather_window_not_clamped",
+        "a partial chunk waits its whole gather_ms, not at most half the lease ttl (operations guide, chunks)",
+        "§6",
+        (Edit(RUNTIME_PY,
+              "gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)",
+              "gather_s = kind.gather_ms / 1000  # MUTANT: no clamp to ttl/2"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "adaptive_limit_doubled_past_max",
+        "saturated rounds double a queue's limit without clamping it to its max (adaptive concurrency)",
+        "§6",
+        (Edit(RUNTIME_PY, "new = min(self.limit * 2, hi)", "new = self.limit * 2  # MUTANT: no clamp to max"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "renew_every_ttl",
+        "the renewer extends leases every ttl instead of every ttl/3: a node ahead within tolerance reclaims",
+        "§6",
+        (Edit(RUNTIME_PY, "period = self.config.lease_ttl / 3", "period = self.config.lease_ttl  # MUTANT"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "zombie_not_told_when_its_node_reclaims",
+        "a node claiming a job whose earlier attempt still runs there does not flag that zombie as lost",
+        "§6",
+        (Edit(RUNTIME_PY, "                    zombie.lost.set()  # the renewer",
+              "                    pass  # MUTANT: zombie.lost.set() — the renewer"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "sweeper_prunes_only_after_a_reclaim",
+        "retention (and crons) run only on sweeper passes that reclaimed something",
+        "§8.7",
+        (Edit(RUNTIME_PY,
+              "        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), \"cron\")\n",
+              "        if not (reclaimed.retried or reclaimed.failed):  # MUTANT: duties only after a reclaim\n"
+              "            return now\n"
+              "        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), \"cron\")\n"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "idle_poll_not_capped",
+        "an idle producer's poll interval keeps doubling past poll_interval",
+        "§6",
+        (Edit(RUNTIME_PY, "interval = min(interval * 2, self.worker.config.poll_interval)",
+              "interval = interval * 2  # MUTANT: no idle ceiling"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "busy_poll_ignored",
+        "a producer that just claimed work waits the idle poll_interval before its next claim",
+        "§6",
+        (Edit(RUNTIME_PY, "                interval = self.worker.config.busy_poll\n                if claimed == demand:",
+              "                interval = self.worker.config.poll_interval  # MUTANT: no busy cadence\n"
+              "                if claimed == demand:"),),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "shutdown_ignores_the_grace",
+        "stop() abandons running jobs at once instead of waiting up to the shutdown grace",
+        "§6",
+        (Edit(RUNTIME_PY, "        deadline = time.monotonic() + grace\n",
+              "        deadline = time.monotonic()  # MUTANT: no grace\n"),),
+        suite=DURABLE_SUITE,
+    ),
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
+TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
+    "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
+}
