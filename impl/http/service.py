@@ -419,8 +419,7 @@ class HttpService:
                              "message": f"event {event_name!r} did not arrive before {iso(deadline)}"}
             parked = self.store._park(tx, ref.job_id, ref.attempt, EVENT_SCOPE, event_name, deadline)
             if parked is None:
-                raise self._stale(ref)
-            tx.cur.execute(self.store.q.q("http_spend_no_attempt"), {"id": ref.job_id, "attempt": ref.attempt})
+                raise self._stale(ref)  # the park itself spends no attempt (model.store.max_attempts_after_park)
             return 202, {"status": "sleeping",
                          "message": f"run {ref} sleeps until event {event_name!r} or {iso(deadline)}; "
                                     "claim again to resume the task"}

@@ -80,11 +80,6 @@ UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(until)s)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING lease_until
 
--- http_spend_no_attempt --
--- wait-for-event park: like a snooze, a park spends no attempt (the resume is a new claim).
-UPDATE {jobs} SET max_attempts = max_attempts + 1
-WHERE id = %(id)s AND attempt = %(attempt)s AND state IN ('awaiting', 'ready') AND max_attempts < 2147483647
-
 -- http_signal --
 -- One signal row (an event, or a workflow-run record).
 SELECT payload, inserted_at FROM {signals} WHERE scope = %(scope)s AND name = %(name)s
