@@ -6,7 +6,8 @@ Mapping (see impl/http/__init__.py for the route table):
   task         a belay_jobs row: task_name = worker, params = input, headers = meta, max_attempts kept,
                the rest journaled as the `$http:task` step (impl/http/tasks.py)
   run          one attempt: run_<job>_<attempt>; every run write is §7-fenced on (id, running, attempt)
-  checkpoint   a step of the task (immutable once journaled), written only by the task's live run
+  checkpoint   versioned steps `$checkpoint:<name>#<n>` of the task (impl/http/checkpoints.py): PUT
+               journals the next version, GET reads the latest; written only by the task's live run
   event        a signal in the one API-wide scope `http:events`, delivered under the scope lock
   workflow run a record (signal row in scope `http:workflow-runs`); its tasks share workflow_id
 
@@ -26,6 +27,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from impl.http import checkpoints as cp
 from impl.http import errors as e
 from impl.http.errors import ApiError, iso
 from impl.http.ids import (RunRef, decode_cursor, encode_cursor, event_id, is_workflow_run_id, new_workflow_run_id,
@@ -387,7 +389,7 @@ class HttpService:
         with self.store.transaction(now) as tx:
             if tx.one("fence", {"id": ref.job_id, "attempt": ref.attempt}) is None:  # row lock, then scope lock
                 raise self._stale(ref)
-            resolved = tx.one("http_step", {"job_id": ref.job_id, "name": step})
+            resolved = self._latest_checkpoint(tx, ref.job_id, step)
             if resolved is not None:
                 return 200, {"status": "resolved", "payload": _jsonable(decode(bytes(resolved["value"])))}
             tx.one("lock_scope", {"scope": EVENT_SCOPE})
@@ -397,9 +399,8 @@ class HttpService:
                     value = encode_step_value(event["payload"])
                 except EnvelopeError:
                     value = None  # over the 1 MiB step cap: answered, not memoized
-                if value is not None:
-                    tx.one("insert_step", {"job_id": ref.job_id, "name": step, "value": value, "usd": 0,
-                                           "tokens": 0, "now": now})
+                if value is not None:  # the step's checkpoint holds the payload: a retry resolves from it
+                    self._write_checkpoint(tx, now, ref.job_id, step, value, None)
                 return 200, {"status": "resolved", "payload": event["payload"]}
             memo_name = WAIT_PREFIX + step
             memo = tx.one("http_step", {"job_id": ref.job_id, "name": memo_name})
@@ -433,7 +434,30 @@ class HttpService:
             raise e.bad(f"step_name {name!r} uses a reserved prefix ({', '.join(RESERVED_STEP_PREFIXES)})")
         return name
 
+    @staticmethod
+    def _latest_checkpoint(tx: Any, job_id: int, name: str) -> dict | None:
+        """The latest version of checkpoint `name` (value, inserted_at, version) or None."""
+        row = tx.one("http_checkpoint", {"job_id": job_id, "name": name, "prefix": cp.version_prefix(name)})
+        if row is None:
+            return None
+        return {**row, "version": cp.version_of(name, row["name"])}
+
+    def _write_checkpoint(self, tx: Any, now: datetime, job_id: int, name: str, value: bytes,
+                          latest: dict | None | bool = False) -> None:
+        """Journal the next version of checkpoint `name`. The caller holds the job row lock (the §7
+        fence), so versions are written one at a time; `latest` saves a re-read when already known."""
+        if latest is False:
+            latest = self._latest_checkpoint(tx, job_id, name)
+        version = (latest["version"] if latest else 0) + 1
+        if tx.one("insert_step", {"job_id": job_id, "name": cp.step_name(name, version), "value": value,
+                                  "usd": 0, "tokens": 0, "now": now}) is None:
+            raise e.conflict(f"checkpoint {name!r} version {version} was written concurrently: nothing was "
+                             "changed", "CHECKPOINT_CONFLICT")
+
     def set_checkpoint(self, now: datetime, task: str, step: str, body: Any) -> dict:
+        """Replace the state of checkpoint `step` (journal its next version) and advance updated_at —
+        only as the task's live run (the §7 fence on owner_run's attempt, held through the write);
+        extend_claim_by pushes that run's lease out. A stale or foreign run is 409 and writes nothing."""
         body = e.obj(body)
         if "state" not in body:
             raise e.bad("state is required")
@@ -456,19 +480,11 @@ class HttpService:
         with self.store.transaction(now) as tx:
             if tx.one("fence", {"id": job_id, "attempt": ref.attempt}) is None:
                 raise self._stale(ref)
-            params = {"job_id": job_id, "name": step, "value": value, "usd": 0, "tokens": 0, "now": now}
-            if tx.one("insert_step", params) is None:
-                existing = tx.one("http_step", params)
-                if decode(bytes(existing["value"])) != body["state"]:
-                    raise e.conflict(f"checkpoint {step!r} already holds another state: checkpoints are "
-                                     "immutable once written (use a new step name)", "CHECKPOINT_EXISTS")
-                updated = existing["inserted_at"]
-            else:
-                updated = now
+            self._write_checkpoint(tx, now, job_id, step, value)
             if extend is not None:
                 tx.one("http_extend_lease", {"id": job_id, "attempt": ref.attempt,
                                              "until": now + timedelta(seconds=extend)})
-        return {"task_id": task, "step_name": step, "updated_at": iso(updated)}
+        return {"task_id": task, "step_name": step, "updated_at": iso(now)}
 
     def get_checkpoint(self, now: datetime, task: str, step: str) -> dict:
         job_id = parse_task(task)
@@ -476,7 +492,7 @@ class HttpService:
             raise e.not_found(f"task {task!r} not found", "TASK_NOT_FOUND")
         row = None
         if step and not step.startswith(RESERVED_STEP_PREFIXES) and "\x00" not in step:
-            row = self._one("http_step", {"job_id": job_id, "name": step})
+            row = self._one("http_checkpoint", {"job_id": job_id, "name": step, "prefix": cp.version_prefix(step)})
         if row is None:
             raise e.not_found(f"task {task} has no checkpoint {step!r}", "CHECKPOINT_NOT_FOUND")
         return {"task_id": task, "step_name": step, "state": _jsonable(decode(bytes(row["value"]))),

@@ -74,6 +74,19 @@ WHERE j.id = %(id)s
 -- One step of a job (a checkpoint), with when it was journaled.
 SELECT value, inserted_at FROM {steps} WHERE job_id = %(job_id)s AND name = %(name)s
 
+-- http_checkpoint --
+-- getCheckpoint / setCheckpoint / wait-for-event: the latest version of checkpoint <name>: among the
+-- steps `$checkpoint:<name>#<n>` (impl/http/checkpoints.py) and a plain legacy step <name> (version 0),
+-- the one journaled last. Versions are written in order under the job row lock, so the last is the
+-- highest version.
+SELECT name, value, inserted_at FROM {steps}
+WHERE job_id = %(job_id)s
+  AND (name = %(name)s
+       OR (starts_with(name, %(prefix)s)
+           AND substr(name, char_length(%(prefix)s) + 1) ~ '^[1-9][0-9]{{0,17}}$'))
+ORDER BY seq DESC
+LIMIT 1
+
 -- http_extend_lease --
 -- setCheckpoint extend_claim_by: push the fenced run's lease out (never shorten it).
 UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(until)s)
