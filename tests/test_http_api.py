@@ -370,6 +370,38 @@ def test_a_plain_step_from_an_earlier_server_reads_as_the_checkpoints_first_vers
     assert step_names(db_url, task["task_id"])[-1] == "$checkpoint:old#1"
 
 
+# --- the listTasks extension ---------------------------------------------------------------------
+
+
+def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, clock):
+    make_queue(api)
+    make_queue(api, "other")
+    a, b, c = (make_task(api, params={"i": i}, headers={"h": "v"}) for i in range(3))
+    elsewhere = make_task(api, "other")
+    running = claim(api)[0]
+    api.post(f"/runs/{running['run_id']}/schedule", json={"run_at": iso(clock() + timedelta(seconds=60))})
+    done = claim(api)[0]
+    api.post(f"/runs/{done['run_id']}/complete", json={})
+    listing = api.get("/tasks", params={"queue": "q"}).json()
+    assert [(t["task_id"], t["status"]) for t in listing["tasks"]] == [
+        (a["task_id"], "sleeping"), (b["task_id"], "completed"), (c["task_id"], "pending")]
+    first = listing["tasks"][0]
+    assert {k: first[k] for k in ("queue_name", "task_name", "attempt", "max_attempts", "params", "headers")} == {
+        "queue_name": "q", "task_name": "work", "attempt": 1, "max_attempts": 1, "params": {"i": 0},
+        "headers": {"h": "v"}}
+    assert listing["tasks"][1]["completed_at"] == iso(clock())
+    assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
+        c["task_id"], elsewhere["task_id"]]
+    page = api.get("/tasks", params={"limit": 2}).json()
+    assert [t["task_id"] for t in page["tasks"]] == [a["task_id"], b["task_id"]]
+    rest = api.get("/tasks", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [t["task_id"] for t in rest["tasks"]] == [c["task_id"], elsewhere["task_id"]] and "next_cursor" not in rest
+    assert_error(api.get("/tasks", params={"queue": "nope"}), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.get("/tasks", params={"status": "claimed"}), 400, "VALIDATION_ERROR")
+    assert_error(api.get("/tasks", params={"limit": 0}), 400, "VALIDATION_ERROR")
+    assert_error(api.get("/tasks", params={"cursor": "zz"}), 400, "VALIDATION_ERROR")
+
+
 # --- events and wait-for-event -------------------------------------------------------------------
 
 

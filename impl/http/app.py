@@ -29,7 +29,7 @@ from starlette.routing import Route
 from impl.http import errors as e
 from impl.http.errors import ApiError
 from impl.http.openapi import served_document
-from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, HttpService
+from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATUSES, HttpService
 from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
 from model import ops
@@ -256,11 +256,12 @@ async def claim_tasks(request: Request, s: HttpService, now: datetime) -> Respon
         now = belay.clock()
 
 
-async def list_runs(request: Request, s: HttpService, now: datetime) -> Response:
+def _page_query(request: Request, statuses: tuple[str, ...]) -> tuple[str | None, int]:
+    """The status filter and limit of a listing's query string (400 for bad values)."""
     q = request.query_params
     status = q.get("status")
-    if status is not None and status not in RUN_STATUSES:
-        raise e.bad(f"status must be one of {', '.join(RUN_STATUSES)}")
+    if status is not None and status not in statuses:
+        raise e.bad(f"status must be one of {', '.join(statuses)}")
     limit = DEFAULT_PAGE
     if q.get("limit") is not None:
         try:
@@ -269,7 +270,19 @@ async def list_runs(request: Request, s: HttpService, now: datetime) -> Response
             raise e.bad("limit must be an integer") from None
         if limit < 1:
             raise e.bad("limit must be >= 1")
+    return status, limit
+
+
+async def list_runs(request: Request, s: HttpService, now: datetime) -> Response:
+    status, limit = _page_query(request, RUN_STATUSES)
+    q = request.query_params
     return ok(await call(s.list_runs, now, q.get("task_id"), status, q.get("cursor"), limit))
+
+
+async def list_tasks(request: Request, s: HttpService, now: datetime) -> Response:
+    status, limit = _page_query(request, TASK_STATUSES)
+    q = request.query_params
+    return ok(await call(s.list_tasks, now, q.get("queue"), status, q.get("cursor"), limit))
 
 
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:
@@ -397,6 +410,7 @@ def create_app(
         Route(f"{v1}/queues/{{queue_name}}/tasks", endpoint(("POST", create_task)), methods=["POST"]),
         Route(f"{v1}/queues/{{queue_name}}/tasks/claim", endpoint(("POST", claim_tasks)), methods=["POST"]),
         Route(f"{v1}/runs", endpoint(("GET", list_runs)), methods=["GET"]),
+        Route(f"{v1}/tasks", endpoint(("GET", list_tasks)), methods=["GET"]),  # extension (openapi.py)
         Route(f"{v1}/runs/{{run_id}}/complete", endpoint(("POST", complete_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/fail", endpoint(("POST", fail_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/schedule", endpoint(("POST", schedule_run)), methods=["POST"]),

@@ -33,7 +33,7 @@ from impl.http.errors import ApiError, iso
 from impl.http.ids import (RunRef, decode_cursor, encode_cursor, event_id, is_workflow_run_id, new_workflow_run_id,
                            parse_run, parse_task, run_id, task_id)
 from impl.http.tasks import (CANCEL_STEP, RESERVED_STEP_PREFIXES, TASK_STEP, WAIT_PREFIX, RetryStrategy, TaskConfig,
-                             claimed_task, runs_of)
+                             claimed_task, headers_of, runs_of)
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
@@ -50,6 +50,7 @@ MAX_CLAIM = 1000  # one claim hands out at most this many runs ("up to limit")
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 RUN_STATUSES = ("pending", "claimed", "completed", "failed", "sleeping")
+TASK_STATUSES = ("pending", "running", "sleeping", "completed", "failed", "canceled")  # listTasks (extension)
 WORKFLOW_STATUSES = ("pending", "running", "completed", "failed", "canceled")
 WORKFLOW_TERMINAL = ("completed", "failed", "canceled")
 NO_BACKOFF = w.Backoff(base_s=0, factor=1, max_s=0)  # an expired claim is claimable again at once
@@ -316,6 +317,43 @@ class HttpService:
         if len(found) > limit:
             out["next_cursor"] = encode_cursor(found[limit - 1][0])
         return out
+
+    def list_tasks(self, now: datetime, queue: str | None, status: str | None, cursor: str | None,
+                   limit: int) -> dict:
+        """listTasks (an extension the reference client uses): tasks in id order, optionally of one
+        queue (404 when it does not exist) and one status, at most `limit` (clamped to MAX_PAGE), with
+        next_cursor when more follow."""
+        after = 0
+        if cursor is not None:
+            ref = decode_cursor(cursor)
+            if ref is None:
+                raise e.bad("cursor is not one this server handed out (pass next_cursor as given)")
+            after = ref.job_id
+        if queue is not None:
+            e.check_name(queue, "queue")
+            self._queue(queue)
+        limit = min(limit, MAX_PAGE)
+        rows = self.store.statement("http_tasks_page", {"now": now, "after": after, "queue": queue,
+                                                        "status": status, "limit": limit + 1})
+        out: dict[str, Any] = {"tasks": [self._task_json(r) for r in rows[:limit]]}
+        if len(rows) > limit:
+            out["next_cursor"] = encode_cursor(RunRef(rows[limit - 1]["id"], 0))
+        return out
+
+    @staticmethod
+    def _task_json(row: dict) -> dict:
+        config = TaskConfig.from_step(row["config"], row["max_attempts"])
+        item: dict[str, Any] = {
+            "task_id": task_id(row["id"]), "queue_name": row["queue"], "task_name": row["worker"],
+            "status": row["status"], "attempt": row["attempt"], "max_attempts": config.max_attempts,
+            "params": row["input"], "headers": headers_of(row["meta"]), "created_at": iso(row["inserted_at"]),
+        }
+        workflow_run = config.workflow_run_id or row["workflow_id"]
+        if workflow_run is not None:
+            item["workflow_run_id"] = workflow_run
+        if row["finished_at"] is not None:
+            item["completed_at"] = iso(row["finished_at"])
+        return item
 
     def complete(self, now: datetime, run: str, body: Any) -> dict:
         body = e.obj(body)

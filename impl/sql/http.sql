@@ -148,3 +148,26 @@ RETURNING id
 -- http_prune_events --
 -- Cleanup policy: events (signals of the API's scope) older than the TTL; no other scope.
 DELETE FROM {signals} WHERE scope = %(scope)s AND inserted_at < %(before)s
+
+-- http_tasks_page --
+-- listTasks (an extension): tasks in id order after a position, optionally of one queue and one
+-- status. A task's status: pending = claimable now (§6 predicate C) or held/paused, running, sleeping =
+-- ready or awaiting with ready_at still ahead (a schedule, a retry backoff, a wait), completed, failed,
+-- canceled.
+SELECT * FROM (
+    SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.input, j.meta, j.inserted_at,
+           j.finished_at, j.workflow_id, s.value AS config,
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.state = 'succeeded' THEN 'completed'
+                WHEN j.state = 'failed' THEN 'failed'
+                WHEN j.state = 'cancelled' THEN 'canceled'
+                WHEN j.state IN ('held', 'paused') THEN 'pending'
+                WHEN j.state = 'ready' AND (j.ready_at IS NULL OR j.ready_at <= %(now)s) THEN 'pending'
+                WHEN j.state = 'awaiting' AND j.ready_at <= %(now)s THEN 'pending'
+                ELSE 'sleeping' END AS status
+    FROM {jobs} AS j LEFT JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task'
+    WHERE j.id > %(after)s AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+) AS t
+WHERE %(status)s::text IS NULL OR t.status = %(status)s::text
+ORDER BY t.id
+LIMIT %(limit)s
