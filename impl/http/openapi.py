@@ -124,7 +124,9 @@ _EXTENSION_SCHEMAS = {
             "task_id": {"type": "string"}, "queue_name": {"type": "string"}, "task_name": {"type": "string"},
             "status": {"type": "string", "enum": _TASK_STATUSES},
             "attempt": {"type": "integer", "description": "Runs claimed so far"},
-            "max_attempts": {"type": "integer", "description": "As requested at creation"},
+            "max_attempts": {"type": "integer", "description": (
+                "The effective budget: as requested at creation, plus one for every schedule and wait so far "
+                "(neither spends an attempt)")},
             "params": {"description": "Task parameters as provided when created"},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "workflow_run_id": {"type": "string"},

@@ -345,7 +345,7 @@ class HttpService:
         config = TaskConfig.from_step(row["config"], row["max_attempts"])
         item: dict[str, Any] = {
             "task_id": task_id(row["id"]), "queue_name": row["queue"], "task_name": row["worker"],
-            "status": row["status"], "attempt": row["attempt"], "max_attempts": config.max_attempts,
+            "status": row["status"], "attempt": row["attempt"], "max_attempts": row["max_attempts"],
             "params": row["input"], "headers": headers_of(row["meta"]), "created_at": iso(row["inserted_at"]),
         }
         workflow_run = config.workflow_run_id or row["workflow_id"]
