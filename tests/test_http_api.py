@@ -387,8 +387,8 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
         (a["task_id"], "sleeping"), (b["task_id"], "completed"), (c["task_id"], "pending")]
     first = listing["tasks"][0]
     assert {k: first[k] for k in ("queue_name", "task_name", "attempt", "max_attempts", "params", "headers")} == {
-        "queue_name": "q", "task_name": "work", "attempt": 1, "max_attempts": 1, "params": {"i": 0},
-        "headers": {"h": "v"}}
+        "queue_name": "q", "task_name": "work", "attempt": 1, "max_attempts": 2, "params": {"i": 0},
+        "headers": {"h": "v"}}, "the effective budget: the schedule gave its attempt back"
     assert listing["tasks"][1]["completed_at"] == iso(clock())
     assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
         c["task_id"], elsewhere["task_id"]]

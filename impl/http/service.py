@@ -34,10 +34,11 @@ from impl.http.ids import (RunRef, decode_cursor, encode_cursor, event_id, is_wo
                            parse_run, parse_task, run_id, task_id)
 from impl.http.tasks import (CANCEL_STEP, RESERVED_STEP_PREFIXES, TASK_STEP, WAIT_PREFIX, RetryStrategy, TaskConfig,
                              claimed_task, headers_of, runs_of)
+from impl.pgrows import channel_name, result_payload
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from model.envelope import EnvelopeError, decode, encode_step_value
+from model.envelope import EnvelopeError, decode, encode, encode_step_value
 from model.queues import QueueOpts
 from model.rows import TERMINAL
 
@@ -99,6 +100,7 @@ class HttpService:
         self.store = store
         self.node = node  # leased_by of every HTTP claim: renewals and fences work across server processes
         self.on_ready = on_ready or (lambda queue: None)
+        self._notify_channel: str | None = None
 
     # --- helpers ------------------------------------------------------------------------------------
 
@@ -364,9 +366,22 @@ class HttpService:
         ref, row = self._run(run)
         self._require_live(ref, row)
         self._enforce_deadline(now, ref, row)
+        if row["workflow_id"] is None and row["parent_id"] is None and self.store.statement("http_complete_solo", {
+                "id": ref.job_id, "attempt": ref.attempt, "now": now, "result": encode(outcome.value),
+                "channel": self._channel(), "payload": result_payload(ref.job_id)}):
+            return {"run_id": str(ref), "status": "completed"}  # one round trip: nothing after-terminal to do
         if isinstance(self.store.apply(w.Ack(now, ref.job_id, ref.attempt, outcome)), w.Stale):
             raise self._stale(ref)
         return {"run_id": str(ref), "status": "completed"}
+
+    def _channel(self) -> str | None:
+        """The §9.2 channel of result notifications (None when the store sends none), read once."""
+        if not self.store.notify:
+            return None
+        if self._notify_channel is None:
+            with self.store.pool.connection() as conn:
+                self._notify_channel = channel_name(conn.info.dbname, self.store.schema)
+        return self._notify_channel
 
     def fail(self, now: datetime, run: str, body: Any) -> dict:
         body = e.obj(body)

@@ -66,7 +66,7 @@ SELECT job_id, value FROM {steps} WHERE job_id = ANY(%(ids)s) AND name = '$http:
 -- http_run_context --
 -- What a run-scoped request needs: the job's fence columns plus its `$http:task` options.
 SELECT j.id, j.queue, j.state, j.attempt, j.max_attempts, j.errors, j.inserted_at, j.started_at,
-       j.cancel_requested, j.workflow_id, s.value AS config
+       j.cancel_requested, j.workflow_id, j.parent_id, s.value AS config
 FROM {jobs} AS j LEFT JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task'
 WHERE j.id = %(id)s
 
@@ -171,3 +171,19 @@ SELECT * FROM (
 WHERE %(status)s::text IS NULL OR t.status = %(status)s::text
 ORDER BY t.id
 LIMIT %(limit)s
+
+-- http_complete_solo --
+-- completeRun in one round trip: §7 succeed, fenced on the run's attempt, for a task outside any
+-- workflow and without a parent — its after-terminal steps (settlement, `$children`) are empty — in one
+-- autocommit statement with its result notification (§9.2; channel NULL: none). Any other task, or a
+-- run that lost its claim, matches nothing; the caller then takes the store's full Ack transaction.
+WITH done AS (
+    UPDATE {jobs}
+    SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
+    WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+      AND workflow_id IS NULL AND parent_id IS NULL
+    RETURNING id
+)
+SELECT id, CASE WHEN %(channel)s::text IS NULL THEN NULL
+                ELSE pg_notify(%(channel)s::text, %(payload)s::text) END AS notified
+FROM done
