@@ -363,13 +363,14 @@ class HttpService:
             outcome = w.Succeed(body.get("result"))
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
-        ref, row = self._run(run)
-        self._require_live(ref, row)
-        self._enforce_deadline(now, ref, row)
-        if row["workflow_id"] is None and row["parent_id"] is None and self.store.statement("http_complete_solo", {
+        ref = parse_run(run)
+        if ref is not None and self.store.statement("http_complete_solo", {
                 "id": ref.job_id, "attempt": ref.attempt, "now": now, "result": encode(outcome.value),
                 "channel": self._channel(), "payload": result_payload(ref.job_id)}):
             return {"run_id": str(ref), "status": "completed"}  # one round trip: nothing after-terminal to do
+        ref, row = self._run(run)
+        self._require_live(ref, row)
+        self._enforce_deadline(now, ref, row)
         if isinstance(self.store.apply(w.Ack(now, ref.job_id, ref.attempt, outcome)), w.Stale):
             raise self._stale(ref)
         return {"run_id": str(ref), "status": "completed"}

@@ -174,15 +174,21 @@ LIMIT %(limit)s
 
 -- http_complete_solo --
 -- completeRun in one round trip: §7 succeed, fenced on the run's attempt, for a task outside any
--- workflow and without a parent — its after-terminal steps (settlement, `$children`) are empty — in one
--- autocommit statement with its result notification (§9.2; channel NULL: none). Any other task, or a
--- run that lost its claim, matches nothing; the caller then takes the store's full Ack transaction.
+-- workflow and without a parent — its after-terminal steps (settlement, `$children`) are empty — and
+-- not past the execution deadline of its `$http:task` options, in one autocommit statement with its
+-- result notification (§9.2; channel NULL: none). Any other task, a run that lost its claim or a task
+-- past its deadline matches nothing; the caller then takes the full path (checks, errors, Ack).
 WITH done AS (
-    UPDATE {jobs}
+    UPDATE {jobs} AS j
     SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
-    WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
-      AND workflow_id IS NULL AND parent_id IS NULL
-    RETURNING id
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.attempt = %(attempt)s
+      AND j.workflow_id IS NULL AND j.parent_id IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {steps} AS s
+          WHERE s.job_id = j.id AND s.name = '$http:task'
+            AND (get_byte(s.value, 0) = 131
+                 OR (convert_from(s.value, 'UTF8')::jsonb->>'execution_deadline')::timestamptz <= %(now)s))
+    RETURNING j.id
 )
 SELECT id, CASE WHEN %(channel)s::text IS NULL THEN NULL
                 ELSE pg_notify(%(channel)s::text, %(payload)s::text) END AS notified
