@@ -42,16 +42,18 @@ OLD_SERVE = (
 
 
 def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
                 return proc
         except httpx.HTTPError:
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError(f"server {cmd} did not start")
+    log.seek(0)
+    raise RuntimeError(f"server {cmd} did not start: {log.read()[-3000:].decode(errors='replace')}")
 
 
 def measure(url: str, label: str, cmd: list[str], env: dict[str, str], port: int, tasks: int, workers: int,
