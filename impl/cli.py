@@ -173,8 +173,8 @@ def smoke_cmd() -> None:
 @click.option("--sweep-interval", type=float, default=1.0, show_default=True,
               help="seconds between sweeper passes (reclaim, timeouts, cleanup)")
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator for long polls")
-@click.option("--workers", type=click.IntRange(min=1), default=lambda: min(os.cpu_count() or 1, 4),
-              show_default="CPU count, at most 4", help="server processes sharing the port")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="server processes sharing the port (for machines with idle cores)")
 @click.option("--access-log/--no-access-log", default=False, show_default=True, help="log every request")
 def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema: str, do_migrate: bool,
               sweep_interval: float, notify: bool, workers: int, access_log: bool) -> None:
