@@ -313,13 +313,13 @@ def smoke_cmd() -> None:
 @click.option("--sweep-interval", type=float, default=1.0, show_default=True,
               help="seconds between sweeper passes (reclaim, timeouts, cleanup)")
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator for long polls")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="server processes sharing the port (for machines with idle cores)")
+@click.option("--access-log/--no-access-log", default=False, show_default=True, help="log every request")
 def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema: str, do_migrate: bool,
-              sweep_interval: float, notify: bool) -> None:
+              sweep_interval: float, notify: bool, workers: int, access_log: bool) -> None:
     """Serve the Durable Execution HTTP API at /api/v1 (OpenAPI document at /openapi.json)."""
-    import uvicorn
-
-    from impl.http import create_app
-    from impl.http.server import BindRefused, check_bind
+    from impl.http.server import BindRefused, check_bind, serve
 
     try:
         check_bind(host, token or None)
@@ -329,10 +329,10 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
             migrate(conn, schema)
     check_database(database_url, schema=schema)  # before binding: fail in seconds, not after a pool timeout
-    app = create_app(database_url, token=token or None, schema=schema, sweep_interval=sweep_interval, notify=notify)
-    click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'})",
-               err=True)
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'}"
+               f", {workers} process{'es' if workers > 1 else ''})", err=True)
+    serve(database_url, host, port, workers=workers, access_log=access_log, token=token or None, schema=schema,
+          sweep_interval=sweep_interval, notify=notify)
 
 
 # --- day-2 commands (impl/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,

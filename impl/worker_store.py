@@ -26,7 +26,10 @@ from model import worker_ops as w
 from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.rows import TERMINAL, CronRow
-from model.store import EPOCH, claim_order, epoch_us, over_budget, spawn_key
+from model.store import EPOCH, PARK_ATTEMPT_CREDIT, claim_order, epoch_us, over_budget, spawn_key
+
+# The shared park rule (model.store.max_attempts_after_park) as the parameters of the park UPDATEs.
+PARK_BUDGET = {"park_credit": PARK_ATTEMPT_CREDIT, "attempts_ceiling": ops.INT4_MAX}
 
 
 class _Rollback(Exception):
@@ -184,7 +187,7 @@ class WorkerOps:
         present = tx.one("signal_exists", {"scope": scope, "name": name}) is not None
         failpoint("park.after_check")
         params = {"id": job_id, "attempt": attempt, "scope": scope, "name": name, "deadline": deadline,
-                  "now": tx.now}
+                  "now": tx.now, **PARK_BUDGET}
         parked = tx.one("park_ready" if present else "park_awaiting", params)
         if parked is None:
             return None
@@ -200,7 +203,7 @@ class WorkerOps:
             tx.one("insert_step", {"job_id": op.job_id, "name": name, "value": encode(op.until.isoformat()),
                                    "usd": 0, "tokens": 0, "now": op.now})
             until = datetime.fromisoformat(decode(tx.one("read_step", {"job_id": op.job_id, "name": name})["value"]))
-            tx.one("sleep_until", {"id": op.job_id, "attempt": op.attempt, "until": until})
+            tx.one("sleep_until", {"id": op.job_id, "attempt": op.attempt, "until": until, **PARK_BUDGET})
             return w.Slept(op.job_id, until)
 
     # --- §8.2 steps and budgets, events -------------------------------------------------------------

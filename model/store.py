@@ -192,14 +192,34 @@ def _deliver(t: Tables, now: datetime, scope: str, name: str, payload: Any) -> l
     return woken
 
 
+# --- a wait spends no attempt (one rule for the model, the Postgres store, the SDKs and the HTTP API) ---
+
+PARK_ATTEMPT_CREDIT = 1  # what a park outcome adds to max_attempts: the resume's claim spends exactly one
+
+
+def max_attempts_after_park(max_attempts: int) -> int:
+    """A wait is not a failure: every park outcome — await a signal (also when §7's rule parks it as
+    ready at once because the signal is already there), durable sleep, await children — raises
+    max_attempts by PARK_ATTEMPT_CREDIT, as a snooze does, so the claim that resumes the job leaves
+    its retry budget (max_attempts − attempt) as it was before the wait. A job that parks any number
+    of times keeps every retry for crashes and raised errors. At the integer column's ceiling the
+    budget stays there (a wait is never refused; 2^31−1 attempts is no budget anyway).
+
+    The Postgres store applies the same arithmetic in SQL (impl/sql: park_awaiting, park_ready,
+    sleep_until), bound to these constants; foreign SDKs apply it in their park UPDATE."""
+    return min(max_attempts + PARK_ATTEMPT_CREDIT, ops.INT4_MAX)
+
+
 def _park(t: Tables, now: datetime, job_id: int, scope: str, name: str, deadline: datetime | None) -> w.Parked:
-    """§7: a signal row already present parks the job as ready instead of awaiting."""
+    """§7: a signal row already present parks the job as ready instead of awaiting. Either way the
+    park spends no attempt (`max_attempts_after_park`)."""
+    budget = max_attempts_after_park(t.jobs[job_id].max_attempts)
     if (scope, name) in t.signals:
         t.update(job_id, state="ready", ready_at=now, await_scope=None, await_name=None,
-                 lease_until=None, leased_by=None)
+                 lease_until=None, leased_by=None, max_attempts=budget)
         return w.Parked(job_id, "ready")
     t.update(job_id, state="awaiting", await_scope=scope, await_name=name, ready_at=deadline,
-             lease_until=None, leased_by=None)
+             lease_until=None, leased_by=None, max_attempts=budget)
     return w.Parked(job_id, "awaiting")
 
 
@@ -432,7 +452,8 @@ def _sleep(t: Tables, op: w.Sleep) -> w.Slept | w.Stale:
     name = f"$sleep:{op.name}"
     _journal(t, op.now, op.job_id, name, encode(op.until.isoformat()))
     until = datetime.fromisoformat(decode(t.steps[(op.job_id, name)].value))
-    t.update(op.job_id, state="ready", ready_at=until, lease_until=None, leased_by=None)
+    t.update(op.job_id, state="ready", ready_at=until, lease_until=None, leased_by=None,
+             max_attempts=max_attempts_after_park(t.jobs[op.job_id].max_attempts))
     return w.Slept(op.job_id, until)
 
 

@@ -284,34 +284,122 @@ def test_execution_timeout_is_enforced_by_the_sweeper_across_retries(api, clock,
 # --- checkpoints -----------------------------------------------------------------------------------
 
 
-def test_checkpoints_are_steps_written_only_by_the_live_run(api, clock, db_url):
+def step_names(db_url: str, task_id: str) -> list[str]:
+    with psycopg.connect(db_url) as c:
+        return [n for (n,) in c.execute("SELECT name FROM belay_steps WHERE job_id = %s ORDER BY seq",
+                                        (int(task_id[5:]),))]
+
+
+def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_state(api, clock, db_url):
     make_queue(api)
     task, other = make_task(api, max_attempts=3), make_task(api)
     tid = task["task_id"]
     run = claim(api, timeout=10)[0]["run_id"]
     other_run = claim(api)[0]["run_id"]
-    put = lambda body: api.put(f"/tasks/{tid}/checkpoints/step1", json=body)  # noqa: E731
+    put = lambda body, name="step1": api.put(f"/tasks/{tid}/checkpoints/{name}", json=body)  # noqa: E731
     assert_error(put({"state": 1, "owner_run": other_run}), 409, "NOT_OWNER")
     assert_error(put({"state": 1, "owner_run": "nonsense"}), 409, "NOT_OWNER")
+    assert api.get(f"/tasks/{tid}/checkpoints/step1").status_code == 404
     r = put({"state": {"done": 5}, "owner_run": run, "extend_claim_by": 120})
     assert r.json() == {"task_id": tid, "step_name": "step1", "updated_at": iso(clock())}
     assert job_row(db_url, tid)["lease_until"] == clock() + timedelta(seconds=120)
-    assert put({"state": {"done": 5}, "owner_run": run}).status_code == 200  # idempotent
-    assert_error(put({"state": {"done": 6}, "owner_run": run}), 409, "CHECKPOINT_EXISTS")
-    clock.advance(121)
+    clock.advance(1)
+    assert put({"state": {"done": 6}, "owner_run": run}).json()["updated_at"] == iso(clock())
+    assert api.get(f"/tasks/{tid}/checkpoints/step1").json() == {
+        "task_id": tid, "step_name": "step1", "state": {"done": 6}, "updated_at": iso(clock())}
+    clock.advance(120)
     api.belay.sweep_once()
     new = claim(api)[0]["run_id"]
-    assert_error(api.put(f"/tasks/{tid}/checkpoints/step2", json={"state": 2, "owner_run": run}), 409,
-                 "STALE_RUN")
+    assert_error(put({"state": {"done": 99}, "owner_run": run}), 409, "STALE_RUN")
+    assert_error(put({"state": 2, "owner_run": run}, "step2"), 409, "STALE_RUN")
     assert api.get(f"/tasks/{tid}/checkpoints/step2").status_code == 404
-    assert api.get(f"/tasks/{tid}/checkpoints/step1").json() == {
-        "task_id": tid, "step_name": "step1", "state": {"done": 5}, "updated_at": "2026-11-30T12:00:00Z"}
-    assert api.put(f"/tasks/{tid}/checkpoints/step2", json={"state": 2, "owner_run": new}).status_code == 200
-    with psycopg.connect(db_url) as c:
-        names = [n for (n,) in c.execute("SELECT name FROM belay_steps WHERE job_id = %s ORDER BY seq",
-                                         (int(tid[5:]),))]
-    assert names == ["$http:task", "step1", "step2"]
+    assert api.get(f"/tasks/{tid}/checkpoints/step1").json()["state"] == {"done": 6}, "the stale write changed nothing"
+    assert put({"state": 2, "owner_run": new}, "step2").status_code == 200
+    assert step_names(db_url, tid) == ["$http:task", "$checkpoint:step1#1", "$checkpoint:step1#2",
+                                       "$checkpoint:step2#1"]
     assert api.get(f"/tasks/{tid}/checkpoints/$http:task").status_code == 404  # reserved: not a checkpoint
+
+
+def test_checkpointed_steps_resume_from_the_last_checkpoint_after_a_crash(api, clock, db_url):
+    """The API's flagship pattern, as its clients write it: save progress under one checkpoint name after
+    each of three steps; the first run stops calling after the second (a crash); the claim times out;
+    the next run reads the checkpoint, does only the third step and completes."""
+    make_queue(api)
+    tid = make_task(api, task_name="pipeline", params={"steps": 3}, max_attempts=3)["task_id"]
+    done: list[tuple[int, str]] = []
+
+    def run_steps(stop_after: int | None = None) -> str:
+        (task,) = claim(api, timeout=30)
+        assert task["task_id"] == tid
+        r = api.get(f"/tasks/{tid}/checkpoints/progress")
+        completed = r.json()["state"]["completed"] if r.status_code == 200 else 0
+        for step in range(completed + 1, task["params"]["steps"] + 1):
+            done.append((step, task["run_id"]))
+            r = api.put(f"/tasks/{tid}/checkpoints/progress", json={
+                "state": {"completed": step}, "owner_run": task["run_id"], "extend_claim_by": 30})
+            assert r.status_code == 200, r.text
+            if step == stop_after:
+                return task["run_id"]
+        assert api.post(f"/runs/{task['run_id']}/complete", json={"result": {"steps": len(done)}}).status_code == 200
+        return task["run_id"]
+
+    first = run_steps(stop_after=2)
+    assert claim(api) == [], "the crashed run still holds its claim"
+    clock.advance(30)
+    api.belay.sweep_once()
+    second = run_steps()
+    assert done == [(1, first), (2, first), (3, second)], "steps 1 and 2 ran once, the retry resumed at step 3"
+    row = job_row(db_url, tid)
+    assert (row["state"], row["attempt"]) == ("succeeded", 2)
+    assert api.get(f"/tasks/{tid}/checkpoints/progress").json()["state"] == {"completed": 3}
+    assert_error(api.put(f"/tasks/{tid}/checkpoints/progress", json={"state": {"completed": 0}, "owner_run": first}),
+                 409, "STALE_RUN")
+    assert api.get(f"/tasks/{tid}/checkpoints/progress").json()["state"] == {"completed": 3}
+
+
+def test_a_plain_step_from_an_earlier_server_reads_as_the_checkpoints_first_version(api, db_url):
+    make_queue(api)
+    task = make_task(api)
+    run = claim(api)[0]["run_id"]
+    with psycopg.connect(db_url) as c:
+        c.execute("INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 9, 'old', %s, now())",
+                  (int(task["task_id"][5:]), b'{"v": 0}'))
+    assert api.get(f"/tasks/{task['task_id']}/checkpoints/old").json()["state"] == {"v": 0}
+    api.put(f"/tasks/{task['task_id']}/checkpoints/old", json={"state": {"v": 1}, "owner_run": run})
+    assert api.get(f"/tasks/{task['task_id']}/checkpoints/old").json()["state"] == {"v": 1}
+    assert step_names(db_url, task["task_id"])[-1] == "$checkpoint:old#1"
+
+
+# --- the listTasks extension ---------------------------------------------------------------------
+
+
+def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, clock):
+    make_queue(api)
+    make_queue(api, "other")
+    a, b, c = (make_task(api, params={"i": i}, headers={"h": "v"}) for i in range(3))
+    elsewhere = make_task(api, "other")
+    running = claim(api)[0]
+    api.post(f"/runs/{running['run_id']}/schedule", json={"run_at": iso(clock() + timedelta(seconds=60))})
+    done = claim(api)[0]
+    api.post(f"/runs/{done['run_id']}/complete", json={})
+    listing = api.get("/tasks", params={"queue": "q"}).json()
+    assert [(t["task_id"], t["status"]) for t in listing["tasks"]] == [
+        (a["task_id"], "sleeping"), (b["task_id"], "completed"), (c["task_id"], "pending")]
+    first = listing["tasks"][0]
+    assert {k: first[k] for k in ("queue_name", "task_name", "attempt", "max_attempts", "params", "headers")} == {
+        "queue_name": "q", "task_name": "work", "attempt": 1, "max_attempts": 2, "params": {"i": 0},
+        "headers": {"h": "v"}}, "the effective budget: the schedule gave its attempt back"
+    assert listing["tasks"][1]["completed_at"] == iso(clock())
+    assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
+        c["task_id"], elsewhere["task_id"]]
+    page = api.get("/tasks", params={"limit": 2}).json()
+    assert [t["task_id"] for t in page["tasks"]] == [a["task_id"], b["task_id"]]
+    rest = api.get("/tasks", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [t["task_id"] for t in rest["tasks"]] == [c["task_id"], elsewhere["task_id"]] and "next_cursor" not in rest
+    assert_error(api.get("/tasks", params={"queue": "nope"}), 404, "QUEUE_NOT_FOUND")
+    assert_error(api.get("/tasks", params={"status": "claimed"}), 400, "VALIDATION_ERROR")
+    assert_error(api.get("/tasks", params={"limit": 0}), 400, "VALIDATION_ERROR")
+    assert_error(api.get("/tasks", params={"cursor": "zz"}), 400, "VALIDATION_ERROR")
 
 
 # --- events and wait-for-event -------------------------------------------------------------------

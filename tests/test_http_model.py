@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from impl.http.errors import iso
-from impl.http.service import NO_BACKOFF
+from impl.http.service import EVENT_SCOPE, NO_BACKOFF
 from impl.http.tasks import RetryStrategy
 from impl.http.testing import FakeClock, serve_api
 from model import ops
@@ -42,6 +42,8 @@ class HttpVersusModel(RuleBasedStateMachine):
             assert self.api.post("/queues", json={"name": name}).status_code == 201
         self.tasks: dict[int, tuple[int, dict | None]] = {}  # db job id → (model job id, strategy)
         self.runs: list[tuple[str, int, int]] = []  # (run id, model job id, attempt)
+        self.waited: list[str] = []  # event names waited on and not emitted yet
+        self.prefix, self.waits = prefix, 0
 
     def pick_run(self, data) -> tuple[str, int, int]:
         """Mostly a recent run (likely live), sometimes any run (likely stale)."""
@@ -111,6 +113,33 @@ class HttpVersusModel(RuleBasedStateMachine):
         until = self.now() + timedelta(seconds=seconds)
         r = self.api.post(f"/runs/{run}/schedule", json={"run_at": iso(until)})
         self.expect(r, self.model.apply(w.Ack(self.now(), mid, attempt, w.Snooze(until))))
+
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data(), timeout=st.sampled_from([5, 30]))
+    def wait_for_event(self, data, timeout):
+        """A wait for an event not emitted yet parks the run (202) — the model's ParkAwait in the API's
+        event scope, with the shared park rule on max_attempts — or is stale (409)."""
+        run, mid, attempt = self.pick_run(data)
+        self.waits += 1
+        name = f"{self.prefix}-e{self.waits}"  # events are API-wide: unique across examples
+        self.waited.append(name)
+        r = self.api.post(f"/runs/{run}/wait-for-event", json={
+            "event_name": name, "timeout_seconds": timeout, "task_id": run.rsplit("_", 1)[0].replace("run", "task"),
+            "step_name": name})
+        result = self.model.apply(w.ParkAwait(self.now(), mid, attempt, EVENT_SCOPE, name,
+                                              self.now() + timedelta(seconds=timeout)))
+        if isinstance(result, w.Stale):
+            assert r.status_code == 409 and r.json()["code"] == "STALE_RUN", r.text
+        else:
+            assert (r.status_code, result) == (202, w.Parked(mid, "awaiting")), r.text
+
+    @precondition(lambda self: self.waited)
+    @rule(data=st.data())
+    def emit(self, data):
+        name = data.draw(st.sampled_from(self.waited))
+        assert self.api.post("/events", json={"event_name": name, "payload": 1}).status_code == 201
+        self.model.apply(ops.DeliverSignal(self.now(), EVENT_SCOPE, name, 1))
+        self.waited.remove(name)  # never waited on again: a wait for an existing event does not park
 
     @rule(seconds=st.integers(0, 40))
     def advance(self, seconds):

@@ -34,5 +34,6 @@ def test_the_document_is_served(db_url):
     with serve_api(db_url) as api:
         doc = api.client.get(f"{api.base}/openapi.json").json()
         assert doc["servers"] == [{"url": "/api/v1"}]
-        assert len([m for item in doc["paths"].values() for m in item]) == 16
+        assert len([m for item in doc["paths"].values() for m in item]) == 17  # 16 + the listTasks extension
+        assert doc["paths"]["/tasks"]["get"]["x-belay-extension"] is True
         assert api.get("/openapi.json").json() == doc

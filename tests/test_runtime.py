@@ -669,6 +669,15 @@ def test_snooze_makes_the_job_ready_later_without_spending_an_attempt(db, pg, cl
     assert bodies[1]["started_ns"] - bodies[0]["started_ns"] >= 0.3e9
 
 
+def test_waits_spend_no_attempt_so_a_job_that_waited_more_than_max_attempts_still_retries(db, pg, client, workers):
+    workers()
+    job_id = client.enqueue(Q, "many_waits", {"waits": 6}, max_attempts=2).id
+    final = client.await_result(job_id, timeout=20)
+    assert (final.state, result_value(final)) == ("succeeded", 8), final.errors
+    assert [e["attempt"] for e in final.errors] == [7], "the one raise came after six waits and was retried"
+    assert (final.attempt, final.max_attempts) == (8, 8), "each of the six waits gave its attempt back"
+
+
 def test_an_unknown_kind_fails_with_an_error_naming_the_kind(db, client, workers):
     workers()
     job_id = client.enqueue(Q, "no_such_kind", max_attempts=1).id

@@ -12,12 +12,14 @@ Routes (all under /api/v1) and what each does to the store (impl/http/service.py
     POST   /queues/{q}/tasks                     Enqueue (EnqueueWorkflow with workflow_run_id) + `$http:task` step, one tx
     POST   /queues/{q}/tasks/claim               Claim (lease ttl = claim_timeout), long poll on pg_notify + floor
     GET    /runs                                 the attempts of jobs, (task, attempt) order, opaque cursor
-    POST   /runs/{r}/complete                    Ack(Succeed)            fenced on the run's attempt
+    POST   /runs/{r}/complete                    Ack(Succeed)            fenced on the run's attempt (one statement
+                                                 for a task outside workflows and without a parent)
     POST   /runs/{r}/fail                        Ack(Fail(retry_at))     retry_at from the task's retry_strategy
     POST   /runs/{r}/schedule                    Ack(Snooze(run_at))
     POST   /runs/{r}/wait-for-event              fence + §7 park rule under the event scope lock (ParkAwait)
-    PUT    /tasks/{t}/checkpoints/{s}            fenced step journal (RecordStep semantics) + lease extension
-    GET    /tasks/{t}/checkpoints/{s}            ReadStep
+    PUT    /tasks/{t}/checkpoints/{s}            fenced: journal the next version $checkpoint:<s>#<n> + lease extension
+    GET    /tasks/{t}/checkpoints/{s}            the latest version (impl/http/checkpoints.py)
+    GET    /tasks                                extension: tasks by queue / status, a limit and a cursor
     POST   /events                               DeliverSignal in scope `http:events`
     POST   /workflow-runs                        a workflow-run record (signal row in `http:workflow-runs`)
     PATCH  /workflow-runs/{w}                    update it; canceled cancels its unfinished tasks

@@ -14,11 +14,13 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from functools import partial
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -29,7 +31,7 @@ from starlette.routing import Route
 from impl.http import errors as e
 from impl.http.errors import ApiError
 from impl.http.openapi import served_document
-from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, HttpService
+from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATUSES, HttpService
 from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
 from model import ops
@@ -99,6 +101,7 @@ class Belay:
         self.node = node
         self.waker = Waker()
         self.store: PgStore | None = None
+        self.async_pool: AsyncConnectionPool | None = None  # the event loop's own, for completeRun's fast path
         self.service: HttpService | None = None
         self.stopped = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -256,11 +259,12 @@ async def claim_tasks(request: Request, s: HttpService, now: datetime) -> Respon
         now = belay.clock()
 
 
-async def list_runs(request: Request, s: HttpService, now: datetime) -> Response:
+def _page_query(request: Request, statuses: tuple[str, ...]) -> tuple[str | None, int]:
+    """The status filter and limit of a listing's query string (400 for bad values)."""
     q = request.query_params
     status = q.get("status")
-    if status is not None and status not in RUN_STATUSES:
-        raise e.bad(f"status must be one of {', '.join(RUN_STATUSES)}")
+    if status is not None and status not in statuses:
+        raise e.bad(f"status must be one of {', '.join(statuses)}")
     limit = DEFAULT_PAGE
     if q.get("limit") is not None:
         try:
@@ -269,11 +273,29 @@ async def list_runs(request: Request, s: HttpService, now: datetime) -> Response
             raise e.bad("limit must be an integer") from None
         if limit < 1:
             raise e.bad("limit must be >= 1")
+    return status, limit
+
+
+async def list_runs(request: Request, s: HttpService, now: datetime) -> Response:
+    status, limit = _page_query(request, RUN_STATUSES)
+    q = request.query_params
     return ok(await call(s.list_runs, now, q.get("task_id"), status, q.get("cursor"), limit))
 
 
+async def list_tasks(request: Request, s: HttpService, now: datetime) -> Response:
+    status, limit = _page_query(request, TASK_STATUSES)
+    q = request.query_params
+    return ok(await call(s.list_tasks, now, q.get("queue"), status, q.get("cursor"), limit))
+
+
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:
-    return ok(await call(s.complete, now, path(request, "run_id"), await json_body(request, optional=True)))
+    run, body = path(request, "run_id"), await json_body(request, optional=True)
+    pool = _belay(request).async_pool
+    if pool is not None:
+        done = await s.complete_fast(now, run, body, pool)
+        if done is not None:
+            return ok(done)
+    return ok(await call(partial(s.complete, fast_tried=pool is not None), now, run, body))
 
 
 async def fail_run(request: Request, s: HttpService, now: datetime) -> Response:
@@ -382,11 +404,16 @@ def create_app(
     async def lifespan(app: Starlette):
         belay.waker.loop = asyncio.get_running_loop()
         await run_in_threadpool(belay.open)
+        await run_in_threadpool(belay.service._channel)  # resolved once, before the loop needs it
+        belay.async_pool = AsyncConnectionPool(conninfo, min_size=1, max_size=pool_size, open=False,
+                                               kwargs={"autocommit": True}, name="belay-http-loop")
+        await belay.async_pool.open()
         try:
             yield
         finally:
             belay.stopped.set()
             belay.waker.poke(None)
+            await belay.async_pool.close()
             await run_in_threadpool(belay.close)
 
     v1 = "/api/v1"
@@ -397,6 +424,7 @@ def create_app(
         Route(f"{v1}/queues/{{queue_name}}/tasks", endpoint(("POST", create_task)), methods=["POST"]),
         Route(f"{v1}/queues/{{queue_name}}/tasks/claim", endpoint(("POST", claim_tasks)), methods=["POST"]),
         Route(f"{v1}/runs", endpoint(("GET", list_runs)), methods=["GET"]),
+        Route(f"{v1}/tasks", endpoint(("GET", list_tasks)), methods=["GET"]),  # extension (openapi.py)
         Route(f"{v1}/runs/{{run_id}}/complete", endpoint(("POST", complete_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/fail", endpoint(("POST", fail_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/schedule", endpoint(("POST", schedule_run)), methods=["POST"]),

@@ -14,7 +14,9 @@ valid requests; it adds:
   at most 2^31-1;
 - `oldest_pending_run_age_seconds` as OpenAPI 3.1 spells a nullable number (`nullable` is 3.0);
 - `servers: /api/v1` relative to wherever the document is served, and response links for clients
-  and stateful testers (queue → tasks → runs → checkpoints, workflow run → update).
+  and stateful testers (queue → tasks → runs → checkpoints, workflow run → update);
+- extensions the reference client uses, each marked `x-belay-extension: true`: `GET /tasks`
+  (listTasks: queue / status filters, a limit, a cursor; the Error schema on every failure).
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ _LINKS = {
         "CreateTask": ("createTask", {"queue_name": "$response.body#/name"}),
         "ClaimTasks": ("claimTasks", {"queue_name": "$response.body#/name"}),
         "DeleteQueue": ("deleteQueue", {"queue_name": "$response.body#/name"}),
+        "ListQueueTasks": ("listTasks", {"queue": "$response.body#/name"}),
     },
     ("createTask", "201"): {
         "ListTaskRuns": ("listRuns", {"task_id": "$response.body#/task_id"}),
@@ -71,6 +74,66 @@ _LINKS = {
     },
     ("createWorkflowRun", "201"): {
         "UpdateWorkflowRun": ("updateWorkflowRun", {"workflow_run_id": "$response.body#/workflow_run_id"}),
+    },
+}
+
+
+_TASK_STATUSES = ["pending", "running", "sleeping", "completed", "failed", "canceled"]
+
+# Extensions: operations the spec does not have but the reference client calls (path → item).
+_EXTENSION_PATHS = {
+    "/tasks": {"get": {
+        "operationId": "listTasks",
+        "summary": "List tasks (extension)",
+        "description": (
+            "A Belay extension the reference client uses (not in the spec): tasks in creation order, "
+            "optionally of one queue and one status, at most `limit` (values above 1000 return 1000), with "
+            "`next_cursor` when more follow. Status: pending (claimable now, or held), running (claimed), "
+            "sleeping (scheduled, backing off before a retry, or waiting for an event), completed, failed, "
+            "canceled. 404 when the named queue does not exist."),
+        "tags": ["Tasks"],
+        "x-belay-extension": True,
+        "parameters": [
+            {"name": "queue", "in": "query", "required": False, "description": "Only tasks of this queue",
+             "schema": {"type": "string", "minLength": 1, "maxLength": 63}},
+            {"name": "status", "in": "query", "required": False, "description": "Only tasks in this status",
+             "schema": {"type": "string", "enum": _TASK_STATUSES}},
+            {"name": "cursor", "in": "query", "required": False,
+             "description": "Pagination cursor from a previous response",
+             "schema": {"type": "string", "pattern": CURSOR_PATTERN}},
+            {"name": "limit", "in": "query", "required": False, "description": "Maximum number of tasks to return",
+             "schema": {"type": "integer", "minimum": 1, "default": 50}},
+        ],
+        "responses": {
+            "200": {"description": "Tasks", "content": {"application/json": {"schema": {
+                "type": "object", "required": ["tasks"], "properties": {
+                    "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/TaskSummary"}},
+                    "next_cursor": {"type": "string", "description": "Pass as `cursor` for the next page. "
+                                                                     "Absent when there are no more results."}}}}}},
+            "400": {"description": "Validation error", "content": _ERROR},
+            "404": {"description": "Queue not found", "content": _ERROR},
+        },
+    }},
+}
+_EXTENSION_SCHEMAS = {
+    "TaskSummary": {
+        "type": "object",
+        "required": ["task_id", "queue_name", "task_name", "status", "attempt", "max_attempts", "created_at"],
+        "x-belay-extension": True,
+        "properties": {
+            "task_id": {"type": "string"}, "queue_name": {"type": "string"}, "task_name": {"type": "string"},
+            "status": {"type": "string", "enum": _TASK_STATUSES},
+            "attempt": {"type": "integer", "description": "Runs claimed so far"},
+            "max_attempts": {"type": "integer", "description": (
+                "The effective budget: as requested at creation, plus one for every schedule and wait so far "
+                "(neither spends an attempt)")},
+            "params": {"description": "Task parameters as provided when created"},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "workflow_run_id": {"type": "string"},
+            "created_at": {"type": "string", "format": "date-time"},
+            "completed_at": {"type": "string", "format": "date-time",
+                             "description": "When the task finished (completed, failed or canceled)"},
+        },
     },
 }
 
@@ -103,8 +166,10 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
         "\n## Served by Belay\n\nThis document is the spec plus what this server adds where the spec is "
         "silent: error statuses (400, 404, 409, 401 with a token) with the Error schema, the store's bounds "
         "(names 1..63 characters, max_attempts ≤ 1,000,000, seconds ≤ 2^31-1) and response links. Ids: "
-        "task_<n>, run_<n>_<attempt>, wfr_<hex>. Checkpoints are immutable once written (409 for another "
-        "state). A run resumed after schedule or wait-for-event is the task's next run (a new run_id).\n")
+        "task_<n>, run_<n>_<attempt>, wfr_<hex>. A checkpoint PUT replaces its state (a new version; GET "
+        "returns the latest) and only the task's live run may write (409 for a stale or foreign run). A run "
+        "resumed after schedule or wait-for-event is the task's next run (a new run_id); neither spends an "
+        "attempt. Extensions (x-belay-extension): GET /tasks.\n")
     ops = _operations(doc)
     methods = _methods(doc)
     schemas = doc["components"]["schemas"]
@@ -142,6 +207,9 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
             if methods[op_id] in MUTATING:
                 op["security"] = [{"bearerAuth": []}]
                 op["responses"].setdefault("401", {"description": _DESCRIPTIONS["401"], "content": _ERROR})
+    # extensions
+    doc["paths"].update(copy.deepcopy(_EXTENSION_PATHS))
+    schemas.update(copy.deepcopy(_EXTENSION_SCHEMAS))
     # links
     for (op_id, status), links in _LINKS.items():
         ops[op_id]["responses"][status]["links"] = {

@@ -63,3 +63,43 @@ def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *, token
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+# --- `belay serve`: one process, or several sharing the port ------------------------------------------
+
+_ENV = "BELAY_HTTP_SERVE"  # the serve options, as JSON, handed to each worker process
+
+
+def app_from_env() -> Any:
+    """The app factory a worker process of a multi-process `belay serve` calls (uvicorn imports it by
+    name in each process): the options `serve` put in the environment — an entry point, so it may read
+    the environment."""
+    import json
+    import os
+
+    from impl.http.app import create_app
+
+    options = json.loads(os.environ[_ENV])
+    return create_app(options.pop("conninfo"), **options)
+
+
+def serve(conninfo: str, host: str, port: int, *, workers: int = 1, access_log: bool = False,
+          **options: Any) -> None:
+    """Serve the API with uvicorn until interrupted: in this process (workers=1), or in `workers`
+    processes that share the listening socket, each with its own pool, sweeper and listener (sweepers
+    are safe side by side: Reclaim, timeouts and cleanup lock with SKIP LOCKED or fence; a claim long
+    poll in one process is woken through pg_notify by work made ready in another). uvicorn uses its C
+    HTTP parser (httptools) and uvloop when they are installed; the access log is off unless asked
+    for (it costs a log record per request)."""
+    import json
+    import os
+
+    check_bind(host, options.get("token"))
+    settings = dict(host=host, port=port, log_level="info", access_log=access_log)
+    if workers <= 1:
+        from impl.http.app import create_app
+
+        uvicorn.run(create_app(conninfo, **options), **settings)
+        return
+    os.environ[_ENV] = json.dumps({"conninfo": conninfo, **options})
+    uvicorn.run("impl.http.server:app_from_env", factory=True, workers=workers, **settings)

@@ -6,7 +6,8 @@ Mapping (see impl/http/__init__.py for the route table):
   task         a belay_jobs row: task_name = worker, params = input, headers = meta, max_attempts kept,
                the rest journaled as the `$http:task` step (impl/http/tasks.py)
   run          one attempt: run_<job>_<attempt>; every run write is §7-fenced on (id, running, attempt)
-  checkpoint   a step of the task (immutable once journaled), written only by the task's live run
+  checkpoint   versioned steps `$checkpoint:<name>#<n>` of the task (impl/http/checkpoints.py): PUT
+               journals the next version, GET reads the latest; written only by the task's live run
   event        a signal in the one API-wide scope `http:events`, delivered under the scope lock
   workflow run a record (signal row in scope `http:workflow-runs`); its tasks share workflow_id
 
@@ -26,16 +27,18 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from impl.http import checkpoints as cp
 from impl.http import errors as e
 from impl.http.errors import ApiError, iso
 from impl.http.ids import (RunRef, decode_cursor, encode_cursor, event_id, is_workflow_run_id, new_workflow_run_id,
                            parse_run, parse_task, run_id, task_id)
 from impl.http.tasks import (CANCEL_STEP, RESERVED_STEP_PREFIXES, TASK_STEP, WAIT_PREFIX, RetryStrategy, TaskConfig,
-                             claimed_task, runs_of)
+                             claimed_task, headers_of, runs_of)
+from impl.pgrows import channel_name, result_payload
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from model.envelope import EnvelopeError, decode, encode_step_value
+from model.envelope import EnvelopeError, decode, encode, encode_step_value
 from model.queues import QueueOpts
 from model.rows import TERMINAL
 
@@ -48,6 +51,7 @@ MAX_CLAIM = 1000  # one claim hands out at most this many runs ("up to limit")
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 RUN_STATUSES = ("pending", "claimed", "completed", "failed", "sleeping")
+TASK_STATUSES = ("pending", "running", "sleeping", "completed", "failed", "canceled")  # listTasks (extension)
 WORKFLOW_STATUSES = ("pending", "running", "completed", "failed", "canceled")
 WORKFLOW_TERMINAL = ("completed", "failed", "canceled")
 NO_BACKOFF = w.Backoff(base_s=0, factor=1, max_s=0)  # an expired claim is claimable again at once
@@ -96,6 +100,7 @@ class HttpService:
         self.store = store
         self.node = node  # leased_by of every HTTP claim: renewals and fences work across server processes
         self.on_ready = on_ready or (lambda queue: None)
+        self._notify_channel: str | None = None
 
     # --- helpers ------------------------------------------------------------------------------------
 
@@ -315,18 +320,90 @@ class HttpService:
             out["next_cursor"] = encode_cursor(found[limit - 1][0])
         return out
 
-    def complete(self, now: datetime, run: str, body: Any) -> dict:
+    def list_tasks(self, now: datetime, queue: str | None, status: str | None, cursor: str | None,
+                   limit: int) -> dict:
+        """listTasks (an extension the reference client uses): tasks in id order, optionally of one
+        queue (404 when it does not exist) and one status, at most `limit` (clamped to MAX_PAGE), with
+        next_cursor when more follow."""
+        after = 0
+        if cursor is not None:
+            ref = decode_cursor(cursor)
+            if ref is None:
+                raise e.bad("cursor is not one this server handed out (pass next_cursor as given)")
+            after = ref.job_id
+        if queue is not None:
+            e.check_name(queue, "queue")
+            self._queue(queue)
+        limit = min(limit, MAX_PAGE)
+        rows = self.store.statement("http_tasks_page", {"now": now, "after": after, "queue": queue,
+                                                        "status": status, "limit": limit + 1})
+        out: dict[str, Any] = {"tasks": [self._task_json(r) for r in rows[:limit]]}
+        if len(rows) > limit:
+            out["next_cursor"] = encode_cursor(RunRef(rows[limit - 1]["id"], 0))
+        return out
+
+    @staticmethod
+    def _task_json(row: dict) -> dict:
+        config = TaskConfig.from_step(row["config"], row["max_attempts"])
+        item: dict[str, Any] = {
+            "task_id": task_id(row["id"]), "queue_name": row["queue"], "task_name": row["worker"],
+            "status": row["status"], "attempt": row["attempt"], "max_attempts": row["max_attempts"],
+            "params": row["input"], "headers": headers_of(row["meta"]), "created_at": iso(row["inserted_at"]),
+        }
+        workflow_run = config.workflow_run_id or row["workflow_id"]
+        if workflow_run is not None:
+            item["workflow_run_id"] = workflow_run
+        if row["finished_at"] is not None:
+            item["completed_at"] = iso(row["finished_at"])
+        return item
+
+    def _solo_params(self, now: datetime, run: str, body: Any) -> dict | None:
+        """The parameters of completeRun's one-statement fast path (None: bad input or no such run id,
+        which the full path reports)."""
+        ref = parse_run(run)
+        if ref is None or not isinstance(body, dict):
+            return None
+        try:
+            result = encode(w.Succeed(body.get("result")).value)
+        except ops.InvalidInput:
+            return None
+        return {"id": ref.job_id, "attempt": ref.attempt, "now": now, "result": result,
+                "channel": self._channel(), "payload": result_payload(ref.job_id)}
+
+    async def complete_fast(self, now: datetime, run: str, body: Any, pool: Any) -> dict | None:
+        """completeRun's fast path on the event loop (an async pool: no thread hop, one round trip):
+        the response when `http_complete_solo` completed the run, else None (take `complete`)."""
+        params = self._solo_params(now, run, body)
+        if params is None:
+            return None
+        async with pool.connection() as conn:
+            row = await (await conn.execute(self.store.q.q("http_complete_solo"), params)).fetchone()
+        return None if row is None else {"run_id": run_id(params["id"], params["attempt"]), "status": "completed"}
+
+    def complete(self, now: datetime, run: str, body: Any, *, fast_tried: bool = False) -> dict:
         body = e.obj(body)
         try:
             outcome = w.Succeed(body.get("result"))
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
+        params = None if fast_tried else self._solo_params(now, run, body)
+        if params is not None and self.store.statement("http_complete_solo", params):
+            return {"run_id": run_id(params["id"], params["attempt"]), "status": "completed"}  # one round trip
         ref, row = self._run(run)
         self._require_live(ref, row)
         self._enforce_deadline(now, ref, row)
         if isinstance(self.store.apply(w.Ack(now, ref.job_id, ref.attempt, outcome)), w.Stale):
             raise self._stale(ref)
         return {"run_id": str(ref), "status": "completed"}
+
+    def _channel(self) -> str | None:
+        """The §9.2 channel of result notifications (None when the store sends none), read once."""
+        if not self.store.notify:
+            return None
+        if self._notify_channel is None:
+            with self.store.pool.connection() as conn:
+                self._notify_channel = channel_name(conn.info.dbname, self.store.schema)
+        return self._notify_channel
 
     def fail(self, now: datetime, run: str, body: Any) -> dict:
         body = e.obj(body)
@@ -387,7 +464,7 @@ class HttpService:
         with self.store.transaction(now) as tx:
             if tx.one("fence", {"id": ref.job_id, "attempt": ref.attempt}) is None:  # row lock, then scope lock
                 raise self._stale(ref)
-            resolved = tx.one("http_step", {"job_id": ref.job_id, "name": step})
+            resolved = self._latest_checkpoint(tx, ref.job_id, step)
             if resolved is not None:
                 return 200, {"status": "resolved", "payload": _jsonable(decode(bytes(resolved["value"])))}
             tx.one("lock_scope", {"scope": EVENT_SCOPE})
@@ -397,9 +474,8 @@ class HttpService:
                     value = encode_step_value(event["payload"])
                 except EnvelopeError:
                     value = None  # over the 1 MiB step cap: answered, not memoized
-                if value is not None:
-                    tx.one("insert_step", {"job_id": ref.job_id, "name": step, "value": value, "usd": 0,
-                                           "tokens": 0, "now": now})
+                if value is not None:  # the step's checkpoint holds the payload: a retry resolves from it
+                    self._write_checkpoint(tx, now, ref.job_id, step, value, None)
                 return 200, {"status": "resolved", "payload": event["payload"]}
             memo_name = WAIT_PREFIX + step
             memo = tx.one("http_step", {"job_id": ref.job_id, "name": memo_name})
@@ -419,8 +495,7 @@ class HttpService:
                              "message": f"event {event_name!r} did not arrive before {iso(deadline)}"}
             parked = self.store._park(tx, ref.job_id, ref.attempt, EVENT_SCOPE, event_name, deadline)
             if parked is None:
-                raise self._stale(ref)
-            tx.cur.execute(self.store.q.q("http_spend_no_attempt"), {"id": ref.job_id, "attempt": ref.attempt})
+                raise self._stale(ref)  # the park itself spends no attempt (model.store.max_attempts_after_park)
             return 202, {"status": "sleeping",
                          "message": f"run {ref} sleeps until event {event_name!r} or {iso(deadline)}; "
                                     "claim again to resume the task"}
@@ -434,7 +509,30 @@ class HttpService:
             raise e.bad(f"step_name {name!r} uses a reserved prefix ({', '.join(RESERVED_STEP_PREFIXES)})")
         return name
 
+    @staticmethod
+    def _latest_checkpoint(tx: Any, job_id: int, name: str) -> dict | None:
+        """The latest version of checkpoint `name` (value, inserted_at, version) or None."""
+        row = tx.one("http_checkpoint", {"job_id": job_id, "name": name, "prefix": cp.version_prefix(name)})
+        if row is None:
+            return None
+        return {**row, "version": cp.version_of(name, row["name"])}
+
+    def _write_checkpoint(self, tx: Any, now: datetime, job_id: int, name: str, value: bytes,
+                          latest: dict | None | bool = False) -> None:
+        """Journal the next version of checkpoint `name`. The caller holds the job row lock (the §7
+        fence), so versions are written one at a time; `latest` saves a re-read when already known."""
+        if latest is False:
+            latest = self._latest_checkpoint(tx, job_id, name)
+        version = (latest["version"] if latest else 0) + 1
+        if tx.one("insert_step", {"job_id": job_id, "name": cp.step_name(name, version), "value": value,
+                                  "usd": 0, "tokens": 0, "now": now}) is None:
+            raise e.conflict(f"checkpoint {name!r} version {version} was written concurrently: nothing was "
+                             "changed", "CHECKPOINT_CONFLICT")
+
     def set_checkpoint(self, now: datetime, task: str, step: str, body: Any) -> dict:
+        """Replace the state of checkpoint `step` (journal its next version) and advance updated_at —
+        only as the task's live run (the §7 fence on owner_run's attempt, held through the write);
+        extend_claim_by pushes that run's lease out. A stale or foreign run is 409 and writes nothing."""
         body = e.obj(body)
         if "state" not in body:
             raise e.bad("state is required")
@@ -457,19 +555,11 @@ class HttpService:
         with self.store.transaction(now) as tx:
             if tx.one("fence", {"id": job_id, "attempt": ref.attempt}) is None:
                 raise self._stale(ref)
-            params = {"job_id": job_id, "name": step, "value": value, "usd": 0, "tokens": 0, "now": now}
-            if tx.one("insert_step", params) is None:
-                existing = tx.one("http_step", params)
-                if decode(bytes(existing["value"])) != body["state"]:
-                    raise e.conflict(f"checkpoint {step!r} already holds another state: checkpoints are "
-                                     "immutable once written (use a new step name)", "CHECKPOINT_EXISTS")
-                updated = existing["inserted_at"]
-            else:
-                updated = now
+            self._write_checkpoint(tx, now, job_id, step, value)
             if extend is not None:
                 tx.one("http_extend_lease", {"id": job_id, "attempt": ref.attempt,
                                              "until": now + timedelta(seconds=extend)})
-        return {"task_id": task, "step_name": step, "updated_at": iso(updated)}
+        return {"task_id": task, "step_name": step, "updated_at": iso(now)}
 
     def get_checkpoint(self, now: datetime, task: str, step: str) -> dict:
         job_id = parse_task(task)
@@ -477,7 +567,7 @@ class HttpService:
             raise e.not_found(f"task {task!r} not found", "TASK_NOT_FOUND")
         row = None
         if step and not step.startswith(RESERVED_STEP_PREFIXES) and "\x00" not in step:
-            row = self._one("http_step", {"job_id": job_id, "name": step})
+            row = self._one("http_checkpoint", {"job_id": job_id, "name": step, "prefix": cp.version_prefix(step)})
         if row is None:
             raise e.not_found(f"task {task} has no checkpoint {step!r}", "CHECKPOINT_NOT_FOUND")
         return {"task_id": task, "step_name": step, "state": _jsonable(decode(bytes(row["value"]))),

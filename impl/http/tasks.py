@@ -119,11 +119,13 @@ def headers_of(meta: Any) -> dict[str, str]:
 
 
 def claimed_task(job: Any, config: TaskConfig) -> dict[str, Any]:
-    """The spec's ClaimedTask for a job just claimed."""
+    """The spec's ClaimedTask for a job just claimed. max_attempts is the job's effective budget (the
+    column): the requested value plus one for every schedule and wait so far, which spend no attempt —
+    so `attempt == max_attempts` always means "this is the last run"."""
     out = {
         "run_id": run_id(job.id, job.attempt), "task_id": task_id(job.id), "attempt": job.attempt,
         "task_name": job.worker, "params": job.input, "headers": headers_of(job.meta),
-        "max_attempts": config.max_attempts,
+        "max_attempts": job.max_attempts,
     }
     if config.retry_strategy is not None:
         out["retry_strategy"] = config.retry_strategy.as_json()

@@ -66,7 +66,7 @@ SELECT job_id, value FROM {steps} WHERE job_id = ANY(%(ids)s) AND name = '$http:
 -- http_run_context --
 -- What a run-scoped request needs: the job's fence columns plus its `$http:task` options.
 SELECT j.id, j.queue, j.state, j.attempt, j.max_attempts, j.errors, j.inserted_at, j.started_at,
-       j.cancel_requested, j.workflow_id, s.value AS config
+       j.cancel_requested, j.workflow_id, j.parent_id, s.value AS config
 FROM {jobs} AS j LEFT JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task'
 WHERE j.id = %(id)s
 
@@ -74,16 +74,24 @@ WHERE j.id = %(id)s
 -- One step of a job (a checkpoint), with when it was journaled.
 SELECT value, inserted_at FROM {steps} WHERE job_id = %(job_id)s AND name = %(name)s
 
+-- http_checkpoint --
+-- getCheckpoint / setCheckpoint / wait-for-event: the latest version of checkpoint <name>: among the
+-- steps `$checkpoint:<name>#<n>` (impl/http/checkpoints.py) and a plain legacy step <name> (version 0),
+-- the one journaled last. Versions are written in order under the job row lock, so the last is the
+-- highest version.
+SELECT name, value, inserted_at FROM {steps}
+WHERE job_id = %(job_id)s
+  AND (name = %(name)s
+       OR (starts_with(name, %(prefix)s)
+           AND substr(name, char_length(%(prefix)s) + 1) ~ '^[1-9][0-9]{{0,17}}$'))
+ORDER BY seq DESC
+LIMIT 1
+
 -- http_extend_lease --
 -- setCheckpoint extend_claim_by: push the fenced run's lease out (never shorten it).
 UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(until)s)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING lease_until
-
--- http_spend_no_attempt --
--- wait-for-event park: like a snooze, a park spends no attempt (the resume is a new claim).
-UPDATE {jobs} SET max_attempts = max_attempts + 1
-WHERE id = %(id)s AND attempt = %(attempt)s AND state IN ('awaiting', 'ready') AND max_attempts < 2147483647
 
 -- http_signal --
 -- One signal row (an event, or a workflow-run record).
@@ -140,3 +148,48 @@ RETURNING id
 -- http_prune_events --
 -- Cleanup policy: events (signals of the API's scope) older than the TTL; no other scope.
 DELETE FROM {signals} WHERE scope = %(scope)s AND inserted_at < %(before)s
+
+-- http_tasks_page --
+-- listTasks (an extension): tasks in id order after a position, optionally of one queue and one
+-- status. A task's status: pending = claimable now (§6 predicate C) or held/paused, running, sleeping =
+-- ready or awaiting with ready_at still ahead (a schedule, a retry backoff, a wait), completed, failed,
+-- canceled.
+SELECT * FROM (
+    SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.input, j.meta, j.inserted_at,
+           j.finished_at, j.workflow_id, s.value AS config,
+           CASE WHEN j.state = 'running' THEN 'running'
+                WHEN j.state = 'succeeded' THEN 'completed'
+                WHEN j.state = 'failed' THEN 'failed'
+                WHEN j.state = 'cancelled' THEN 'canceled'
+                WHEN j.state IN ('held', 'paused') THEN 'pending'
+                WHEN j.state = 'ready' AND (j.ready_at IS NULL OR j.ready_at <= %(now)s) THEN 'pending'
+                WHEN j.state = 'awaiting' AND j.ready_at <= %(now)s THEN 'pending'
+                ELSE 'sleeping' END AS status
+    FROM {jobs} AS j LEFT JOIN {steps} AS s ON s.job_id = j.id AND s.name = '$http:task'
+    WHERE j.id > %(after)s AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+) AS t
+WHERE %(status)s::text IS NULL OR t.status = %(status)s::text
+ORDER BY t.id
+LIMIT %(limit)s
+
+-- http_complete_solo --
+-- completeRun in one round trip: §7 succeed, fenced on the run's attempt, for a task outside any
+-- workflow and without a parent — its after-terminal steps (settlement, `$children`) are empty — and
+-- not past the execution deadline of its `$http:task` options, in one autocommit statement with its
+-- result notification (§9.2; channel NULL: none). Any other task, a run that lost its claim or a task
+-- past its deadline matches nothing; the caller then takes the full path (checks, errors, Ack).
+WITH done AS (
+    UPDATE {jobs} AS j
+    SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
+    WHERE j.id = %(id)s AND j.state = 'running' AND j.attempt = %(attempt)s
+      AND j.workflow_id IS NULL AND j.parent_id IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {steps} AS s
+          WHERE s.job_id = j.id AND s.name = '$http:task'
+            AND (get_byte(s.value, 0) = 131
+                 OR (convert_from(s.value, 'UTF8')::jsonb->>'execution_deadline')::timestamptz <= %(now)s))
+    RETURNING j.id
+)
+SELECT id, CASE WHEN %(channel)s::text IS NULL THEN NULL
+                ELSE pg_notify(%(channel)s::text, %(payload)s::text) END AS notified
+FROM done

@@ -219,16 +219,20 @@ ON CONFLICT (name) DO UPDATE SET expression = EXCLUDED.expression, worker = EXCL
 SELECT 1 AS found FROM {signals} WHERE scope = %(scope)s AND name = %(name)s
 
 -- park_awaiting --
--- §7 await outcome, fenced on the claimed attempt: park on (scope, name) until the deadline.
+-- §7 await outcome, fenced on the claimed attempt: park on (scope, name) until the deadline. A wait
+-- spends no attempt (model.store.max_attempts_after_park: + park_credit, saturating at the ceiling).
 UPDATE {jobs} SET state = 'awaiting', await_scope = %(scope)s, await_name = %(name)s, ready_at = %(deadline)s,
-                  lease_until = NULL, leased_by = NULL
+                  lease_until = NULL, leased_by = NULL,
+                  max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING id, queue
 
 -- park_ready --
--- §7 await outcome when the signal row exists: ready at once, await fields NULL.
+-- §7 await outcome when the signal row exists: ready at once, await fields NULL. Still a wait: it
+-- spends no attempt (the same max_attempts_after_park as park_awaiting).
 UPDATE {jobs} SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await_name = NULL,
-                  lease_until = NULL, leased_by = NULL
+                  lease_until = NULL, leased_by = NULL,
+                  max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING id, queue
 

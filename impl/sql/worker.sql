@@ -114,8 +114,9 @@ SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(at
 SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 
 -- sleep_until --
--- Durable sleep: ready at the journaled time.
-UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, lease_until = NULL, leased_by = NULL
+-- Durable sleep: ready at the journaled time. A wait spends no attempt (model.store.max_attempts_after_park).
+UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, lease_until = NULL, leased_by = NULL,
+                  max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING id
 

@@ -302,3 +302,100 @@ def _(store, now):
     expect((got.payload, got.inserted_at), ({"children": [c1, c2]}, at),
            "one $children delivery per parent per transaction, naming every child it finished")
     expect(read(store, c3).state, "running", "the third child still runs")
+
+
+# ---------------------------------------------------------------------------------------------
+# a wait spends no attempt (model.store.max_attempts_after_park): every park outcome — await a
+# signal (awaiting, or ready at once when the signal is already there), durable sleep, await
+# children — raises max_attempts by one, so the resume's claim leaves the retry budget as it was.
+
+PARKS = 50
+
+
+def _park_and_resume(store, at, job, i: int):
+    """Park the running `job` with one of the four wait outcomes (by i), resume it, claim it again:
+    (the running row, the time after). Each outcome's own result is checked on the way."""
+    kind = i % 4
+    if kind == 0:  # await a signal that arrives later
+        park(store, at, job, f"job:{job.id}", f"go{i}", at + MIN)
+        expect(store.apply(ops.DeliverSignal(at + S, f"job:{job.id}", f"go{i}", i)), ops.Signalled((job.id,)),
+               f"park {i}: the signal wakes the awaiter")
+    elif kind == 1:  # await a signal already delivered: §7 parks it as ready at once
+        store.apply(ops.DeliverSignal(at, f"job:{job.id}", f"go{i}", i))
+        park(store, at, job, f"job:{job.id}", f"go{i}", at + MIN, expected="ready")
+    elif kind == 2:  # durable sleep
+        expect(store.apply(w.Sleep(at, job.id, job.attempt, f"nap{i}", at + S)), w.Slept(job.id, at + S),
+               f"park {i}: the sleep")
+    else:  # await children: park until the only child finishes
+        (child,) = spawn(store, at, job.id, f"kids{i}", spec("kid", "kids"))
+        result = store.apply(w.AwaitChildren(at, job.id, job.attempt))
+        expect(result, w.Parked(job.id, "awaiting"), f"park {i}: await-children parks while the child runs")
+        succeed(store, at + S, child)
+    at += 2 * S
+    return claim_job(store, at, job.id), at
+
+
+def _parked_many_times(store, now, max_attempts: int = 3):
+    job = start(store, now, max_attempts=max_attempts)
+    at = now + S
+    for i in range(PARKS):
+        job, at = _park_and_resume(store, at, job, i)
+    after = read(store, job.id)
+    expect((after.attempt, after.max_attempts - after.attempt), (PARKS + 1, max_attempts - 1),
+           f"after {PARKS} waits and resumes the retry budget (max_attempts − attempt) is what the first claim "
+           "left: no wait spent an attempt")
+    return job, at
+
+
+@case("§7", "each park outcome raises max_attempts by one, as a snooze does")
+def _(store, now):
+    for i, label in enumerate(("await (awaiting)", "await (signal present: ready at once)", "sleep",
+                               "await children")):
+        job = start(store, now + i * MIN, queue=f"w{i}", max_attempts=3)
+        if i == 0:
+            park(store, now + i * MIN + S, job, "s", "n", now + 10 * MIN)
+        elif i == 1:
+            store.apply(ops.DeliverSignal(now + i * MIN, "s", "present", 1))
+            park(store, now + i * MIN + S, job, "s", "present", expected="ready")
+        elif i == 2:
+            store.apply(w.Sleep(now + i * MIN + S, job.id, job.attempt, "nap", now + 10 * MIN))
+        else:
+            spawn(store, now + i * MIN, job.id, "kids", spec("kid", "kids"))
+            expect(store.apply(w.AwaitChildren(now + i * MIN + S, job.id, job.attempt)),
+                   w.Parked(job.id, "awaiting"), "setup: await-children parks")
+        expect(fields(read(store, job.id), "attempt", "max_attempts"), dict(attempt=1, max_attempts=4),
+               f"{label}: the park leaves max_attempts − attempt at 3 for the claim that resumes it")
+
+
+@case("§7", "a job that parked 50 times with max_attempts 3 still retries after a crash")
+def _(store, now):
+    job, at = _parked_many_times(store, now)
+    at_once = w.Backoff(base_s=0, factor=1, max_s=0)
+    expect(store.apply(w.Reclaim(at + TTL, at_once)), w.Reclaimed((job.id,), ()),
+           "the crashed attempt's lease expires: retried, not failed")
+    job = claim_job(store, at + TTL + S, job.id)
+    expect(store.apply(w.Reclaim(at + 2 * TTL + S, at_once)), w.Reclaimed((job.id,), ()),
+           "a second crash: retried again")
+    job = claim_job(store, at + 2 * TTL + 2 * S, job.id)
+    expect(store.apply(w.Reclaim(at + 3 * TTL + 2 * S, at_once)), w.Reclaimed((), (job.id,)),
+           "the third crash spends the last of the three attempts: failed")
+
+
+@case("§7", "a job that parked 50 times with max_attempts 3 still retries after a raised error")
+def _(store, now):
+    job, at = _parked_many_times(store, now)
+    expect(ack(store, at, job, w.Fail("boom", retry_at=at + S)), w.Acked(job.id, "ready"),
+           "the first real error is retried")
+    job = claim_job(store, at + S, job.id)
+    expect(ack(store, at + S, job, w.Fail("boom", retry_at=at + 2 * S)), w.Acked(job.id, "ready"),
+           "the second real error is retried")
+    job = claim_job(store, at + 2 * S, job.id)
+    expect(ack(store, at + 2 * S, job, w.Fail("boom", retry_at=at + 3 * S)), w.Acked(job.id, "failed"),
+           "the third real error spends the last of the three attempts: failed")
+
+
+@case("§7", "a park at the integer ceiling of max_attempts is not refused and keeps the ceiling")
+def _(store, now):
+    job = start(store, now, max_attempts=2**31 - 1)
+    park(store, now + S, job, "s", "n", now + MIN)
+    expect(read(store, job.id).max_attempts, 2**31 - 1, "max_attempts saturates at 2^31−1")

@@ -129,6 +129,14 @@ CATALOGUE: tuple[Mutant, ...] = (
               "present = False  # MUTANT: no signal check before parking\n"),),
     ),
     Mutant(
+        "park_spends_an_attempt",
+        "the park UPDATEs leave max_attempts as it was, so every resume of a wait spends a retry attempt",
+        "§7",
+        (Edit(WORKER_STORE_PY,
+              "PARK_BUDGET = {\"park_credit\": PARK_ATTEMPT_CREDIT,",
+              "PARK_BUDGET = {\"park_credit\": 0,  # MUTANT: a wait spends an attempt\n               "),),
+    ),
+    Mutant(
         "signal_delivery_without_scope_lock",
         "signal delivery skips the scope advisory lock, so it can interleave with a park and lose the wake-up",
         "§8.1",

@@ -217,6 +217,18 @@ def always_fails(ctx: JobContext, input: dict) -> None:
     raise RuntimeError(f"boom on attempt {ctx.attempt}")
 
 
+@registry.kind("many_waits", queue=QUEUE, backoff=w.Backoff(base_s=0, factor=1, max_s=0))
+def many_waits(ctx: JobContext, input: dict) -> int:
+    """Sleeps durably more times than max_attempts, then raises once: a wait spends no attempt, so
+    the raise is still retried (every park kind is pinned on the store by the conformance suite)."""
+    record(ctx, "body", time.time_ns())
+    for i in range(input["waits"]):
+        ctx.sleep(f"nap{i}", 0.02)
+    if ctx.attempt == input["waits"] + 1:
+        raise RuntimeError("the first real error, after every wait")
+    return ctx.attempt
+
+
 @registry.kind("snoozer", queue=QUEUE)
 def snoozer(ctx: JobContext, input: dict) -> str:
     record(ctx, "body", time.time_ns())

@@ -1,0 +1,119 @@
+"""HTTP throughput before/after: an earlier revision's server and this tree's, back to back, same client.
+
+    .venv/bin/python -m bench.http_compare --before 6da22c8 [--rounds 2] [--tasks 3000] [--batch 1 10]
+
+The earlier revision is extracted with `git archive` into a temporary directory and served the way its
+`belay serve` did: one uvicorn process, `log_level="info"` (access log on), and uvicorn's pure-Python
+HTTP/1.1 parser (h11) and asyncio loop — what uvicorn chose before httptools and uvloop were
+dependencies (pinned here, because uvicorn would now pick them up for the old code too). This tree is
+served by `belay serve` as it is (`--workers`, default its own). Both run against the same embedded
+PostgreSQL with a fresh queue of ready tasks per measurement, and `bench.http.run`'s client (threads
+that claim up to `batch` runs and complete each). Rounds alternate before/after, so a change in the
+machine's load hits both. Prints one JSON line per measurement and a summary of medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from bench.http import fill, run
+from impl.http.server import free_port
+from impl.migrate import migrate
+from impl.provision import provision, redact
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OLD_SERVE = (
+    "import sys, uvicorn\n"
+    "from impl.http import create_app\n"
+    "uvicorn.run(create_app(sys.argv[1]), host='127.0.0.1', port=int(sys.argv[2]), log_level='info', "
+    "http='h11', loop='asyncio')\n"
+)
+
+
+def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
+    log = tempfile.TemporaryFile()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    log.seek(0)
+    raise RuntimeError(f"server {cmd} did not start: {log.read()[-3000:].decode(errors='replace')}")
+
+
+def measure(url: str, label: str, cmd: list[str], env: dict[str, str], port: int, tasks: int, workers: int,
+            batch: int) -> dict:
+    proc = start(cmd, env, port)
+    try:
+        base = f"http://127.0.0.1:{port}/api/v1"
+        queue = f"cmp-{label}-{batch}-{time.time_ns()}"
+        assert httpx.post(f"{base}/queues", json={"name": queue}).status_code == 201
+        fill(url, queue, tasks)
+        done, requests, seconds = run(base, queue, workers, batch)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"server": label, "batch": batch, "tasks": done, "seconds": round(seconds, 2),
+            "claims_completes_per_s": round(done / seconds, 1), "requests_per_s": round(requests / seconds, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="git revision of the 'before' server")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=8, help="client threads")
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 10], help="claim limits to measure")
+    parser.add_argument("--serve-args", default="", help="extra `belay serve` arguments for this tree")
+    args = parser.parse_args()
+    db = provision(dict(os.environ))
+    results: list[dict] = []
+    try:
+        with psycopg.connect(db.url, autocommit=True) as conn:
+            migrate(conn)
+        with tempfile.TemporaryDirectory() as old:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], check=True,
+                                     capture_output=True).stdout
+            subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+            for _ in range(args.rounds):
+                for batch in args.batch:
+                    for label in ("before", "after"):
+                        port = free_port()
+                        if label == "before":
+                            cmd = [sys.executable, "-c", OLD_SERVE, db.url, str(port)]
+                            env = {**os.environ, "PYTHONPATH": old}
+                        else:
+                            cmd = [sys.executable, "-m", "impl.cli", "serve", "--database-url", db.url, "--port",
+                                   str(port), *args.serve_args.split()]
+                            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                        result = measure(db.url, label, cmd, env, port, args.tasks, args.workers, batch)
+                        results.append(result)
+                        print(json.dumps(result), flush=True)
+    finally:
+        db.close()
+    print(f"database: {db.kind}: {redact(db.url)}; load average {os.getloadavg()}")
+    for batch in args.batch:
+        medians = {label: statistics.median(r["claims_completes_per_s"] for r in results
+                                            if r["server"] == label and r["batch"] == batch)
+                   for label in ("before", "after")}
+        print(json.dumps({"batch": batch, "median_before": medians["before"], "median_after": medians["after"],
+                          "ratio": round(medians["after"] / medians["before"], 2)}))
+
+
+if __name__ == "__main__":
+    main()
