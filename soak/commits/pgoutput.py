@@ -15,6 +15,7 @@ returns.
 """
 from __future__ import annotations
 
+import json
 import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -82,6 +83,8 @@ class Change:
     relation: Relation
     old: dict[str, Any] | None
     new: dict[str, Any] | None
+    old_raw: bytes | None = None  # the TupleData bytes of the old row (decoded lazily with `lazy_old`)
+    new_raw: bytes | None = None
 
     @property
     def table(self) -> str:
@@ -115,38 +118,65 @@ class Decoder:
     """Stateful: Relation messages announce the columns later row messages refer to by OID."""
 
     relations: dict[int, Relation] = field(default_factory=dict)
+    lazy_old: bool = False  # leave an update's old row undecoded (old_raw only; `load(old_raw, rel)` on demand)
     _loaders: dict[int, Any] = field(default_factory=dict)
+    _by_relation: dict[int, list] = field(default_factory=dict)
 
     def _loader(self, oid: int):
         loader = self._loaders.get(oid)
         if loader is None:
+            if oid in (114, 3802):  # json, jsonb: json.loads on str skips the encoding detection of bytes
+                loader = self._loaders[oid] = lambda data: json.loads(data.decode("utf-8"))
+                return loader
             cls = psycopg.adapters.get_loader(oid, Format.TEXT)
             if cls is None:  # unknown type: keep PostgreSQL's text
                 cls = psycopg.adapters.get_loader(25, Format.TEXT)
-            loader = self._loaders[oid] = cls(oid, None)
+            loader = self._loaders[oid] = cls(oid, None).load
         return loader
+
+    def _column_loaders(self, rel: Relation) -> list:
+        loaders = self._by_relation.get(rel.oid)
+        if loaders is None:
+            loaders = self._by_relation[rel.oid] = [(c.name, self._loader(c.type_oid)) for c in rel.columns]
+        return loaders
+
+    def load(self, raw: bytes, rel: Relation) -> dict[str, Any]:
+        """A TupleData (e.g. a lazily kept old row) loaded."""
+        return self._tuple(raw, 0, rel)[0]
+
+    def skip_tuple(self, buf: bytes, pos: int) -> int:
+        """The position after a TupleData, without loading its values."""
+        (n,) = _I16.unpack_from(buf, pos)
+        pos += 2
+        for _ in range(n):
+            kind = buf[pos]
+            pos += 1
+            if kind in (0x74, 0x62):
+                pos += 4 + _I32.unpack_from(buf, pos)[0]
+        return pos
 
     def _tuple(self, buf: bytes, pos: int, rel: Relation) -> tuple[dict[str, Any], int]:
         (n,) = _I16.unpack_from(buf, pos)
         pos += 2
-        if n != len(rel.columns):
-            raise DecodeError(f"relation {rel.name} has {len(rel.columns)} columns but a tuple has {n}")
+        loaders = self._column_loaders(rel)
+        if n != len(loaders):
+            raise DecodeError(f"relation {rel.name} has {len(loaders)} columns but a tuple has {n}")
         row: dict[str, Any] = {}
-        for col in rel.columns:
+        unpack = _I32.unpack_from
+        for name, load in loaders:
             kind = buf[pos]
             pos += 1
-            if kind == 0x6E:  # n
-                row[col.name] = None
-            elif kind == 0x75:  # u
-                row[col.name] = UNCHANGED
-            elif kind in (0x74, 0x62):  # t, b
-                (size,) = _I32.unpack_from(buf, pos)
+            if kind == 0x74:  # t
+                size = unpack(buf, pos)[0]
                 pos += 4
-                data = buf[pos:pos + size]
+                row[name] = load(buf[pos:pos + size])
                 pos += size
-                if kind == 0x62:
-                    raise DecodeError("binary tuple data was not requested")
-                row[col.name] = self._loader(col.type_oid).load(data)
+            elif kind == 0x6E:  # n
+                row[name] = None
+            elif kind == 0x75:  # u
+                row[name] = UNCHANGED
+            elif kind == 0x62:
+                raise DecodeError("binary tuple data was not requested")
             else:
                 raise DecodeError(f"unknown tuple data kind {chr(kind)!r}")
         return row, pos
@@ -182,31 +212,37 @@ class Decoder:
                 pos += 8  # type oid, typmod
                 cols.append(Column(cname, type_oid, bool(flags & 1)))
             rel = Relation(oid, namespace, name, identity, tuple(cols))
+            if self.relations.get(oid) != rel:
+                self._by_relation.pop(oid, None)
             self.relations[oid] = rel
             return rel
         if tag == b"I":
             rel = self._relation(buf, 1)
             if buf[5:6] != b"N":
                 raise DecodeError("insert without a new tuple")
-            new, _ = self._tuple(buf, 6, rel)
-            return Change("insert", rel, None, new)
+            new, end = self._tuple(buf, 6, rel)
+            return Change("insert", rel, None, new, None, buf[6:end])
         if tag == b"U":
             rel = self._relation(buf, 1)
-            pos, old = 5, None
+            pos, old, old_raw = 5, None, None
             if buf[pos:pos + 1] in (b"K", b"O"):
-                old, pos = self._tuple(buf, pos + 1, rel)
+                if self.lazy_old:
+                    end = self.skip_tuple(buf, pos + 1)
+                else:
+                    old, end = self._tuple(buf, pos + 1, rel)
+                old_raw, pos = buf[pos + 1:end], end
             if buf[pos:pos + 1] != b"N":
                 raise DecodeError("update without a new tuple")
-            new, _ = self._tuple(buf, pos + 1, rel)
+            new, end = self._tuple(buf, pos + 1, rel)
             if old is not None:
                 new = {k: (old[k] if v is UNCHANGED else v) for k, v in new.items()}
-            return Change("update", rel, old, new)
+            return Change("update", rel, old, new, old_raw, buf[pos + 1:end])
         if tag == b"D":
             rel = self._relation(buf, 1)
             if buf[5:6] not in (b"K", b"O"):
                 raise DecodeError("delete without an old tuple")
-            old, _ = self._tuple(buf, 6, rel)
-            return Change("delete", rel, old, None)
+            old, end = self._tuple(buf, 6, rel)
+            return Change("delete", rel, old, None, buf[6:end], None)
         if tag == b"T":
             (n,) = _I32.unpack_from(buf, 1)
             options = buf[5]
