@@ -376,5 +376,44 @@ def judge_rate(before: RateWindow | None, after: RateWindow | None, ctx: TxConte
     return Judgement("debit" if after is not None else "prune")
 
 
-__all__ = ["RULES", "EDGES", "IMMUTABLE", "TxContext", "Judgement", "judge_job", "judge_step", "judge_event",
+def judge_state_change(before: Any, after: Any, now: datetime | None, *, retry: bool = False,
+                       ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Every illegal belay_jobs change between two `State`s one operation apart (the stateful test's
+    per-step check). One operation may write a row twice in one transaction only as a retry of a
+    dep-bearing member (re-hold, then settlement): with `retry`, such a change is judged as those two
+    statements. `ignore`: rules the caller's generator breaks on purpose. Steps are judged too."""
+    costs: dict[int, tuple[int, int]] = {}
+    out: list[str] = []
+    for key, s in after.steps.items():
+        old = before.steps.get(key)
+        if old is None:
+            u, t = costs.get(s.job_id, (0, 0))
+            costs[s.job_id] = (u + s.usd_micros, t + s.tokens)
+    deleted = frozenset(set(before.jobs) - set(after.jobs))
+    ctx = TxContext(now, costs, deleted)
+    for key in set(before.steps) | set(after.steps):
+        b, a = before.steps.get(key), after.steps.get(key)
+        if b != a:
+            last = max((s.seq for (j, _), s in before.steps.items() if j == key[0]), default=0)
+            j = judge_step(b, a, ctx, last)
+            if not j.legal and j.rule not in ignore:
+                out.append(f"step {key}: [{j.rule}] {j.why}")
+    for job_id in sorted(set(before.jobs) | set(after.jobs)):
+        b, a = before.jobs.get(job_id), after.jobs.get(job_id)
+        if b == a:
+            continue
+        j = judge_job(b, a, ctx)
+        if not j.legal and retry and b is not None and a is not None and b.wf_deps and b.state in TERMINAL:
+            from dataclasses import replace
+
+            mid = replace(a, state="held", finished_at=None)
+            j1, j2 = judge_job(b, mid, ctx), judge_job(mid, a, ctx)
+            if j1.legal and (j2.legal or j2.writer == "noop"):
+                continue
+        if not j.legal and j.rule not in ignore:
+            out.append(f"job {job_id}: [{j.rule}] {j.why}")
+    return out
+
+
+__all__ = ["judge_state_change", "RULES", "EDGES", "IMMUTABLE", "TxContext", "Judgement", "judge_job", "judge_step", "judge_event",
            "judge_signal", "judge_rate", "changed_columns", "attribute"]

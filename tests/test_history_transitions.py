@@ -239,7 +239,7 @@ def test_the_models_own_transitions_are_all_legal_in_the_relation():
         return result
 
     opts = QueueOpts()
-    apply(Enqueue(now, JobSpec("q", "k", max_attempts=2)))
+    apply(Enqueue(now, [JobSpec("q", "k", max_attempts=2)]))
     apply(EnqueueWorkflow(now, "wf", (WorkflowMember("a", JobSpec("q", "k", max_attempts=1)),
                                       WorkflowMember("b", JobSpec("q", "k"), deps=("a",)))))
     for _ in range(3):
@@ -253,7 +253,7 @@ def test_the_models_own_transitions_are_all_legal_in_the_relation():
                 apply(w.Ack(now, job.id, job.attempt, w.Fail("boom", None, None)))
         apply(DeliverSignal(now, "sc", "nm", {}))
         now += timedelta(seconds=30)
-    apply(w.Reclaim(now, 10, w.Backoff()))
+    apply(w.Reclaim(now, w.Backoff(), 10))
     apply(Retry(now, 2))
     apply(Cancel(now, 3))
     assert {"insert", "claim", "ack", "wake", "spend", "renew", "retry", "settle"} <= seen, seen
