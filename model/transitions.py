@@ -326,6 +326,15 @@ def judge_job(before: Job | None, after: Job | None, ctx: TxContext = TxContext(
             best, best_writer = broken, writer
     node, attempt = attribute(best_writer, before, after)
     rule, why = best[0]
+    if edge[0] in TERMINAL and edge[1] != edge[0] and any(r == "columns" for r, _ in best):
+        # only a retry leaves terminal, and this writes what no retry writes
+        return Judgement(None, "terminal_exit", f"{edge[0]}→{edge[1]} not as an operator retry ({why})", node, attempt)
+    if writers == ("spend",):  # a same-state change no writer but the spend update makes
+        extra = sorted(changed_columns(before, after) - {"spent_usd_micros", "spent_tokens"})
+        if extra:
+            what = ", ".join(f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in extra)
+            return Judgement(None, "writer", f"{edge[0]}→{edge[1]}: no writer of a {edge[0]} row changes {what}",
+                             node, attempt)
     return Judgement(None, rule, f"as {best_writer} ({edge[0]}→{edge[1]}): {why}", node, attempt)
 
 
