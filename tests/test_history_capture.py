@@ -4,6 +4,7 @@ the model's State, surviving a PostgreSQL crash mid-capture, and always dropping
 Runs its own embedded cluster with wal_level = logical (the session's server may not allow capture)."""
 from __future__ import annotations
 
+import os
 import secrets
 import threading
 import time
@@ -203,3 +204,98 @@ def test_capture_is_reported_unavailable_when_the_server_has_no_logical_wal(db_u
     hist = HistoryCheck.begin(db_url, tmp_path, "t4")
     assert hist.capture is None and "wal_level" in hist.skipped
     assert hist.finish().verdict == "skipped"
+
+
+# --- the history-only broken workers, pinned deterministically (their soaks: tests/soak_fixtures/history_only.py) ---
+
+
+def _final_state_violations(url):
+    from model.invariants import check_all
+
+    with psycopg.connect(url, autocommit=True) as c:
+        return check_all(snapshot(c))
+
+
+def test_stale_reclaim_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
+    """River #1302's shape, scheduled: the broken sweeper reads an expired lease, the paused owner comes
+    back and acks success, then the sweeper's stale write makes the succeeded row ready again."""
+    from tests.soak_fixtures.stale_reclaim import StaleReclaimStore
+
+    hist = HistoryCheck.begin(url, tmp_path, "b1")
+    try:
+        with Client(url) as client:
+            job = client.enqueue("q", "k", {}).id
+        t0 = datetime.now(timezone.utc)
+        with PgStore(url) as store, StaleReclaimStore(url) as broken:
+            store.apply(w.Claim(t0, "q", "n1", 1, timedelta(milliseconds=1)))
+            time.sleep(0.01)
+            sweep = threading.Thread(target=lambda: broken.apply(w.Reclaim(datetime.now(timezone.utc), w.Backoff(0))))
+            sweep.start()
+            time.sleep(0.3)  # inside the sweeper's slow pass: its read is done
+            assert isinstance(store.apply(w.Ack(datetime.now(timezone.utc), job, 1, w.Succeed(1))), w.Acked)
+            sweep.join()
+            again = store.apply(w.Claim(datetime.now(timezone.utc), "q", "n2", 1, timedelta(seconds=30))).jobs
+            assert [j.id for j in again] == [job]  # the finished job runs once more
+            store.apply(w.Ack(datetime.now(timezone.utc), job, 2, w.Succeed(2)))
+        result = hist.finish()
+    finally:
+        hist.close()
+    assert _final_state_violations(url) == []
+    assert result.verdict == "invalid" and {f.rule for f in result.findings} == {"terminal_exit"}, result.line()
+    assert "succeeded→ready" in result.findings[0].text
+
+
+def test_ack_keeping_its_lease_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
+    from tests.soak_fixtures.ack_keeps_lease import AckKeepsLeaseStore
+
+    hist = HistoryCheck.begin(url, tmp_path, "b2")
+    try:
+        with Client(url) as client:
+            job = client.enqueue("q", "k", {}, max_attempts=3).id
+        now = datetime.now(timezone.utc)
+        with AckKeepsLeaseStore(url) as broken:
+            broken.apply(w.Claim(now, "q", "n1", 1, timedelta(seconds=30)))
+            broken.apply(w.Ack(now, job, 1, w.Fail("boom", None, now)))  # back to ready, lease kept
+            broken.apply(w.Claim(now, "q", "n2", 1, timedelta(seconds=30)))
+            broken.apply(w.Ack(now, job, 2, w.Succeed(2)))
+        result = hist.finish()
+    finally:
+        hist.close()
+    assert _final_state_violations(url) == []
+    assert result.verdict == "invalid" and {f.rule for f in result.findings} == {"lease_cleared"}, result.line()
+    assert "backwards" in result.findings[0].text and result.findings[0].node == "n1"
+
+
+def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
+    from model.ops import JobSpec, WorkflowMember
+    from tests.soak_fixtures.settle_after_commit import SettleAfterCommitStore
+
+    hist = HistoryCheck.begin(url, tmp_path, "b3")
+    try:
+        with Client(url) as client:
+            client.enqueue_workflow("wf", [WorkflowMember("a", JobSpec("q", "k")),
+                                           WorkflowMember("b", JobSpec("q", "k"), deps=("a",))])
+        now = datetime.now(timezone.utc)
+        with SettleAfterCommitStore(url) as broken:
+            (a,) = broken.apply(w.Claim(now, "q", "n1", 5, timedelta(seconds=30))).jobs
+            broken.apply(w.Ack(now, a.id, 1, w.Succeed(1)))  # commits a succeeded; b released one commit later
+            (b,) = broken.apply(w.Claim(now, "q", "n1", 5, timedelta(seconds=30))).jobs
+            broken.apply(w.Ack(now, b.id, 1, w.Succeed(1)))
+        result = hist.finish()
+    finally:
+        hist.close()
+    assert _final_state_violations(url) == []
+    assert result.verdict == "invalid" and {f.rule for f in result.findings} == {"I5"}, result.line()
+    assert "missed release" in result.findings[0].text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to soak the variants (~10 min)")
+@pytest.mark.parametrize("variant", ["stale_reclaim", "ack_keeps_lease", "settle_after_commit"])
+def test_each_history_only_broken_worker_passes_the_final_state_and_fails_the_history(variant, tmp_path):
+    from tests.soak_fixtures.history_only import HISTORY_ONLY, soak
+
+    want, extra = HISTORY_ONLY[variant]
+    r = soak(variant, 60, tmp_path, extra)
+    assert r["final"] != "invalid", r
+    assert r["history"] == "invalid" and want & set(r["rules"]), r
