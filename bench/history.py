@@ -23,17 +23,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _children_cpu() -> float:
+    import os
+
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def soak_once(history: bool, duration: float, rate: float, seed: int, report: Path) -> dict:
     cmd = [sys.executable, "-m", "soak.run", "--duration", str(duration), "--heal", "1", "--drain-timeout", "120",
            "--kill-every", "0", "--stop-every", "0", "--db-restart-every", "0", "--rate", str(rate),
            "--seed", str(seed), "--report", str(report), "--no-progress"] + ([] if history else ["--no-history"])
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), _children_cpu()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     data = json.loads((report / "latest" / "results.json").read_text())
     hist = data.get("history") or {}
     return {"history": history, "throughput": data["meta"].get("mean_throughput_faults"),
             "wall_s": round(time.monotonic() - t0, 1), "exit": proc.returncode, "jobs": data["stats"]["jobs_checked"],
             "history_verdict": hist.get("verdict"), "replay_s": hist.get("seconds"),
+            "replay_cpu_s": hist.get("cpu_seconds"), "cpu_s": round(_children_cpu() - cpu0, 1),
             "transactions": hist.get("transactions")}
 
 
@@ -56,14 +64,15 @@ def replay_time(args: argparse.Namespace) -> None:
     from soak.commits.replay import load_state, replay
 
     d = args.run_dir
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = replay(read_transactions(d / "history.bin"), load_state(d / "history-initial.pickle"),
                     load_state(d / "history-final.pickle"))
-    took = time.perf_counter() - t0
+    took, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = (d / "history.bin").stat().st_size
     print(result.line())
-    print(f"replay: {took:.1f} s for {result.transactions} commits ({size / 1e6:.1f} MB captured), "
-          f"{result.transactions / took:.0f} commits/s; matches final snapshot: {result.matches_snapshot}")
+    print(f"replay: {took:.1f} s wall, {cpu:.1f} s CPU for {result.transactions} commits, {result.transitions} "
+          f"transitions ({size / 1e6:.1f} MB captured), {result.transactions / cpu:.0f} commits per CPU second; "
+          f"matches final snapshot: {result.matches_snapshot}")
 
 
 def main() -> None:

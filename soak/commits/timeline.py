@@ -2,7 +2,8 @@
 
 One panel per selected job (jobs with findings first): each attempt is a lane, drawn from its claim to
 the transition that ended it and coloured by the node that held it; every transition is a marker
-labelled with its writer, illegal ones in red; the fault windows of the run (SIGSTOP, PostgreSQL
+labelled with its writer, illegal ones in red, and a red line marks each commit after which a §11
+predicate broke; the fault windows of the run (SIGSTOP, PostgreSQL
 crash-restart, kill -9) are shaded across all panels. This is the picture an SDK author reads first
 when the history verdict is INVALID.
 
@@ -42,7 +43,7 @@ def _faults(history: list[dict]) -> dict[str, list]:
     return out
 
 
-def picture(timelines: dict[int, list[Transition]], history: list[dict]) -> str | None:
+def picture(timelines: dict[int, list[Transition]], history: list[dict], findings=()) -> str | None:
     """A PNG (base64) of the selected jobs' attempt lanes, or None when there is nothing to draw."""
     if not timelines:
         return None
@@ -86,6 +87,12 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict]) -> str 
                         color="red" if bad else "black", rotation=20)
         for lane, (start, node) in open_lane.items():
             ax.plot([start, hi + pad], [lane, lane], lw=6, color=colour.get(node, "grey"), alpha=0.5)
+        for f in findings:
+            if f.job_id == job_id:
+                x = f.at.timestamp() - t0
+                ax.axvline(x, color="red", lw=1.2)
+                ax.annotate(f"{f.rule}", (x, max_attempt + 0.5), fontsize=7, color="red", xytext=(3, 0),
+                            textcoords="offset points")
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_ylim(-0.7, max_attempt + 0.9)
         ax.set_yticks(range(0, max_attempt + 1))
@@ -124,7 +131,7 @@ def add_to_report(run_dir: Path, result: HistoryResult, history: list[dict]) -> 
     if not page_path.exists():
         return
     try:
-        png = picture(result.timelines, history)
+        png = picture(result.timelines, history, result.findings)
     except Exception as exc:  # noqa: BLE001 - a report without the picture is still a report
         png = None
         lines.append(f"(timeline picture failed: {exc})")
