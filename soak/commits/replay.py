@@ -104,7 +104,9 @@ class Finding:
     attempt: int | None = None
 
     def __str__(self) -> str:
-        who = (f" (written by {self.node} attempt {self.attempt})" if self.node else
+        # attribution from the rows: the lease holder and attempt of the row when it was written (a stale,
+        # unfenced writer is another node — the row cannot say which)
+        who = (f" (row leased by {self.node}, attempt {self.attempt})" if self.node else
                f" (row at attempt {self.attempt})" if self.attempt is not None else "")
         return f"LSN {lsn_str(self.lsn)} at {self.at.isoformat(timespec='milliseconds')}: {self.text}{who}"
 
