@@ -30,8 +30,8 @@ def _children_cpu() -> float:
     return t.children_user + t.children_system
 
 
-def soak_once(history: bool, duration: float, rate: float, seed: int, report: Path) -> dict:
-    cmd = [sys.executable, "-m", "soak.run", "--duration", str(duration), "--heal", "1", "--drain-timeout", "120",
+def soak_once(history: bool, duration: float, rate: float, seed: int, report: Path, drain: float = 30) -> dict:
+    cmd = [sys.executable, "-m", "soak.run", "--duration", str(duration), "--heal", "1", "--drain-timeout", str(drain),
            "--kill-every", "0", "--stop-every", "0", "--db-restart-every", "0", "--rate", str(rate),
            "--seed", str(seed), "--report", str(report), "--no-progress"] + ([] if history else ["--no-history"])
     t0, cpu0 = time.monotonic(), _children_cpu()

@@ -58,8 +58,8 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict], finding
     t0 = min(t_all)
     fig, axes = plt.subplots(len(jobs), 1, figsize=(12, 1.2 + 1.0 * len(jobs)), squeeze=False, sharex=False)
     nodes = sorted({t.node for _, ts in jobs for t in ts if t.node})
-    cmap = plt.get_cmap("tab10")
-    colour = {n: cmap(i % 10) for i, n in enumerate(nodes)}
+    cmap = plt.get_cmap("tab20")
+    colour = {n: cmap(i % 20) for i, n in enumerate(nodes)}
     for ax, (job_id, ts) in zip(axes[:, 0], jobs):
         lo = min(t.at.timestamp() for t in ts) - t0
         hi = max(t.at.timestamp() for t in ts) - t0
@@ -82,6 +82,8 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict], finding
                 ax.plot([start, x], [lane, lane], lw=6, color=colour.get(node, "grey"), solid_capstyle="butt")
             bad = t.rule is not None
             ax.plot([x], [lane], marker="X" if bad else "|", ms=12 if bad else 9, color="red" if bad else "black")
+            if not bad and t.writer in ("renew", "spend", "noop", "cancel_request"):
+                continue  # drawn as ticks on the lane, unlabelled (there are many)
             label = (t.writer or f"ILLEGAL {t.rule}") + (f"→{t.to_state}" if t.to_state else "")
             ax.annotate(label, (x, lane), textcoords="offset points", xytext=(2, 6), fontsize=7,
                         color="red" if bad else "black", rotation=20)
@@ -106,7 +108,11 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict], finding
     if handles:
         axes[0, 0].legend(handles=handles, title="lease holder", fontsize=7, title_fontsize=7, loc="upper left",
                           bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
+    import warnings
+
+    with warnings.catch_warnings():  # many annotated panels: tight_layout may give up, bbox_inches still fits
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     plt.close(fig)
