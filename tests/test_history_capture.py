@@ -176,7 +176,7 @@ def test_the_slot_is_dropped_after_a_failure_inside_the_run(url, tmp_path):
     assert not slots(url)
 
 
-def test_the_soak_drops_its_slot_when_the_run_itself_fails(cluster, tmp_path, monkeypatch):
+def test_the_soak_drops_its_slot_when_the_run_itself_fails(cluster, tmp_path, monkeypatch, capsys):
     """soak.run against --database-url: the driver blows up at start; the run's finally drops the slot."""
     from soak import run as soak_run
     from soak.driver import Driver
@@ -189,6 +189,8 @@ def test_the_soak_drops_its_slot_when_the_run_itself_fails(cluster, tmp_path, mo
                                 "--report", str(tmp_path), "--no-progress", "--worker", "sleep 30"])
     with pytest.raises(RuntimeError, match="driver failed"):
         soak_run.run(args)
+    assert "history capture: slot belay_history_" in capsys.readouterr().out  # the capture was really on
+    assert list(tmp_path.glob("*/history.bin"))
     with psycopg.connect(cluster.url, autocommit=True) as c:
         left = [r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots")]
     assert not left, left

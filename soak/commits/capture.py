@@ -162,10 +162,17 @@ class Capture:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        deadline = time.monotonic() + drain_timeout
+        self.drain(drain_timeout)
+
+    def drain(self, timeout: float = 60.0) -> int:
+        """Poll until a poll delivers nothing; returns how many transactions were delivered."""
+        deadline = time.monotonic() + timeout
+        delivered = 0
         while self._out is not None:
             try:
-                if self._poll_once() == 0:
+                n = self._poll_once()
+                delivered += n
+                if n == 0:
                     break
             except psycopg.Error as exc:
                 self._disconnect(exc)
@@ -174,6 +181,7 @@ class Capture:
                 time.sleep(0.2)
         if self._out is not None:
             self._out.flush()
+        return delivered
 
     def close(self, timeout: float = 30.0) -> bool:
         """Stop the thread and drop the slot and publication; True once the slot is gone. Retries while

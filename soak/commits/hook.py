@@ -12,6 +12,7 @@ soak.commits.replay <run-dir>` re-checks them.
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import psycopg
@@ -20,6 +21,9 @@ from impl.snapshot import snapshot
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions, slot_name
 from soak.commits.replay import HistoryResult, replay, save_state
 from soak.commits.timeline import add_to_report
+
+
+POLL_S = 2.0  # slot polls while the soak runs: each call re-reads WAL from the slot's restart point, so fewer is cheaper
 
 
 def combine_exit(code: int, result: HistoryResult | None) -> int:
@@ -42,7 +46,7 @@ class HistoryCheck:
             return cls(url, run_dir, None, "turned off (--no-history)")
         run_dir = Path(run_dir)
         try:
-            cap = Capture.open(url, run_dir / "history.bin", slot_name(run_id))
+            cap = Capture.open(url, run_dir / "history.bin", slot_name(run_id), poll_s=POLL_S)
         except CaptureUnavailable as exc:
             return cls(url, run_dir, None, f"the server does not allow logical capture: {exc}")
         hc = cls(url, run_dir, cap, None)
@@ -66,8 +70,15 @@ class HistoryCheck:
             self.result = HistoryResult("skipped", why=self.skipped or "")
             return self.result
         self.capture.stop()
-        with psycopg.connect(self.url, autocommit=True) as c:
-            final = snapshot(c)
+        # The final snapshot must be the state after the last captured commit: a straggler (a killed
+        # worker's backend finishing its COMMIT, a process that outlived its kill) may still write. Retake
+        # the snapshot until no transaction arrives after it.
+        for _ in range(10):
+            with psycopg.connect(self.url, autocommit=True) as c:
+                final = snapshot(c)
+            time.sleep(0.5)  # a commit in flight during the snapshot lands in the slot meanwhile
+            if self.capture.drain() == 0:
+                break
         save_state(final, self.run_dir / "history-final.pickle")
         stats = dict(self.capture.stats, start_lsn=self.capture.start_lsn, slot=self.capture.slot,
                      bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0)
