@@ -124,6 +124,7 @@ class Capture:
         self._pending_relations: list[bytes] = []
         self._created = False
         self._lock = threading.Lock()
+        self._log_snapshot = True
 
     # --- set-up and tear-down --------------------------------------------------------------------
 
@@ -241,6 +242,16 @@ class Capture:
         """One get_changes call; returns how many transactions it delivered (redeliveries included)."""
         with self._lock:
             conn = self._connect()
+            if self._log_snapshot:
+                # Each call decodes from the slot's restart point, which moves only past a logged
+                # running-transactions record; logging one now keeps that point near the confirmed
+                # position, so a poll re-reads seconds of WAL, not the whole run (PostgreSQL 16+).
+                try:
+                    conn.execute("SELECT pg_log_standby_snapshot()")
+                except psycopg.errors.UndefinedFunction:
+                    self._log_snapshot = False
+                except psycopg.errors.InsufficientPrivilege:
+                    self._log_snapshot = False
             rows = conn.execute(
                 "SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, %s, 'proto_version', '1', "
                 "'publication_names', %s)", (self.slot, self.batch, self.publication)).fetchall()
