@@ -51,7 +51,7 @@ def slots(url: str) -> list[str]:
         return [r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()")]
 
 
-def wait_for(cond, timeout=30.0):
+def wait_for(cond, timeout=90.0):
     deadline = time.monotonic() + timeout
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
