@@ -29,6 +29,7 @@ from model import invariants as inv
 from model.ops import JobSpec, WorkflowMember
 from model.queues import QueueOpts
 from model.store import ModelStore
+from model.transitions import judge_state_change  # issue 12
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 QUEUES = ("a", "b")
@@ -126,6 +127,11 @@ class BelayMachine(RuleBasedStateMachine):
             *inv.i9_awaiters_eventually_run(after, quiescent=False),
         ]
         assert not violations, "; ".join(map(str, violations))
+        # issue 12: every row change is a legal §4 transition (model/transitions.py, shared with the soak's
+        # history checker). This machine renews with arbitrary extensions, so lease_forward is not its rule.
+        illegal = judge_state_change(before, after, getattr(op, "now", None), retry=isinstance(op, ops.Retry),
+                                     ignore=frozenset({"lease_forward"}))
+        assert not illegal, f"after {op!r}: " + "; ".join(illegal)
 
     # --- enqueue --------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from impl.snapshot import snapshot
 from soak import ledger as soak_ledger
 from soak import report
 from soak.checker import check
+from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.nemesis import Nemesis, Workers
@@ -57,6 +58,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--database-url", default=None, help="use this PostgreSQL server (a fresh database is created "
                    "on it; needs CREATEDB) instead of an embedded cluster: database faults are then skipped")
     p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live display")
+    p.add_argument("--no-history", action="store_true", help="do not capture and check the committed history "
+                   "(logical replication; soak/commits/) — e.g. to measure its cost")
     args = p.parse_args(argv)
     if args.workers < 1 or args.duration <= 0 or args.lease_ttl <= 0:
         p.error("--workers, --duration and --lease-ttl must be positive")
@@ -69,12 +72,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Database:
     """An embedded cluster the soak owns (crash-restartable, fsync on), or a fresh database on a server."""
 
-    def __init__(self, external: str | None, run_id: str) -> None:
+    def __init__(self, external: str | None, run_id: str, logical: bool = False) -> None:
         self.cluster: EmbeddedCluster | None = None
         self.external_admin = external
         self.dbname: str | None = None
         if external is None:
-            config = ClusterConfig()  # fsync stays on: crash results are meaningless without it
+            # fsync stays on: crash results are meaningless without it; wal_level=logical for history capture
+            config = ClusterConfig(extra_settings={"wal_level": "logical"} if logical else {})
             assert config.fsync, "never turn fsync off for soak runs"
             self.cluster = EmbeddedCluster(config).start()
             self.url = self.cluster.url
@@ -182,8 +186,17 @@ def run(args: argparse.Namespace) -> int:
           f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
           f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
           f"seed {seed}; report {run_dir}", flush=True)
-    db = Database(args.database_url, run_id)
+    db = Database(args.database_url, run_id, logical=not args.no_history)
     print(f"database: {db.description}; database faults {db.db_faults}", flush=True)
+    # --- issue 12: capture the committed history from here on (before any worker or driver writes) ---
+    hist = None
+    try:
+        hist = HistoryCheck.begin(db.url, run_dir, run_id, enabled=not args.no_history)
+    finally:
+        if hist is None:
+            db.close()
+    print(f"history capture: {'slot ' + hist.capture.slot if hist.capture else 'skipped — ' + str(hist.skipped)}",
+          flush=True)
     password = urllib.parse.urlsplit(db.url).password
     env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
            "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
@@ -275,6 +288,7 @@ def run(args: argparse.Namespace) -> int:
         workers.terminate()
         meta["driver"] = driver.counters()
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
+        hist_result = hist.finish()  # issue 12: workers and driver have stopped writing
         result = check(state, led, history.snapshot())
         for log in (run_dir / "workers").glob("*.log"):
             text = redact(log.read_text(errors="replace"))
@@ -282,14 +296,21 @@ def run(args: argparse.Namespace) -> int:
                 text = text.replace(password, "***")
             log.write_text(text)
         results = report.write(run_dir, result, state, history.snapshot(), meta)
-        code = result.exit_code
+        hist.add_to_report(run_dir, history.snapshot())  # issue 12
+        code = combine_exit(result.exit_code, hist_result)
         print_verdict(result, results, run_dir)
+        print(hist_result.line(), flush=True)  # issue 12: the history checker's own verdict line
+        if hist_result.verdict == "invalid" and result.exit_code != 1:
+            print(f"verdict INVALID by the committed history → exit {code}", flush=True)
     finally:
         progress.close()
         nemesis.halt.set()
         driver.halt.set()
         workers.terminate(grace=5)
         history.close()
+        if not hist.close():  # issue 12: a forgotten slot pins WAL forever
+            print(f"WARNING: could not drop replication slot {hist.capture.slot}: {hist.capture.last_error}",
+                  flush=True)
         db.close()
     return code
 

@@ -1,0 +1,100 @@
+"""The soak harness's hook: capture during the run, replay and report at the end, always drop the slot.
+
+    hist = HistoryCheck.begin(url, run_dir, run_id, enabled=True)   # before any worker or driver write
+    ...                                                               # the soak
+    result = hist.finish()            # after workers and driver stopped: drain, snapshot, replay
+    hist.add_to_report(run_dir, fault_log)
+    hist.close()                      # in `finally`: drops the slot even after a failure
+
+Files in the run folder: history.bin (the captured transactions), history-initial.pickle and
+history-final.pickle (the states the replay starts from and must end in) — `python -m
+soak.commits.replay <run-dir>` re-checks them.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psycopg
+
+from impl.snapshot import snapshot
+from soak.commits.capture import Capture, CaptureUnavailable, read_transactions, slot_name
+from soak.commits.replay import HistoryResult, replay, save_state
+from soak.commits.timeline import add_to_report
+
+
+POLL_S = 2.0  # slot polls while the soak runs: each call re-reads WAL from the slot's restart point, so fewer is cheaper
+
+
+def combine_exit(code: int, result: HistoryResult | None) -> int:
+    """The soak's exit code with the history verdict folded in: an invalid history makes the run invalid."""
+    if result is not None and result.verdict == "invalid" and code in (0, 2):
+        return 1
+    return code
+
+
+class HistoryCheck:
+    def __init__(self, url: str, run_dir: Path, capture: Capture | None, skipped: str | None) -> None:
+        self.url, self.run_dir, self.capture, self.skipped = url, Path(run_dir), capture, skipped
+        self.initial = None
+        self.result: HistoryResult | None = None
+        self.slot_dropped: bool | None = None
+
+    @classmethod
+    def begin(cls, url: str, run_dir: Path, run_id: str, enabled: bool = True) -> "HistoryCheck":
+        if not enabled:
+            return cls(url, run_dir, None, "turned off (--no-history)")
+        run_dir = Path(run_dir)
+        try:
+            cap = Capture.open(url, run_dir / "history.bin", slot_name(run_id), poll_s=POLL_S)
+        except CaptureUnavailable as exc:
+            return cls(url, run_dir, None, f"the server does not allow logical capture: {exc}")
+        hc = cls(url, run_dir, cap, None)
+        try:
+            with psycopg.connect(url, autocommit=True) as c:
+                hc.initial = snapshot(c)
+            save_state(hc.initial, run_dir / "history-initial.pickle")
+            cap.start()
+        except BaseException:
+            hc.close()
+            raise
+        return hc
+
+    @property
+    def line_prefix(self) -> str:
+        return "history"
+
+    def finish(self) -> HistoryResult:
+        """Drain the slot, take the final snapshot, replay. Call once no worker or driver writes any more."""
+        if self.capture is None:
+            self.result = HistoryResult("skipped", why=self.skipped or "")
+            return self.result
+        self.capture.stop()
+        # The final snapshot must be the state after the last captured commit: a straggler (a killed
+        # worker's backend finishing its COMMIT, a process that outlived its kill) may still write. Retake
+        # the snapshot until no transaction arrives after it.
+        for _ in range(10):
+            with psycopg.connect(self.url, autocommit=True) as c:
+                final = snapshot(c)
+            time.sleep(0.5)  # a commit in flight during the snapshot lands in the slot meanwhile
+            if self.capture.drain() == 0:
+                break
+        save_state(final, self.run_dir / "history-final.pickle")
+        stats = dict(self.capture.stats, start_lsn=self.capture.start_lsn, slot=self.capture.slot,
+                     bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0)
+        self.result = replay(read_transactions(self.capture.path), self.initial, final, stats)
+        return self.result
+
+    def add_to_report(self, run_dir: Path, fault_log: list[dict]) -> None:
+        if self.result is not None:
+            add_to_report(Path(run_dir), self.result, fault_log)
+
+    def close(self) -> bool:
+        """Drop the slot and publication (idempotent); True when no slot of ours is left."""
+        if self.capture is None:
+            return True
+        self.slot_dropped = self.capture.close()
+        return self.slot_dropped
+
+
+__all__ = ["HistoryCheck", "combine_exit"]
