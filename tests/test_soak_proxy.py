@@ -168,12 +168,11 @@ def test_a_stalled_connection_does_not_freeze_lease_renewal(proxy, db_url, now, 
     1 s and retried on a fresh connection, so the node's leases are extended; without it (the broken
     variant, what a worker that sets no client-side deadline does) the renewal hangs for the whole stall."""
     url = _via(proxy, db_url, "w1")
-    store = PgStore(url, pool_size=2, notify=False, call_timeout=1.0 if guarded else None)
+    store = PgStore(url, pool_size=1, notify=False, call_timeout=1.0 if guarded else None)
     try:
         ids = _claim_two(store, now, "n1", timedelta(seconds=10))
         assert len(ids) == 2
-        with store.pool.connection() as warm:  # make sure the pool holds exactly this one connection
-            warm.execute("SELECT 1")
+        assert proxy.stats()["w1"]["open"] == 1  # pool_size=1: the renewal must use the stalled connection
         assert proxy.stall_one("w1")
         done = threading.Event()
         result: list = []
