@@ -50,6 +50,7 @@ class Workers:
         self.slots = [Slot(i + 1) for i in range(n)]
         self.closing = threading.Event()
         self.kills = self.stops = self.exits = 0
+        self.slot_env: dict[int, dict[str, str]] = {}  # per-slot overrides (issue 13: each slot's proxy route)
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -64,7 +65,7 @@ class Workers:
             slot.node = f"w{slot.index}-{slot.incarnation}"
             slot.expected_end = None
             slot.stopped = False
-            env = {**self.env, "BELAY_NODE": slot.node}
+            env = {**self.env, "BELAY_NODE": slot.node, **self.slot_env.get(slot.index, {})}
             log = open(self.log_dir / f"{slot.node}.log", "ab")
             self.history.record("worker_start", node=slot.node, slot=slot.index)
             slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,

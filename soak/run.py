@@ -32,6 +32,7 @@ from soak.checker import check
 from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.nemesis import Nemesis, Workers
+from soak import netfaults  # issue 13: network faults and failover
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"
@@ -57,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--database-url", default=None, help="use this PostgreSQL server (a fresh database is created "
                    "on it; needs CREATEDB) instead of an embedded cluster: database faults are then skipped")
     p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live display")
+    netfaults.add_arguments(p)  # issue 13
     args = p.parse_args(argv)
     if args.workers < 1 or args.duration <= 0 or args.lease_ttl <= 0:
         p.error("--workers, --duration and --lease-ttl must be positive")
@@ -69,12 +71,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Database:
     """An embedded cluster the soak owns (crash-restartable, fsync on), or a fresh database on a server."""
 
-    def __init__(self, external: str | None, run_id: str) -> None:
+    def __init__(self, external: str | None, run_id: str, settings: dict[str, str] | None = None) -> None:
         self.cluster: EmbeddedCluster | None = None
         self.external_admin = external
         self.dbname: str | None = None
         if external is None:
-            config = ClusterConfig()  # fsync stays on: crash results are meaningless without it
+            config = ClusterConfig(extra_settings=settings or {})  # fsync stays on: crash results are meaningless without it
             assert config.fsync, "never turn fsync off for soak runs"
             self.cluster = EmbeddedCluster(config).start()
             self.url = self.cluster.url
@@ -182,8 +184,13 @@ def run(args: argparse.Namespace) -> int:
           f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
           f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
           f"seed {seed}; report {run_dir}", flush=True)
-    db = Database(args.database_url, run_id)
+    db = Database(args.database_url, run_id, netfaults.cluster_settings(args))
     print(f"database: {db.description}; database faults {db.db_faults}", flush=True)
+    # --- issue 13: with network faults or failover, everyone reaches PostgreSQL through the harness's proxy
+    net = netfaults.NetFaults(args, db.url, db.cluster, history, random.Random(rng.random())) \
+        if netfaults.wanted(args) else None
+    harness_url = net.harness_url if net else db.url
+    # ---
     password = urllib.parse.urlsplit(db.url).password
     env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
            "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
@@ -192,19 +199,24 @@ def run(args: argparse.Namespace) -> int:
     history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
                    worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
                    db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
-                   database=redact(db.url), db_faults=db.db_faults)
+                   database=redact(db.url), db_faults=db.db_faults,
+                   net={k: v for k, v in vars(args).items() if k.split("_")[0] in ("partition", "stall", "latency",
+                                                                                  "failover", "replication")})
     workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history)
-    driver = Driver(db.url, history, random.Random(rng.random()),
+    if net:
+        workers.slot_env = net.slot_env(args.workers)
+    driver = Driver(harness_url, history, random.Random(rng.random()),
                     DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))
-    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=db.url, cluster=db.cluster,
+    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=harness_url, cluster=db.cluster,
                       kill_every=args.kill_every or None, stop_every=args.stop_every or None,
                       db_restart_every=args.db_restart_every or None, stop_for=stop_for)
-    progress = Progress(db.url, args.no_progress)
+    progress = Progress(harness_url, args.no_progress)
     meta = {"run_id": run_id, "worker": args.worker, "workers": args.workers, "lease_ttl": args.lease_ttl,
             "seed": seed, "duration": args.duration, "heal": args.heal, "database": db.description,
             "db_faults": db.db_faults, "kill_every": args.kill_every, "stop_every": args.stop_every,
             "db_restart_every": args.db_restart_every if db.cluster else None, "rate": args.rate,
-            "fsync": "on" if db.cluster else "server's own setting"}
+            "fsync": "on" if db.cluster else "server's own setting",
+            "network_faults": net.summary() if net else "off"}
     started = time.monotonic()
 
     def tick(phase: str, until: float, extra: dict | None = None) -> None:
@@ -218,6 +230,9 @@ def run(args: argparse.Namespace) -> int:
                 "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
                           f"PG crash-restarts {nemesis.db_restarts}",
                 "last fault": nemesis.last or "-", **(extra or {})}
+        if net:  # issue 13
+            info["network faults"] = net.summary()
+            info["last network fault"] = net.last or "-"
         progress.show(info)
 
     code = 3
@@ -227,6 +242,8 @@ def run(args: argparse.Namespace) -> int:
         driver.start()
         driver.put_cron(paused=False)
         nemesis.start()
+        if net:
+            net.start(workers, nemesis)
         end = time.monotonic() + args.duration
         before = progress.poll() or (0, 0)
         while time.monotonic() < end:
@@ -237,6 +254,9 @@ def run(args: argparse.Namespace) -> int:
 
         history.record("phase", phase="heal")
         nemesis.stop_all()
+        if net:
+            net.stop_all()
+            meta["network_faults"] = net.summary()
         end = time.monotonic() + args.heal
         while time.monotonic() < end:
             tick("heal", end)
@@ -266,7 +286,7 @@ def run(args: argparse.Namespace) -> int:
 
         history.record("phase", phase="check")
         driver.sample_steps()
-        with psycopg.connect(db.url, autocommit=True) as c:
+        with psycopg.connect(harness_url, autocommit=True) as c:
             history.record("snapshot")
             state = snapshot(c)
             led = soak_ledger.read(c)
@@ -290,6 +310,8 @@ def run(args: argparse.Namespace) -> int:
         driver.halt.set()
         workers.terminate(grace=5)
         history.close()
+        if net:
+            net.close()
         db.close()
     return code
 
