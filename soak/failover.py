@@ -52,10 +52,11 @@ def primary_settings(mode: str) -> dict[str, str]:
     """Settings of a primary that streams to a standby; `sync` makes every commit wait for it."""
     if mode not in MODES:
         raise ValueError(f"replication mode must be one of {MODES}, got {mode!r}")
-    s = {"wal_level": "replica", "max_wal_senders": "10", "wal_keep_size": "256MB", "hot_standby": "on"}
-    if mode == "sync":
-        s.update(synchronous_standby_names="'*'", synchronous_commit="on")
-    return s
+    # synchronous_standby_names is set by ALTER SYSTEM once the first standby streams (Replication.add_standby):
+    # on the command line it would block the harness's own setup commits before any standby exists, and
+    # it could not be changed later. pg_basebackup copies postgresql.auto.conf, so a promoted standby keeps it.
+    return {"wal_level": "replica", "max_wal_senders": "10", "wal_keep_size": "256MB", "hot_standby": "on",
+            "synchronous_commit": "on"}
 
 
 class Replication:
@@ -86,13 +87,17 @@ class Replication:
                       "-c", "fast", "-d", conninfo], "pg_basebackup of the primary")
         standby.start()
         self.standby = standby
-        self._wait_streaming(timeout)
+        self._wait_streaming(timeout, None)
+        if self.mode == "sync":
+            with psycopg.connect(self.primary.url, autocommit=True, connect_timeout=5) as c:
+                c.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                c.execute("SELECT pg_reload_conf()")
+            self._wait_streaming(timeout, "sync")
         self.history.record("standby_ready", mode=self.mode, took=round(time.monotonic() - t0, 3))
         return standby
 
-    def _wait_streaming(self, timeout: float) -> None:
+    def _wait_streaming(self, timeout: float, want: str | None) -> None:
         deadline = time.monotonic() + timeout
-        want = "sync" if self.mode == "sync" else None
         while True:
             try:
                 with psycopg.connect(self.primary.url, autocommit=True, connect_timeout=2) as c:
@@ -102,7 +107,7 @@ class Replication:
             except psycopg.Error:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the standby did not reach streaming ({self.mode}) within {timeout:.0f}s")
+                raise RuntimeError(f"the standby did not reach streaming ({want or 'any'}) within {timeout:.0f}s")
             time.sleep(0.1)
 
     # --- the fault -----------------------------------------------------------------------------------------
