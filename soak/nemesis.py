@@ -51,6 +51,8 @@ class Workers:
         self.closing = threading.Event()
         self.kills = self.stops = self.exits = 0
         self.slot_env: dict[int, dict[str, str]] = {}  # per-slot overrides (issue 13: each slot's proxy route)
+        self.pgids: set[int] = set()  # every worker process group ever started (soak/reaper.py)
+        self.reaped = 0
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -72,6 +74,7 @@ class Workers:
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
             proc, node = slot.proc, slot.node
+            self.pgids.add(proc.pid)
         threading.Thread(target=self._watch, args=(slot, proc, node), name=f"watch-{node}", daemon=True).start()
 
     def _watch(self, slot: Slot, proc: subprocess.Popen, node: str) -> None:
@@ -131,6 +134,9 @@ class Workers:
             self.cont(slot)
 
     def status(self) -> dict[str, int]:
+        from soak.reaper import reap_orphans  # issue 13: no zombie pile-up over long runs
+
+        self.reaped += reap_orphans(self.pgids, {s.proc.pid for s in self.slots if s.proc is not None})
         alive = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
         return {"alive": alive, "stopped": sum(1 for s in self.slots if s.stopped), "kills": self.kills,
                 "stops": self.stops, "exits": self.exits}
