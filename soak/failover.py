@@ -121,7 +121,7 @@ class Replication:
                 "WHERE inserted_at >= %(s)s OR finished_at >= %(s)s ORDER BY id", {"s": since}).fetchall()
         return [[r[0], r[1], r[2], r[3], r[4].isoformat(), r[5].isoformat() if r[5] else None] for r in rows]
 
-    def failover(self) -> None:
+    def failover(self, *, replace_standby: bool = True) -> None:
         with self.lock:
             if self.standby is None:
                 raise RuntimeError("failover needs a standby (add_standby)")
@@ -149,7 +149,8 @@ class Replication:
             self.failovers += 1
             self.history.record("failover_end", mode=self.mode, took=round(time.monotonic() - t0, 3),
                                 watched=len(watched))
-        self.add_standby()
+        if replace_standby:
+            self.add_standby()
 
     def close(self) -> None:
         for c in (self.standby, self.primary):
