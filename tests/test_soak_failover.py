@@ -111,7 +111,7 @@ def test_a_soak_with_partitions_stalls_and_synchronous_failovers_finds_no_violat
     """Reduced form of the issue's acceptance run: the verdict may be `unknown` (20 s is too short to
     be sure of a cron minute) but never invalid, and D1 must be valid."""
     code, results, history = _soak(
-        tmp_path, "--duration", "20", "--heal", "4", "--workers", "3", "--lease-ttl", "4", "--rate", "20",
+        tmp_path, "--duration", "20", "--heal", "4", "--workers", "4", "--lease-ttl", "4", "--rate", "20",
         "--kill-every", "0", "--stop-every", "8", "--db-restart-every", "0", "--partition-every", "6",
         "--stall-every", "7", "--stall-conn-every", "9", "--failover-every", "9", "--replication", "sync",
         "--seed", "11")
