@@ -111,8 +111,10 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
     for a, b in w["db"]:
         ax.axvspan(a, max(b, a + 0.5), color="red", alpha=0.35, lw=0)
     net_colours = {"partition": "#8a2be2", "stall": "#d4a017", "stall_conn": "#4682b4", "latency": "#999999"}
-    for a, b, fault in w["net"]:  # issue 13: network fault windows, one band per fault
-        ax.axvspan(a, b, ymin=0.0, ymax=0.08, color=net_colours.get(fault, "grey"), alpha=0.6, lw=0)
+    for a, b, fault in w["net"]:  # issue 13: network fault windows, one band (row) per kind of fault
+        row = list(net_colours).index(fault) if fault in net_colours else len(net_colours)
+        ax.axvspan(a, b, ymin=0.04 * row, ymax=0.04 * (row + 1), color=net_colours.get(fault, "grey"), alpha=0.6,
+                   lw=0)
     for a, b in w["failover"]:
         ax.axvspan(a, max(b, a + 0.5), color="darkred", alpha=0.25, lw=0, hatch="//")
     for t in w["kills"]:
@@ -129,7 +131,7 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
                        Patch(color="red", alpha=0.4, label="PostgreSQL down"),
                        Line2D([], [], color="black", alpha=0.5, label="kill -9"),
                        Line2D([], [], color="purple", linestyle=":", label="worker exited itself")]
-              + [Patch(color=c, alpha=0.6, label=f"net {f.replace('_', ' ')} (bottom band)")
+              + [Patch(color=c, alpha=0.6, label=f"net {f.replace('_', ' ')} (bottom bands)")
                  for f, c in net_colours.items() if any(x[2] == f for x in w["net"])]
               + ([Patch(color="darkred", alpha=0.3, label="failover → standby ready")] if w["failover"] else []),
               loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5)
