@@ -90,9 +90,9 @@ class Watchdog:
         except Exception:  # noqa: BLE001 - closed meanwhile: nothing to cut
             return
         try:
+            self.cut += 1  # before the shutdown: the woken caller may look at it at once
             with socket.socket(fileno=os.dup(fd)) as s:
                 s.shutdown(socket.SHUT_RDWR)
-            self.cut += 1
             log.warning("belay store call exceeded its %.1fs deadline: connection cut, the call will be retried",
                         self.limit)
         except OSError:

@@ -194,6 +194,10 @@ class Proxy:
                     lst.server.close()
                 for c in list(lst.conns):
                     c.abort()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
         if self.loop.is_running():
             try:

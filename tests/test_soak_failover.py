@@ -1,7 +1,7 @@
 """Failover of the soak's embedded cluster to a streaming standby (soak/failover.py, issue 13), and the
 network + failover nemesis in a reduced soak of the reference worker (soak/netfaults.py).
 
-CI runs: the focused asynchronous failover (committed work is lost and check D1 names it) and a ~20 s
+CI runs: the focused asynchronous failover (committed work is lost and check D1 names it) and a 16 s
 soak with partitions, stalls, a connection stall, SIGSTOP and synchronous failovers that must not be
 invalid (D1 valid). BELAY_SOAK_TESTS=1 adds the asynchronous failover as a whole soak (exit 1, D1 invalid).
 """
@@ -111,9 +111,9 @@ def test_a_soak_with_partitions_stalls_and_synchronous_failovers_finds_no_violat
     """Reduced form of the issue's acceptance run: the verdict may be `unknown` (20 s is too short to
     be sure of a cron minute) but never invalid, and D1 must be valid."""
     code, results, history = _soak(
-        tmp_path, "--duration", "20", "--heal", "4", "--workers", "4", "--lease-ttl", "4", "--rate", "20",
-        "--kill-every", "0", "--stop-every", "8", "--db-restart-every", "0", "--partition-every", "6",
-        "--stall-every", "7", "--stall-conn-every", "9", "--failover-every", "9", "--replication", "sync",
+        tmp_path, "--duration", "16", "--heal", "3", "--workers", "4", "--lease-ttl", "4", "--rate", "20",
+        "--kill-every", "0", "--stop-every", "7", "--db-restart-every", "0", "--partition-every", "5",
+        "--stall-every", "6", "--stall-conn-every", "8", "--failover-every", "8", "--replication", "sync",
         "--seed", "11")
     kinds = Counter(e["type"] for e in history)
     assert kinds["net_partition"] >= 1 and kinds["net_stall"] >= 1 and kinds["failover_end"] >= 1, kinds
