@@ -22,6 +22,8 @@ Unarmed, `failpoint` costs one truth test of an empty dict. The points (and what
     ack.after_update               impl/worker_store.py  the fenced ack UPDATE ran (row lock held)
     park.after_check               impl/worker_store.py  the park rule read signal_exists, not yet parked
     await_children.before_park     impl/worker_store.py  the second re-verify ran (scope lock held)
+    reclaim.after_read             impl/worker_store.py  the sweeper read its expired leases (row locks
+                                                   held: FOR UPDATE SKIP LOCKED), nothing updated yet
 
 Thread-safe; hooks run in the thread that reaches the point.
 """

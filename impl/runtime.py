@@ -74,6 +74,9 @@ class WorkerConfig:
     queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
     reclaim_backoff: w.Backoff = w.Backoff()  # retry delay of a job whose lease expired (by attempt)
     retry: RetryPolicy = RetryPolicy()
+    # Client-side deadline of one store call, after which its connection is cut and the call retried
+    # (impl/deadline.py, docs/connections.md): None = max(lease_ttl / 4, 2 s), 0 = none.
+    call_timeout: float | None = None
 
     def __post_init__(self) -> None:
         ops.require_name(self.node, "node")
@@ -224,7 +227,9 @@ class Worker:
             queues[name] = QueueConfig(name)
         # Without the accelerator the node sends no pg_notify at all (pokes nor results): droppable by config.
         pool_size = min(sum(q.opts.limit_max for q in queues.values()) + 4, 32)
-        self.store = PgStore(conninfo, schema=schema, pool_size=pool_size, notify=config.notify)
+        call_timeout = max(config.lease_ttl / 4, 2.0) if config.call_timeout is None else config.call_timeout
+        self.store = PgStore(conninfo, schema=schema, pool_size=pool_size, notify=config.notify,
+                             call_timeout=call_timeout or None)
         self.producers = {name: _Producer(self, q) for name, q in queues.items()}
         self.stopping = threading.Event()  # no new claims
         self.stopped = threading.Event()

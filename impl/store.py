@@ -60,12 +60,21 @@ class PgStore(WorkerOps):
 
     supports_transactional_enqueue = True
 
-    def __init__(self, conninfo: str, *, schema: str = "public", pool_size: int = 4, notify: bool = True) -> None:
+    def __init__(self, conninfo: str, *, schema: str = "public", pool_size: int = 4, notify: bool = True,
+                 call_timeout: float | None = None) -> None:
         self.q = SchemaSQL(schema)
         self.schema = self.q.schema
         self.notify = notify
-        self.pool = ConnectionPool(
-            conninfo, min_size=1, max_size=pool_size, kwargs={"autocommit": True}, open=True, name="belay-store"
+        pool_class: Any = ConnectionPool
+        extra: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if call_timeout:  # a client-side deadline per call, keepalives, connect timeout (impl/deadline.py)
+            from impl.deadline import GuardedPool, Watchdog, connection_defaults
+
+            pool_class, extra = GuardedPool, {"watchdog": Watchdog(call_timeout)}
+            kwargs.update(connection_defaults(conninfo))
+        self.pool = pool_class(
+            conninfo, min_size=1, max_size=pool_size, kwargs=kwargs, open=True, name="belay-store", **extra
         )
 
     def close(self) -> None:

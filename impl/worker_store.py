@@ -101,7 +101,9 @@ class WorkerOps:
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
         with self.transaction(op.now) as tx:
             retried, failed = [], []
-            for row in tx.all("expired_leases", {"now": op.now, "limit": op.limit}):
+            expired = tx.all("expired_leases", {"now": op.now, "limit": op.limit})
+            failpoint("reclaim.after_read")
+            for row in expired:
                 entry = Jsonb([w.error_entry(row["attempt"], op.now, "lease_expired", None)])
                 if row["attempt"] < row["max_attempts"]:
                     done = tx.one("reclaim_retry", {"id": row["id"], "entry": entry,

@@ -162,11 +162,14 @@ class Timeline:
         self.ended: dict[str, float] = {}
         self.stopped: dict[str, list[list[float]]] = defaultdict(list)
         self.db_down: list[list[float]] = []
+        self.slot_of: dict[str, int] = {}  # issue 13: network faults isolate a worker *slot* (all incarnations)
+        self.isolated: dict[int, list[list[float]]] = defaultdict(list)
         self.end = max((float(e["t"]) for e in history), default=0.0)
         for e in sorted(history, key=lambda e: float(e["t"])):
             t, kind, node = float(e["t"]), e.get("type"), e.get("node")
             if kind == "worker_start":
                 self.started[node] = t
+                self.slot_of[node] = e.get("slot")
             elif kind in ("worker_kill", "worker_exit", "worker_term"):
                 self.ended.setdefault(node, t)
             elif kind == "worker_stop":
@@ -177,11 +180,22 @@ class Timeline:
                 self.db_down.append([t, float("inf")])
             elif kind == "db_restarted" and self.db_down:
                 self.db_down[-1][1] = t
+            # --- issue 13: partitions / stalls of a worker's route; failovers (soak/netfaults.py) ---
+            elif kind in ("net_partition", "net_stall"):
+                self.isolated[e["slot"]].append([t, float("inf")])
+            elif kind == "net_heal" and e.get("fault") in ("partition", "stall") and self.isolated[e["slot"]]:
+                self.isolated[e["slot"]][-1][1] = t
+            elif kind == "failover_begin":
+                self.db_down.append([t, float("inf")])
+            elif kind == "standby_ready" and self.db_down and self.db_down[-1][1] == float("inf"):
+                self.db_down[-1][1] = t
 
     def node_ran(self, node: str, t0: float, t1: float) -> bool:
         """Node was started before t0, not dead before t1, never SIGSTOPped during [t0, t1]."""
         if node not in self.started or self.started[node] > t0 or self.ended.get(node, float("inf")) < t1:
             return False
+        if any(a <= t1 and b >= t0 for a, b in self.isolated.get(self.slot_of.get(node), ())):
+            return False  # issue 13: its route was partitioned or stalled
         return not any(a <= t1 and b >= t0 for a, b in self.stopped.get(node, ()))
 
     def db_down_during(self, t0: float, t1: float) -> bool:
@@ -259,6 +273,10 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     _i7(results["I7"], state, ledger)
     _i8(results["I8"], state, by_id, steps)
     _i9(results["I9"], state, by_id, drained)
+    from soak.failover import check_durability  # issue 13: D1, committed work survives failover (if any ran)
+    durability = check_durability(state, history)
+    if durability is not None:
+        results[durability.name] = durability
 
     for r in results.values():
         r.finish()

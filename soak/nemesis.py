@@ -50,6 +50,9 @@ class Workers:
         self.slots = [Slot(i + 1) for i in range(n)]
         self.closing = threading.Event()
         self.kills = self.stops = self.exits = 0
+        self.slot_env: dict[int, dict[str, str]] = {}  # per-slot overrides (issue 13: each slot's proxy route)
+        self.pgids: set[int] = set()  # every worker process group ever started (soak/reaper.py)
+        self.reaped = 0
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -64,13 +67,14 @@ class Workers:
             slot.node = f"w{slot.index}-{slot.incarnation}"
             slot.expected_end = None
             slot.stopped = False
-            env = {**self.env, "BELAY_NODE": slot.node}
+            env = {**self.env, "BELAY_NODE": slot.node, **self.slot_env.get(slot.index, {})}
             log = open(self.log_dir / f"{slot.node}.log", "ab")
             self.history.record("worker_start", node=slot.node, slot=slot.index)
             slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
             proc, node = slot.proc, slot.node
+            self.pgids.add(proc.pid)
         threading.Thread(target=self._watch, args=(slot, proc, node), name=f"watch-{node}", daemon=True).start()
 
     def _watch(self, slot: Slot, proc: subprocess.Popen, node: str) -> None:
@@ -130,6 +134,9 @@ class Workers:
             self.cont(slot)
 
     def status(self) -> dict[str, int]:
+        from soak.reaper import reap_orphans  # issue 13: no zombie pile-up over long runs
+
+        self.reaped += reap_orphans(self.pgids, {s.proc.pid for s in self.slots if s.proc is not None})
         alive = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
         return {"alive": alive, "stopped": sum(1 for s in self.slots if s.stopped), "kills": self.kills,
                 "stops": self.stops, "exits": self.exits}

@@ -54,8 +54,10 @@ def figures(state: State, history: list[dict], t0: float) -> dict[str, Any]:
 
 
 def _windows(history: list[dict], t0: float) -> dict[str, list]:
-    out: dict[str, list] = {"kills": [], "exits": [], "stops": [], "db": [], "phases": []}
+    out: dict[str, list] = {"kills": [], "exits": [], "stops": [], "db": [], "phases": [], "net": [], "failover": []}
     open_stop: dict[str, float] = {}
+    open_net: dict[tuple, float] = {}  # issue 13: (slot, fault) → start
+    open_failover = None
     db_open = None
     for e in history:
         t = e["t"] - t0
@@ -75,6 +77,15 @@ def _windows(history: list[dict], t0: float) -> dict[str, list]:
             db_open = None
         elif kind == "phase":
             out["phases"].append((t, e["phase"]))
+        elif kind.startswith("net_") and kind != "net_heal":  # issue 13
+            open_net[(e.get("slot"), kind[4:])] = t
+        elif kind == "net_heal" and (e.get("slot"), e.get("fault")) in open_net:
+            out["net"].append((open_net.pop((e.get("slot"), e.get("fault"))), t, e.get("fault")))
+        elif kind == "failover_begin":
+            open_failover = t
+        elif kind == "standby_ready" and open_failover is not None:
+            out["failover"].append((open_failover, t))
+            open_failover = None
     return out
 
 
@@ -99,6 +110,13 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
         ax.axvspan(a, b, color="orange", alpha=0.18, lw=0)
     for a, b in w["db"]:
         ax.axvspan(a, max(b, a + 0.5), color="red", alpha=0.35, lw=0)
+    net_colours = {"partition": "#8a2be2", "stall": "#d4a017", "stall_conn": "#4682b4", "latency": "#999999"}
+    for a, b, fault in w["net"]:  # issue 13: network fault windows, one band (row) per kind of fault
+        row = list(net_colours).index(fault) if fault in net_colours else len(net_colours)
+        ax.axvspan(a, b, ymin=0.04 * row, ymax=0.04 * (row + 1), color=net_colours.get(fault, "grey"), alpha=0.6,
+                   lw=0)
+    for a, b in w["failover"]:
+        ax.axvspan(a, max(b, a + 0.5), color="darkred", alpha=0.25, lw=0, hatch="//")
     for t in w["kills"]:
         ax.axvline(t, color="black", alpha=0.35, linewidth=0.6)
     for t in w["exits"]:
@@ -112,7 +130,10 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
                        Patch(color="orange", alpha=0.3, label="SIGSTOP window"),
                        Patch(color="red", alpha=0.4, label="PostgreSQL down"),
                        Line2D([], [], color="black", alpha=0.5, label="kill -9"),
-                       Line2D([], [], color="purple", linestyle=":", label="worker exited itself")],
+                       Line2D([], [], color="purple", linestyle=":", label="worker exited itself")]
+              + [Patch(color=c, alpha=0.6, label=f"net {f.replace('_', ' ')} (bottom bands)")
+                 for f, c in net_colours.items() if any(x[2] == f for x in w["net"])]
+              + ([Patch(color="darkred", alpha=0.3, label="failover → standby ready")] if w["failover"] else []),
               loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5)
     ax.set_xlabel("seconds since run start")
     ax.set_ylabel("jobs / s")
@@ -150,7 +171,10 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
 def _fault_counts(history: list[dict]) -> dict[str, int]:
     c = Counter(e["type"] for e in history)
     return {"kill -9": c["worker_kill"], "SIGSTOP": c["worker_stop"], "worker exited itself": c["worker_exit"],
-            "PostgreSQL crash-restart": c["db_restarted"], "nemesis errors": c["nemesis_error"]}
+            "PostgreSQL crash-restart": c["db_restarted"], "nemesis errors": c["nemesis_error"],
+            **{k: c[t] for k, t in (("partition", "net_partition"), ("stall", "net_stall"),  # issue 13
+                                    ("connection stall", "net_stall_conn"), ("latency", "net_latency"),
+                                    ("failover", "failover_end")) if c[t]}}
 
 
 def write(run_dir: Path, result: CheckResult, state: State, history: list[dict], meta: dict[str, Any]) -> dict:

@@ -33,6 +33,7 @@ from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-
 from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.nemesis import Nemesis, Workers
+from soak import netfaults  # issue 13: network faults and failover
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"
@@ -60,6 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live display")
     p.add_argument("--no-history", action="store_true", help="do not capture and check the committed history "
                    "(logical replication; soak/commits/) — e.g. to measure its cost")
+    netfaults.add_arguments(p)  # issue 13
     args = p.parse_args(argv)
     if args.workers < 1 or args.duration <= 0 or args.lease_ttl <= 0:
         p.error("--workers, --duration and --lease-ttl must be positive")
@@ -72,13 +74,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Database:
     """An embedded cluster the soak owns (crash-restartable, fsync on), or a fresh database on a server."""
 
-    def __init__(self, external: str | None, run_id: str, logical: bool = False) -> None:
+    def __init__(self, external: str | None, run_id: str, settings: dict[str, str] | None = None,
+                 logical: bool = False) -> None:
         self.cluster: EmbeddedCluster | None = None
         self.external_admin = external
         self.dbname: str | None = None
         if external is None:
             # fsync stays on: crash results are meaningless without it; wal_level=logical for history capture
-            config = ClusterConfig(extra_settings={"wal_level": "logical"} if logical else {})
+            config = ClusterConfig(extra_settings={**(settings or {}), **({"wal_level": "logical"} if logical else {})})
             assert config.fsync, "never turn fsync off for soak runs"
             self.cluster = EmbeddedCluster(config).start()
             self.url = self.cluster.url
@@ -186,17 +189,26 @@ def run(args: argparse.Namespace) -> int:
           f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
           f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
           f"seed {seed}; report {run_dir}", flush=True)
-    db = Database(args.database_url, run_id, logical=not args.no_history)
+    # The history's replication slot lives on the primary only: a failover would lose it mid-run.
+    history_on = not args.no_history and not args.failover_every
+    db = Database(args.database_url, run_id, netfaults.cluster_settings(args), logical=history_on)
     print(f"database: {db.description}; database faults {db.db_faults}", flush=True)
     # --- issue 12: capture the committed history from here on (before any worker or driver writes) ---
     hist = None
     try:
-        hist = HistoryCheck.begin(db.url, run_dir, run_id, enabled=not args.no_history)
+        hist = HistoryCheck.begin(db.url, run_dir, run_id, enabled=history_on,
+                                  why_off="turned off (--no-history)" if args.no_history else
+                                  "not with --failover-every (a logical slot lives on the old primary only)")
     finally:
         if hist is None:
             db.close()
     print(f"history capture: {'slot ' + hist.capture.slot if hist.capture else 'skipped — ' + str(hist.skipped)}",
           flush=True)
+    # --- issue 13: with network faults or failover, everyone reaches PostgreSQL through the harness's proxy
+    net = netfaults.NetFaults(args, db.url, db.cluster, history, random.Random(rng.random())) \
+        if netfaults.wanted(args) else None
+    harness_url = net.harness_url if net else db.url
+    # ---
     password = urllib.parse.urlsplit(db.url).password
     env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
            "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
@@ -205,19 +217,24 @@ def run(args: argparse.Namespace) -> int:
     history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
                    worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
                    db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
-                   database=redact(db.url), db_faults=db.db_faults)
+                   database=redact(db.url), db_faults=db.db_faults,
+                   net={k: v for k, v in vars(args).items() if k.split("_")[0] in ("partition", "stall", "latency",
+                                                                                  "failover", "replication")})
     workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history)
-    driver = Driver(db.url, history, random.Random(rng.random()),
+    if net:
+        workers.slot_env = net.slot_env(args.workers)
+    driver = Driver(harness_url, history, random.Random(rng.random()),
                     DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))
-    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=db.url, cluster=db.cluster,
+    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=harness_url, cluster=db.cluster,
                       kill_every=args.kill_every or None, stop_every=args.stop_every or None,
                       db_restart_every=args.db_restart_every or None, stop_for=stop_for)
-    progress = Progress(db.url, args.no_progress)
+    progress = Progress(harness_url, args.no_progress)
     meta = {"run_id": run_id, "worker": args.worker, "workers": args.workers, "lease_ttl": args.lease_ttl,
             "seed": seed, "duration": args.duration, "heal": args.heal, "database": db.description,
             "db_faults": db.db_faults, "kill_every": args.kill_every, "stop_every": args.stop_every,
             "db_restart_every": args.db_restart_every if db.cluster else None, "rate": args.rate,
-            "fsync": "on" if db.cluster else "server's own setting"}
+            "fsync": "on" if db.cluster else "server's own setting",
+            "network_faults": net.summary() if net else "off"}
     started = time.monotonic()
 
     def tick(phase: str, until: float, extra: dict | None = None) -> None:
@@ -231,6 +248,9 @@ def run(args: argparse.Namespace) -> int:
                 "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
                           f"PG crash-restarts {nemesis.db_restarts}",
                 "last fault": nemesis.last or "-", **(extra or {})}
+        if net:  # issue 13
+            info["network faults"] = net.summary()
+            info["last network fault"] = net.last or "-"
         progress.show(info)
 
     code = 3
@@ -240,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
         driver.start()
         driver.put_cron(paused=False)
         nemesis.start()
+        if net:
+            net.start(workers, nemesis)
         end = time.monotonic() + args.duration
         before = progress.poll() or (0, 0)
         while time.monotonic() < end:
@@ -250,6 +272,9 @@ def run(args: argparse.Namespace) -> int:
 
         history.record("phase", phase="heal")
         nemesis.stop_all()
+        if net:
+            net.stop_all()
+            meta["network_faults"] = net.summary()
         end = time.monotonic() + args.heal
         while time.monotonic() < end:
             tick("heal", end)
@@ -279,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
 
         history.record("phase", phase="check")
         driver.sample_steps()
-        with psycopg.connect(db.url, autocommit=True) as c:
+        with psycopg.connect(harness_url, autocommit=True) as c:
             history.record("snapshot")
             state = snapshot(c)
             led = soak_ledger.read(c)
@@ -311,6 +336,8 @@ def run(args: argparse.Namespace) -> int:
         if not hist.close():  # issue 12: a forgotten slot pins WAL forever
             print(f"WARNING: could not drop replication slot {hist.capture.slot}: {hist.capture.last_error}",
                   flush=True)
+        if net:
+            net.close()
         db.close()
     return code
 

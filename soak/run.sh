@@ -4,6 +4,7 @@
 #   soak/run.sh                                   # 60 s default soak of the reference worker
 #   soak/run.sh --worker ./my-sdk-worker --workers 4 --duration 600 --kill-every 5 \
 #               --stop-every 20 --db-restart-every 60
+#   soak/run.sh --partition-every 45 --stall-every 45 --failover-every 60 --replication sync  # issue 13
 #   soak/run.sh --help
 #
 # Bootstraps itself on a fresh machine (scripts/setup.sh: .venv + the project), provisions an

@@ -27,6 +27,7 @@ REGRESSIONS = "properties/test_regressions.py"
 MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
 RUNTIME = "tests/test_runtime.py"
 SIGNALS = "tests/test_workflows_signals.py"
+PEER_BUGS = ("tests/test_peer_bugs.py",)  # issue 13: other job queues' real bugs, as named regressions
 
 STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
 RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
@@ -443,6 +444,56 @@ CATALOGUE: tuple[Mutant, ...] = (
         (Edit(RUNTIME_PY, "        deadline = time.monotonic() + grace\n",
               "        deadline = time.monotonic()  # MUTANT: no grace\n"),),
         suite=DURABLE_SUITE,
+    ),
+    # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
+    Mutant(
+        "peer_river_1302_unlocked_rescue",
+        "River #1302: the sweeper reads expired leases without locking them, so an ack committed between its "
+        "read and its by-id update is overwritten (a completed job back to ready)",
+        "§6",
+        (Edit(WORKER_SQL, "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n"
+                          "FOR UPDATE SKIP LOCKED\n",
+              "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n"),),
+        suite=PEER_BUGS,
+    ),
+    Mutant(
+        "peer_oban_lifeline_rescue_by_elapsed_time",
+        "Oban Lifeline: renewals do not extend the lease, so a job is rescued a fixed time after its claim "
+        "while it is still executing",
+        "§6",
+        (Edit(WORKER_SQL, "UPDATE {jobs} SET lease_until = %(lease_until)s\nWHERE id = ANY(%(ids)s)",
+              "UPDATE {jobs} SET lease_until = lease_until\nWHERE id = ANY(%(ids)s)"),),
+        suite=PEER_BUGS,
+    ),
+    Mutant(
+        "peer_procrastinate_1518_liveness_per_worker_id",
+        "procrastinate #1518: a renewal keeps every running job of the node id alive, so a restarted process "
+        "reusing the id keeps its dead predecessor's job running forever",
+        "§6",
+        (Edit(WORKER_SQL, "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
+              "WHERE state = 'running' AND leased_by = %(node)s AND %(ids)s IS NOT NULL\n"),),
+        suite=PEER_BUGS,
+    ),
+    Mutant(
+        "peer_pg_boss_592_cron_key_per_registration",
+        "pg-boss #592: a cron slot's exactly-once key includes the schedule's registration, so unschedule + "
+        "schedule fires the same slot again",
+        "§8.5",
+        (Edit(WORKER_STORE_PY,
+              "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
+              "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.name + '#' + str(int("
+              "{r.name: r.updated_at for r in rows}[c.name].timestamp() * 1e6))), op.now) for c, slot in plan])"),),
+        suite=PEER_BUGS,
+    ),
+    Mutant(
+        "peer_pg_boss_613_cron_key_per_queue",
+        "pg-boss #613: a cron slot's key is the queue, so two schedules of one queue due together make one job",
+        "§8.5",
+        (Edit(WORKER_STORE_PY,
+              "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
+              "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.queue), op.now) "
+              "for c, slot in plan])"),),
+        suite=PEER_BUGS,
     ),
 )
 

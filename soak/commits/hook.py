@@ -41,9 +41,10 @@ class HistoryCheck:
         self.slot_dropped: bool | None = None
 
     @classmethod
-    def begin(cls, url: str, run_dir: Path, run_id: str, enabled: bool = True) -> "HistoryCheck":
+    def begin(cls, url: str, run_dir: Path, run_id: str, enabled: bool = True,
+              why_off: str = "turned off (--no-history)") -> "HistoryCheck":
         if not enabled:
-            return cls(url, run_dir, None, "turned off (--no-history)")
+            return cls(url, run_dir, None, why_off)
         run_dir = Path(run_dir)
         try:
             cap = Capture.open(url, run_dir / "history.bin", slot_name(run_id), poll_s=POLL_S)
