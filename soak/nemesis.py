@@ -28,6 +28,25 @@ import psycopg
 
 from soak.history import History
 
+FAST_FAILURE_S = 5.0  # a self-exit this soon after the start is a fast failure (issue 11)
+MAX_FAST_FAILURES = 6  # in a row, per slot: then the run ends INVALID (duty P1) with the worker's last log lines
+DRAIN_WAIT_S = 20.0  # how long the SIGTERM fault waits for a worker to drain (PROTOCOL.md §1: grace ≤ 15 s)
+
+
+def faketime_library() -> str | None:
+    """libfaketime from Debian's `faketime` package (clock skew of worker nodes), or None."""
+    import glob
+
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + glob.glob("/usr/lib/faketime/libfaketime.so.1"))
+    return found[0] if found else None
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
 
 @dataclass
 class Slot:
@@ -36,12 +55,15 @@ class Slot:
     proc: subprocess.Popen | None = None
     node: str = ""
     stopped: bool = False
-    expected_end: str | None = None  # "kill" | "term" while we are ending it on purpose
+    expected_end: str | None = None  # "kill" | "term" | "drain" while we are ending it on purpose
     lock: threading.Lock = field(default_factory=threading.Lock)
+    started_at: float = 0.0
+    fast_failures: int = 0
 
 
 class Workers:
-    def __init__(self, cmd: str, n: int, env: dict[str, str], cwd: Path, log_dir: Path, history: History) -> None:
+    def __init__(self, cmd: str, n: int, env: dict[str, str], cwd: Path, log_dir: Path, history: History,
+                 skew: dict[int, float] | None = None) -> None:
         self.cmd = cmd
         self.env = env
         self.cwd = cwd
@@ -50,6 +72,8 @@ class Workers:
         self.slots = [Slot(i + 1) for i in range(n)]
         self.closing = threading.Event()
         self.kills = self.stops = self.exits = 0
+        self.skew = dict(skew or {})  # slot index → seconds its clock runs ahead (libfaketime)
+        self.fatal: str | None = None  # set when a worker cannot stay up: the run ends INVALID (P1)
         log_dir.mkdir(parents=True, exist_ok=True)
 
     # --- lifecycle ------------------------------------------------------------------------------------
@@ -65,23 +89,59 @@ class Workers:
             slot.expected_end = None
             slot.stopped = False
             env = {**self.env, "BELAY_NODE": slot.node}
+            skew = self.skew.get(slot.index)
+            lib = faketime_library() if skew else None
+            if skew and lib:
+                env["LD_PRELOAD"] = " ".join(filter(None, [lib, env.get("LD_PRELOAD")]))
+                env["FAKETIME"] = f"{skew:+.3f}"
+                env["FAKETIME_DONT_RESET"] = "1"
             log = open(self.log_dir / f"{slot.node}.log", "ab")
-            self.history.record("worker_start", node=slot.node, slot=slot.index)
+            self.history.record("worker_start", node=slot.node, slot=slot.index,
+                                **({"clock_skew": skew} if skew and lib else {}))
+            slot.started_at = time.monotonic()
             slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
             proc, node = slot.proc, slot.node
         threading.Thread(target=self._watch, args=(slot, proc, node), name=f"watch-{node}", daemon=True).start()
 
+    def _deliberate(self, node: str) -> bool:
+        """Did the worker record an `exit` observation (a kind asked it to exit) before it died?"""
+        try:
+            with psycopg.connect(self.env["BELAY_DATABASE_URL"], autocommit=True, connect_timeout=3) as c:
+                return c.execute("SELECT 1 FROM soak_observations WHERE node = %s AND phase = 'exit' LIMIT 1",
+                                 (node,)).fetchone() is not None
+        except (psycopg.Error, KeyError):
+            return False
+
     def _watch(self, slot: Slot, proc: subprocess.Popen, node: str) -> None:
         code = proc.wait()
+        lived = time.monotonic() - slot.started_at
         with slot.lock:
             reason = slot.expected_end
             current = slot.proc is proc
+        delay = 0.0
         if reason is None:
             self.exits += 1
-            self.history.record("worker_exit", node=node, code=code)
+            self.history.record("worker_exit", node=node, code=code, lived=round(lived, 3))
+            if lived < FAST_FAILURE_S and not self._deliberate(node):
+                slot.fast_failures += 1
+                if slot.fast_failures >= MAX_FAST_FAILURES:
+                    self.fatal = (f"worker slot {slot.index} could not stay up: {slot.fast_failures} exits in a row "
+                                  f"within {FAST_FAILURE_S:.0f}s of starting (last: {node}, exit status {code}, restarted "
+                                  f"with exponential backoff); last lines of {node}.log:\n"
+                                  f"{tail(self.log_dir / f'{node}.log')}")
+                    self.history.record("worker_unstable", node=node, slot=slot.index, failures=slot.fast_failures,
+                                        code=code, message=self.fatal)
+                    return
+                delay = min(0.25 * 2 ** (slot.fast_failures - 1), 8.0)  # exponential backoff
+            else:
+                slot.fast_failures = 0
+        else:
+            slot.fast_failures = 0
         if current and not self.closing.is_set():
+            if delay and self.closing.wait(delay):
+                return
             self._spawn(slot)
 
     def _signal(self, slot: Slot, sig: int) -> None:
@@ -95,12 +155,13 @@ class Workers:
     # --- faults -----------------------------------------------------------------------------------------
 
     def running_slots(self) -> list[Slot]:
-        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and not s.stopped]
+        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and not s.stopped
+                and not s.expected_end]
 
     def kill(self, slot: Slot) -> None:
         """kill -9 the worker's process group; its watcher starts the next incarnation."""
         with slot.lock:
-            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
+            if slot.stopped or slot.expected_end or slot.proc is None or slot.proc.poll() is not None:
                 return
             slot.expected_end = "kill"
             self.history.record("worker_kill", node=slot.node)
@@ -109,7 +170,7 @@ class Workers:
 
     def stop(self, slot: Slot) -> bool:
         with slot.lock:
-            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
+            if slot.stopped or slot.expected_end or slot.proc is None or slot.proc.poll() is not None:
                 return False
             slot.stopped = True
             self.history.record("worker_stop", node=slot.node)
@@ -124,6 +185,25 @@ class Workers:
             self._signal(slot, signal.SIGCONT)
             slot.stopped = False
             self.history.record("worker_cont", node=slot.node)
+
+    def drain_term(self, slot: Slot, running: list) -> None:
+        """SIGTERM one worker mid-run (duty P4) and wait for it to drain; its watcher starts the next one."""
+        with slot.lock:
+            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
+                return
+            slot.expected_end = "drain"
+            proc, node = slot.proc, slot.node
+            self.history.record("worker_drain_term", node=node, running=running)
+            self._signal(slot, signal.SIGTERM)
+        t0 = time.monotonic()
+        try:
+            code = proc.wait(timeout=DRAIN_WAIT_S)
+            self.history.record("worker_drained", node=node, code=code, seconds=round(time.monotonic() - t0, 2))
+        except subprocess.TimeoutExpired:
+            self.history.record("worker_drained", node=node, code=None, seconds=None, timeout=DRAIN_WAIT_S)
+            with slot.lock:
+                if slot.proc is proc:
+                    self._signal(slot, signal.SIGKILL)
 
     def cont_all(self) -> None:
         for slot in self.slots:
@@ -160,13 +240,14 @@ class Nemesis:
 
     def __init__(self, workers: Workers, history: History, rng: random.Random, *, url: str, cluster: Any | None,
                  kill_every: float | None, stop_every: float | None, db_restart_every: float | None,
-                 stop_for: float) -> None:
+                 stop_for: float, term_every: float | None = None) -> None:
         self.workers = workers
         self.history = history
         self.rng = rng
         self.url = url
         self.cluster = cluster
-        self.every = {"kill": kill_every, "stop": stop_every, "db": db_restart_every if cluster else None}
+        self.every = {"kill": kill_every, "stop": stop_every, "db": db_restart_every if cluster else None,
+                      "term": term_every}
         self.stop_for = stop_for
         self.halt = threading.Event()
         self.db_restarts = 0
@@ -223,6 +304,34 @@ class Nemesis:
         if not self.halt.wait(self.stop_for):
             pass
         self.workers.cont(slot)
+
+    def _running_by_node(self) -> dict[str, list]:
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
+                rows = c.execute("SELECT leased_by, id, attempt, worker FROM belay_jobs WHERE state = 'running' "
+                                 "AND lease_until > %s", (datetime.now(timezone.utc),)).fetchall()
+        except psycopg.Error:
+            return {}
+        out: dict[str, list] = {}
+        for node, job_id, attempt, kind in rows:
+            out.setdefault(node, []).append([job_id, attempt, kind])
+        return out
+
+    def _term(self) -> None:
+        """SIGTERM a worker that runs short jobs (not `slow`, which may outlast a grace) and watch it drain."""
+        deadline = time.monotonic() + 5
+        while True:
+            slots = self.workers.running_slots()
+            running = self._running_by_node()
+            preferred = [s for s in slots if running.get(s.node)
+                         and not any(k == "slow" for _, _, k in running[s.node])]
+            if preferred or time.monotonic() > deadline or self.halt.wait(0.5):
+                break
+        if len(slots) < 2 or not preferred:
+            return
+        slot = self.rng.choice(preferred)
+        self.last = f"SIGTERM {slot.node} (drain)"
+        self.workers.drain_term(slot, running.get(slot.node, []))
 
     def _db(self) -> None:
         with self.db_lock:
