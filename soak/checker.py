@@ -319,7 +319,7 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
              "sleeps_resumed": d.p7_sleeps(duties["P7"], state, by_id, steps)}
     d.p8_attempts(duties["P8"], state, expected)
     d.p9_outcomes(duties["P9"], state, ledger)
-    extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev)
+    extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
     for r in results.values():
         extra.update(r.scenario)
     for r in duties.values():
@@ -711,8 +711,8 @@ def _i9(r, state, by_id, drained) -> None:
                                      f"holds {signal.payload!r}")])
             else:
                 ran += 1
-        elif job.state == "cancelled" and entry.detail.get("cancel"):
-            continue
+        elif job.state == "cancelled" and (entry.detail.get("cancel") or entry.expected == "cancelled"):
+            continue  # cancelled on purpose (e.g. a cancel requested before its signal was sent)
         elif not (job.state == "failed" and _last_error(job) == "lease_expired"):
             r.add([inv.Violation("I9", job.id, f"is {job.state} although its signal {signal.name!r} was delivered at "
                                  f"{signal.inserted_at.isoformat()}: the awaiter never ran to completion")])

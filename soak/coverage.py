@@ -58,7 +58,7 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
         kind, before = e.get("kind"), e.get("state_before")
         if kind == "awaiter" and before == "awaiting":
             cancels["cancel_awaiting_signal"] += 1
-        elif kind == "sleeper" and before == "awaiting":
+        elif kind == "sleeper" and before == "sleeping":
             cancels["cancel_sleeping"] += 1
         elif kind == "parent" and before == "awaiting":
             cancels["cancel_awaiting_children"] += 1

@@ -208,7 +208,8 @@ class Driver:
         n = self.rng.randint(2, 5)
         cancel = self.rng.random() < 0.1
         raise_after = self.rng.randint(1, n) if self.rng.random() < 0.35 else None
-        inp = {"n": n, "raise_after": raise_after, "pause_ms": 400 if cancel else 0}
+        pause = 400 if cancel else (300 if self.rng.random() < 0.5 else 0)  # paused ones: running when SIGTERMed
+        inp = {"n": n, "raise_after": raise_after, "pause_ms": pause}
         detail = {"plan": "cancel"} if cancel else {}
         return Plan(self._spec("steps", inp), "steps", "cancelled|succeeded" if cancel else "succeeded", detail)
 

@@ -73,6 +73,7 @@ class Evidence:
                     if node in self.skewed_nodes and ahead > 0.1:
                         self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), ahead)
         self.max_skew = max([0.0, *self.skewed_nodes.values()])
+        self.t0 = min((float(e["t"]) for e in history), default=0.0)
 
     def long_attempts(self) -> list[tuple[int, int]]:
         """Attempts seen holding their lease for longer than the ttl (they needed a renewal)."""
@@ -284,29 +285,27 @@ def p9_outcomes(r: Any, state: Any, ledger: Any) -> None:
                f"{' (' + str(_last_error(job)) + ')' if job.errors else ''}; PROTOCOL.md §3 prescribes {e.expected}"])
 
 
-def p10_children_signal(r: Any, state: Any, ev: Evidence) -> int:
-    silently = {c for e in ev.by_type["lost_wakeup"] for c in e.get("children", ())}
-    kids: dict[int, list[Any]] = defaultdict(list)
-    for j in state.jobs.values():
-        if j.parent_id is not None:
-            kids[j.parent_id].append(j)
-    parked = 0
-    for parent_id, children in sorted(kids.items()):
-        parent = state.jobs.get(parent_id)
-        if parent is None or parent.worker != "parent" or parent.state != "succeeded":
-            continue
-        if any(c.id in silently for c in children) or not all(c.terminal for c in children):
-            continue
-        resumes = parent.attempt - 1 - len(parent.errors)
-        if resumes < 1:
-            continue  # never parked on $children
-        parked += 1
-        r.checks += 1
-        if (f"job:{parent_id}", "$children") not in state.signals:
-            r.add([f"P10 parent {parent_id} parked on $children and resumed, yet no $children signal exists although "
-                   f"its children {sorted(c.id for c in children)} were all finished by workers: a child's terminal "
-                   "write did not signal its parent (count-gated? §11 R1) — only the reconciler woke it"])
-    return parked
+def p10_children_signal(r: Any, state: Any, ev: Evidence, timeline: Any) -> int:
+    """From the lease samples: a parent parked on `$children` while all its (worker-run) children were
+    terminal. The last child's terminal write wakes its parent in the same transaction (§7 step 2) and
+    a park re-checks under the scope lock (§7), so a single consistent read must never see this."""
+    parked: set[int] = set()
+    flagged: set[int] = set()
+    for e in ev.by_type["lease_sample"]:
+        parked.update(e.get("parked", ()))
+        at = float(e.get("at", e["t"]))
+        for pid in e.get("stranded", ()):
+            r.checks += 1
+            if pid in flagged or timeline.db_down_during(at - 2, at + 1):
+                continue
+            flagged.add(pid)
+            job = state.jobs.get(pid)
+            kids = sorted(j.id for j in state.jobs.values() if j.parent_id == pid)
+            r.add([f"P10 parent {pid} was seen parked on $children while all its children {kids} were terminal "
+                   f"(+{at - ev.t0:.1f}s): the last child's terminal write did not wake it (count-gated signal? §11 "
+                   f"R1) — it ended {job.state if job else 'missing'}, woken only by the reconciler if at all"])
+    r.checks += len(parked)
+    return len(parked)
 
 
 __all__ = ["DUTIES", "Evidence", "p1_stays_up", "p2_renews_leases", "p3_cancel_at_park", "p4_drains", "p5_priority",

@@ -33,14 +33,6 @@ MAX_FAST_FAILURES = 6  # in a row, per slot: then the run ends INVALID (duty P1)
 DRAIN_WAIT_S = 20.0  # how long the SIGTERM fault waits for a worker to drain (PROTOCOL.md §1: grace ≤ 15 s)
 
 
-def faketime_library() -> str | None:
-    """libfaketime from Debian's `faketime` package (clock skew of worker nodes), or None."""
-    import glob
-
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + glob.glob("/usr/lib/faketime/libfaketime.so.1"))
-    return found[0] if found else None
-
-
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -72,7 +64,7 @@ class Workers:
         self.slots = [Slot(i + 1) for i in range(n)]
         self.closing = threading.Event()
         self.kills = self.stops = self.exits = 0
-        self.skew = dict(skew or {})  # slot index → seconds its clock runs ahead (libfaketime)
+        self.skew = dict(skew or {})  # slot index → seconds its clock runs ahead (BELAY_CLOCK_OFFSET)
         self.fatal: str | None = None  # set when a worker cannot stay up: the run ends INVALID (P1)
         log_dir.mkdir(parents=True, exist_ok=True)
 
@@ -90,14 +82,11 @@ class Workers:
             slot.stopped = False
             env = {**self.env, "BELAY_NODE": slot.node}
             skew = self.skew.get(slot.index)
-            lib = faketime_library() if skew else None
-            if skew and lib:
-                env["LD_PRELOAD"] = " ".join(filter(None, [lib, env.get("LD_PRELOAD")]))
-                env["FAKETIME"] = f"{skew:+.3f}"
-                env["FAKETIME_DONT_RESET"] = "1"
+            if skew:  # PROTOCOL.md §1: the worker adds BELAY_CLOCK_OFFSET to every `now` it sends
+                env["BELAY_CLOCK_OFFSET"] = f"{skew:.3f}"
             log = open(self.log_dir / f"{slot.node}.log", "ab")
             self.history.record("worker_start", node=slot.node, slot=slot.index,
-                                **({"clock_skew": skew} if skew and lib else {}))
+                                **({"clock_skew": skew} if skew else {}))
             slot.started_at = time.monotonic()
             slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -318,13 +307,12 @@ class Nemesis:
         return out
 
     def _term(self) -> None:
-        """SIGTERM a worker that runs short jobs (not `slow`, which may outlast a grace) and watch it drain."""
+        """SIGTERM a worker that runs short jobs (besides `slow` ones, which may outlast a grace) and watch it drain."""
         deadline = time.monotonic() + 5
         while True:
             slots = self.workers.running_slots()
             running = self._running_by_node()
-            preferred = [s for s in slots if running.get(s.node)
-                         and not any(k == "slow" for _, _, k in running[s.node])]
+            preferred = [s for s in slots if any(k != "slow" for _, _, k in running.get(s.node, ()))]
             if preferred or time.monotonic() > deadline or self.halt.wait(0.5):
                 break
         if len(slots) < 2 or not preferred:

@@ -5,7 +5,7 @@
 
 `registry` holds the kinds; `main()` is the `belay worker`-equivalent entry point (it reads the
 environment, nothing else does). Broken variants for the checker's own tests live outside this file
-(tests/soak_fixtures/) and reuse `main(store_class=..., worker_class=...)` with patched pieces.
+(soak/broken/, the broken-worker catalogue) and reuse `main(store_class=..., worker_class=...)` with patched pieces.
 
 Evidence for the checker lands in the database (PROTOCOL.md §2–§4): every result carries the attempt
 that produced it, step values carry fresh random tokens, `slow` records the row it saw before its ack,
@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -226,7 +227,9 @@ def build(env: dict[str, str], *, store_class: type[PgStore] = PgStore, worker_c
     opts = QueueOpts.parse({"limit": {"min": limit, "max": limit}})
     config = WorkerConfig(node=node, queues=tuple(QueueConfig(q, opts) for q in queues), lease_ttl=ttl,
                           shutdown_grace=10.0, notify=True)
-    worker = worker_class(url, reg, config, telemetry=(default_logger, AckObserver(url, node)))
+    offset = timedelta(seconds=float(env.get("BELAY_CLOCK_OFFSET") or 0))  # PROTOCOL.md §1: simulated skew
+    worker = worker_class(url, reg, config, clock=lambda: utc_now() + offset,
+                          telemetry=(default_logger, AckObserver(url, node)))
     if store_class is not PgStore:
         original = worker.store
         worker.store = store_class(url, schema=original.schema, pool_size=original.pool.max_size,

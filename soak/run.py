@@ -52,7 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--term-every", type=float, default=25, help="SIGTERM a worker running short jobs every S s and "
                    "check that it drains (duty P4); 0 = off (default %(default)s)")
     p.add_argument("--clock-skew", type=float, default=0.5, help="seconds the clock of worker slot 2 runs ahead "
-                   "(libfaketime; the contract tolerates small skew); 0 = off (default %(default)s)")
+                   "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
+                   "(default %(default)s)")
     p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
     p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
@@ -197,15 +198,9 @@ def run(args: argparse.Namespace) -> int:
                    worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
                    db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
                    database=redact(db.url), db_faults=db.db_faults)
-    from soak.nemesis import faketime_library
-
     skew_slot = 2 if args.workers >= 2 else 1
     skew = {skew_slot: args.clock_skew} if args.clock_skew else {}
-    history.record("clock_skew", slot=skew_slot if skew else None, seconds=args.clock_skew or 0.0,
-                   library=faketime_library() if skew else None)
-    if skew and faketime_library() is None:
-        print("clock skew requested but libfaketime is missing (apt-get install faketime): no skew in this run",
-              flush=True)
+    history.record("clock_skew", slot=skew_slot if skew else None, seconds=args.clock_skew or 0.0)
     workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history, skew=skew)
     driver = Driver(db.url, history, random.Random(rng.random()),
                     DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))

@@ -122,7 +122,8 @@ class Scenarios:
         SELECT l.job_id, l.kind, l.detail->>'plan', j.state, j.await_name, extract(epoch FROM (%s - l.inserted_at)),
                (SELECT count(*) FROM belay_jobs c WHERE c.parent_id = j.id),
                (SELECT count(*) FROM belay_jobs c WHERE c.parent_id = j.id AND c.state NOT IN
-                    ('succeeded', 'failed', 'cancelled'))
+                    ('succeeded', 'failed', 'cancelled')),
+               EXISTS (SELECT 1 FROM belay_steps s WHERE s.job_id = j.id AND s.name LIKE '$sleep:%%')
         FROM soak_ledger l JOIN belay_jobs j ON j.id = l.job_id
         WHERE l.detail->>'plan' IN ('lost_wakeup', 'park_cancel', 'cancel_at_park')
           AND (j.state NOT IN ('succeeded', 'failed', 'cancelled') OR EXISTS (
@@ -137,13 +138,15 @@ class Scenarios:
             with psycopg.connect(self.d.url, autocommit=True, connect_timeout=3) as c:
                 rows = c.execute(self.PENDING, (utc_now(),)).fetchall()
                 waiting = 0
-                for job_id, kind, plan, state, await_name, age, n_kids, live_kids in rows:
+                for job_id, kind, plan, state, await_name, age, n_kids, live_kids, slept in rows:
                     waiting += 1
                     if plan == "lost_wakeup" and kind == "parent":
                         if state == "awaiting" and await_name == "$children" and live_kids:
                             self._finish_children_silently(c, job_id)
                     elif plan == "park_cancel":
-                        if state == "awaiting" or (state not in TERMINAL and age > 40):
+                        if kind == "sleeper" and state == "ready" and slept:  # a durable sleep parks as ready
+                            self.d.cancel(job_id, state="sleeping", kind=kind, plan=plan)
+                        elif (kind == "parent" and state == "awaiting") or (state not in TERMINAL and age > 40):
                             self.d.cancel(job_id, state=state, kind=kind, plan=plan)
                         elif state in TERMINAL and live_kids:  # the cancelled parent's children: not needed any more
                             for (child,) in c.execute("SELECT id FROM belay_jobs WHERE parent_id = %s AND state NOT IN "
@@ -200,6 +203,15 @@ class Scenarios:
             return None
         return row[0]
 
+    PARKED_PARENTS = f"""
+        SELECT p.id, NOT EXISTS (SELECT 1 FROM belay_jobs c WHERE c.parent_id = p.id
+                                 AND c.state NOT IN ('succeeded', 'failed', 'cancelled'))
+        FROM belay_jobs p
+        WHERE p.state = 'awaiting' AND p.await_name = '$children' AND p.await_scope = 'job:' || p.id
+          AND EXISTS (SELECT 1 FROM belay_jobs c WHERE c.parent_id = p.id)
+          AND NOT EXISTS (SELECT 1 FROM belay_jobs c WHERE c.parent_id = p.id AND c.queue = '{EXTERNAL_QUEUE}')
+    """
+
     # --- lease samples -------------------------------------------------------------------------------------
 
     def sample_leases(self) -> None:
@@ -211,7 +223,12 @@ class Scenarios:
                 t = time.time()
                 rows = conn.execute("SELECT id, attempt, leased_by, extract(epoch FROM lease_until)::float8, worker "
                                     "FROM belay_jobs WHERE state = 'running'").fetchall()
-                self.d.history.record("lease_sample", at=t, rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows])
+                # Parents parked on $children whose children (all run by workers) are all terminal: a correct
+                # worker wakes the parent in the last child's terminal transaction (§7 step 2), so one
+                # consistent read never sees this; the reconciler only repairs it later (duty P10).
+                parked = conn.execute(self.PARKED_PARENTS).fetchall()
+                self.d.history.record("lease_sample", at=t, rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
+                                      parked=[r[0] for r in parked], stranded=[r[0] for r in parked if r[1]])
             except psycopg.Error:
                 conn = None
         if conn is not None:
