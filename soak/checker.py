@@ -174,7 +174,7 @@ class Timeline:
             t, kind, node = float(e["t"]), e.get("type"), e.get("node")
             if kind == "worker_start":
                 self.started[node] = t
-            elif kind in ("worker_kill", "worker_exit", "worker_term"):
+            elif kind in ("worker_kill", "worker_exit", "worker_term", "worker_drain_term"):
                 self.ended.setdefault(node, t)
             elif kind == "worker_stop":
                 self.stopped[node].append([t, float("inf")])
@@ -275,7 +275,8 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     _i5(results["I5"], state, by_id)
     _i6(results["I6"], state, history, timeline)
     _i7(results["I7"], state, ledger)
-    _i8(results["I8"], state, by_id, steps)
+    skew = max([0.0] + [float(e.get("seconds") or 0) for e in history if e.get("type") == "clock_skew"])
+    _i8(results["I8"], state, by_id, steps, skew)
     _i9(results["I9"], state, by_id, drained)
     duties, coverage = _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps)
 
@@ -649,7 +650,7 @@ def _i7(r, state, ledger) -> None:
 # --- I8 -------------------------------------------------------------------------------------------------
 
 
-def _i8(r, state, by_id, steps) -> None:
+def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
     r.add(inv.i8_children_as_declared(state))
     kids: dict[int, list[Job]] = defaultdict(list)
     for j in state.jobs.values():
@@ -680,8 +681,10 @@ def _i8(r, state, by_id, steps) -> None:
             if isinstance(result, Mapping) and result.get("children") != declared:
                 r.add([inv.Violation("I8", job.id, f"result lists children {result.get('children')}, the journal "
                                      f"declares {declared}")])
+            # finished_at comes from the finishing node's clock: allow the run's configured clock skew
             late = [c.id for c in kids[job.id]
-                    if not c.terminal or (c.finished_at and job.finished_at and c.finished_at > job.finished_at)]
+                    if not c.terminal or (c.finished_at and job.finished_at
+                                          and c.finished_at.timestamp() > job.finished_at.timestamp() + skew)]
             if late:
                 r.add([inv.Violation("I8", job.id, f"finished before its children {late} were terminal")])
     r.notes.append(f"{parents} parent(s) with a journaled spawn checked")

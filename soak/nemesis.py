@@ -33,6 +33,22 @@ MAX_FAST_FAILURES = 6  # in a row, per slot: then the run ends INVALID (duty P1)
 DRAIN_WAIT_S = 20.0  # how long the SIGTERM fault waits for a worker to drain (PROTOCOL.md §1: grace ≤ 15 s)
 
 
+def shell_command(cmd: str) -> str:
+    """`exec CMD` for a simple command, so the process the harness waits for (and whose exit status it
+    checks after SIGTERM, duty P4) is the worker itself, not a shell that a SIGTERM kills first."""
+    import re
+
+    return cmd if re.search(r"[;&|\n()`]|^\s*exec\s", cmd) else f"exec {cmd}"
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
 def tail(path: Path, lines: int = 15) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -88,7 +104,8 @@ class Workers:
             self.history.record("worker_start", node=slot.node, slot=slot.index,
                                 **({"clock_skew": skew} if skew else {}))
             slot.started_at = time.monotonic()
-            slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
+            slot.proc = subprocess.Popen(["/bin/sh", "-c", shell_command(self.cmd)], cwd=self.cwd, env=env,
+                                         stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
             proc, node = slot.proc, slot.node
@@ -187,12 +204,17 @@ class Workers:
         t0 = time.monotonic()
         try:
             code = proc.wait(timeout=DRAIN_WAIT_S)
+            while group_alive(proc.pid) and time.monotonic() - t0 < DRAIN_WAIT_S:
+                time.sleep(0.05)  # what the command started (a compound command's worker) drains too
+            if group_alive(proc.pid):
+                raise subprocess.TimeoutExpired(self.cmd, DRAIN_WAIT_S)
             self.history.record("worker_drained", node=node, code=code, seconds=round(time.monotonic() - t0, 2))
         except subprocess.TimeoutExpired:
             self.history.record("worker_drained", node=node, code=None, seconds=None, timeout=DRAIN_WAIT_S)
-            with slot.lock:
-                if slot.proc is proc:
-                    self._signal(slot, signal.SIGKILL)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def cont_all(self) -> None:
         for slot in self.slots:
