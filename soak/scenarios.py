@@ -40,10 +40,11 @@ class Scenarios:
 
     def __init__(self, driver: Any, *, lost_wakeup_every: float = 6.0, park_cancel_every: float = 10.0,
                  cancel_at_park_every: float = 8.0, sleeper_every: float = 4.0, priority_every: float = 20.0,
-                 priority_batch: int = 24, sample_every: float = 0.5) -> None:
+                 priority_batch: int = 24, sample_every: float = 0.5, held_cancel_every: float = 15.0) -> None:
         self.d = driver
         self.every = {"lost_wakeup": lost_wakeup_every, "park_cancel": park_cancel_every,
-                      "cancel_at_park": cancel_at_park_every, "sleeper": sleeper_every, "priority": priority_every}
+                      "cancel_at_park": cancel_at_park_every, "sleeper": sleeper_every, "priority": priority_every,
+                      "held_cancel": held_cancel_every}
         self.priority_batch = priority_batch
         self.sample_every = sample_every
         self.requested: dict[int, float] = {}  # awaiter cancel_at_park: job → time its cancel was requested
@@ -83,6 +84,8 @@ class Scenarios:
             self.d.enqueue(plans)
         if due["priority"]:
             self.priority_batch_now()
+        if due["held_cancel"]:  # a workflow whose held member the driver's follow-up cancels
+            self.d.enqueue_workflow("cancel")
 
     def priority_batch_now(self) -> None:
         from soak.driver import Plan, utc_now
