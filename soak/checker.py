@@ -380,7 +380,9 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
                 t1 = _ts(e["at"])
                 r.checks += 1
                 node = p.get("node")
-                if node and timeline.node_ran(node, t0, t1) and not timeline.db_down_during(t0 - 1, t1):
+                # blamed only when the node held the attempt for at least half a ttl (a renewal was due)
+                if node and t1 - t0 >= ttl / 2 and timeline.node_ran(node, t0, t1) \
+                        and not timeline.db_down_during(t0 - 1, t1):
                     r.add([inv.Violation("I1", job_id, (
                         f"attempt {p.get('attempt')} lost its lease (lease_expired at {e['at']}) while node {node} "
                         f"was alive, not stopped, and the database up for the whole {t1 - t0:.1f}s since the attempt "

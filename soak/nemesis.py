@@ -195,8 +195,8 @@ class Workers:
     def drain_term(self, slot: Slot, running: list) -> None:
         """SIGTERM one worker mid-run (duty P4) and wait for it to drain; its watcher starts the next one."""
         with slot.lock:
-            if slot.stopped or slot.proc is None or slot.proc.poll() is not None:
-                return
+            if slot.stopped or slot.expected_end or slot.proc is None or slot.proc.poll() is not None:
+                return  # already being killed (or stopped): not a drain
             slot.expected_end = "drain"
             proc, node = slot.proc, slot.node
             self.history.record("worker_drain_term", node=node, running=running)
