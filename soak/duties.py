@@ -155,7 +155,7 @@ def p3_cancel_at_park(r: Any, state: Any, ev: Evidence) -> None:
             continue  # the signal was there before the request: the job may have legitimately finished first
         r.checks += 1
         if job.terminal and job.state != "cancelled":
-            r.add([f"P3 job {job.id} ({job.worker}): a cancel was requested at +{tc:.1f} while it ran, before its "
+            r.add([f"P3 job {job.id} ({job.worker}): a cancel was requested at +{tc - ev.t0:.1f}s while it ran, before its "
                    f"await; it then {'parked and ' if job.attempt > 1 else ''}ended {job.state} (attempt {job.attempt}) "
                    "instead of cancelled: a park/resume is a step boundary that must honour the pending request"])
 
