@@ -20,7 +20,8 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "I2": [("stops", "SIGSTOP of a worker past its lease"), ("stale_acks", "attempts that came back stale")],
     "I3": [("replays", "journaled steps replayed by a later attempt"), ("kills", "kill -9 of a worker")],
     "I4": [("crossings", "budget crossings"), ("crash_at_crossing", "crash right after the crossing step "
-                                                                    "(the next attempt's pre-flight)")],
+                                                                    "(the next attempt's pre-flight)"),
+           ("zombies_back", "stale attempts resuming a paid step after their job moved on (duplicate step writes)")],
     "I5": [("dooms", "doomed workflow members"), ("ignore_releases", "releases through an ignore flag"),
            ("cancel_held", "cancel of a held member")],
     "I6": [("cron_slots", "cron slots due while a worker ran")],

@@ -39,8 +39,8 @@ class Scenarios:
     """Attached to a `soak.driver.Driver` (uses its store, enqueue, cancel, deliver, rng and history)."""
 
     def __init__(self, driver: Any, *, lost_wakeup_every: float = 6.0, park_cancel_every: float = 10.0,
-                 cancel_at_park_every: float = 8.0, sleeper_every: float = 4.0, priority_every: float = 20.0,
-                 priority_batch: int = 24, sample_every: float = 0.5, held_cancel_every: float = 15.0) -> None:
+                 cancel_at_park_every: float = 8.0, sleeper_every: float = 4.0, priority_every: float = 15.0,
+                 priority_batch: int = 60, sample_every: float = 0.5, held_cancel_every: float = 15.0) -> None:
         self.d = driver
         self.every = {"lost_wakeup": lost_wakeup_every, "park_cancel": park_cancel_every,
                       "cancel_at_park": cancel_at_park_every, "sleeper": sleeper_every, "priority": priority_every,
@@ -62,6 +62,7 @@ class Scenarios:
         from soak.driver import Plan
 
         now = time.monotonic()
+        last.setdefault("priority", now - self.every["priority"] + 5.0)  # the first batch 5 s into the run
         due = {name: now - last.setdefault(name, now) >= every for name, every in self.every.items()}
         for name in due:
             if due[name]:
