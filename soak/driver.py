@@ -333,12 +333,13 @@ class Driver:
                     if signalled:
                         continue
                     waiting += 1
-                    if state == "awaiting" or age > (10 if plan == "after" else 3):
+                    # fallbacks (a job not yet parked after this long) only guarantee an end under heavy load
+                    if state == "awaiting" or age > (30 if plan == "after" else 3):
                         self.deliver(job_id, detail["signal"], plan if plan == "after" else f"{plan}-late")
                 elif plan == "cancel" or detail.get("cancel"):
                     waiting += 1
-                    if (kind == "awaiter" and (state == "awaiting" or age > 5)) or \
-                            (kind == "steps" and (state == "running" or age > 2)) or kind == "member":
+                    if (kind == "awaiter" and (state == "awaiting" or age > 30)) or \
+                            (kind == "steps" and (state == "running" or age > 20)) or kind == "member":
                         self.cancel(job_id, state=state, kind=kind, plan=plan or "workflow")
             return waiting
         return (self._safely("follow-up", go) or 0) + self.scenarios.follow_up_once()

@@ -54,6 +54,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--clock-skew", type=float, default=0.5, help="seconds the clock of worker slot 2 runs ahead "
                    "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
                    "(default %(default)s)")
+    p.add_argument("--stop-for", type=float, default=None, help="seconds a SIGSTOP lasts (default: lease ttl + 5)")
     p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
     p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
@@ -193,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
     env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
            "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                            os.environ.get("PYTHONPATH")]))}
-    stop_for = args.lease_ttl + 5
+    stop_for = args.stop_for if args.stop_for is not None else args.lease_ttl + 5
     history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
                    worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
                    db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,

@@ -43,7 +43,7 @@ VARIANTS: dict[str, Variant] = {
     "count_gated_children": Variant(("P10", "I9"), "count-gated $children signal, reconciler kept (§7, R1)"),
     "ack_before_journal": Variant(("I3",), "acks before the step journal commits (§8.2)"),
     "spend_for_duplicate_step": Variant(("I4",), "adds spend for a duplicate step execution (§8.2)",
-                                        ("--stop-every", "6", "--duration", "60")),
+                                        ("--stop-every", "8", "--stop-for", "16", "--duration", "60")),
     "ignores_sigterm_drain": Variant(("P4",), "exits at once on SIGTERM (PROTOCOL §1 drain)", ("--term-every", "6")),
     "claims_out_of_priority": Variant(("P5",), "claims priority DESC (§6 claim order)"),
     "cron_wrong_queue": Variant(("P6", "I1"), "inserts cron slots into the wrong queue (§8.5)", ("--duration", "65")),
