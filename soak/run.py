@@ -49,7 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-every", type=float, default=10, help="kill -9 a worker every S seconds; 0 = off")
     p.add_argument("--stop-every", type=float, default=20, help="SIGSTOP a worker past its lease every S s; 0 = off")
     p.add_argument("--db-restart-every", type=float, default=30, help="crash-restart PostgreSQL every S s; 0 = off")
-    p.add_argument("--term-every", type=float, default=25, help="SIGTERM a worker running short jobs every S s and "
+    p.add_argument("--term-every", type=float, default=20, help="SIGTERM a worker running short jobs every S s and "
                    "check that it drains (duty P4); 0 = off (default %(default)s)")
     p.add_argument("--clock-skew", type=float, default=0.5, help="seconds the clock of worker slot 2 runs ahead "
                    "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
