@@ -174,7 +174,9 @@ class JobContext:
         return decode(recorded.value)
 
     def sleep(self, name: str, duration: timedelta | float) -> None:
-        """Durable sleep (§9 reserved step `$sleep:<name>`): returns at once when already slept."""
+        """Durable sleep (§9 reserved step `$sleep:<name>`): returns at once when already slept. A park
+        and a resume are step boundaries: a pending cancel request is honoured here (§8.6)."""
+        self._boundary()
         hit = self.store.apply(w.ReadStep(self.id, f"$sleep:{name}"))
         now = self.clock()
         if isinstance(hit, w.StepHit) and datetime.fromisoformat(decode(hit.value)) <= now:
@@ -184,7 +186,9 @@ class JobContext:
 
     def await_signal(self, name: str, *, scope: str | None = None, timeout: timedelta | float | None = None) -> Any:
         """Wait durably for signal `name` in `scope` (default job:<id>); return its payload, or raise
-        SignalTimeout when the job resumed at its deadline without it."""
+        SignalTimeout when the job resumed at its deadline without it. A step boundary (§8.6): a cancel
+        requested before the park, or while parked, is honoured here — also on the resume."""
+        self._boundary()
         scope = scope or f"job:{self.id}"
         found = [s for s in self.store.apply(ops.ReadSignals((scope,))) if s.name == name]
         if found:
@@ -205,7 +209,9 @@ class JobContext:
         return result.child_ids
 
     def await_children(self, *, timeout: timedelta | float | None = None) -> tuple[Job, ...]:
-        """Return the children once all are terminal; otherwise park until `$children` wakes the job."""
+        """Return the children once all are terminal; otherwise park until `$children` wakes the job.
+        A step boundary, like every park (§8.6)."""
+        self._boundary()
         now = self.clock()
         deadline = None if timeout is None else now + (
             timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))

@@ -37,6 +37,7 @@ RESULT_TOKENS = {  # kind → the step names whose tokens its result lists, in o
     "flaky": lambda job, result: ["pre", "mid"],
     "steps": lambda job, result: [f"s{i}" for i in range(1, int(job.input.get("n", 0)) + 1)],
     "costed": lambda job, result: [f"c{i}" for i in range(1, len(job.input.get("costs", [])) + 1)],
+    "sleeper": lambda job, result: ["pre", "post"],
 }
 
 
@@ -98,6 +99,8 @@ class InvariantResult:
     notes: list[str] = field(default_factory=list)
     exercised: bool = False
     why_unknown: str | None = None
+    contract: str | None = None  # the duty's text (P-rows); invariants take theirs from model.invariants
+    scenario: dict[str, int] = field(default_factory=dict)  # scenario counts this rule found (soak/coverage.py)
 
     def add(self, violations: Iterable[inv.Violation | str]) -> None:
         for v in violations:
@@ -118,7 +121,7 @@ class InvariantResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "contract": inv.CONTRACT[self.name], "verdict": self.verdict, "valid": self.verdict == "valid",
+            "contract": self.contract or inv.CONTRACT.get(self.name, ""), "verdict": self.verdict, "valid": self.verdict == "valid",
             "checks": self.checks, "violations": self.violations,
             "first_counterexample": self.counterexamples[0] if self.counterexamples else None,
             "counterexamples": self.counterexamples, "notes": self.notes, "why_unknown": self.why_unknown,
@@ -130,17 +133,20 @@ class CheckResult:
     verdict: str
     invariants: dict[str, InvariantResult]
     stats: dict[str, Any]
+    duties: dict[str, InvariantResult] = field(default_factory=dict)  # P1 … (soak/duties.py)
+    coverage: list[dict[str, Any]] = field(default_factory=list)  # soak/coverage.py table
 
     @property
     def exit_code(self) -> int:
         return {"valid": 0, "invalid": 1}.get(self.verdict, 2)
 
     def first_counterexamples(self) -> list[str]:
-        return [c for r in self.invariants.values() for c in r.counterexamples[:1]]
+        return [c for r in (*self.invariants.values(), *self.duties.values()) for c in r.counterexamples[:1]]
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "exit_code": self.exit_code, "stats": self.stats,
-                "invariants": {k: v.to_json() for k, v in self.invariants.items()}}
+                "invariants": {k: v.to_json() for k, v in self.invariants.items()},
+                "duties": {k: v.to_json() for k, v in self.duties.items()}, "coverage": self.coverage}
 
 
 # --- the fault log as intervals -----------------------------------------------------------------------
@@ -164,13 +170,14 @@ class Timeline:
         self.db_down: list[list[float]] = []
         self.slot_of: dict[str, int] = {}  # issue 13: network faults isolate a worker *slot* (all incarnations)
         self.isolated: dict[int, list[list[float]]] = defaultdict(list)
+        self.cuts: list[list[Any]] = []
         self.end = max((float(e["t"]) for e in history), default=0.0)
         for e in sorted(history, key=lambda e: float(e["t"])):
             t, kind, node = float(e["t"]), e.get("type"), e.get("node")
             if kind == "worker_start":
                 self.started[node] = t
                 self.slot_of[node] = e.get("slot")
-            elif kind in ("worker_kill", "worker_exit", "worker_term"):
+            elif kind in ("worker_kill", "worker_exit", "worker_term", "worker_drain_term"):
                 self.ended.setdefault(node, t)
             elif kind == "worker_stop":
                 self.stopped[node].append([t, float("inf")])
@@ -189,6 +196,13 @@ class Timeline:
                 self.db_down.append([t, float("inf")])
             elif kind == "standby_ready" and self.db_down and self.db_down[-1][1] == float("inf"):
                 self.db_down[-1][1] = t
+            elif kind == "cut_start":  # a network cut of one node (node) or of all (node None)
+                self.cuts.append([e.get("node"), t, float("inf")])
+            elif kind == "cut_end":
+                for c in reversed(self.cuts):
+                    if c[0] == e.get("node") and c[2] == float("inf"):
+                        c[2] = t
+                        break
 
     def node_ran(self, node: str, t0: float, t1: float) -> bool:
         """Node was started before t0, not dead before t1, never SIGSTOPped during [t0, t1]."""
@@ -200,6 +214,10 @@ class Timeline:
 
     def db_down_during(self, t0: float, t1: float) -> bool:
         return any(a <= t1 and b >= t0 for a, b in self.db_down)
+
+    def cut_during(self, node: str, t0: float, t1: float) -> bool:
+        """A network cut of `node` (or of every node) overlapped [t0, t1] (history cut_start / cut_end)."""
+        return any((n is None or n == node) and a <= t1 and b >= t0 for n, a, b in self.cuts)
 
     def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
         """Seconds of [t0, t1] during which some worker was alive and running and the database up."""
@@ -271,16 +289,21 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     _i5(results["I5"], state, by_id)
     _i6(results["I6"], state, history, timeline)
     _i7(results["I7"], state, ledger)
-    _i8(results["I8"], state, by_id, steps)
+    skew = max([0.0] + [float(e.get("seconds") or 0) for e in history if e.get("type") == "clock_skew"])
+    _i8(results["I8"], state, by_id, steps, skew)
     _i9(results["I9"], state, by_id, drained)
     from soak.failover import check_durability  # issue 13: D1, committed work survives failover (if any ran)
     durability = check_durability(state, history)
     if durability is not None:
         results[durability.name] = durability
+    duties, coverage = _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps)
 
-    for r in results.values():
+    for r in (*results.values(), *duties.values()):
         r.finish()
-    verdicts = {r.verdict for r in results.values()}
+    from soak import coverage as cov
+
+    cov.finish_table(coverage, {**results, **duties})
+    verdicts = {r.verdict for r in (*results.values(), *duties.values())}
     verdict = "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
     kinds = defaultdict(int)
     for e in ledger.entries:
@@ -295,7 +318,34 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
             f"job {i} ({by_id[i].kind}) expected {by_id[i].expected}, ended {state.jobs[i].state}"
             f"{' ' + str(_last_error(state.jobs[i])) if state.jobs[i].errors else ''}" for i in mismatched[:5]],
     }
-    return CheckResult(verdict, results, stats)
+    return CheckResult(verdict, results, stats, duties, coverage)
+
+
+def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps):
+    """The worker duties (soak/duties.py) and the scenario coverage (soak/coverage.py) of every row."""
+    from soak import coverage as cov
+    from soak import duties as d
+
+    duties = {name: InvariantResult(name, contract=text) for name, text in d.DUTIES.items()}
+    ev = d.Evidence(history, ttl)
+    expected = set(by_id) | {j.id for j in state.jobs.values() if j.cron_name is not None or j.parent_id is not None}
+    d.p1_stays_up(duties["P1"], ledger, ev, timeline)
+    d.p2_renews_leases(duties["P2"], state, ev, timeline)
+    d.p3_cancel_at_park(duties["P3"], state, ev)
+    d.p4_drains(duties["P4"], state, ev, timeline)
+    extra = {"priority_contention": d.p5_priority(duties["P5"], ev, timeline),
+             "cron_jobs": d.p6_crons(duties["P6"], state),
+             "sleeps_resumed": d.p7_sleeps(duties["P7"], state, by_id, steps)}
+    d.p8_attempts(duties["P8"], state, expected)
+    d.p9_outcomes(duties["P9"], state, ledger)
+    extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
+    for r in results.values():
+        extra.update(r.scenario)
+    for r in duties.values():
+        r.exercised = True  # then unknown unless coverage.apply finds every scenario
+    counts = cov.scenario_counts(state, ledger, ev, extra)
+    table = cov.apply({**results, **duties}, counts)
+    return duties, table
 
 
 # --- I1 -------------------------------------------------------------------------------------------------
@@ -348,7 +398,9 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
                 t1 = _ts(e["at"])
                 r.checks += 1
                 node = p.get("node")
-                if node and timeline.node_ran(node, t0, t1) and not timeline.db_down_during(t0 - 1, t1):
+                # blamed only when the node held the attempt for at least half a ttl (a renewal was due)
+                if node and t1 - t0 >= ttl / 2 and timeline.node_ran(node, t0, t1) \
+                        and not timeline.db_down_during(t0 - 1, t1):
                     r.add([inv.Violation("I1", job_id, (
                         f"attempt {p.get('attempt')} lost its lease (lease_expired at {e['at']}) while node {node} "
                         f"was alive, not stopped, and the database up for the whole {t1 - t0:.1f}s since the attempt "
@@ -405,6 +457,8 @@ def _i2(r, state, ledger) -> None:
     if missing_attempt:
         r.notes.append(f"{missing_attempt} succeeded job(s) carry no 'attempt' in their result (PROTOCOL.md §2): "
                        "their final ack could not be attributed")
+    r.scenario["stale_acks"] = stale_seen + moved_on
+    r.scenario["zombies_back"] = moved_on  # a stale `slow` attempt resumed in its paid step: a duplicate write
     r.exercised = stale_seen + moved_on > 0
     if not r.exercised:
         r.why_unknown = "no stale ack happened (no attempt came back after its lease was reclaimed)"
@@ -479,6 +533,7 @@ def _i3(r, state, history, steps) -> None:
         replayed += job_replayed
     r.notes.append(f"{replayed} succeeded job(s) replayed journaled steps from an earlier attempt; "
                    f"{samples} journal sample(s) compared over time")
+    r.scenario["replays"] = replayed
     r.exercised = replayed > 0
     if not r.exercised:
         r.why_unknown = "no job replayed a journaled step (no multi-step job was retried after journaling)"
@@ -506,6 +561,7 @@ def _i4(r, state, by_id, steps) -> None:
             r.add([inv.Violation("I4", job.id,
                                  "failed with budget_exceeded although its costs never cross its budget")])
     r.notes.append(f"{crossed} costed job(s) failed with budget_exceeded on their crossing step")
+    r.scenario["crossings"] = crossed
     r.exercised = crossed > 0
 
 
@@ -543,6 +599,7 @@ def _i5(r, state, by_id) -> None:
             if satisfied and ignore & {d.state for d in deps} and job.attempt > 0:
                 releases_ignoring += 1
     r.notes.append(f"{dooms} doomed member(s) and {releases_ignoring} release(s) through an ignore flag checked")
+    r.scenario.update(dooms=dooms, ignore_releases=releases_ignoring)
     r.exercised = dooms > 0 and releases_ignoring > 0
 
 
@@ -578,6 +635,7 @@ def _i6(r, state, history, timeline) -> None:
     r.add(inv.i6_cron_slots_once(state, slots))
     r.checks += len(slots) + sum(1 for j in state.jobs.values() if j.cron_name is not None)
     r.notes.append(f"{len(slots)} cron slot(s) were due while a worker was alive")
+    r.scenario["cron_slots"] = len(slots)
     r.exercised = bool(slots)
 
 
@@ -606,13 +664,14 @@ def _i7(r, state, ledger) -> None:
             r.add([inv.Violation("I7", ids[1], f"{mode}-mode key {key!r} was admitted {len(ids)} times: {ids}")])
     r.checks += len(ever)
     r.notes.append(f"{len(groups)} unique-key insert group(s), {concurrent} with concurrent inserts")
+    r.scenario["unique_groups"] = concurrent
     r.exercised = concurrent > 0
 
 
 # --- I8 -------------------------------------------------------------------------------------------------
 
 
-def _i8(r, state, by_id, steps) -> None:
+def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
     r.add(inv.i8_children_as_declared(state))
     kids: dict[int, list[Job]] = defaultdict(list)
     for j in state.jobs.values():
@@ -643,11 +702,14 @@ def _i8(r, state, by_id, steps) -> None:
             if isinstance(result, Mapping) and result.get("children") != declared:
                 r.add([inv.Violation("I8", job.id, f"result lists children {result.get('children')}, the journal "
                                      f"declares {declared}")])
+            # finished_at comes from the finishing node's clock: allow the run's configured clock skew
             late = [c.id for c in kids[job.id]
-                    if not c.terminal or (c.finished_at and job.finished_at and c.finished_at > job.finished_at)]
+                    if not c.terminal or (c.finished_at and job.finished_at
+                                          and c.finished_at.timestamp() > job.finished_at.timestamp() + skew)]
             if late:
                 r.add([inv.Violation("I8", job.id, f"finished before its children {late} were terminal")])
     r.notes.append(f"{parents} parent(s) with a journaled spawn checked")
+    r.scenario["spawns"] = parents
     r.exercised = parents > 0
 
 
@@ -673,8 +735,8 @@ def _i9(r, state, by_id, drained) -> None:
                                      f"holds {signal.payload!r}")])
             else:
                 ran += 1
-        elif job.state == "cancelled" and entry.detail.get("cancel"):
-            continue
+        elif job.state == "cancelled" and (entry.detail.get("cancel") or entry.expected == "cancelled"):
+            continue  # cancelled on purpose (e.g. a cancel requested before its signal was sent)
         elif not (job.state == "failed" and _last_error(job) == "lease_expired"):
             r.add([inv.Violation("I9", job.id, f"is {job.state} although its signal {signal.name!r} was delivered at "
                                  f"{signal.inserted_at.isoformat()}: the awaiter never ran to completion")])

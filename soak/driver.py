@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from impl.store import PgStore
 from model import ops
 from soak.history import History
+from soak.scenarios import Scenarios
 
 QUEUE = "soak"
 CRON = "soak_cron"
@@ -123,6 +124,7 @@ class Driver:
         self.lock = threading.Lock()
         self.digests: dict[tuple[int, str], tuple[int, str]] = {}
         self._conn: psycopg.Connection | None = None
+        self.scenarios = Scenarios(self)  # issue 11: the scenarios the coverage table needs
 
     # --- plumbing -----------------------------------------------------------------------------------------
 
@@ -206,7 +208,8 @@ class Driver:
         n = self.rng.randint(2, 5)
         cancel = self.rng.random() < 0.1
         raise_after = self.rng.randint(1, n) if self.rng.random() < 0.35 else None
-        inp = {"n": n, "raise_after": raise_after, "pause_ms": 400 if cancel else 0}
+        pause = 400 if cancel else (300 if self.rng.random() < 0.5 else 0)  # paused ones: running when SIGTERMed
+        inp = {"n": n, "raise_after": raise_after, "pause_ms": pause}
         detail = {"plan": "cancel"} if cancel else {}
         return Plan(self._spec("steps", inp), "steps", "cancelled|succeeded" if cancel else "succeeded", detail)
 
@@ -250,6 +253,7 @@ class Driver:
         tick = 0.1
         owed = {"echo": 0.0}
         last_exit = last_slow = time.monotonic()
+        scenario_clock: dict[str, float] = {}
         while not self.halt.is_set():
             started = time.monotonic()
             if self.producing.is_set():
@@ -282,6 +286,7 @@ class Driver:
                 if now - last_slow >= self.cfg.slow_every:
                     last_slow = now
                     self.enqueue([self.plan_slow()])
+                self.scenarios.produce_tick(scenario_clock)
             self.halt.wait(max(tick - (time.monotonic() - started), 0.0))
 
     # --- follow-ups: signals and cancels ----------------------------------------------------------------------
@@ -296,13 +301,17 @@ class Driver:
             self.history.record("signal", job_id=job_id, when=when, woken=list(result.woken))
         self._safely("signal", go)
 
-    def cancel(self, job_id: int) -> None:
-        def go() -> None:
+    def cancel(self, job_id: int, *, state: str | None = None, kind: str | None = None,
+               plan: str | None = None) -> str | None:
+        """Cancel; the history names the state the job was seen in just before (coverage of parked states)."""
+        def go() -> str:
             result = self.store.apply(ops.Cancel(utc_now(), job_id))
             with self.lock:
                 self.cancels += 1
-            self.history.record("cancel", job_id=job_id, result=type(result).__name__)
-        self._safely("cancel", go)
+            self.history.record("cancel", job_id=job_id, result=type(result).__name__, state_before=state,
+                                kind=kind, plan=plan)
+            return type(result).__name__
+        return self._safely("cancel", go)
 
     FOLLOW_UPS = f"""
         SELECT l.job_id, l.kind, l.detail, j.state, extract(epoch FROM (%s - l.inserted_at)) AS age,
@@ -324,15 +333,16 @@ class Driver:
                     if signalled:
                         continue
                     waiting += 1
-                    if state == "awaiting" or age > (10 if plan == "after" else 3):
+                    # fallbacks (a job not yet parked after this long) only guarantee an end under heavy load
+                    if state == "awaiting" or age > (30 if plan == "after" else 3):
                         self.deliver(job_id, detail["signal"], plan if plan == "after" else f"{plan}-late")
                 elif plan == "cancel" or detail.get("cancel"):
                     waiting += 1
-                    if (kind == "awaiter" and (state == "awaiting" or age > 5)) or \
-                            (kind == "steps" and (state == "running" or age > 2)) or kind == "member":
-                        self.cancel(job_id)
+                    if (kind == "awaiter" and (state == "awaiting" or age > 30)) or \
+                            (kind == "steps" and (state == "running" or age > 20)) or kind == "member":
+                        self.cancel(job_id, state=state, kind=kind, plan=plan or "workflow")
             return waiting
-        return self._safely("follow-up", go) or 0
+        return (self._safely("follow-up", go) or 0) + self.scenarios.follow_up_once()
 
     def _follow_up(self) -> None:
         while not self.halt.wait(0.5):
@@ -439,7 +449,7 @@ class Driver:
 
     def start(self) -> None:
         self.producing.set()
-        for target in (self._produce, self._follow_up, self._unique, self._sampler):
+        for target in (self._produce, self._follow_up, self._unique, self._sampler, self.scenarios.sample_leases):
             t = threading.Thread(target=target, name=f"driver{target.__name__}", daemon=True)
             t.start()
             self.threads.append(t)

@@ -1,11 +1,11 @@
-"""The reference soak worker: the eight kinds of soak/PROTOCOL.md on the impl/ Worker SDK.
+"""The reference soak worker: the nine kinds of soak/PROTOCOL.md on the impl/ Worker SDK.
 
     BELAY_DATABASE_URL=... BELAY_NODE=w1-1 BELAY_QUEUES=soak BELAY_LEASE_TTL=10 \
         python -m soak.reference_worker          # what soak/reference-worker runs
 
 `registry` holds the kinds; `main()` is the `belay worker`-equivalent entry point (it reads the
 environment, nothing else does). Broken variants for the checker's own tests live outside this file
-(tests/soak_fixtures/) and reuse `main(store_class=..., worker_class=...)` with patched pieces.
+(soak/broken/, the broken-worker catalogue) and reuse `main(store_class=..., worker_class=...)` with patched pieces.
 
 Evidence for the checker lands in the database (PROTOCOL.md §2–§4): every result carries the attempt
 that produced it, step values carry fresh random tokens, `slow` records the row it saw before its ack,
@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -59,13 +60,27 @@ def observe(ctx: JobContext, phase: str, observed: dict) -> None:
         )
 
 
-def die() -> None:
-    """Kill this whole worker process at once, like kill -9 (no ack, no cleanup)."""
+def die(ctx: JobContext, reason: str) -> None:
+    """Kill this whole worker process at once, like kill -9 (no ack, no cleanup) — after recording the
+    deliberate exit as an `exit` observation (PROTOCOL.md §1, duty P1), retried until it commits: an exit
+    the harness cannot attribute to a kind counts as the worker failing to stay up."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with psycopg.connect(os.environ["BELAY_DATABASE_URL"], autocommit=True, connect_timeout=3) as c:
+                c.execute("INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) "
+                          "VALUES (%s, %s, %s, 'exit', %s, %s)",
+                          (ctx.id, ctx.attempt, os.environ.get("BELAY_NODE"), Jsonb({"reason": reason}), utc_now()))
+            break
+        except psycopg.Error:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
     sys.stderr.flush()
     os._exit(75)
 
 
-# --- the eight kinds (PROTOCOL.md §3) -------------------------------------------------------------
+# --- the nine kinds (PROTOCOL.md §3) -------------------------------------------------------------
 
 
 @registry.kind("echo", queue=QUEUE)
@@ -93,19 +108,22 @@ def costed(ctx: JobContext, input: dict) -> dict:
             tokens.append(ctx.step(f"c{i}", _step_value(ctx), cost=(int(usd), 0))["token"])
         except BudgetExceeded:
             if input.get("crash_at_crossing") and ctx.attempt == 1 and ctx.steps_run and ctx.steps_run[-1] == f"c{i}":
-                die()  # the crossing step is journaled, the failure not yet acked
+                die(ctx, "costed crash_at_crossing")  # the crossing step is journaled, the failure not yet acked
             raise
     return {"tokens": tokens, "attempt": ctx.attempt}
 
 
 @registry.kind("awaiter", queue=QUEUE)
 def awaiter(ctx: JobContext, input: dict) -> dict:
+    if input.get("pause_ms"):
+        time.sleep(input["pause_ms"] / 1000)  # before the await: the harness may request a cancel here
     return {"payload": ctx.await_signal(input["signal"]), "attempt": ctx.attempt}
 
 
 @registry.kind("parent", queue=QUEUE)
 def parent(ctx: JobContext, input: dict) -> dict:
-    children = [JobSpec(QUEUE, "echo", {"v": f"child-{i}"}) for i in range(int(input["children"]))]
+    queue = input.get("queue") or QUEUE  # "soak-external": children the harness finishes itself
+    children = [JobSpec(queue, "echo", {"v": f"child-{i}"}) for i in range(int(input["children"]))]
     ids = ctx.spawn("kids", children)
     ctx.await_children()
     return {"children": list(ids), "attempt": ctx.attempt}
@@ -125,7 +143,7 @@ def flaky(ctx: JobContext, input: dict) -> dict:
     def mid() -> dict:
         if ctx.attempt <= int(input.get("until_attempt", 1)):
             if input.get("mode") == "exit":
-                die()
+                die(ctx, "flaky exit")
             raise Planned(f"flaky attempt {ctx.attempt}")
         return {"token": token(), "attempt": ctx.attempt}
 
@@ -136,14 +154,26 @@ def flaky(ctx: JobContext, input: dict) -> dict:
 def slow(ctx: JobContext, input: dict) -> dict:
     ctx.emit({"phase": "start", "attempt": ctx.attempt, "node": ctx.job.leased_by, "pid": os.getpid()})
     begin = ctx.step("begin", _step_value(ctx))["token"]
-    deadline = time.monotonic() + float(input["seconds"])
-    while time.monotonic() < deadline:  # a SIGSTOP freezes this loop; it resumes where it was
-        time.sleep(0.1)
+
+    def nap() -> dict:
+        deadline = time.monotonic() + float(input["seconds"])
+        while time.monotonic() < deadline:  # a SIGSTOP freezes this loop; it resumes where it was
+            time.sleep(0.1)
+        return {"token": token(), "attempt": ctx.attempt}
+
+    ctx.step("nap", nap, cost=(1, 0))  # a stale attempt resuming here journals a duplicate: no spend for it
     with ctx.store.pool.connection() as c:
         row = c.execute("SELECT state, attempt, leased_by FROM belay_jobs WHERE id = %s", (ctx.id,)).fetchone()
     observed = {"state": row[0], "attempt": row[1], "leased_by": row[2]} if row else {"state": None}
     observe(ctx, "pre_ack", observed)
     return {"token": begin, "node": ctx.job.leased_by, "attempt": ctx.attempt}
+
+
+@registry.kind("sleeper", queue=QUEUE)
+def sleeper(ctx: JobContext, input: dict) -> dict:
+    pre = ctx.step("pre", _step_value(ctx))["token"]
+    ctx.sleep("nap", float(input["seconds"]))
+    return {"tokens": [pre, ctx.step("post", _step_value(ctx))["token"]], "attempt": ctx.attempt}
 
 
 # --- ack observations --------------------------------------------------------------------------------
@@ -197,7 +227,9 @@ def build(env: dict[str, str], *, store_class: type[PgStore] = PgStore, worker_c
     opts = QueueOpts.parse({"limit": {"min": limit, "max": limit}})
     config = WorkerConfig(node=node, queues=tuple(QueueConfig(q, opts) for q in queues), lease_ttl=ttl,
                           shutdown_grace=10.0, notify=True)
-    worker = worker_class(url, reg, config, telemetry=(default_logger, AckObserver(url, node)))
+    offset = timedelta(seconds=float(env.get("BELAY_CLOCK_OFFSET") or 0))  # PROTOCOL.md §1: simulated skew
+    worker = worker_class(url, reg, config, clock=lambda: utc_now() + offset,
+                          telemetry=(default_logger, AckObserver(url, node)))
     if store_class is not PgStore:
         original = worker.store
         worker.store = store_class(url, schema=original.schema, pool_size=original.pool.max_size,

@@ -185,6 +185,8 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
     results = {
         "run_id": meta["run_id"], "verdict": result.verdict, "exit_code": result.exit_code,
         "invariants": {k: v.to_json() for k, v in result.invariants.items()},
+        "duties": {k: v.to_json() for k, v in result.duties.items()},  # issue 11: worker duties P1 …
+        "coverage": result.coverage,  # issue 11: duty · scenarios · count · verdict
         "stats": result.stats, "faults": faults, "meta": meta,
         "throughput": {"peak_per_s": max(fig_data["per_second"], default=0),
                        "mean_per_s_during_faults": meta.get("mean_throughput_faults")},
@@ -202,9 +204,12 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
              f"steps {result.stats['steps']}; signals {result.stats['signals']}",
              "- faults: " + ", ".join(f"{k} {v}" for k, v in faults.items()), "",
              "| invariant | verdict | checks | violations | first counterexample / why |", "|---|---|---|---|---|"]
-    for name, r in result.invariants.items():
+    for name, r in {**result.invariants, **result.duties}.items():
         why = r.counterexamples[0] if r.counterexamples else (r.why_unknown or "; ".join(r.notes[:1]))
         lines.append(f"| {name} | {r.verdict} | {r.checks} | {r.violations} | {why.replace('|', '/')} |")
+    from soak import coverage as cov
+
+    lines += cov.markdown(result.coverage)
     lines += ["", "Latency (seconds, inserted → finished, succeeded jobs):", "",
               "| kind | n | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
     for kind, q in fig_data["latency"].items():
@@ -226,7 +231,11 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
         f"<tr class='{r.verdict}'><td>{n}</td><td>{r.verdict}</td><td>{r.checks}</td><td>{r.violations}</td>"
         f"<td>{html.escape(r.counterexamples[0] if r.counterexamples else (r.why_unknown or ''))}</td>"
         f"<td>{html.escape(' '.join(r.notes))}</td></tr>"
-        for n, r in result.invariants.items())
+        for n, r in {**result.invariants, **result.duties}.items())
+    coverage_rows = "".join(
+        f"<tr class='{row['verdict']}'><td>{row['row']}</td><td>{row['verdict']}</td><td>"
+        + "<br>".join(html.escape(f"{s['scenario']}: {s['count']}") for s in row["scenarios"]) + "</td></tr>"
+        for row in result.coverage)
     imgs = "".join(f"<h2>{k}</h2><img alt='{k}' src='data:image/png;base64,{v}'/>" for k, v in images.items())
     logs = "".join(f"<li><a href='workers/{p.name}'>{p.name}</a></li>"
                    for p in sorted((run_dir / "workers").glob("*.log")))
@@ -238,7 +247,9 @@ font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:
 <pre>{html.escape(summary.split('| invariant')[0])}</pre>
 <table><tr><th>invariant</th><th>verdict</th><th>checks</th><th>violations</th>
 <th>first counterexample / why unknown</th>
-<th>notes</th></tr>{rows}</table>{imgs}
+<th>notes</th></tr>{rows}</table>
+<h2>Scenario coverage</h2><table><tr><th>row</th><th>verdict</th><th>scenarios: count</th></tr>{coverage_rows}</table>
+{imgs}
 <h2>Artifacts</h2><ul><li><a href="results.json">results.json</a></li><li><a href="summary.md">summary.md</a></li>
 <li><a href="history.jsonl">history.jsonl</a> (fault log and driver actions)</li>{logs}</ul></body></html>"""
     (run_dir / "report.html").write_text(redact(page))

@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-every", type=float, default=10, help="kill -9 a worker every S seconds; 0 = off")
     p.add_argument("--stop-every", type=float, default=20, help="SIGSTOP a worker past its lease every S s; 0 = off")
     p.add_argument("--db-restart-every", type=float, default=30, help="crash-restart PostgreSQL every S s; 0 = off")
+    p.add_argument("--term-every", type=float, default=20, help="SIGTERM a worker running short jobs every S s and "
+                   "check that it drains (duty P4); 0 = off (default %(default)s)")
+    p.add_argument("--clock-skew", type=float, default=0.5, help="seconds the clock of worker slot 2 runs ahead "
+                   "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
+                   "(default %(default)s)")
+    p.add_argument("--stop-for", type=float, default=None, help="seconds a SIGSTOP lasts (default: lease ttl + 5)")
     p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
     p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
@@ -213,26 +219,31 @@ def run(args: argparse.Namespace) -> int:
     env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
            "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
                                                                                            os.environ.get("PYTHONPATH")]))}
-    stop_for = args.lease_ttl + 5
+    stop_for = args.stop_for if args.stop_for is not None else args.lease_ttl + 5
     history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
                    worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
                    db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
                    database=redact(db.url), db_faults=db.db_faults,
                    net={k: v for k, v in vars(args).items() if k.split("_")[0] in ("partition", "stall", "latency",
                                                                                   "failover", "replication")})
-    workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history)
+    skew_slot = 2 if args.workers >= 2 else 1
+    skew = {skew_slot: args.clock_skew} if args.clock_skew else {}
+    history.record("clock_skew", slot=skew_slot if skew else None, seconds=args.clock_skew or 0.0)
+    workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history, skew=skew)
     if net:
         workers.slot_env = net.slot_env(args.workers)
     driver = Driver(harness_url, history, random.Random(rng.random()),
                     DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))
     nemesis = Nemesis(workers, history, random.Random(rng.random()), url=harness_url, cluster=db.cluster,
                       kill_every=args.kill_every or None, stop_every=args.stop_every or None,
-                      db_restart_every=args.db_restart_every or None, stop_for=stop_for)
+                      db_restart_every=args.db_restart_every or None, stop_for=stop_for,
+                      term_every=args.term_every or None)
     progress = Progress(harness_url, args.no_progress)
     meta = {"run_id": run_id, "worker": args.worker, "workers": args.workers, "lease_ttl": args.lease_ttl,
             "seed": seed, "duration": args.duration, "heal": args.heal, "database": db.description,
             "db_faults": db.db_faults, "kill_every": args.kill_every, "stop_every": args.stop_every,
             "db_restart_every": args.db_restart_every if db.cluster else None, "rate": args.rate,
+            "term_every": args.term_every, "clock_skew": args.clock_skew,
             "fsync": "on" if db.cluster else "server's own setting",
             "network_faults": net.summary() if net else "off"}
     started = time.monotonic()
@@ -264,7 +275,7 @@ def run(args: argparse.Namespace) -> int:
             net.start(workers, nemesis)
         end = time.monotonic() + args.duration
         before = progress.poll() or (0, 0)
-        while time.monotonic() < end:
+        while time.monotonic() < end and not workers.fatal:
             tick("faults", end)
             time.sleep(0.5)
         after = progress.poll() or before
@@ -275,8 +286,8 @@ def run(args: argparse.Namespace) -> int:
         if net:
             net.stop_all()
             meta["network_faults"] = net.summary()
-        end = time.monotonic() + args.heal
-        while time.monotonic() < end:
+        end = time.monotonic() + (0 if workers.fatal else args.heal)
+        while time.monotonic() < end and not workers.fatal:
             tick("heal", end)
             time.sleep(0.5)
 
@@ -284,9 +295,9 @@ def run(args: argparse.Namespace) -> int:
         driver.stop_producing()
         driver.put_cron(paused=True)
         drain_start = time.monotonic()
-        end = drain_start + args.drain_timeout
+        end = drain_start + (0 if workers.fatal else args.drain_timeout)
         drained, quiet_since = False, None
-        while time.monotonic() < end:
+        while time.monotonic() < end and not workers.fatal:
             counts = progress.poll()
             tick("drain", end)
             if counts and counts[0] == counts[1] and driver.follow_up_once() == 0:
@@ -301,6 +312,8 @@ def run(args: argparse.Namespace) -> int:
         meta["drain_seconds"] = round(time.monotonic() - drain_start, 1)
         left = (counts[1] - counts[0]) if counts[0] is not None else None
         history.record("drain_end", drained=drained, nonterminal=left)
+        if workers.fatal:
+            print(f"run cut short: {workers.fatal}", flush=True)
 
         history.record("phase", phase="check")
         driver.sample_steps()
@@ -351,10 +364,17 @@ def print_verdict(result, results: dict, run_dir: Path) -> None:
     for col in ("invariant", "verdict", "checks", "violations", "first counterexample / why"):
         t.add_column(col, overflow="fold")
     colour = {"valid": "green", "invalid": "bold red", "unknown": "yellow"}
-    for name, r in result.invariants.items():
+    for name, r in {**result.invariants, **result.duties}.items():
         why = r.counterexamples[0] if r.counterexamples else (r.why_unknown or "")
         t.add_row(name, f"[{colour[r.verdict]}]{r.verdict}[/]", str(r.checks), str(r.violations), why)
     console.print(t)
+    c = Table(title="Scenario coverage")
+    for col in ("row", "scenarios (count)", "verdict"):
+        c.add_column(col, overflow="fold")
+    for row in result.coverage:
+        c.add_row(row["row"], "; ".join(f"{s['scenario']} ({s['count']})" for s in row["scenarios"]),
+                  f"[{colour[row['verdict']]}]{row['verdict']}[/]")
+    console.print(c)
     s = result.stats
     console.print(f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}; "
                   f"faults {results['faults']}")

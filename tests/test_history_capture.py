@@ -208,7 +208,7 @@ def test_capture_is_reported_unavailable_when_the_server_has_no_logical_wal(db_u
     assert hist.finish().verdict == "skipped"
 
 
-# --- the history-only broken workers, pinned deterministically (their soaks: tests/soak_fixtures/history_only.py) ---
+# --- the history-only broken workers, pinned deterministically (their soaks: soak/broken/history_only.py) ---
 
 
 def _final_state_violations(url):
@@ -221,7 +221,7 @@ def _final_state_violations(url):
 def test_stale_reclaim_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
     """River #1302's shape, scheduled: the broken sweeper reads an expired lease, the paused owner comes
     back and acks success, then the sweeper's stale write makes the succeeded row ready again."""
-    from tests.soak_fixtures.stale_reclaim import StaleReclaimStore
+    from soak.broken.stale_reclaim import StaleReclaimStore
 
     hist = HistoryCheck.begin(url, tmp_path, "b1")
     try:
@@ -248,7 +248,7 @@ def test_stale_reclaim_is_invisible_in_the_final_state_but_not_in_the_history(ur
 
 
 def test_ack_keeping_its_lease_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
-    from tests.soak_fixtures.ack_keeps_lease import AckKeepsLeaseStore
+    from soak.broken.ack_keeps_lease import AckKeepsLeaseStore
 
     hist = HistoryCheck.begin(url, tmp_path, "b2")
     try:
@@ -270,7 +270,7 @@ def test_ack_keeping_its_lease_is_invisible_in_the_final_state_but_not_in_the_hi
 
 def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_the_history(url, tmp_path):
     from model.ops import JobSpec, WorkflowMember
-    from tests.soak_fixtures.settle_after_commit import SettleAfterCommitStore
+    from soak.broken.settle_after_commit import SettleAfterCommitStore
 
     hist = HistoryCheck.begin(url, tmp_path, "b3")
     try:
@@ -295,7 +295,7 @@ def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_
 @pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to soak the variants (~10 min)")
 @pytest.mark.parametrize("variant", ["stale_reclaim", "ack_keeps_lease", "settle_after_commit"])
 def test_each_history_only_broken_worker_passes_the_final_state_and_fails_the_history(variant, tmp_path):
-    from tests.soak_fixtures.history_only import HISTORY_ONLY, soak
+    from soak.broken.history_only import HISTORY_ONLY, soak
 
     want, extra = HISTORY_ONLY[variant]
     r = soak(variant, 60, tmp_path, extra)

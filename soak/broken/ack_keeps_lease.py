@@ -5,7 +5,7 @@ every outcome also SETs lease_until = NULL, leased_by = NULL). The row is ready,
 renewal looks at the lease, and the next claim overwrites it: the final snapshot is clean. Only the
 committed history shows the ack's illegal lease write.
 
-    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m tests.soak_fixtures.ack_keeps_lease'
+    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m soak.broken.ack_keeps_lease'
 
 Expected: the final-state checker VALID; the history checker INVALID, rule lease_cleared.
 Self-contained: register it in the broken-worker catalogue by module name."""

@@ -1,7 +1,7 @@
 """Soak the history-only broken variants: each must pass the final-state checker and fail the history
 checker with the expected rule named.
 
-    python -m tests.soak_fixtures.history_only [--duration 60] [--only stale_reclaim,...] [--report DIR]
+    python -m soak.broken.history_only [--duration 60] [--only stale_reclaim,...] [--report DIR]
 
 Prints one line per variant (final-state verdict, history verdict, rules found, first finding) and writes
 history_only.json in the report folder; exits 1 if a variant is not caught by the history alone.
@@ -26,7 +26,7 @@ HISTORY_ONLY: dict[str, tuple[set[str], list[str]]] = {
 
 
 def soak(variant: str, duration: float, report: Path, extra: list[str], seed: int = 11) -> dict:
-    cmd = [sys.executable, "-m", "soak.run", "--worker", f'"$BELAY_SOAK_PYTHON" -m tests.soak_fixtures.{variant}',
+    cmd = [sys.executable, "-m", "soak.run", "--worker", f'"$BELAY_SOAK_PYTHON" -m soak.broken.{variant}',
            "--workers", "3", "--duration", str(duration), "--heal", "5", "--drain-timeout", "90",
            "--seed", str(seed), "--report", str(report / variant), "--no-progress", *extra]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)

@@ -5,7 +5,7 @@ are still held (or a failed dep beside a dependent not yet doomed): settlement i
 committed state (§11.5). The second transaction repairs it at once, so the final snapshot is clean;
 only the committed history shows the broken intermediate states.
 
-    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m tests.soak_fixtures.settle_after_commit'
+    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m soak.broken.settle_after_commit'
 
 Expected: the final-state checker VALID; the history checker INVALID, I5 after the terminal commit.
 Self-contained: register it in the broken-worker catalogue by module name."""

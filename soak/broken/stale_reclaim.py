@@ -6,7 +6,7 @@ row on in between; the stale write then makes a finished row ready again (or rew
 one), and the job simply runs once more. Attempts already exhausted are left alone. The final snapshot shows a job that succeeded — only the committed history shows the
 terminal row rewritten.
 
-    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m tests.soak_fixtures.stale_reclaim'
+    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m soak.broken.stale_reclaim'
 
 Expected: the final-state checker VALID; the history checker INVALID with an illegal transition
 (terminal_exit: succeeded→ready, or a reclaim of a row another attempt holds).

@@ -1,27 +1,20 @@
 """Broken: a child's terminal transition signals `$children` to its parent only when its own count of
 non-terminal siblings is zero — the R1 race under READ COMMITTED (the last two children each see the
-other still running; neither signals). This worker also lacks the R2 reconciler backstop, which would
-otherwise hide the lost wake-up as latency.
+other still running; neither signals). The R2 reconciler backstop is kept, so the lost wake-up shows
+only as latency — and as a parent woken with no `$children` signal ever delivered.
 
-Expected verdict: invalid, I9 (a parent awaits `$children` although all its children are terminal;
-I1 names the same parents as never finished)."""
+Expected verdict: invalid, P10 (a parent resumed from its park although no child signalled it)."""
 from __future__ import annotations
 
 import time
 
 from impl.store import PgStore
-from model import worker_ops as w
 from soak.reference_worker import main
 
 WIDEN_RACE_S = 0.05  # between the child's own update and its sibling count, as a slow network would
 
 
 class CountGatedStore(PgStore):
-    def apply(self, op, conn=None):
-        if isinstance(op, w.Reconcile):
-            return w.Reconciled(())  # no R2 backstop
-        return super().apply(op, conn)
-
     def _notify_parents(self, tx, children):
         by_parent: dict[int, list[int]] = {}
         for child, parent in children:

@@ -1,0 +1,33 @@
+"""Broken: leases are renewed every ttl instead of every ttl/3 (§6). A renewal then lands just as the
+lease runs out, and a node whose clock runs a little ahead (the harness skews one) reclaims the job
+from under its live owner.
+
+Expected verdict: invalid, P2 (a lease lost while its node was alive, running and connected)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from impl.runtime import Worker
+from model import worker_ops as w
+from soak.reference_worker import main
+
+
+class LateRenewalWorker(Worker):
+    def _renew_loop(self) -> None:
+        period = self.config.lease_ttl  # BUG: the reference renews every ttl / 3
+        while not self.stopped.wait(period):
+            contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+            if not contexts:
+                continue
+            now = self.clock()
+            op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
+            try:
+                result = self.call(lambda: self.store.apply(op), "renew")
+            except Exception:  # noqa: BLE001
+                continue
+            for job_id in result.lost:
+                contexts[job_id].lost.set()
+
+
+if __name__ == "__main__":
+    main(worker_class=LateRenewalWorker)
