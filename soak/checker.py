@@ -217,6 +217,8 @@ class Timeline:
 
     def cut_during(self, node: str, t0: float, t1: float) -> bool:
         """A network cut of `node` (or of every node) overlapped [t0, t1] (history cut_start / cut_end)."""
+        if any(a <= t1 and b >= t0 for a, b in self.isolated.get(self.slot_of.get(node), ())):
+            return True  # issue 13's proxy partitioned or stalled this node's slot
         return any((n is None or n == node) and a <= t1 and b >= t0 for n, a, b in self.cuts)
 
     def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
