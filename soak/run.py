@@ -23,11 +23,14 @@ from pathlib import Path
 
 import psycopg
 
+from impl.failures import debug_requested, describe_database_error
+from impl.lifecycle import interrupt_on_signals
 from impl.migrate import migrate
-from impl.provision import ClusterConfig, EmbeddedCluster, redact
+from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, redact
 from impl.snapshot import snapshot
+from model.ops import IncompatibleSchema
 from soak import ledger as soak_ledger
-from soak import report
+from soak import interrupted, report
 from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.driver import Driver, DriverConfig
@@ -340,6 +343,13 @@ def run(args: argparse.Namespace) -> int:
         print(hist_result.line(), flush=True)  # issue 12: the history checker's own verdict line
         if hist_result.verdict == "invalid" and result.exit_code != 1:
             print(f"verdict INVALID by the committed history → exit {code}", flush=True)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP through impl.lifecycle (issue 19)
+        reason = str(exc) or "SIGINT"
+        print(f"\nsoak interrupted ({reason}): stopping the driver, the workers and PostgreSQL", flush=True)
+        progress.close()
+        interrupted.write(run_dir, history.snapshot(), meta, reason)
+        code = interrupted.EXIT_UNKNOWN
+        print(f"verdict unknown (interrupted) → exit {code}; report {run_dir}/report.html", flush=True)
     finally:
         progress.close()
         nemesis.halt.set()
@@ -383,8 +393,21 @@ def print_verdict(result, results: dict, run_dir: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Exit 0 valid, 1 invalid, 2 unknown (also: interrupted), 3 the harness could not run."""
     args = parse_args(argv)
-    sys.exit(run(args))
+    interrupt_on_signals()  # SIGTERM / SIGHUP end the run like Ctrl-C: nothing it started outlives it
+    try:
+        code = run(args)
+    except KeyboardInterrupt as exc:  # before the run had a report folder of its own
+        print(f"soak interrupted ({str(exc) or 'SIGINT'}) before it started: nothing was checked", file=sys.stderr)
+        code = interrupted.EXIT_UNKNOWN
+    except (psycopg.Error, ProvisionError, IncompatibleSchema) as exc:
+        if debug_requested():
+            raise
+        print(f"soak: error: {describe_database_error(exc, args.database_url)}", file=sys.stderr)
+        print("soak: nothing was checked (exit 3); BELAY_DEBUG=1 shows the traceback", file=sys.stderr)
+        code = 3
+    sys.exit(code)
 
 
 if __name__ == "__main__":

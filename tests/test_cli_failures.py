@@ -360,3 +360,45 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
             proc.kill()
     result = json.loads(report.read_text())
     assert result["left"] == [], (result, log.read_text()[-2000:])
+
+
+# --- the soak ---------------------------------------------------------------------------------------------
+
+
+def _soak_env() -> dict[str, str]:
+    return _env(BELAY_SOAK_PYTHON=sys.executable)  # soak/run.sh: skip the bootstrap, use this interpreter
+
+
+def test_the_soak_on_a_refused_database_says_so_in_one_line_and_checks_nothing(tmp_path):
+    run = reaped([str(ROOT / "soak" / "run.sh"), "--database-url", REFUSED, "--report", str(tmp_path / "reports"),
+                  "--no-progress"], tmp_path, env=_soak_env())
+    assert run.rc == 3, run  # soak/run.sh's documented code for "the harness could not run"
+    assert "Traceback" not in run.stderr + run.stdout, run
+    assert run.left == [], run
+    assert re.search(r"soak: error: cannot connect to postgresql://belay:\*\*\*@127\.0\.0\.1:1/belay: connection refused",
+                     run.stderr), run
+    assert "s3cret-pw" not in run.stderr + run.stdout
+
+
+def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path):
+    reports = tmp_path / "reports"
+    proc, log, report, out = _spawn_reaped(
+        [str(ROOT / "soak" / "run.sh"), "--workers", "2", "--duration", "120", "--no-progress",
+         "--report", str(reports), "--seed", "1"], tmp_path, env=_soak_env())
+    try:
+        # the faults phase: workers are running and have logged
+        _wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")
+        os.kill(_child_pid(report), signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        out.close()
+        if proc.poll() is None:
+            proc.kill()
+    result = json.loads(report.read_text())
+    text = log.read_text()
+    assert result["rc"] == 2, (result, text[-3000:])
+    assert result["left"] == [], (result, text[-3000:])  # no postgres, no worker, no driver left
+    assert "Traceback" not in text, text[-3000:]
+    latest = json.loads((reports / "latest" / "results.json").read_text())
+    assert latest["verdict"] == "unknown" and latest["interrupted"] == "interrupted by SIGTERM", latest
+    assert (reports / "latest" / "report.html").exists() and (reports / "latest" / "summary.md").exists()
