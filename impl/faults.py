@@ -79,7 +79,7 @@ def with_retries(
     while True:
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:  # classified below
             if not is_transient(exc):
                 raise
             if clock() - started > policy.max_elapsed or (stop is not None and stop.is_set()):

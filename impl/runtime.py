@@ -245,7 +245,7 @@ class Worker:
         for sink in self.telemetry:
             try:
                 sink(event, meta)
-            except Exception:  # noqa: BLE001 - telemetry never breaks the worker
+            except Exception:  # telemetry never breaks the worker
                 log.exception("belay telemetry sink failed")
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
@@ -283,7 +283,7 @@ class Worker:
                                             "error": f"{type(error).__name__}: {error}"})
             else:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
-        except Exception:  # noqa: BLE001 - a permanent store fault: the lease will expire, another node retries
+        except Exception:  # a permanent store fault: the lease will expire, another node retries
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
         finally:
             self.completed += 1
@@ -307,7 +307,7 @@ class Worker:
                 results = [exc] * len(contexts)
             now = self.clock()
             acks = []
-            for ctx, result in zip(contexts, results):
+            for ctx, result in zip(contexts, results, strict=True):
                 error = result if isinstance(result, BaseException) else None
                 outcome = outcome_for(kind, ctx, error, None if error else result, now)
                 if outcome is not None:
@@ -315,7 +315,7 @@ class Worker:
             if acks:
                 done = self.call(lambda: self.store.apply(w.AckMany(now, tuple(acks))), "ack chunk")
                 duration = int((time.monotonic() - started) * 1000)
-                for ack, result in zip(acks, done.results):
+                for ack, result in zip(acks, done.results, strict=True):
                     if isinstance(result, w.Stale):
                         self.stale_acks += 1
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
@@ -323,7 +323,7 @@ class Worker:
                         self.emit("job.stop", {"job_id": ack.job_id, "worker": kind.name, "queue": producer.name,
                                                "attempt": ack.attempt, "state": result.state,
                                                "duration_ms": duration})
-        except Exception:  # noqa: BLE001 - leases expire; another node retries
+        except Exception:  # leases expire; another node retries
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
             self.completed += len(contexts)
@@ -350,7 +350,7 @@ class Worker:
             now = self.clock()
             op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(lambda: self.store.apply(op), "renew")
+                result = self.call(lambda op=op: self.store.apply(op), "renew")
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
                 continue

@@ -145,10 +145,10 @@ class PgStore(WorkerOps):
         ids = [r["id"] for r in tx.all("next_job_ids", {"n": len(rows)})]
         row_sql = sql.SQL("({})").format(sql.SQL(", ").join([sql.Placeholder()] * _INSERT_COLUMNS))
         values = sql.SQL(", ").join([row_sql] * len(rows))
-        params = [v for job_id, row in zip(ids, rows) for v in (job_id, *row)]
+        params = [v for job_id, row in zip(ids, rows, strict=True) for v in (job_id, *row)]
         inserted = {r["id"] for r in tx.all("insert_jobs", params, values=values)}
         outcomes: list[ops.Inserted | ops.Duplicate] = []
-        for job_id, row in zip(ids, rows):
+        for job_id, row in zip(ids, rows, strict=True):
             if job_id in inserted:
                 outcomes.append(ops.Inserted(job_id))
                 if row[4] == "ready":
@@ -201,7 +201,7 @@ class PgStore(WorkerOps):
             self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
             return ops.WorkflowEnqueued(
                 op.workflow_id,
-                tuple((m.name, o.id) for m, o in zip(op.members, outcomes)),
+                tuple((m.name, o.id) for m, o in zip(op.members, outcomes, strict=True)),
                 tuple(sorted(r["id"] for r in released)),
                 tuple(sorted(d["id"] for d in doomed)),
             )

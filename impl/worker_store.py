@@ -255,7 +255,7 @@ class WorkerOps:
             keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
             if keys:
                 specs = [replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
-                         for c, k in zip(op.children, keys)]
+                         for c, k in zip(op.children, keys, strict=True)]
                 self._insert(tx, [self._row(s, op.now) for s in specs])
             # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).
             holders = {r["unique_key"]: r["id"] for r in tx.all("spawn_holders", {"keys": keys})}
@@ -308,7 +308,7 @@ class WorkerOps:
                 return w.CronsFired(())
             outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])
             return w.CronsFired(tuple(
-                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)
+                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
             ))
 
     def _prune(self, op: w.Prune, conn: Any) -> w.Pruned:

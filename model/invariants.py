@@ -259,7 +259,7 @@ def stale_acks_from_history(history_with_states: Iterable[tuple[Any, Any, State,
             out.extend(
                 StaleAck(a.job_id, a.attempt, before.jobs.get(a.job_id), after.jobs.get(a.job_id), "batched ack",
                          tuple(before.steps_of(a.job_id)), tuple(after.steps_of(a.job_id)))
-                for a, r in zip(op.acks, result.results) if isinstance(r, w.Stale)
+                for a, r in zip(op.acks, result.results, strict=True) if isinstance(r, w.Stale)
             )
             continue
         kind = _FENCED.get(type(op))

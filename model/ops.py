@@ -16,7 +16,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Union
+from typing import Any
 
 from model.rows import UNIQUE_MODES, Job
 
@@ -523,7 +523,7 @@ class CronPut:
     name: str
 
 
-CancelResult = Union[Cancelled, CancelRequested, NotCancellable, NotFound]
-RetryResult = Union[Retried, NotRetryable, RetryBlocked, DepsGone, NotFound]
-ReadJobResult = Union[Job, NotFound]
+CancelResult = Cancelled | CancelRequested | NotCancellable | NotFound
+RetryResult = Retried | NotRetryable | RetryBlocked | DepsGone | NotFound
+ReadJobResult = Job | NotFound
 

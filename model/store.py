@@ -108,7 +108,7 @@ def _insert(t: Tables, rows: list[Callable[[int], Job]]) -> list[ops.Inserted | 
     ids = range(t.next_id, t.next_id + len(rows))
     t.next_id += len(rows)
     skipped: dict[int, Job] = {}
-    for job_id, make in zip(ids, rows):
+    for job_id, make in zip(ids, rows, strict=True):
         row = make(job_id)
         if _conflicts(t, row):
             skipped[job_id] = row
@@ -135,7 +135,7 @@ def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueue
     released, doomed = _settle(t, op.workflow_id, op.now)
     _notify_parents(t, op.now, [(j, t.jobs[j].parent_id) for j in doomed])
     return ops.WorkflowEnqueued(
-        op.workflow_id, tuple((m.name, o.id) for m, o in zip(op.members, outcomes)),
+        op.workflow_id, tuple((m.name, o.id) for m, o in zip(op.members, outcomes, strict=True)),
         tuple(sorted(released)), tuple(sorted(doomed)),
     )
 
@@ -504,7 +504,7 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
     keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
     rows = [
         lambda i, c=c, k=k: _new_row(i, replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id), op.now)
-        for c, k in zip(op.children, keys)
+        for c, k in zip(op.children, keys, strict=True)
     ]
     _insert(t, rows)
     ids = [_unique_holder(t, k, "always") for k in keys]  # rebuilt from the keys, never from the insert's ids
@@ -553,7 +553,7 @@ def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(tuple(
-        w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)
+        w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
     ))
 
 

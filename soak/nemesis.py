@@ -65,7 +65,7 @@ class Workers:
             slot.expected_end = None
             slot.stopped = False
             env = {**self.env, "BELAY_NODE": slot.node}
-            log = open(self.log_dir / f"{slot.node}.log", "ab")
+            log = open(self.log_dir / f"{slot.node}.log", "ab")  # noqa: SIM115 -- outlives this call: the worker process writes to it
             self.history.record("worker_start", node=slot.node, slot=slot.index)
             slot.proc = subprocess.Popen(["/bin/sh", "-c", self.cmd], cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

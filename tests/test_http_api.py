@@ -286,7 +286,7 @@ def test_execution_timeout_is_enforced_by_the_sweeper_across_retries(api, clock,
 
 def test_checkpoints_are_steps_written_only_by_the_live_run(api, clock, db_url):
     make_queue(api)
-    task, other = make_task(api, max_attempts=3), make_task(api)
+    task, _other = make_task(api, max_attempts=3), make_task(api)
     tid = task["task_id"]
     run = claim(api, timeout=10)[0]["run_id"]
     other_run = claim(api)[0]["run_id"]

@@ -149,10 +149,10 @@ class Result:
             actors = self.scenario.actors
             g.add_edges_from(
                 (u, v, {"actor": actors[a].name, "statement": actors[a].program[self.worlds[u][a]].name})
-                for u, v, a in zip(src, dst, act)
+                for u, v, a in zip(src, dst, act, strict=True)
             )
         else:
-            g.add_edges_from(zip(src, dst))
+            g.add_edges_from(zip(src, dst, strict=True))
         return g
 
     def summary(self) -> str:
@@ -351,7 +351,7 @@ def _trace(result: Result, path: list[int], stuck: set[int] | None = None) -> li
 def _can_reach(n: int, src: Sequence[int], dst: Sequence[int], goal: Sequence[int]) -> bytearray:
     """For every state, can it reach a goal state? (a breadth-first search backwards from the goals)."""
     preds: list[list[int]] = [[] for _ in range(n)]
-    for u, v in zip(src, dst):
+    for u, v in zip(src, dst, strict=True):
         preds[v].append(u)
     reach = bytearray(n)
     frontier = list(goal)
@@ -378,7 +378,7 @@ def _check_liveness(result: Result) -> Counterexample | None:
     n = len(result.worlds)
     src, dst, act = result.edges
     daemons = {a for a, actor in enumerate(scenario.actors) if actor.daemon}
-    progress = {u for u, a in zip(src, act) if a not in daemons}  # states where a non-daemon can move
+    progress = {u for u, a in zip(src, act, strict=True) if a not in daemons}  # states where a non-daemon can move
     for prop in scenario.liveness:
         goal = [k for k in range(n) if prop.goal(result.view(k))]
         reach = _can_reach(n, src, dst, goal)

@@ -68,7 +68,7 @@ def format_result(result: Result) -> str:
     s = result.scenario
     parts = [result.summary(), f"hypothesis: {s.hypothesis}"]
     if result.counterexample is not None:
-        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0:s.layout.own0]))
+        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0:s.layout.own0], strict=True))
         parts.append(format_trace(result.counterexample, initial))
     return "\n".join(parts)
 

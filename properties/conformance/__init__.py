@@ -48,7 +48,7 @@ from properties.conformance.core import (
 )
 
 # Importing the area modules registers their cases, in this order.
-from properties.conformance import client, claims, acks, steps, children, cron_retention  # noqa: E402,F401
+from properties.conformance import client, claims, acks, steps, children, cron_retention  # noqa: F401
 
 AREAS = ("client", "claims", "acks", "steps", "children", "cron_retention")
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Union
+from typing import Any
 
 CaseFn = Callable[[Any, datetime], None]
 
@@ -74,7 +74,7 @@ def require(store: Any, capability: str) -> None:
 # selection
 
 
-Selector = Union[None, str, Iterable[str], Callable[[Case], bool]]
+Selector = None | str | Iterable[str] | Callable[[Case], bool]
 
 
 def _matches(c: Case, selector: str, areas: set[str]) -> bool:
