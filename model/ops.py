@@ -186,7 +186,7 @@ class JobSpec:
             raise InvalidInput("unique_window is only meaningful with unique_mode 'window'")
         if (self.cron_name is None) != (self.cron_slot is None):
             raise InvalidInput("cron_name and cron_slot go together: give both or neither")
-        if self.cron_name is not None:
+        if self.cron_name is not None and self.cron_slot is not None:  # both or neither (checked above)
             require_name(self.cron_name, "cron_name")
             require_aware(self.cron_slot, "cron_slot")
             if self.cron_slot != minute_slot(self.cron_slot):

@@ -70,7 +70,7 @@ class Db:
     def layout(self, actors: Iterable[str]) -> Layout:
         return Layout(tuple(actors), tuple(self.rows), tuple(self.locks))
 
-    def world(self, layout: Layout) -> tuple:
+    def world(self, layout: Layout) -> tuple[Any, ...]:
         return layout.initial(self.initial)
 
 
