@@ -17,6 +17,7 @@ Configuration is one frozen object per component; the environment is read only b
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -350,7 +351,7 @@ class Worker:
             now = self.clock()
             op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(lambda op=op: self.store.apply(op), "renew")
+                result = self.call(functools.partial(self.store.apply, op), "renew")
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
                 continue

@@ -42,7 +42,7 @@ _INSERT_COLUMNS = 26
 class _Tx:
     """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
 
-    cur: psycopg.Cursor
+    cur: psycopg.Cursor[dict[str, Any]]
     q: SchemaSQL
     now: datetime | None
     pokes: set[str] = field(default_factory=set)
@@ -50,7 +50,7 @@ class _Tx:
     def one(self, name: str, params: dict | None = None, **extra: sql.Composable) -> dict | None:
         return self.cur.execute(self.q.q(name, **extra), params).fetchone()
 
-    def all(self, name: str, params: dict | None = None, **extra: sql.Composable) -> list[dict]:
+    def all(self, name: str, params: dict | list | None = None, **extra: sql.Composable) -> list[dict]:
         return self.cur.execute(self.q.q(name, **extra), params).fetchall()
 
     def flush_pokes(self) -> None:

@@ -28,6 +28,10 @@ from model.rows import TERMINAL, CronRow
 from model.store import EPOCH, claim_order, epoch_us, over_budget, spawn_key
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from impl.queries import SchemaSQL
     from impl.store import _Tx
 
 
@@ -44,6 +48,16 @@ def _over_budget(row: dict) -> bool:
 
 class WorkerOps:
     """Worker conformance level. Methods are registered in impl.store's handler table."""
+
+    if TYPE_CHECKING:  # what this mixin uses of impl.store.PgStore, the one class it is mixed into
+        q: SchemaSQL
+        schema: str
+        notify: bool
+        transaction: Callable[..., AbstractContextManager[_Tx]]
+        statement: Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+        _insert: Callable[[_Tx, list[tuple[Any, ...]]], list[ops.Inserted | ops.Duplicate]]
+        _row: Callable[..., tuple[Any, ...]]
+        _after_terminal: Callable[..., None]
 
     # --- §6 claim ---------------------------------------------------------------------------------
 
