@@ -655,7 +655,7 @@ def test_an_exception_is_retried_per_the_backoff_then_fails_at_max_attempts(db, 
         (k, "RuntimeError", f"RuntimeError: boom on attempt {k}") for k in (1, 2, 3)]
     bodies = executions(pg, job_id, "body")
     assert [r["attempt"] for r in bodies] == [1, 2, 3]
-    for error, retry in zip(final.errors, bodies[1:], strict=True):  # Backoff(base_s=1, factor=1): 1 s between attempts
+    for error, retry in zip(final.errors, bodies[1:], strict=False):  # the last error has no retry. Backoff(base_s=1, factor=1): 1 s between attempts
         # retry_at is computed a moment before the ack stamps `at`: allow that moment, not the second
         assert retry["started_ns"] >= ns(datetime.fromisoformat(error["at"]) + timedelta(seconds=0.95))
 
