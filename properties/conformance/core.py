@@ -210,7 +210,7 @@ def run_case(c: Case, store_factory: Callable[[], Any], now: datetime = DEFAULT_
             c.fn(store, now)
     except NotApplicable as exc:
         status, message = "skipped", str(exc)
-    except Exception as exc:  # a case failing, or a store raising where the contract expects a value
+    except Exception as exc:  # noqa: BLE001 -- a case failing, or a store raising where the contract expects a value
         status, message = "failed", _describe(exc)
     return Outcome(c.section, c.name, c.area, status, message, time.perf_counter() - started)
 
