@@ -946,7 +946,7 @@ class EmbeddedCluster:
         with self._lock:
             try:
                 self.stop()
-            except Exception:
+            except Exception:  # noqa: BLE001 -- whatever made stopping fail, killing is the fallback
                 self._kill_all(wait_children=False)
             _unregister(self)
             if self.base_dir is None:
@@ -1053,7 +1053,7 @@ def provision(
                     reason=f"testcontainers {image} ({why})",
                     _close=closer,
                 )
-            except Exception as exc:  # image pull or start failed: fall back
+            except Exception as exc:  # noqa: BLE001 -- image pull or start failed (any cause): fall back
                 msg = " ".join(str(exc).split())[:200]
                 why_not_docker = f"Docker answers but the {image} container failed: {redact(msg)}"
 

@@ -33,7 +33,7 @@ def raw_queries() -> dict[str, str]:
     out: dict[str, str] = {}
     for filename in QUERY_FILES:
         parts = _BLOCK.split(_read(filename))
-        for name, body in zip(parts[1::2], parts[2::2]):
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
             if name in out:
                 raise RuntimeError(f"query {name!r} is defined twice (in {filename})")
             lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]

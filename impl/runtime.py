@@ -17,6 +17,7 @@ Configuration is one frozen object per component; the environment is read only b
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -244,7 +245,7 @@ class Worker:
         for sink in self.telemetry:
             try:
                 sink(event, meta)
-            except Exception:  # noqa: BLE001 - telemetry never breaks the worker
+            except Exception:  # telemetry never breaks the worker
                 log.exception("belay telemetry sink failed")
 
     def call(self, fn: Callable[[], Any], what: str) -> Any:
@@ -283,7 +284,7 @@ class Worker:
                                             "error": f"{type(error).__name__}: {error}"})
             else:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
-        except Exception:  # noqa: BLE001 - a permanent store fault: the lease will expire, another node retries
+        except Exception:  # a permanent store fault: the lease will expire, another node retries
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
         finally:
             self.completed += 1
@@ -310,7 +311,7 @@ class Worker:
                 results = [exc] * len(contexts)
             now = self.clock()
             acks = []
-            for ctx, result in zip(contexts, results):
+            for ctx, result in zip(contexts, results, strict=True):
                 error = result if isinstance(result, BaseException) else None
                 outcome = outcome_for(kind, ctx, error, None if error else result, now)
                 if outcome is not None:
@@ -318,7 +319,7 @@ class Worker:
             if acks:
                 done = self.call(lambda: self.store.apply(w.AckMany(now, tuple(acks))), "ack chunk")
                 duration = int((time.monotonic() - started) * 1000)
-                for ack, result in zip(acks, done.results):
+                for ack, result in zip(acks, done.results, strict=True):
                     if isinstance(result, w.Stale):
                         self.stale_acks += 1
                         _log_stale(ack.job_id, ack.attempt)
@@ -355,7 +356,7 @@ class Worker:
             now = self.clock()
             op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(lambda: self.store.apply(op), "renew")
+                result = self.call(functools.partial(self.store.apply, op), "renew")
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
                 continue

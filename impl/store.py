@@ -241,7 +241,7 @@ class PgStore(WorkerOps):
             self._notify_parents(tx, [(d["id"], d["parent_id"]) for d in doomed])
             return ops.WorkflowEnqueued(
                 op.workflow_id,
-                tuple((m.name, o.id) for m, o in zip(op.members, outcomes)),
+                tuple((m.name, o.id) for m, o in zip(op.members, outcomes, strict=True)),
                 tuple(sorted(r["id"] for r in released)),
                 tuple(sorted(d["id"] for d in doomed)),
             )

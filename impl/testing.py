@@ -3,6 +3,7 @@ template database migrated once, and a fresh clone of it for every test (never s
 """
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ import psycopg
 
 from impl.migrate import migrate
 from impl.provision import Provisioned, TemplateDatabases, provision
+
+log = logging.getLogger(__name__)
 
 
 class TestDatabases:
@@ -39,8 +42,8 @@ class TestDatabases:
         for name in (self.template, self.blank):
             try:
                 self.templates.drop(name)
-            except Exception:
-                pass
+            except (psycopg.Error, OSError) as exc:  # best effort at teardown, but never silently
+                log.warning("could not drop template database %s: %s", name, exc)
         self.provisioned.close()
 
 

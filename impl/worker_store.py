@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -27,6 +27,12 @@ from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.rows import TERMINAL, CronRow
 from model.store import EPOCH, PARK_ATTEMPT_CREDIT, claim_order, epoch_us, over_budget, spawn_key
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
+    from impl.queries import SchemaSQL
 
 # The shared park rule (model.store.max_attempts_after_park) as the parameters of the park UPDATEs.
 PARK_BUDGET = {"park_credit": PARK_ATTEMPT_CREDIT, "attempts_ceiling": ops.INT4_MAX}
@@ -45,6 +51,16 @@ def _over_budget(row: dict) -> bool:
 
 class WorkerOps:
     """Worker conformance level. Methods are registered in impl.store's handler table."""
+
+    if TYPE_CHECKING:  # what this mixin uses of impl.store.PgStore, the one class it is mixed into
+        q: SchemaSQL
+        schema: str
+        notify: bool
+        transaction: Callable[..., AbstractContextManager[_Tx]]
+        statement: Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+        _insert: Callable[[_Tx, list[tuple[Any, ...]]], list[ops.Inserted | ops.Duplicate]]
+        _row: Callable[..., tuple[Any, ...]]
+        _after_terminal: Callable[..., None]
 
     # --- §6 claim ---------------------------------------------------------------------------------
 
@@ -258,7 +274,7 @@ class WorkerOps:
             keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
             if keys:
                 specs = [replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
-                         for c, k in zip(op.children, keys)]
+                         for c, k in zip(op.children, keys, strict=True)]
                 self._insert(tx, [self._row(s, op.now) for s in specs])
             # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).
             holders = {r["unique_key"]: r["id"] for r in tx.all("spawn_holders", {"keys": keys})}
@@ -311,7 +327,7 @@ class WorkerOps:
                 return w.CronsFired(())
             outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])
             return w.CronsFired(tuple(
-                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)
+                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
             ))
 
     def _prune(self, op: w.Prune, conn: Any) -> w.Pruned:

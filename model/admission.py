@@ -163,11 +163,11 @@ def per_key_allowance(per_key_limit: int, running_k: int) -> int:
 
 
 def partition_take(candidates: Sequence[tuple[str, Any]], running_by_key: Mapping[str, int],
-                   per_key_limit: int, take: int) -> list:
+                   per_key_limit: int, take: int) -> list[Any]:
     """Items kept by the exact partitioned claim: per-key rank <= allowance, global order, first take."""
     _int(take, "take", 0)
     ranks: dict[str, int] = {}
-    kept: list = []
+    kept: list[Any] = []
     for key, item in candidates:
         if not isinstance(key, str):
             raise TypeError(f"partition keys are text (COALESCE(field->>key, '')), got {key!r}")

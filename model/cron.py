@@ -77,7 +77,7 @@ def effective_crons(
 
 def cron_plan(
     static: Iterable[CronDef], rows: Iterable[CronRow], since: datetime, now: datetime
-) -> list[tuple]:
+) -> list[tuple[Any, ...]]:
     """(cron, slot) for every due minute slot in (since, now] of every effective cron, by name then slot."""
     return [
         (c, slot)

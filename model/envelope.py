@@ -92,7 +92,7 @@ class Opaque:
 class ImproperList:
     """An Erlang improper list ``[items... | tail]`` whose tail is not a list."""
 
-    items: tuple
+    items: tuple[Any, ...]
     tail: Any
 
 

@@ -253,13 +253,13 @@ def stale_acks_from_history(history_with_states: Iterable[tuple[Any, Any, State,
     per Ack / ParkAwait / Sleep / AwaitChildren whose result is `Stale`, compared over the whole state,
     and one per stale member of an `AckMany` batch, compared over its row and steps (the batch's other
     acks legitimately change the rest)."""
-    out = []
+    out: list[StaleAck] = []
     for op, result, before, after in history_with_states:
         if isinstance(op, w.AckMany) and isinstance(result, w.AckedMany):
             out.extend(
                 StaleAck(a.job_id, a.attempt, before.jobs.get(a.job_id), after.jobs.get(a.job_id), "batched ack",
                          tuple(before.steps_of(a.job_id)), tuple(after.steps_of(a.job_id)))
-                for a, r in zip(op.acks, result.results) if isinstance(r, w.Stale)
+                for a, r in zip(op.acks, result.results, strict=True) if isinstance(r, w.Stale)
             )
             continue
         kind = _FENCED.get(type(op))
@@ -516,11 +516,12 @@ def i5_settlement_consistent(state: State, *, retried: Iterable[int] | None = No
         members = sorted(workflows[wf], key=lambda j: j.id)
         by_name: dict[str, Job] = {}
         for job in members:
+            assert job.wf_name is not None  # only named members were collected above
             if job.wf_name in by_name:
                 out.append(Violation("I5", job.id, f"reuses member name {job.wf_name!r} of workflow {wf!r} (job {by_name[job.wf_name].id})"))
             else:
                 by_name[job.wf_name] = job
-        verdict = settle(Member(j.wf_name, j.state, tuple(j.wf_deps or ()), tuple(j.wf_ignore or ())) for j in by_name.values())
+        verdict = settle(Member(name, j.state, tuple(j.wf_deps or ()), tuple(j.wf_ignore or ())) for name, j in by_name.items())
         for name in sorted(verdict.released):
             out.append(Violation(
                 "I5", by_name[name].id,
@@ -761,7 +762,7 @@ class Ledger:
     journal: tuple[tuple[tuple[int, str], bytes], ...] = field(default=())  # I3: values handed to workers
 
 
-def ledger_from_history(history: Iterable[tuple]) -> Ledger:
+def ledger_from_history(history: Iterable[tuple[Any, ...]]) -> Ledger:
     """The ledger implied by `(op, result, ...)` tuples (`ModelStore.history` or `replay`'s output)."""
     inserted: set[int] = set()
     pruned: set[int] = set()

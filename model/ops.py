@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Union
+from typing import Any
 
 from model.queues import QueueOpts
 from model.rows import UNIQUE_MODES, Job
@@ -121,7 +121,7 @@ class JobSpec:
             raise InvalidInput("unique_window is only meaningful with unique_mode 'window'")
         if (self.cron_name is None) != (self.cron_slot is None):
             raise InvalidInput("cron_name and cron_slot go together: give both or neither")
-        if self.cron_name is not None:
+        if self.cron_name is not None and self.cron_slot is not None:  # both or neither (checked above)
             require_name(self.cron_name, "cron_name")
             require_aware(self.cron_slot, "cron_slot")
             if self.cron_slot != minute_slot(self.cron_slot):
@@ -454,7 +454,7 @@ class CronPut:
     name: str
 
 
-CancelResult = Union[Cancelled, CancelRequested, NotCancellable, NotFound]
-RetryResult = Union[Retried, NotRetryable, RetryBlocked, DepsGone, NotFound]
-ReadJobResult = Union[Job, NotFound]
+CancelResult = Cancelled | CancelRequested | NotCancellable | NotFound
+RetryResult = Retried | NotRetryable | RetryBlocked | DepsGone | NotFound
+ReadJobResult = Job | NotFound
 

@@ -36,7 +36,7 @@ class Job:
     finished_at: datetime | None
     lease_until: datetime | None
     leased_by: str | None
-    errors: list  # [{attempt, at, error, detail}]
+    errors: list[dict[str, Any]]  # [{attempt, at, error, detail}]
     result: bytes | None  # §2 envelope
     cancel_requested: bool
     unique_key: str | None

@@ -16,7 +16,7 @@ from model.rows import CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
 
 
 
-def _empty() -> Mapping:
+def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 
@@ -99,9 +99,9 @@ def from_rows(
     next_id: int | None = None,
 ) -> State:
     """A State from rows (e.g. a snapshot read from a real database)."""
-    jobs = {j.id: j for j in jobs}
+    by_id = {j.id: j for j in jobs}
     return State(
-        MappingProxyType(jobs),
+        MappingProxyType(by_id),
         MappingProxyType({(s.job_id, s.name): s for s in steps}),
         MappingProxyType({(e.job_id, e.seq): e for e in events}),
         MappingProxyType({(s.scope, s.name): s for s in signals}),
@@ -110,7 +110,7 @@ def from_rows(
         MappingProxyType({c.name: c for c in crons}),
         version,
         contract_major,
-        next_id if next_id is not None else max(jobs, default=0) + 1,
+        next_id if next_id is not None else max(by_id, default=0) + 1,
     )
 
 

@@ -21,7 +21,7 @@ explorer, not this module, models interleavings.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -79,7 +79,8 @@ def _duplicate(t: Tables, row: Job) -> ops.Duplicate:
         )
         if holder is not None:
             return ops.Duplicate(holder, "cron")
-    holder = _unique_holder(t, row.unique_key, row.unique_mode) if row.unique_key is not None else None
+    # JobSpec defaults a keyed row's mode to "incomplete" (§5.2)
+    holder = _unique_holder(t, row.unique_key, row.unique_mode or "incomplete") if row.unique_key is not None else None
     return ops.Duplicate(holder, "unique" if row.unique_key is not None else "cron")
 
 
@@ -87,6 +88,7 @@ def _new_row(job_id: int, spec: ops.JobSpec, now: datetime, state: str = "ready"
     """§5.1: attempt 0, errors [], spent 0, cancel_requested false, ready_at = now or scheduled."""
     key = spec.unique_key
     if spec.unique_mode == "window":
+        assert key is not None and spec.unique_window is not None  # JobSpec requires both for window mode
         key = ops.window_key(key, now, spec.unique_window)
     fields = dict(
         id=job_id, queue=spec.queue, worker=spec.worker, input=spec.input, meta=dict(spec.meta), state=state,
@@ -102,13 +104,13 @@ def _new_row(job_id: int, spec: ops.JobSpec, now: datetime, state: str = "ready"
     return Job(**fields)
 
 
-def _insert(t: Tables, rows: list[Callable[[int], Job]]) -> list[ops.Inserted | ops.Duplicate]:
+def _insert(t: Tables, rows: Sequence[Callable[..., Job]]) -> list[ops.Inserted | ops.Duplicate]:
     """One id per row from the sequence (skipped rows consume theirs); the statement inserts row by
     row, then duplicates are reported against what the whole statement left behind."""
     ids = range(t.next_id, t.next_id + len(rows))
     t.next_id += len(rows)
     skipped: dict[int, Job] = {}
-    for job_id, make in zip(ids, rows):
+    for job_id, make in zip(ids, rows, strict=True):
         row = make(job_id)
         if _conflicts(t, row):
             skipped[job_id] = row
@@ -117,12 +119,18 @@ def _insert(t: Tables, rows: list[Callable[[int], Job]]) -> list[ops.Inserted | 
     return [_duplicate(t, skipped[i]) if i in skipped else ops.Inserted(i) for i in ids]
 
 
+def _holder(outcome: ops.Inserted | ops.Duplicate) -> int:
+    """The row's id, or its holder's: in the model a skipped row's holder is always in the same snapshot."""
+    assert outcome.id is not None
+    return outcome.id
+
+
 def _enqueue(t: Tables, op: ops.Enqueue) -> ops.Enqueued:
     return ops.Enqueued(tuple(_insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in op.jobs])))
 
 
 def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueued:
-    existing = [j.wf_name for j in t.jobs.values() if j.workflow_id == op.workflow_id]
+    existing = [j.wf_name for j in t.jobs.values() if j.workflow_id == op.workflow_id and j.wf_name is not None]
     check_graph(op.workflow_id, op.members, existing)
     rows = [
         lambda i, m=m: _new_row(
@@ -135,7 +143,7 @@ def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueue
     released, doomed = _settle(t, op.workflow_id, op.now)
     _notify_parents(t, op.now, [(j, t.jobs[j].parent_id) for j in doomed])
     return ops.WorkflowEnqueued(
-        op.workflow_id, tuple((m.name, o.id) for m, o in zip(op.members, outcomes)),
+        op.workflow_id, tuple((m.name, _holder(o)) for m, o in zip(op.members, outcomes, strict=True)),
         tuple(sorted(released)), tuple(sorted(doomed)),
     )
 
@@ -146,9 +154,9 @@ def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueue
 
 def _settle(t: Tables, workflow_id: str, now: datetime) -> tuple[list[int], list[int]]:
     """Apply the settlement fixpoint: releases → ready, dooms → cancelled + finished_at."""
-    members = [j for j in t.jobs.values() if j.workflow_id == workflow_id and j.wf_name is not None]
-    verdict = settle(Member(j.wf_name, j.state, j.wf_deps or (), j.wf_ignore or ()) for j in members)
-    by_name = {j.wf_name: j.id for j in members}
+    members = [(j.wf_name, j) for j in t.jobs.values() if j.workflow_id == workflow_id and j.wf_name is not None]
+    verdict = settle(Member(name, j.state, j.wf_deps or (), j.wf_ignore or ()) for name, j in members)
+    by_name = {name: j.id for name, j in members}
     released = sorted(by_name[n] for n in verdict.released)
     doomed = sorted(by_name[n] for n in verdict.doomed)
     for job_id in released:
@@ -162,7 +170,7 @@ def _after_terminal(t: Tables, now: datetime, terminal: Iterable[int]) -> None:
     """§7: settle each touched workflow, then `$children` to each parent — never count-gated (R1)."""
     terminal = list(terminal)
     children = [(j, t.jobs[j].parent_id) for j in terminal]
-    for workflow_id in sorted({t.jobs[j].workflow_id for j in terminal if t.jobs[j].workflow_id}):
+    for workflow_id in sorted({wf for j in terminal if (wf := t.jobs[j].workflow_id)}):
         _, doomed = _settle(t, workflow_id, now)
         children.extend((j, t.jobs[j].parent_id) for j in doomed)
     _notify_parents(t, now, children)
@@ -274,7 +282,7 @@ def _retry(t: Tables, op: ops.Retry) -> ops.RetryResult:
         return ops.NotFound(op.job_id)
     if job.state not in ("failed", "cancelled"):
         return ops.NotRetryable(op.job_id, job.state)
-    if job.unique_mode == "incomplete" and any(
+    if job.unique_mode == "incomplete" and job.unique_key is not None and any(
         o.id != job.id and o.unique_key == job.unique_key and o.unique_mode == "incomplete" and o.state in INCOMPLETE
         for o in t.jobs.values()
     ):
@@ -305,7 +313,7 @@ def claimable(job: Job, now: datetime) -> bool:
     return job.state == "awaiting" and job.ready_at is not None and job.ready_at <= now
 
 
-def claim_order(job: Job) -> tuple:
+def claim_order(job: Job) -> tuple[Any, ...]:
     """ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC."""
     return (job.priority, job.ready_at is not None, job.ready_at or EPOCH, job.id)
 
@@ -319,6 +327,7 @@ def _live(job: Job, queue: str, now: datetime) -> bool:
 
 
 def _partition_key(job: Job, opts: QueueOpts) -> str:
+    assert opts.partition is not None  # only called for a partitioned queue
     document = job.input if opts.partition.field == "input" else job.meta
     return arrow_text(document, opts.partition.key) or ""
 
@@ -359,6 +368,7 @@ def _claim(t: Tables, op: w.Claim) -> w.Claimed:
         for j in chosen
     )
     if window is not None and claimed:
+        assert opts.rate is not None  # a window exists only for a rate-limited queue
         debit = admission.debit(len(claimed), opts.rate.estimate)
         current = t.rate.get(window)
         t.rate[window] = RateWindow(window[0], window[1], (current.count if current else 0) + debit)
@@ -525,12 +535,13 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
     keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
     rows = [
         lambda i, c=c, k=k: _new_row(i, replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id), op.now)
-        for c, k in zip(op.children, keys)
+        for c, k in zip(op.children, keys, strict=True)
     ]
     _insert(t, rows)
     ids = [_unique_holder(t, k, "always") for k in keys]  # rebuilt from the keys, never from the insert's ids
+    assert None not in ids  # each key was just inserted, or was already held
     _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(ids))
-    return w.Spawned(tuple(ids), False)
+    return w.Spawned(tuple(i for i in ids if i is not None), False)
 
 
 def _children_terminal(t: Tables, parent_id: int) -> tuple[bool, list[int]]:
@@ -574,7 +585,7 @@ def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(tuple(
-        w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes)
+        w.Fired(c.name, slot, _holder(o), isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
     ))
 
 
@@ -593,19 +604,19 @@ def _prune(t: Tables, op: w.Prune) -> w.Pruned:
     for job_id in doomed:
         del t.jobs[job_id]
     gone = set(doomed)
-    for key in [k for k in t.steps if k[0] in gone]:
-        del t.steps[key]
-    for key in [k for k in t.events if k[0] in gone]:
-        del t.events[key]
+    for step_key in [k for k in t.steps if k[0] in gone]:
+        del t.steps[step_key]
+    for event_key in [k for k in t.events if k[0] in gone]:
+        del t.events[event_key]
     signals = 0
     if op.signal_ttl is not None:
         old = [k for k, s in t.signals.items() if s.inserted_at < op.now - timedelta(seconds=op.signal_ttl)]
-        for key in old:
-            del t.signals[key]
+        for signal_key in old:
+            del t.signals[signal_key]
         signals = len(old)
     old_rate = [k for k, r in t.rate.items() if r.window_start < op.now - timedelta(days=1)]
-    for key in old_rate:
-        del t.rate[key]
+    for rate_key in old_rate:
+        del t.rate[rate_key]
     return w.Pruned(tuple(doomed), signals, len(old_rate))
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Union
+from typing import Any
 
 from model.ops import (
     InvalidInput,
@@ -169,7 +169,7 @@ class Snooze:
         require_aware(self.until, "until")
 
 
-Outcome = Union[Succeed, Fail, CancelSelf, Snooze]
+Outcome = Succeed | Fail | CancelSelf | Snooze
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ def check_graph(workflow_id: str, members: Iterable[WorkflowMember], existing: I
     if clash:
         raise InvalidInput(f"workflow {workflow_id!r} already has members named {clash}")
     known = set(names) | existing
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(names)
     for m in members:
         missing = [d for d in m.deps if d not in known]

@@ -20,6 +20,7 @@ first ones named) or `unknown` (not decidable, or not exercised in this run) —
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -420,7 +421,7 @@ def _i2(r, state, ledger) -> None:
     for job in sorted(state.jobs.values(), key=lambda j: j.id):
         attempts = [e.get("attempt") for e in job.errors if isinstance(e, Mapping)]
         r.checks += 1
-        for a, b in zip(attempts, attempts[1:], strict=False):
+        for a, b in itertools.pairwise(attempts):
             if not (isinstance(a, int) and isinstance(b, int) and b > a):
                 r.add([inv.Violation("I2", job.id, f"attempt {b} ended twice (errors {attempts}): an ack of an attempt "
                                      "that had already ended (reclaimed) mutated the row")])

@@ -17,7 +17,7 @@ class History:
     def __init__(self, path: Path | None = None) -> None:
         self.events: list[dict[str, Any]] = []
         self.lock = threading.Lock()
-        self.file = open(path, "a", encoding="utf-8") if path is not None else None
+        self.file = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 -- open for the history's lifetime, closed by close()
 
     def record(self, type: str, **fields: Any) -> dict[str, Any]:
         event = {"t": time.time(), "type": type, **fields}

@@ -17,6 +17,7 @@ R(e) = round_half_away(P * (T - e) / T), used = C + R(e).
 """
 from __future__ import annotations
 
+import itertools
 import math
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from fractions import Fraction
@@ -77,7 +78,7 @@ def test_previous_window_weight_decays_linearly():
     assert rate_used(w_us + period * US_PER_S, period, 0, prev) == 0 + 1000 * 1  # next window: weight 1
     used = [rate_used(w_us + s * US_PER_S, period, 0, prev) for s in range(period)]
     assert used == sorted(used, reverse=True)
-    assert [a - b for a, b in zip(used, used[1:])] == [10] * (period - 1)  # linear: 10 per second
+    assert [a - b for a, b in itertools.pairwise(used)] == [10] * (period - 1)  # linear: 10 per second
 
 
 def test_current_window_count_is_added_unweighted():

@@ -35,7 +35,7 @@ def assert_identical(actual, expected) -> None:
     assert type(actual) is type(expected), (actual, expected)
     if isinstance(expected, (list, tuple)):
         assert len(actual) == len(expected), (actual, expected)
-        for a, e in zip(actual, expected):
+        for a, e in zip(actual, expected, strict=True):
             assert_identical(a, e)
     elif isinstance(expected, dict):
         assert actual.keys() == expected.keys(), (actual, expected)

@@ -161,7 +161,7 @@ def test_transient_faults_are_retried_with_capped_exponential_backoff_until_succ
     assert len(calls) == 8 and len(t.sleeps) == 7
     assert t.sleeps[0] == POLICY.initial, "the first retry waits the initial delay"
     caps = [min(POLICY.initial * 2**i, POLICY.maximum) for i in range(len(t.sleeps))]
-    assert all(0 <= slept <= cap for slept, cap in zip(t.sleeps, caps)), (t.sleeps, caps)
+    assert all(0 <= slept <= cap for slept, cap in zip(t.sleeps, caps, strict=True)), (t.sleeps, caps)
 
 
 def test_retries_give_up_after_max_elapsed_and_raise_the_last_fault():

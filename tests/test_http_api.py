@@ -292,7 +292,7 @@ def step_names(db_url: str, task_id: str) -> list[str]:
 
 def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_state(api, clock, db_url):
     make_queue(api)
-    task, other = make_task(api, max_attempts=3), make_task(api)
+    task, _other = make_task(api, max_attempts=3), make_task(api)
     tid = task["task_id"]
     run = claim(api, timeout=10)[0]["run_id"]
     other_run = claim(api)[0]["run_id"]

@@ -73,7 +73,7 @@ class HttpVersusModel(RuleBasedStateMachine):
         got = [(self.tasks[int(t["task_id"][5:])][0], t["attempt"]) for t in r.json()["tasks"]]
         claimed = self.model.apply(w.Claim(self.now(), self.queues[queue], "http", limit, timedelta(seconds=timeout)))
         assert got == [(j.id, j.attempt) for j in claimed.jobs]
-        self.runs += [(t["run_id"], mid, attempt) for t, (mid, attempt) in zip(r.json()["tasks"], got)]
+        self.runs += [(t["run_id"], mid, attempt) for t, (mid, attempt) in zip(r.json()["tasks"], got, strict=True)]
 
     def expect(self, r, result) -> None:
         if isinstance(result, w.Stale):

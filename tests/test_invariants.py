@@ -990,8 +990,8 @@ class ModelRun(RuleBasedStateMachine):
         self.apply(w.FireCrons(self.now, self.fired_until - timedelta(minutes=2), (TICK,)))
         self.fired_until = self.now
 
-    @rule(kind=st.sampled_from(["deliver", "steer", "clear"]), scope=st.sampled_from(SCOPES + ("job",)),
-          name=st.sampled_from(SIGNALS + ("$children",)), pick=PICK)
+    @rule(kind=st.sampled_from(["deliver", "steer", "clear"]), scope=st.sampled_from((*SCOPES, "job")),
+          name=st.sampled_from((*SIGNALS, "$children")), pick=PICK)
     def client_signal(self, kind, scope, name, pick):
         """Deliver a signal, steer a job (`$steer` to job:<id>), or clear a signal (even a `$children`)."""
         job_id = self.any_job(pick) or 1
@@ -1017,7 +1017,6 @@ class ModelRun(RuleBasedStateMachine):
     def retry(self, pick):
         done = self.jobs_in(("failed", "cancelled"))
         job = self.store.state.jobs[done[pick % len(done)]]
-        members = {j.wf_name for j in self.store.state.workflow(job.workflow_id)} if job.workflow_id else set()
         self.apply(ops.Retry(self.now, job.id))  # a member whose dep was pruned is refused (DepsGone)
 
     @rule()
@@ -1122,7 +1121,7 @@ class ModelRun(RuleBasedStateMachine):
         self.apply(w.Sleep(self.now, got[0], got[1], name, self.now + timedelta(seconds=seconds)))
 
     @precondition(lambda self: bool(self.running))
-    @rule(pick=PICK, scope=st.sampled_from(SCOPES + ("own",)), name=st.sampled_from(SIGNALS + ("$steer",)),
+    @rule(pick=PICK, scope=st.sampled_from((*SCOPES, "own")), name=st.sampled_from((*SIGNALS, "$steer")),
           deadline=st.sampled_from([None, 30, 120]))
     def park(self, pick, scope, name, deadline):
         got = self.live(pick)

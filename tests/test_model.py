@@ -285,6 +285,7 @@ def test_claim_takes_ready_due_and_awaiting_due_jobs_only():
         ["ready", "ready_null", "future", "awaiting_due", "awaiting_later", "awaiting_forever", "held", "paused",
          "running", "succeeded", "failed", "cancelled"],
         enqueue(store, *[spec() for _ in range(12)]),
+        strict=True,
     ))
     patch(store, ids["ready_null"], ready_at=None)
     patch(store, ids["future"], ready_at=at(1))
@@ -631,7 +632,7 @@ def test_a_terminal_ack_settles_the_workflow():
 def test_a_terminal_ack_of_a_child_signals_its_parent_unconditionally():
     store = ModelStore()
     parent = started(store)
-    first, second = store.apply(Spawn(NOW, parent, "kids", (spec(queue="kids"), spec(queue="kids")))).child_ids
+    first, _second = store.apply(Spawn(NOW, parent, "kids", (spec(queue="kids"), spec(queue="kids")))).child_ids
     succeed(store, first, now=at(3))
     signal = store.state.signals[(f"job:{parent}", "$children")]
     assert (signal.payload, signal.inserted_at) == ({"children": [first]}, at(3))  # a sibling is still live
@@ -987,7 +988,7 @@ def _check_step(op, result, before: State, after: State) -> None:
         assert len(result.results) == len(op.acks)
         if all(isinstance(r, Stale) for r in result.results):
             assert after == before, "an all-stale AckMany changed the state"
-        for ack, outcome in zip(op.acks, result.results):
+        for ack, outcome in zip(op.acks, result.results, strict=True):
             if isinstance(outcome, Stale) and ack.job_id in before.jobs:
                 change = (before.jobs[ack.job_id].state, after.jobs[ack.job_id].state)
                 # only a sibling row's after-terminal steps (settlement, $children wake) may move it

@@ -69,9 +69,9 @@ def impurities(source: str, filename: str = "<source>") -> list[str]:
             report(node, f"calls {name}()")
         if qualified in ("__import__", "importlib.import_module") and node.args:
             target = node.args[0]
-            if isinstance(target, ast.Constant) and isinstance(target.value, str):
-                if target.value.split(".")[0] in FORBIDDEN_MODULES:
-                    report(node, f"imports {target.value} dynamically")
+            if (isinstance(target, ast.Constant) and isinstance(target.value, str)
+                    and target.value.split(".")[0] in FORBIDDEN_MODULES):
+                report(node, f"imports {target.value} dynamically")
     return found
 
 

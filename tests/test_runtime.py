@@ -9,6 +9,7 @@ starts is stopped by its fixtures, gates opened first so nothing outlives the te
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -209,7 +210,7 @@ def test_two_workers_never_run_the_same_attempt_at_once(db, pg, client, spawn_wo
         nodes.add(node)
     for key, intervals in runs.items():
         intervals.sort()
-        overlapping = [(a, b) for a, b in zip(intervals, intervals[1:]) if b[0] < a[1]]
+        overlapping = [(a, b) for a, b in itertools.pairwise(intervals) if b[0] < a[1]]
         assert not overlapping, f"job {key[0]} attempt {key[1]} ran concurrently: {overlapping}"
     assert sorted(runs) == [(i, 1) for i in sorted(ids)], "every job ran exactly one attempt"
     assert all(len(intervals) == 1 for intervals in runs.values()), "no attempt ran twice"
@@ -427,11 +428,12 @@ def test_concurrent_sweeps_over_the_same_window_insert_each_cron_slot_once(db, p
             barrier = threading.Barrier(3)
             results: list[w.CronsFired] = []
 
-            def race(store: PgStore) -> None:
+            def race(store: PgStore, barrier: threading.Barrier, results: list[w.CronsFired], op: w.FireCrons) -> None:
                 barrier.wait()
-                results.append(store.apply(w.FireCrons(now, since + timedelta(minutes=rounds), (CRON,))))
+                results.append(store.apply(op))
 
-            threads = [threading.Thread(target=race, args=(s,)) for s in stores]
+            op = w.FireCrons(now, since + timedelta(minutes=rounds), (CRON,))
+            threads = [threading.Thread(target=race, args=(s, barrier, results, op)) for s in stores]
             for t in threads:
                 t.start()
             for t in threads:
@@ -653,7 +655,7 @@ def test_an_exception_is_retried_per_the_backoff_then_fails_at_max_attempts(db, 
         (k, "RuntimeError", f"RuntimeError: boom on attempt {k}") for k in (1, 2, 3)]
     bodies = executions(pg, job_id, "body")
     assert [r["attempt"] for r in bodies] == [1, 2, 3]
-    for error, retry in zip(final.errors, bodies[1:]):  # Backoff(base_s=1, factor=1): 1 s between attempts
+    for error, retry in zip(final.errors, bodies[1:], strict=False):  # the last error has no retry. Backoff(base_s=1, factor=1): 1 s between attempts
         # retry_at is computed a moment before the ack stamps `at`: allow that moment, not the second
         assert retry["started_ns"] >= ns(datetime.fromisoformat(error["at"]) + timedelta(seconds=0.95))
 

@@ -118,13 +118,13 @@ def test_a_database_at_an_older_revision_is_migrated_forward_additively(blank_db
 
 def test_compat_refuses_a_higher_contract_major_with_what_to_do(conn):
     conn.execute("UPDATE belay_meta SET contract_major = 2")
-    with pytest.raises(IncompatibleSchema, match="major 2.*upgrade the belay-toolkit package"):
+    with pytest.raises(IncompatibleSchema, match=r"major 2.*upgrade the belay-toolkit package"):
         check_compat(conn)
 
 
 def test_compat_refuses_a_migration_older_than_required(conn):
     conn.execute("UPDATE belay_meta SET version = 2")
-    with pytest.raises(IncompatibleSchema, match="migration 2.*needs at least 3.*belay migrate"):
+    with pytest.raises(IncompatibleSchema, match=r"migration 2.*needs at least 3.*belay migrate"):
         check_compat(conn)
 
 

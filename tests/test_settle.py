@@ -32,7 +32,7 @@ def workflows(draw) -> list[Member]:
     dag.add_edges_from((min(u, v), max(u, v)) for u, v in graph.edges)
     assert nx.is_directed_acyclic_graph(dag)
     # Held is drawn more often: it is the only state settlement acts on.
-    states = draw(st.lists(st.sampled_from(STATES + ("held", "held")), min_size=n, max_size=n))
+    states = draw(st.lists(st.sampled_from((*STATES, "held", "held")), min_size=n, max_size=n))
     members = []
     for node in range(n):
         deps = tuple(label[d] for d in sorted(dag.predecessors(node)))

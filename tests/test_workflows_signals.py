@@ -242,7 +242,7 @@ def test_signals_upsert_latest_and_persist_until_cleared(store, now):
 
 def test_a_signal_wakes_every_awaiter_of_its_scope_and_name_only(store, conn, now):
     ids = store.apply(Enqueue(now, tuple(JobSpec("q", "w") for _ in range(3)))).ids
-    for job_id, name in zip(ids, ["go", "go", "stop"]):
+    for job_id, name in zip(ids, ["go", "go", "stop"], strict=True):
         simulate_claim(conn, job_id, now)
         store.apply(wops.ParkAwait(now, job_id, 1, "s", name))
     assert store.apply(ops.DeliverSignal(now, "s", "go")) == ops.Signalled(tuple(ids[:2]))

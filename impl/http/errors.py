@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Literal, overload
 
 VALIDATION_ERROR = "VALIDATION_ERROR"
 NOT_FOUND = "NOT_FOUND"
@@ -53,6 +53,10 @@ def obj(value: Any, what: str = "request body") -> dict[str, Any]:
     return value
 
 
+@overload
+def string(body: dict, key: str, *, required: Literal[True], name: bool = False) -> str: ...
+@overload
+def string(body: dict, key: str, *, required: bool = False, name: bool = False) -> str | None: ...
 def string(body: dict, key: str, *, required: bool = False, name: bool = False) -> str | None:
     """A string field (null is not a string: no field of the spec is nullable); `name` adds the name
     rule of `check_name`."""
@@ -86,6 +90,15 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+@overload
+def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: Literal[True],
+            default: int | None = None) -> int: ...
+@overload
+def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
+            default: int) -> int: ...
+@overload
+def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
+            default: int | None = None) -> int | None: ...
 def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
             default: int | None = None) -> int | None:
     """A JSON Schema integer (an integral float such as 5.0 counts; a boolean does not); `maximum`
@@ -104,6 +117,10 @@ def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_M
     return value
 
 
+@overload
+def number(body: dict, key: str, *, minimum: float, required: Literal[True]) -> float: ...
+@overload
+def number(body: dict, key: str, *, minimum: float, required: bool = False) -> float | None: ...
 def number(body: dict, key: str, *, minimum: float, required: bool = False) -> float | None:
     if key not in body:
         if required:

@@ -115,7 +115,7 @@ class Layout:
     def size(self) -> int:
         return self.adv0 + len(self.locks)
 
-    def initial(self, rows: Mapping[str, Any], regs: Mapping[str, Any] | None = None) -> tuple:
+    def initial(self, rows: Mapping[str, Any], regs: Mapping[str, Any] | None = None) -> tuple[Any, ...]:
         """The world before any actor moves: every actor at its first statement, no locks held."""
         missing = set(self.rows) - set(rows)
         if missing:
@@ -140,7 +140,7 @@ class Tx:
     # Offsets of the world layout: class attributes of the per-layout subclass `Tx.of(layout)`.
     reg0 = row0 = own0 = pend0 = adv0 = nrows = nlocks = 0
 
-    def __init__(self, world: tuple, me: int) -> None:
+    def __init__(self, world: tuple[Any, ...], me: int) -> None:
         self.s = list(world)
         self.me = me
         self.note = ""
@@ -188,7 +188,7 @@ class Tx:
     def skip_locked(self, row: int) -> bool:
         """FOR UPDATE SKIP LOCKED: True when another transaction holds the row (so it is skipped)."""
         holder = self.s[self.own0 + row]
-        return holder != NOBODY and holder != self.me
+        return bool(holder != NOBODY and holder != self.me)
 
     def advisory(self, key: int) -> None:
         """pg_advisory_xact_lock(key): wait while another transaction holds it; re-entrant."""
@@ -207,7 +207,7 @@ class Tx:
         self.lock_row(row)
         self.s[self.pend0 + row] = value
 
-    def update(self, row: int, where: Callable[[Any], bool] | tuple, value: Any) -> bool:
+    def update(self, row: int, where: Callable[[Any], bool] | tuple[Any, ...], value: Any) -> bool:
         """UPDATE … WHERE id = row AND <where>: True when the row was written.
 
         A row that does not match in this statement's view is skipped without waiting; a matching row
@@ -247,7 +247,7 @@ class View:
 
     __slots__ = ("layout", "world")
 
-    def __init__(self, layout: Layout, world: tuple) -> None:
+    def __init__(self, layout: Layout, world: tuple[Any, ...]) -> None:
         self.layout = layout
         self.world = world
 
@@ -255,11 +255,11 @@ class View:
         """The committed value of a row (what any other transaction would read)."""
         return self.world[self.layout.row0 + self.layout.row_index[name]]
 
-    def rows(self, names: Sequence[str]) -> tuple:
+    def rows(self, names: Sequence[str]) -> tuple[Any, ...]:
         return tuple(self.row(n) for n in names)
 
     def pc(self, actor: str) -> int:
-        return self.world[self.layout.actor_index[actor]]
+        return int(self.world[self.layout.actor_index[actor]])
 
     def reg(self, actor: str) -> Any:
         return self.world[self.layout.reg0 + self.layout.actor_index[actor]]
@@ -297,5 +297,7 @@ class View:
         for name in self.layout.rows:
             value = self.pending(name)
             if value is not UNSET:
-                out[name] = (self.row_owner(name), value)
+                owner = self.row_owner(name)
+                assert owner is not None  # only the lock owner can have an uncommitted value
+                out[name] = (owner, value)
         return out

@@ -70,7 +70,7 @@ class Db:
     def layout(self, actors: Iterable[str]) -> Layout:
         return Layout(tuple(actors), tuple(self.rows), tuple(self.locks))
 
-    def world(self, layout: Layout) -> tuple:
+    def world(self, layout: Layout) -> tuple[Any, ...]:
         return layout.initial(self.initial)
 
 
@@ -230,7 +230,7 @@ class Sql:
         def run(tx: Tx) -> str | None:
             states = [tx.read(row) for _, row in rows]
             done = all(_terminal(s) for s in states)
-            tx.note = ", ".join(f"{c}={s}" for (c, _), s in zip(rows, states)) + (" → all terminal" if done else "")
+            tx.note = ", ".join(f"{c}={s}" for (c, _), s in zip(rows, states, strict=True)) + (" → all terminal" if done else "")
             return if_done if done else None
 
         p.sql("children_states", f"SELECT id, state FROM belay_jobs WHERE parent_id={parent}", run)

@@ -61,7 +61,7 @@ class Scenario:
     title: str  # one line
     hypothesis: str  # what the variant is expected to show, and why
     layout: Layout
-    initial: tuple
+    initial: tuple[Any, ...]
     actors: tuple[Actor, ...]
     invariants: tuple[Invariant, ...] = ()
     liveness: tuple[Liveness, ...] = ()
@@ -113,7 +113,7 @@ class Result:
     complete: bool  # True when every reachable state was expanded (False: cut by a bound or a violation)
     counterexample: Counterexample | None
     elapsed: float | None  # seconds, when a clock was given
-    worlds: list[tuple] = field(repr=False)  # every state, in BFS order (index 0: the initial state)
+    worlds: list[tuple[Any, ...]] = field(repr=False)  # every state, in BFS order (index 0: the initial state)
     parent: list[int] = field(repr=False)  # BFS tree: the state each was first reached from (-1 for 0)
     depths: list[int] = field(repr=False)  # BFS depth: the length of the shortest path to each state
     edges: tuple[list[int], list[int], list[int]] = field(repr=False)  # (src, dst, actor index)
@@ -139,20 +139,20 @@ class Result:
     def view(self, k: int) -> View:
         return View(self.scenario.layout, self.worlds[k])
 
-    def graph(self, *, labels: bool = True) -> nx.DiGraph:
+    def graph(self, *, labels: bool = True) -> nx.DiGraph[int]:
         """The state graph: nodes are state indices (0 = initial; attribute `depth`), edges carry the
         moving actor's name and statement when `labels`."""
-        g = nx.DiGraph()
+        g: nx.DiGraph[int] = nx.DiGraph()
         g.add_nodes_from(range(len(self.worlds)))
         src, dst, act = self.edges
         if labels:
             actors = self.scenario.actors
             g.add_edges_from(
                 (u, v, {"actor": actors[a].name, "statement": actors[a].program[self.worlds[u][a]].name})
-                for u, v, a in zip(src, dst, act)
+                for u, v, a in zip(src, dst, act, strict=True)
             )
         else:
-            g.add_edges_from(zip(src, dst))
+            g.add_edges_from(zip(src, dst, strict=True))
         return g
 
     def summary(self) -> str:
@@ -207,17 +207,17 @@ def explore(
     invariants = scenario.invariants
 
     init = scenario.initial
-    index: dict[tuple, int] = {init: 0}
-    worlds: list[tuple] = [init]
+    index: dict[tuple[Any, ...], int] = {init: 0}
+    worlds: list[tuple[Any, ...]] = [init]
     parent: list[int] = [-1]
     depth: list[int] = [0]
     src: list[int] = []
     dst: list[int] = []
     act: list[int] = []
     found: tuple[str, str, str, int] | None = None  # (kind, invariant, message, state)
-    blocked: tuple = ()  # deadlock: the statements left waiting
+    blocked: tuple[Any, ...] = ()  # deadlock: the statements left waiting
 
-    def check(k: int, world: tuple) -> tuple[str, str, str, int] | None:
+    def check(k: int, world: tuple[Any, ...]) -> tuple[str, str, str, int] | None:
         view = View(layout, world)
         for inv in invariants:
             message = inv.check(view)
@@ -232,7 +232,7 @@ def explore(
             break
         world = worlds[i]
         waits: dict[int, int] | None = None
-        what: dict[int, tuple] = {}
+        what: dict[int, tuple[Any, ...]] = {}
         for a in range(n):
             pc = world[a]
             if pc == ends[a]:
@@ -284,17 +284,17 @@ def explore(
     elif complete and check_liveness and scenario.liveness:
         counterexample = _check_liveness(result)
     result.counterexample = counterexample
-    if clock is not None:
+    if clock is not None and started is not None:
         result.elapsed = clock() - started
     return result
 
 
-def _lock_name(layout: Layout, what: tuple) -> str:
+def _lock_name(layout: Layout, what: tuple[Any, ...]) -> str:
     kind, idx = what
     return f"row {layout.rows[idx]}" if kind == "row" else f"lock {layout.locks[idx]}"
 
 
-def _describe_deadlock(layout: Layout, cycle: list[int], waits: dict[int, int], what: dict[int, tuple]) -> str:
+def _describe_deadlock(layout: Layout, cycle: list[int], waits: dict[int, int], what: dict[int, tuple[Any, ...]]) -> str:
     parts = [f"{layout.actors[a]} waits for {layout.actors[waits[a]]} ({_lock_name(layout, what[a])})" for a in cycle]
     return "; ".join(parts) + " — a lock cycle"
 
@@ -306,7 +306,7 @@ def _path(parent: Sequence[int], k: int) -> list[int]:
     return path[::-1]
 
 
-def successors(scenario: Scenario, world: tuple) -> Iterator[tuple[int, tuple, str]]:
+def successors(scenario: Scenario, world: tuple[Any, ...]) -> Iterator[tuple[int, tuple[Any, ...], str]]:
     """Every (actor, next world, note) one statement can reach from `world`; blocked actors are
     skipped. (explore() inlines this loop for speed, since it also records who waits on whom.)"""
     tx_class = Tx.of(scenario.layout)
@@ -351,7 +351,7 @@ def _trace(result: Result, path: list[int], stuck: set[int] | None = None) -> li
 def _can_reach(n: int, src: Sequence[int], dst: Sequence[int], goal: Sequence[int]) -> bytearray:
     """For every state, can it reach a goal state? (a breadth-first search backwards from the goals)."""
     preds: list[list[int]] = [[] for _ in range(n)]
-    for u, v in zip(src, dst):
+    for u, v in zip(src, dst, strict=True):
         preds[v].append(u)
     reach = bytearray(n)
     frontier = list(goal)
@@ -378,7 +378,7 @@ def _check_liveness(result: Result) -> Counterexample | None:
     n = len(result.worlds)
     src, dst, act = result.edges
     daemons = {a for a, actor in enumerate(scenario.actors) if actor.daemon}
-    progress = {u for u, a in zip(src, act) if a not in daemons}  # states where a non-daemon can move
+    progress = {u for u, a in zip(src, act, strict=True) if a not in daemons}  # states where a non-daemon can move
     for prop in scenario.liveness:
         goal = [k for k in range(n) if prop.goal(result.view(k))]
         reach = _can_reach(n, src, dst, goal)

@@ -16,11 +16,12 @@ statements left waiting, marked `⏸`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from model.explorer.search import Counterexample, Result, TraceStep
 
 
-def _effects(before: TraceStep | None, step: TraceStep, initial: dict | None = None) -> list[str]:
+def _effects(before: TraceStep | None, step: TraceStep, initial: dict[str, Any] | None = None) -> list[str]:
     prev_rows = dict(before.committed) if before else (initial or {})
     prev_locks = dict(before.locks) if before else {}
     prev_pending = {r: (w, v) for r, w, v in before.uncommitted} if before else {}
@@ -41,7 +42,7 @@ def _effects(before: TraceStep | None, step: TraceStep, initial: dict | None = N
     return out
 
 
-def format_trace(cx: Counterexample, initial: dict | None = None) -> str:
+def format_trace(cx: Counterexample, initial: dict[str, Any] | None = None) -> str:
     """The counterexample as a numbered table, one statement a line, then the violated property."""
     if cx is None:
         return "no counterexample"
@@ -68,7 +69,7 @@ def format_result(result: Result) -> str:
     s = result.scenario
     parts = [result.summary(), f"hypothesis: {s.hypothesis}"]
     if result.counterexample is not None:
-        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0:s.layout.own0]))
+        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0:s.layout.own0], strict=True))
         parts.append(format_trace(result.counterexample, initial))
     return "\n".join(parts)
 

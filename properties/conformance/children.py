@@ -96,7 +96,7 @@ def _(store, now):
 @case("§8.4", "await-children parks on $children while a child is live, clearing the stale signal")
 def _(store, now):
     parent = start(store, now, queue="parents")
-    c1, c2 = spawn(store, now, parent.id, "kids", spec("k", "kids"), spec("k", "kids"))
+    c1, _c2 = spawn(store, now, parent.id, "kids", spec("k", "kids"), spec("k", "kids"))
     succeed(store, now + S, c1)
     check(signal(store, f"job:{parent.id}", "$children") is not None, "setup: c1 signalled the parent")
     expect(store.apply(w.AwaitChildren(now + 2 * S, parent.id, parent.attempt, now + MIN)),

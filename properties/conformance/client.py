@@ -473,7 +473,7 @@ def _(store, now):
     job_id = insert(store, now)
     before = read(store, job_id)
     for what, build in _BAD_INPUT.items():
-        expect_raises(InvalidInput, lambda: build(now), f"{what} must be refused with InvalidInput")
+        expect_raises(InvalidInput, lambda build=build: build(now), f"{what} must be refused with InvalidInput")
     expect(read(store, job_id), before, "the store is unchanged")
     expect(enqueue(store, now, spec()).outcomes, (Inserted(job_id + 1),),
            "no id was consumed by refused input")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Union
+from typing import Any
 
 CaseFn = Callable[[Any, datetime], None]
 
@@ -74,7 +74,7 @@ def require(store: Any, capability: str) -> None:
 # selection
 
 
-Selector = Union[None, str, Iterable[str], Callable[[Case], bool]]
+Selector = None | str | Iterable[str] | Callable[[Case], bool]
 
 
 def _matches(c: Case, selector: str, areas: set[str]) -> bool:
@@ -210,7 +210,7 @@ def run_case(c: Case, store_factory: Callable[[], Any], now: datetime = DEFAULT_
             c.fn(store, now)
     except NotApplicable as exc:
         status, message = "skipped", str(exc)
-    except Exception as exc:  # a case failing, or a store raising where the contract expects a value
+    except Exception as exc:  # noqa: BLE001 -- a case failing, or a store raising where the contract expects a value
         status, message = "failed", _describe(exc)
     return Outcome(c.section, c.name, c.area, status, message, time.perf_counter() - started)
 

@@ -33,13 +33,15 @@ SIZES: dict[str, tuple[int, ...]] = {
 
 
 def variants(name: str) -> tuple[str, ...]:
-    return MODULES[name].VARIANTS
+    variants: tuple[str, ...] = MODULES[name].VARIANTS
+    return variants
 
 
 def scenario(name: str, variant: str, size: int | None = None) -> Scenario:
     if name not in MODULES:
         raise KeyError(f"no scenario {name!r}; known: {', '.join(MODULES)}")
-    return MODULES[name].scenario(variant, SIZES[name][0] if size is None else size)
+    made: Scenario = MODULES[name].scenario(variant, SIZES[name][0] if size is None else size)
+    return made
 
 
 def catalogue(names: tuple[str, ...] | None = None) -> list[Scenario]:

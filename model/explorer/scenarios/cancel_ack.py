@@ -20,6 +20,7 @@ Variants:
 """
 from __future__ import annotations
 
+from model.explorer.db import Tx
 from model.explorer.program import Actor, Program
 from model.explorer.protocols import Db, Sql
 from model.explorer.scenarios.common import assemble
@@ -59,7 +60,7 @@ def operator(s: Sql, *, fixed: bool) -> Actor:
     if not fixed:
         row = s.r["C1"]
 
-        def cancel(tx) -> str | None:
+        def cancel(tx: Tx) -> str | None:
             if tx.reg in TERMINAL:
                 tx.note = "terminal → NotCancellable"
                 return "commit"
