@@ -1,7 +1,7 @@
 """Shared pytest fixtures: a PostgreSQL for the session and a fresh migrated database per test."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 import pytest
@@ -53,4 +53,4 @@ def store(db_url: str):
 @pytest.fixture
 def now() -> datetime:
     """A fixed instant: tests pass time explicitly, as the clock rule demands."""
-    return datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+    return datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)

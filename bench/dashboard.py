@@ -18,7 +18,7 @@ import os
 import statistics
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import psycopg
@@ -30,7 +30,7 @@ from impl.http.server import running
 from impl.migrate import migrate
 from impl.provision import TemplateDatabases, provision, redact
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 FILL = """
 INSERT INTO belay_jobs (queue, worker, input, state, attempt, max_attempts, ready_at, inserted_at, started_at,

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import psycopg
@@ -25,7 +25,7 @@ from impl.http.server import free_port
 from impl.migrate import migrate
 from impl.provision import provision, redact
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def fill(url: str, queue: str, n: int) -> None:

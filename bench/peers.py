@@ -27,7 +27,7 @@ import textwrap
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
                       "drain_ratio_to_belay_batched": ratio, "db_per_job": work, "rounds": rounds}
         print(f"{SYSTEMS[key][0].label:<40} {enq:>10,.0f} {drn:>9,.0f} {ratio if ratio is not None else float('nan'):>22.2f} "
               f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}")
-    out = {"when": datetime.now(timezone.utc).isoformat(timespec="seconds"), "jobs": args.jobs, "rounds": args.rounds,
+    out = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "jobs": args.jobs, "rounds": args.rounds,
            "machine": f"{os.cpu_count()} cores", "systems": table, "skipped": {**skipped, **NOT_COVERED}}
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

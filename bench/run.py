@@ -18,7 +18,7 @@ import logging
 import os
 import statistics
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import psycopg
 
@@ -29,7 +29,7 @@ from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.worker import Registry
 from model.queues import QueueOpts
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def rss_mib() -> float:
@@ -98,7 +98,7 @@ def pure_sql(url: str, queue: str, n: int, batch: int, concurrency: int = 1) -> 
     def loop(k: int) -> None:
         with psycopg.connect(url, autocommit=True) as c:
             while True:
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 rows = c.execute(CLAIM, {"q": queue, "n": batch, "now": now, "until": now}).fetchall()
                 if not rows:
                     return

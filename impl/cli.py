@@ -18,7 +18,7 @@ import psycopg
 
 from impl.failures import EXIT_FAILURE, ToolError, check_database, debug_requested, describe_database_error
 from impl.migrate import IncompatibleSchema, check_compat, migrate
-from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, Provisioned, provision, redact
+from impl.provision import ClusterConfig, EmbeddedCluster, Provisioned, ProvisionError, provision, redact
 from model.ops import InvalidInput, validate_schema_name
 
 URL_HELP = "PostgreSQL URL (default: $BELAY_DATABASE_URL; without either, an embedded throwaway cluster)"
@@ -80,7 +80,7 @@ class _Belay(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
-        except Exception as exc:  # noqa: BLE001 - every other failure is reported as one line
+        except Exception as exc:
             if ctx.meta.get("belay.debug") or debug_requested():
                 raise
             url = ctx.meta.get("belay.url") or os.environ.get("BELAY_DATABASE_URL")

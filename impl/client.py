@@ -9,13 +9,13 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
 from impl.pgrows import listen_for_pokes
-from impl.store import PgStore, channel_name
+from impl.store import PgStore
 from model import ops
 from model.envelope import decode
 from model.rows import Event, Job, Signal, Step
@@ -23,7 +23,7 @@ from model.rows import Event, Job, Signal, Step
 
 def utc_now() -> datetime:
     """The system clock, in UTC (the default `clock` of entry points)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Client:
@@ -59,7 +59,7 @@ class Client:
             self._results.close()
         self.store.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -174,7 +174,7 @@ class Client:
             if listener is not None and woken is not None:
                 listener.unregister(job_id, woken)
 
-    def _listener(self) -> "_ResultListener":
+    def _listener(self) -> _ResultListener:
         with self._results_lock:
             if self._results is None:
                 self._results = _ResultListener(self.conninfo, self.store.schema)

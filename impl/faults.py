@@ -137,7 +137,7 @@ def with_retries(
     while True:
         try:
             result = fn()
-        except Exception as exc:  # noqa: BLE001 - classified below
+        except Exception as exc:
             if not is_transient(exc):
                 raise
             if clock() - started > policy.max_elapsed or (stop is not None and stop.is_set()):

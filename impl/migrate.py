@@ -41,7 +41,7 @@ def migrate(conn: psycopg.Connection, schema: str = "public") -> list[int]:
     return applied
 
 
-__all__ = ["CONTRACT_MAJOR", "SCHEMA_VERSION", "MIN_VERSION", "IncompatibleSchema", "migrate", "check_compat"]
+__all__ = ["CONTRACT_MAJOR", "MIN_VERSION", "SCHEMA_VERSION", "IncompatibleSchema", "check_compat", "migrate"]
 
 
 def check_compat(

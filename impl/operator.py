@@ -132,7 +132,7 @@ class Operator:
     def close(self) -> None:
         self.client.close()
 
-    def __enter__(self) -> "Operator":
+    def __enter__(self) -> Operator:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -70,16 +70,16 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 __all__ = [
-    "ProvisionError",
-    "find_pg_bindir",
-    "pg_version",
-    "docker_available",
     "ClusterConfig",
     "EmbeddedCluster",
+    "ProvisionError",
     "Provisioned",
+    "TemplateDatabases",
+    "docker_available",
+    "find_pg_bindir",
+    "pg_version",
     "provision",
     "redact",
-    "TemplateDatabases",
 ]
 
 NOBODY_UID = 65534
@@ -190,7 +190,7 @@ def find_pg_bindir(explicit: str | os.PathLike[str] | None = None) -> Path:
     return _locate_pg_bindir(explicit)[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pg_version(bindir: Path) -> str:
     """The server version of *bindir*'s postgres, e.g. ``"16.14"``."""
     try:

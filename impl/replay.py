@@ -41,7 +41,7 @@ import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -502,7 +502,7 @@ def dry_run(conninfo: str, job_id: int, registry: Registry | str | None = None, 
     (default: the system clock — this is an entry point)."""
     if isinstance(registry, str):
         registry = load_registry(registry)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     snap = _Snapshot(conninfo, schema)
     try:
         job = snap.job(job_id)

@@ -25,9 +25,8 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
-
 
 from impl import telemetry
 from impl.faults import Connectivity, RetryPolicy, with_retries
@@ -44,7 +43,7 @@ log = logging.getLogger("belay")
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ default_logger = telemetry.default_logger
 class _Producer:
     """Claims for one queue and hands jobs to the executor pool."""
 
-    def __init__(self, worker: "Worker", config: QueueConfig) -> None:
+    def __init__(self, worker: Worker, config: QueueConfig) -> None:
         self.worker = worker
         self.name = config.name
         self.static = config.opts
@@ -328,7 +327,7 @@ class Worker:
                         self.emit("job.stop", {"job_id": ack.job_id, "kind": kind.name, "worker": kind.name,
                                                "queue": producer.name, "attempt": ack.attempt, "node": self.config.node,
                                                "state": result.state, "duration_ms": duration})
-        except Exception:  # noqa: BLE001 - leases expire; another node retries
+        except Exception:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
             self.completed += len(contexts)
@@ -431,7 +430,7 @@ class Worker:
 
     # --- lifecycle ------------------------------------------------------------------------------------------
 
-    def start(self) -> "Worker":
+    def start(self) -> Worker:
         self.call(lambda: self.store.apply(ops.CheckCompat()), "compatibility check")
         loops = [self._renew_loop, self._sweep_loop, self._refresh_queues_loop]
         if self.config.notify:

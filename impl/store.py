@@ -20,14 +20,14 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors, pq, sql
+from psycopg import errors, pq
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
-from impl.pgrows import channel_name, job_from_row, step_from_row  # channel_name: re-exported
+from impl.pgrows import job_from_row, step_from_row  # channel_name: re-exported
 from impl.queries import SchemaSQL
 from impl.tx import Tx as _Tx
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
@@ -80,7 +80,7 @@ class PgStore(WorkerOps):
     def close(self) -> None:
         self.pool.close()
 
-    def __enter__(self) -> "PgStore":
+    def __enter__(self) -> PgStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -313,7 +313,7 @@ class PgStore(WorkerOps):
 
     # --- §8.6 cancel and retry -------------------------------------------------------------------
 
-    def _lock_job(self, tx: _Tx, job_id: int) -> dict | None | _Busy:
+    def _lock_job(self, tx: _Tx, job_id: int) -> dict | _Busy | None:
         """Workflow lock first (lock order), then the row lock — without ever waiting on the row while
         holding the workflow lock: an ack holds its running row and then waits for the workflow lock,
         so waiting here would close a cycle. A row someone else holds comes back as BUSY, and the

@@ -70,7 +70,7 @@ def dispatch(event: str, meta: dict[str, Any]) -> None:
     for handler_id, handler in _handlers:
         try:
             handler(event, meta)
-        except Exception:  # noqa: BLE001 - telemetry never breaks the worker
+        except Exception:
             log.exception("belay telemetry handler %r failed on %s", handler_id, event)
 
 

@@ -18,10 +18,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from impl.failpoints import failpoint
-from impl.pgrows import job_from_row, result_payload, channel_name
+from impl.pgrows import channel_name, job_from_row, result_payload
 from impl.tx import Tx as _Tx
-from model import admission
-from model import ops
+from model import admission, ops
 from model import worker_ops as w
 from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
@@ -131,7 +130,7 @@ class WorkerOps:
             self._terminal(tx, failed)
             return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))
 
-    def _terminal(self, tx: "_Tx", rows: list[dict]) -> None:
+    def _terminal(self, tx: _Tx, rows: list[dict]) -> None:
         """§7 after-terminal steps, then the result notification for each (§9.2)."""
         if not rows:
             return
@@ -198,7 +197,7 @@ class WorkerOps:
             return self._park(tx, op.job_id, op.attempt, op.scope, op.name, op.deadline) or w.Stale(
                 op.job_id, op.attempt)
 
-    def _park(self, tx: "_Tx", job_id: int, attempt: int, scope: str, name: str,
+    def _park(self, tx: _Tx, job_id: int, attempt: int, scope: str, name: str,
               deadline: datetime | None) -> w.Parked | None:
         """§7 park rule: under the scope lock, a present signal row parks the job as ready instead."""
         tx.one("lock_scope", {"scope": scope})
@@ -307,7 +306,7 @@ class WorkerOps:
             return rollback.result
 
     @staticmethod
-    def _children_done(tx: "_Tx", parent_id: int) -> tuple[bool, tuple[int, ...]]:
+    def _children_done(tx: _Tx, parent_id: int) -> tuple[bool, tuple[int, ...]]:
         rows = tx.all("children_states", {"parent_id": parent_id})
         return all(r["state"] in TERMINAL for r in rows), tuple(r["id"] for r in rows)
 

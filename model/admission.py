@@ -58,8 +58,17 @@ from model.ops import InvalidInput
 US_PER_S = 1_000_000
 
 __all__ = [
-    "US_PER_S", "RateInput", "round_half_away", "window_start", "rate_used", "rate_admit",
-    "global_admit", "admit", "debit", "per_key_allowance", "partition_take",
+    "US_PER_S",
+    "RateInput",
+    "admit",
+    "debit",
+    "global_admit",
+    "partition_take",
+    "per_key_allowance",
+    "rate_admit",
+    "rate_used",
+    "round_half_away",
+    "window_start",
 ]
 
 

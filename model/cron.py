@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cronsim import CronSim
@@ -37,13 +37,13 @@ class CronDef:
 def due_slots(expression: str, after: datetime, now: datetime) -> list[datetime]:
     """Minute slots s with after < s <= now that match the expression (UTC), ascending."""
     start = minute_slot(after)
-    it = CronSim(expression, start.replace(tzinfo=timezone.utc))
+    it = CronSim(expression, start.replace(tzinfo=UTC))
     slots = []
     end = minute_slot(now)
     for slot in it:
         if slot > end:
             break
-        slots.append(slot.astimezone(timezone.utc))
+        slots.append(slot.astimezone(UTC))
     return slots
 
 

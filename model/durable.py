@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from model import ops
@@ -369,7 +369,7 @@ class _Model:
 
 
 def predict(program: dict, *, ttl: timedelta = timedelta(seconds=30),
-            start: datetime = datetime(2030, 1, 1, tzinfo=timezone.utc)) -> Prediction:
+            start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> Prediction:
     """The observable outcome of `program` (with its fault schedule) on a conforming runtime."""
     return _Model(program, start, ttl).run()
 

@@ -47,8 +47,16 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "STEP_VALUE_CAP", "ETF_VERSION", "EnvelopeError", "StepValueTooLarge",
-    "Atom", "Opaque", "ImproperList", "encode", "encode_step_value", "decode",
+    "ETF_VERSION",
+    "STEP_VALUE_CAP",
+    "Atom",
+    "EnvelopeError",
+    "ImproperList",
+    "Opaque",
+    "StepValueTooLarge",
+    "decode",
+    "encode",
+    "encode_step_value",
 ]
 
 STEP_VALUE_CAP = 1024 * 1024  # 1 MiB cap on belay_steps.value (contract §2)

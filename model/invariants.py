@@ -42,7 +42,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import pairwise
 from typing import Any
 
@@ -575,7 +575,7 @@ def i6_cron_slots_once(state: State, expected_slots: Iterable[tuple[str, datetim
         if job.cron_name is None or job.cron_slot is None:
             out.append(Violation("I6", job.id, f"has cron_name {_show(job.cron_name)} but cron_slot {_show(job.cron_slot)}; they go together"))
             continue
-        if job.cron_slot != job.cron_slot.astimezone(timezone.utc).replace(second=0, microsecond=0):
+        if job.cron_slot != job.cron_slot.astimezone(UTC).replace(second=0, microsecond=0):
             out.append(Violation("I6", job.id, f"cron {job.cron_name!r} slot {job.cron_slot.isoformat()} is not a whole UTC minute"))
         holders[(job.cron_name, job.cron_slot)].append(job.id)
     for (name, slot), ids in sorted(holders.items(), key=lambda kv: kv[1][0]):
@@ -809,9 +809,25 @@ def check_all(
 
 
 __all__ = [
-    "CONTRACT", "Violation", "by_invariant", "StaleAck", "Ledger", "Journal",
-    "i1_no_job_lost", "i2_stale_acks_change_nothing", "i3_steps_immutable", "i3_one_row_per_step",
-    "i4_budget_fails_on_crossing_step", "i5_settlement_consistent", "i6_cron_slots_once", "i7_unique_keys",
-    "i8_children_as_declared", "i9_awaiters_eventually_run", "check_all",
-    "stale_acks_from_history", "replay", "ledger_from_history", "parse_spawn_key",
+    "CONTRACT",
+    "Journal",
+    "Ledger",
+    "StaleAck",
+    "Violation",
+    "by_invariant",
+    "check_all",
+    "i1_no_job_lost",
+    "i2_stale_acks_change_nothing",
+    "i3_one_row_per_step",
+    "i3_steps_immutable",
+    "i4_budget_fails_on_crossing_step",
+    "i5_settlement_consistent",
+    "i6_cron_slots_once",
+    "i7_unique_keys",
+    "i8_children_as_declared",
+    "i9_awaiters_eventually_run",
+    "ledger_from_history",
+    "parse_spawn_key",
+    "replay",
+    "stale_acks_from_history",
 ]

@@ -13,28 +13,52 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from model.queues import QueueOpts
 from model.rows import UNIQUE_MODES, Job
 from model.validate import (  # the validation layer; re-exported: model.ops.InvalidInput is the public name
     INT4_MAX as INT4_MAX,
+)
+from model.validate import (
     INT8_MAX as INT8_MAX,
+)
+from model.validate import (
     MAX_NAME_BYTES as MAX_NAME_BYTES,
+)
+from model.validate import (
     SCHEMA_NAME as SCHEMA_NAME,
+)
+from model.validate import (
     InvalidInput as InvalidInput,
+)
+from model.validate import (
     as_json as as_json,
+)
+from model.validate import (
     minute_slot as minute_slot,
+)
+from model.validate import (
     parse_expression as parse_expression,
+)
+from model.validate import (
     require_aware as require_aware,
+)
+from model.validate import (
     require_int as require_int,
+)
+from model.validate import (
     require_json as require_json,
+)
+from model.validate import (
     require_name as require_name,
+)
+from model.validate import (
     validate_schema_name as validate_schema_name,
 )
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 DEFAULT_MAX_ATTEMPTS = 20
 
 
@@ -52,7 +76,7 @@ def window_key(key: str, now: datetime, window_seconds: int) -> str:
     return f"{key}@{window_bucket(now, window_seconds)}"
 
 
-def check_versions(version: int, major: int, *, known_major: int = 1, min_version: int = 3) -> "Compatible":
+def check_versions(version: int, major: int, *, known_major: int = 1, min_version: int = 3) -> Compatible:
     """§1: refuse a higher contract major and an older migration; accept newer ones in the major."""
     if major > known_major:
         raise IncompatibleSchema(

@@ -55,7 +55,7 @@ class QueueOpts:
         return self.global_limit if self.global_limit is not None else self.limit_max
 
     @classmethod
-    def parse(cls, opts: Any) -> "QueueOpts":
+    def parse(cls, opts: Any) -> QueueOpts:
         if not isinstance(opts, Mapping):
             raise InvalidInput(f"queue options must be a JSON object, got {type(opts).__name__}")
         require_json(dict(opts), "queue options")

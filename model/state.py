@@ -15,7 +15,6 @@ from typing import Any
 from model.rows import CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
 
 
-
 def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
@@ -66,7 +65,7 @@ class Tables:
     next_id: int
 
     @classmethod
-    def of(cls, state: State) -> "Tables":
+    def of(cls, state: State) -> Tables:
         return cls(
             dict(state.jobs), dict(state.steps), dict(state.events), dict(state.signals), dict(state.rate),
             dict(state.queues), dict(state.crons), state.version, state.contract_major, state.next_id,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from model import admission, ops
@@ -32,12 +32,12 @@ from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.jsonb import arrow_text
 from model.queues import QueueOpts
-from model.rows import INCOMPLETE, TERMINAL, CronRow, Job, QueueRow, RateWindow, Signal, Step, Event
+from model.rows import INCOMPLETE, TERMINAL, CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
 from model.settle import Member, settle
 from model.state import State, Tables
 from model.workflow import check_graph
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 PARKABLE = ("ready", "awaiting", "held", "paused")  # cancel makes these terminal at once (§8.6)
 
 

@@ -290,7 +290,7 @@ def _short(value: Any) -> str:
 
 def attribute(writer: str | None, before: Job | None, after: Job | None) -> tuple[str | None, int | None]:
     """(node, attempt) that wrote a change, as far as the rows tell: the lease holder of the attempt."""
-    if after is not None and writer in ("claim", "renew") or (before is None and after is not None):
+    if (after is not None and writer in ("claim", "renew")) or (before is None and after is not None):
         return after.leased_by, after.attempt
     if before is not None:
         return before.leased_by, before.attempt
@@ -424,5 +424,18 @@ def judge_state_change(before: Any, after: Any, now: datetime | None, *, retry: 
     return out
 
 
-__all__ = ["judge_state_change", "RULES", "EDGES", "IMMUTABLE", "TxContext", "Judgement", "judge_job", "judge_step", "judge_event",
-           "judge_signal", "judge_rate", "changed_columns", "attribute"]
+__all__ = [
+    "EDGES",
+    "IMMUTABLE",
+    "RULES",
+    "Judgement",
+    "TxContext",
+    "attribute",
+    "changed_columns",
+    "judge_event",
+    "judge_job",
+    "judge_rate",
+    "judge_signal",
+    "judge_state_change",
+    "judge_step",
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from cronsim import CronSim, CronSimError
@@ -89,7 +89,7 @@ def validate_schema_name(name: str) -> str:
 
 def minute_slot(at: datetime) -> datetime:
     """A cron slot: the UTC minute containing `at` (§8.5)."""
-    return at.astimezone(timezone.utc).replace(second=0, microsecond=0)
+    return at.astimezone(UTC).replace(second=0, microsecond=0)
 
 
 def parse_expression(expression: str) -> None:
@@ -104,6 +104,6 @@ def parse_expression(expression: str) -> None:
             "like '*/5 * * * *'; slots are whole UTC minutes"
         )
     try:
-        CronSim(expression, datetime(2000, 1, 1, tzinfo=timezone.utc))
+        CronSim(expression, datetime(2000, 1, 1, tzinfo=UTC))
     except (CronSimError, ValueError) as exc:
         raise InvalidInput(f"invalid cron expression {expression!r}: {exc}") from None

@@ -11,16 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from model.cron import CronDef
 from model.ops import (
     InvalidInput,
-    as_json,
     JobSpec,
+    as_json,
     require_aware,
     require_int,
     require_json,
     require_name,
 )
-from model.cron import CronDef
 from model.queues import QueueOpts
 from model.rows import Job
 

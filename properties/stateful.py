@@ -13,7 +13,7 @@ some of which are stale by the time they are used) and signal scopes.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
@@ -23,15 +23,15 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 
 from impl.snapshot import snapshot
 from impl.store import PgStore
+from model import invariants as inv
 from model import ops
 from model import worker_ops as w
-from model import invariants as inv
 from model.ops import JobSpec, WorkflowMember
 from model.queues import QueueOpts
 from model.store import ModelStore
 from model.transitions import judge_state_change  # issue 12
 
-T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 QUEUES = ("a", "b")
 NODES = ("n1", "n2")
 TABLES = ("jobs", "steps", "events", "signals", "rate", "queues", "crons", "next_id")

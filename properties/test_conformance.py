@@ -161,7 +161,7 @@ def test_exercise_selects_by_section_area_or_predicate() -> None:
 
 
 def test_exercise_gives_every_case_its_own_store_and_closes_it() -> None:
-    made: list["ClosingStore"] = []
+    made: list[ClosingStore] = []
 
     class ClosingStore(ModelStore):
         closed = False

@@ -14,8 +14,18 @@ import pytest
 from impl.queries import _BLOCK
 from properties.mutants import BY_NAME, CATALOGUE, Edit, Mutant
 from properties.mutants.runner import (
-    ROOT, PatchError, SuiteRun, Verdict, apply_edits, check_edits, copy_tree, import_check, judge, matrix,
-    run_mutant, short_test,
+    ROOT,
+    PatchError,
+    SuiteRun,
+    Verdict,
+    apply_edits,
+    check_edits,
+    copy_tree,
+    import_check,
+    judge,
+    matrix,
+    run_mutant,
+    short_test,
 )
 
 IDS = [m.name for m in CATALOGUE]

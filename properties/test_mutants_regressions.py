@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -27,10 +27,20 @@ from model import ops
 from model import worker_ops as w
 from model.store import ModelStore
 from properties.conformance.support import (
-    MIN, S, TTL, claim, claim_job, expect, expect_unchanged, insert, observe, read, start,
+    MIN,
+    TTL,
+    S,
+    claim,
+    claim_job,
+    expect,
+    expect_unchanged,
+    insert,
+    observe,
+    read,
+    start,
 )
 
-T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)  # a whole minute: it starts a rate window
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)  # a whole minute: it starts a rate window
 
 
 @pytest.fixture(params=["model", "pg"])

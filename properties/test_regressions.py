@@ -2,7 +2,7 @@
 and pinned here as an explicit sequence run against both stores."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,7 +12,7 @@ from model import worker_ops as w
 from model.ops import JobSpec
 from model.store import ModelStore
 
-T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
 @pytest.fixture(params=["model", "pg"])

@@ -13,7 +13,6 @@ recorded in `duty_exec` on autocommit connections of its own (never inside a Bel
 from __future__ import annotations
 
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -204,7 +203,7 @@ def test_a_job_longer_than_the_lease_ttl_beside_a_node_whose_clock_runs_0_4_s_ah
         state, _, _, lease_until = row(pg, job_id)
         if lease_until is not None:
             leases.add(lease_until)
-        return state != "running" and state != "ready" or execs(pg, job_id, "body") > 1
+        return (state != "running" and state != "ready") or execs(pg, job_id, "body") > 1
 
     wait_for(finished, 20, "the slow job to end", interval=0.02)
     state, attempt, errors, _ = row(pg, job_id)

@@ -24,7 +24,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from model import invariants as inv
@@ -613,7 +613,6 @@ def expected_cron_slots(history: Sequence[Mapping[str, Any]], timeline: Timeline
                         min_cover: float = 5.0) -> set[tuple[str, datetime]]:
     """Every-minute slots that were due while the cron was registered, not paused, and some worker was
     alive and running with the database up for at least `min_cover` seconds of the slot's minute."""
-    from datetime import timezone
 
     registered: dict[str, float] = {}
     paused: dict[str, float] = {}
@@ -628,7 +627,7 @@ def expected_cron_slots(history: Sequence[Mapping[str, Any]], timeline: Timeline
         s = (int(t0) // 60 + 1) * 60
         while s + 10 <= t_end:
             if timeline.covered(s, min(s + 60, t_end)) >= min_cover:
-                slots.add((name, datetime.fromtimestamp(s, timezone.utc)))
+                slots.add((name, datetime.fromtimestamp(s, UTC)))
             s += 60
     return slots
 
@@ -747,5 +746,15 @@ def _i9(r, state, by_id, drained) -> None:
     r.exercised = ran > 0
 
 
-__all__ = ["check", "CheckResult", "InvariantResult", "LedgerEntry", "Observation", "UniqueAttempt", "SoakLedger",
-           "Timeline", "expected_cron_slots", "INVARIANTS"]
+__all__ = [
+    "INVARIANTS",
+    "CheckResult",
+    "InvariantResult",
+    "LedgerEntry",
+    "Observation",
+    "SoakLedger",
+    "Timeline",
+    "UniqueAttempt",
+    "check",
+    "expected_cron_slots",
+]

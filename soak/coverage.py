@@ -134,4 +134,4 @@ def markdown(table: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["SCENARIOS", "scenario_counts", "apply", "finish_table", "markdown"]
+__all__ = ["SCENARIOS", "apply", "finish_table", "markdown", "scenario_counts"]

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -38,7 +38,7 @@ TERMINAL_SQL = "('succeeded','failed','cancelled')"
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -79,9 +79,7 @@ def workflow_outcomes(members: list[dict]) -> dict[str, str]:
             if any(d not in out for d in m["deps"]):
                 continue
             pending.remove(m)
-            if m.get("cancel"):
-                out[m["name"]] = "cancelled"
-            elif any(out[d] in ("failed", "cancelled") and out[d] not in m["ignore"] for d in m["deps"]):
+            if m.get("cancel") or any(out[d] in ("failed", "cancelled") and out[d] not in m["ignore"] for d in m["deps"]):
                 out[m["name"]] = "cancelled"
             else:
                 out[m["name"]] = "failed" if m.get("fail") else "succeeded"

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -127,7 +127,7 @@ class Replication:
                 raise RuntimeError("failover needs a standby (add_standby)")
             t0 = time.monotonic()
             self.history.record("failover_begin", mode=self.mode, lag=self.lag)
-            since = datetime.now(timezone.utc) - timedelta(seconds=WATCH_SLACK)
+            since = datetime.now(UTC) - timedelta(seconds=WATCH_SLACK)
             self.proxy.partition("repl")
             time.sleep(self.lag)
             try:

@@ -19,8 +19,8 @@ import signal
 import subprocess
 import threading
 import time
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +300,7 @@ class Nemesis:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
                 return {r[0] for r in c.execute(
                     "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
-                    "AND lease_until > %s", (datetime.now(timezone.utc),))}
+                    "AND lease_until > %s", (datetime.now(UTC),))}
         except psycopg.Error:
             return set()
 
@@ -327,7 +327,7 @@ class Nemesis:
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
                 rows = c.execute("SELECT leased_by, id, attempt, worker FROM belay_jobs WHERE state = 'running' "
-                                 "AND lease_until > %s", (datetime.now(timezone.utc),)).fetchall()
+                                 "AND lease_until > %s", (datetime.now(UTC),)).fetchall()
         except psycopg.Error:
             return {}
         out: dict[str, list] = {}

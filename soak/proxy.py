@@ -38,7 +38,7 @@ CHUNK = 65536
 
 @dataclass(eq=False)
 class _Conn:
-    listener: "_Listener"
+    listener: _Listener
     client: asyncio.StreamWriter
     server: asyncio.StreamWriter | None = None
     flowing: asyncio.Event = field(default_factory=asyncio.Event)

@@ -29,14 +29,17 @@ from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, redact
 from impl.snapshot import snapshot
 from model.ops import IncompatibleSchema
+from soak import (
+    interrupted,
+    netfaults,  # issue 13: network faults and failover
+    report,
+)
 from soak import ledger as soak_ledger
-from soak import interrupted, report
 from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.nemesis import Nemesis, Workers
-from soak import netfaults  # issue 13: network faults and failover
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"

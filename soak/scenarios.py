@@ -26,7 +26,6 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from model import ops
 from model.envelope import encode
@@ -177,7 +176,6 @@ class Scenarios:
             self.d.history.record("lost_wakeup", parent=parent, children=[r[0] for r in rows])
 
     def _cancel_at_park(self, job_id: int, state: str, age: float) -> None:
-        from soak.driver import utc_now
 
         asked = self.requested.get(job_id)
         if asked is None:
@@ -239,4 +237,4 @@ class Scenarios:
             conn.close()
 
 
-__all__ = ["Scenarios", "EXTERNAL_QUEUE"]
+__all__ = ["EXTERNAL_QUEUE", "Scenarios"]

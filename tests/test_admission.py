@@ -28,8 +28,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.admission import (
-    US_PER_S, RateInput, admit, debit, global_admit, partition_take, per_key_allowance,
-    rate_admit, rate_used, round_half_away, window_start,
+    US_PER_S,
+    RateInput,
+    admit,
+    debit,
+    global_admit,
+    partition_take,
+    per_key_allowance,
+    rate_admit,
+    rate_used,
+    round_half_away,
+    window_start,
 )
 from model.ops import InvalidInput
 
@@ -238,10 +247,10 @@ class Claim:
         self.C = C if C is not None else z3.Int(f"C{tag}")
         self.T = self.Ts * US_PER_S
         self.ranges = [
-            0 <= self.D, self.D <= MAX_DEMAND, 1 <= self.A, self.A <= MAX_ALLOWED,
-            1 <= self.E, self.E <= MAX_ESTIMATE, 0 <= self.C, self.C <= MAX_COUNT,
-            0 <= self.P, self.P <= MAX_COUNT, 1 <= self.Ts, self.Ts <= MAX_PERIOD,
-            0 <= self.e, self.e < self.T,
+            self.D >= 0, self.D <= MAX_DEMAND, self.A >= 1, self.A <= MAX_ALLOWED,
+            self.E >= 1, self.E <= MAX_ESTIMATE, self.C >= 0, self.C <= MAX_COUNT,
+            self.P >= 0, self.P <= MAX_COUNT, self.Ts >= 1, self.Ts <= MAX_PERIOD,
+            self.e >= 0, self.e < self.T,
         ]
         self.R = z_weighted(self.P, self.T, self.e)
         self.used = self.C + self.R
@@ -282,7 +291,7 @@ def test_proof_window_start_leaves_elapsed_in_range_for_every_epoch():
     epoch, Ts = z3.Ints("epoch Ts")
     T = Ts * US_PER_S
     w_us = (epoch / T) * T
-    proved(z3.And(0 <= epoch - w_us, epoch - w_us < T), 1 <= Ts, Ts <= MAX_PERIOD)
+    proved(z3.And(epoch - w_us >= 0, epoch - w_us < T), Ts >= 1, Ts <= MAX_PERIOD)
 
 
 def test_proof_weighted_previous_count_is_between_zero_and_prev():
@@ -290,7 +299,7 @@ def test_proof_weighted_previous_count_is_between_zero_and_prev():
     Hence used >= C >= 0 and min(allowed - used, allowed) == allowed - used."""
     c = Claim()
     e2 = z3.Int("e2")
-    proved(z3.And(0 <= c.R, c.R <= c.P, zmin(c.A - c.used, c.A) == c.A - c.used), *c.ranges)
+    proved(z3.And(c.R >= 0, c.R <= c.P, zmin(c.A - c.used, c.A) == c.A - c.used), *c.ranges)
     proved(z_weighted(c.P, c.T, e2) <= c.R, *c.ranges, c.e <= e2, e2 < c.T)
 
 
@@ -300,7 +309,7 @@ def test_proof_admitted_count_is_never_negative():
     L, live = z3.Ints("L live")
     proved(c.n >= 0, *c.ranges)
     both = z_rate_admit(z_global_admit(c.D, L, live), c.A, c.used, c.E)
-    proved(both >= 0, *c.ranges, 1 <= L, L <= MAX_LIMIT, 0 <= live, live <= MAX_COUNT)
+    proved(both >= 0, *c.ranges, L >= 1, L <= MAX_LIMIT, live >= 0, live <= MAX_COUNT)
 
 
 def test_proof_admitted_count_never_exceeds_demand():
@@ -308,7 +317,7 @@ def test_proof_admitted_count_never_exceeds_demand():
     c = Claim()
     L, live = z3.Ints("L live")
     proved(c.n <= c.D, *c.ranges)
-    proved(z_global_admit(c.D, L, live) <= c.D, 0 <= c.D, 0 <= live)
+    proved(z_global_admit(c.D, L, live) <= c.D, c.D >= 0, live >= 0)
 
 
 def test_proof_global_limit_is_respected():
@@ -319,7 +328,7 @@ def test_proof_global_limit_is_respected():
     L, live = z3.Ints("L live")
     g = z_global_admit(c.D, L, live)
     n = z_rate_admit(g, c.A, c.used, c.E)
-    dom = [*c.ranges, 1 <= L, L <= MAX_LIMIT, 0 <= live, live <= MAX_COUNT]
+    dom = [*c.ranges, L >= 1, L <= MAX_LIMIT, live >= 0, live <= MAX_COUNT]
     proved(z3.Implies(live <= L, z3.And(live + g <= L, live + n <= L)), *dom)
     proved(z3.Implies(live >= L, z3.And(g == 0, n == 0)), *dom)
 
@@ -354,7 +363,7 @@ def test_proof_a_window_count_never_exceeds_allowed():
     claims, dom = _three_claims()
     C0, C3, A = claims[0].C, claims[2].after, claims[0].A
     proved(C3 <= A, *dom, C0 <= A)
-    proved(C3 - C0 <= zmax(A - C0 - claims[2].R, 0), *dom, C0 <= A)
+    proved(zmax(A - C0 - claims[2].R, 0) >= C3 - C0, *dom, C0 <= A)
 
 
 def test_later_claims_in_a_window_can_debit_more_than_the_first_claim_saw():
@@ -374,7 +383,7 @@ def test_later_claims_in_a_window_can_debit_more_than_the_first_claim_saw():
         first_R = rate.used - C if first_R is None else first_R
         C += debit(admit(val(c.D), rate=rate), val(c.E))
     assert C - val(C0) > val(A) - val(C0) - first_R
-    assert C <= val(A)
+    assert val(A) >= C
 
     w_us = 500 * 10 * US_PER_S
     assert admit(100, rate=RateInput(10, 10, 1, w_us, 0, 10)) == 0
@@ -405,7 +414,7 @@ def test_proof_any_period_long_interval_meets_at_most_two_windows():
     floor(t/T) - 1 — a sliding interval (t - period, t] overlaps only windows w and w - period."""
     t, t2, Ts = z3.Ints("t t2 Ts")
     T = Ts * US_PER_S
-    proved(z3.Or(t2 / T == t / T, t2 / T == t / T - 1), 1 <= Ts, Ts <= MAX_PERIOD, t - T < t2, t2 <= t)
+    proved(z3.Or(t2 / T == t / T, t2 / T == t / T - 1), Ts >= 1, Ts <= MAX_PERIOD, t - T < t2, t2 <= t)
 
 
 def test_proof_true_sliding_count_bound():
@@ -420,10 +429,10 @@ def test_proof_true_sliding_count_bound():
     the previous window's debits were spread evenly, and they need not be."""
     c = Claim()
     X = z3.Int("X")
-    dom = [*c.ranges, c.C <= c.A, c.P <= c.A, 0 <= X, X <= c.P]
+    dom = [*c.ranges, c.C <= c.A, c.P <= c.A, X >= 0, X <= c.P]
     S = X + c.after
     k = c.P - c.R
-    proved(z3.Implies(c.n >= 1, S <= c.A + k), *dom)
+    proved(z3.Implies(c.n >= 1, c.A + k >= S), *dom)
     # k is the least integer >= P*e/T - 1/2, i.e. 2kT >= 2Pe - T > 2(k-1)T
     proved(z3.And(2 * k * c.T >= 2 * c.P * c.e - c.T, 2 * (k - 1) * c.T < 2 * c.P * c.e - c.T), *dom)
     proved(S <= 2 * c.A, *dom)

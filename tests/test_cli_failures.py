@@ -27,7 +27,6 @@ import pytest
 
 from impl.cli import main as belay_main
 from impl.failures import describe_database_error
-from impl.provision import redact
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -21,7 +21,7 @@ from model import worker_ops as w
 from model.ops import JobSpec, WorkflowMember
 from tests.apps import replay_app as app
 
-OLD = datetime(2020, 1, 1, tzinfo=timezone.utc)  # long past every retention, whatever today is
+OLD = datetime(2020, 1, 1, tzinfo=UTC)  # long past every retention, whatever today is
 
 
 def belay(url: str, *args: str):

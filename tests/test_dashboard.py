@@ -7,7 +7,7 @@ in test_dashboard_browser.py.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import psycopg
@@ -23,7 +23,7 @@ from impl.store import PgStore
 from model import ops
 from tests import dashboard_world
 
-SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOW = SEEDED + timedelta(seconds=60)
 TOKEN = "t0ken"
 

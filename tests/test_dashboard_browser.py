@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -32,7 +32,7 @@ CHROMIUM = os.environ.get("BELAY_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOTS = Path(os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent.parent / "reports" / "screenshots" / "dashboard"))
-SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOW = SEEDED + timedelta(seconds=60)  # the dashboard's clock: the seeded jobs finished within the last minute
 TOKEN = "s3cret-dashboard-token"
 WAIT_MS = 20_000  # generous: on a loaded CI machine a page can take seconds; passing runs never wait this long

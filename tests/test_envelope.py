@@ -21,8 +21,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from model.envelope import (
-    STEP_VALUE_CAP, Atom, EnvelopeError, ImproperList, Opaque, StepValueTooLarge,
-    decode, encode, encode_step_value,
+    STEP_VALUE_CAP,
+    Atom,
+    EnvelopeError,
+    ImproperList,
+    Opaque,
+    StepValueTooLarge,
+    decode,
+    encode,
+    encode_step_value,
 )
 
 
@@ -57,7 +64,7 @@ def test_json_round_trips_nested_values():
 
 
 def test_encode_writes_compact_utf8_json_in_insertion_order():
-    assert encode({"b": 1, "a": ["é", 2.0]}) == '{"b":1,"a":["é",2.0]}'.encode("utf-8")
+    assert encode({"b": 1, "a": ["é", 2.0]}) == '{"b":1,"a":["é",2.0]}'.encode()
 
 
 def test_encode_writes_tuples_as_lists():

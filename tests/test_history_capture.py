@@ -8,7 +8,7 @@ import os
 import secrets
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -65,7 +65,7 @@ def test_a_captured_history_replays_into_the_final_snapshot_with_every_transitio
             big = secrets.token_hex(8000)  # an incompressible, TOASTed input: updates carry it as "unchanged"
             ids = [client.enqueue("q", "k", {"i": i, "big": big if i == 0 else None}, max_attempts=2).id
                    for i in range(4)]
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             claimed = store.apply(w.Claim(now, "q", "n1", 4, timedelta(seconds=30))).jobs
             assert len(claimed) == 4
             store.apply(w.RecordStep(now, ids[0], "s1", {"v": 1}, 3, 4))
@@ -96,7 +96,7 @@ def test_an_illegal_write_in_the_history_is_reported_with_its_lsn_and_preceding_
     try:
         with Client(url) as client:
             job = client.enqueue("q", "k", {}).id
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with PgStore(url) as store:
             store.apply(w.Claim(now, "q", "n1", 1, timedelta(seconds=30)))
             store.apply(w.Ack(now, job, 1, w.Succeed(1)))
@@ -227,18 +227,18 @@ def test_stale_reclaim_is_invisible_in_the_final_state_but_not_in_the_history(ur
     try:
         with Client(url) as client:
             job = client.enqueue("q", "k", {}).id
-        t0 = datetime.now(timezone.utc)
+        t0 = datetime.now(UTC)
         with PgStore(url) as store, StaleReclaimStore(url) as broken:
             store.apply(w.Claim(t0, "q", "n1", 1, timedelta(milliseconds=1)))
             time.sleep(0.01)
-            sweep = threading.Thread(target=lambda: broken.apply(w.Reclaim(datetime.now(timezone.utc), w.Backoff(0))))
+            sweep = threading.Thread(target=lambda: broken.apply(w.Reclaim(datetime.now(UTC), w.Backoff(0))))
             sweep.start()
             time.sleep(0.3)  # inside the sweeper's slow pass: its read is done
-            assert isinstance(store.apply(w.Ack(datetime.now(timezone.utc), job, 1, w.Succeed(1))), w.Acked)
+            assert isinstance(store.apply(w.Ack(datetime.now(UTC), job, 1, w.Succeed(1))), w.Acked)
             sweep.join()
-            again = store.apply(w.Claim(datetime.now(timezone.utc), "q", "n2", 1, timedelta(seconds=30))).jobs
+            again = store.apply(w.Claim(datetime.now(UTC), "q", "n2", 1, timedelta(seconds=30))).jobs
             assert [j.id for j in again] == [job]  # the finished job runs once more
-            store.apply(w.Ack(datetime.now(timezone.utc), job, 2, w.Succeed(2)))
+            store.apply(w.Ack(datetime.now(UTC), job, 2, w.Succeed(2)))
         result = hist.finish()
     finally:
         hist.close()
@@ -254,7 +254,7 @@ def test_ack_keeping_its_lease_is_invisible_in_the_final_state_but_not_in_the_hi
     try:
         with Client(url) as client:
             job = client.enqueue("q", "k", {}, max_attempts=3).id
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with AckKeepsLeaseStore(url) as broken:
             broken.apply(w.Claim(now, "q", "n1", 1, timedelta(seconds=30)))
             broken.apply(w.Ack(now, job, 1, w.Fail("boom", None, now)))  # back to ready, lease kept
@@ -277,7 +277,7 @@ def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_
         with Client(url) as client:
             client.enqueue_workflow("wf", [WorkflowMember("a", JobSpec("q", "k")),
                                            WorkflowMember("b", JobSpec("q", "k"), deps=("a",))])
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         with SettleAfterCommitStore(url) as broken:
             (a,) = broken.apply(w.Claim(now, "q", "n1", 5, timedelta(seconds=30))).jobs
             broken.apply(w.Ack(now, a.id, 1, w.Succeed(1)))  # commits a succeeded; b released one commit later

@@ -3,18 +3,16 @@ writer accepted, and one illegal history per rule (each named by the rule it bre
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
-
-import pytest
+from datetime import UTC, datetime, timedelta
 
 from model import transitions as tr
+from model import worker_ops as w
+from model.ops import Cancel, DeliverSignal, Enqueue, EnqueueWorkflow, JobSpec, Retry, WorkflowMember
+from model.queues import QueueOpts
 from model.rows import Event, Job, RateWindow, Signal, Step
 from model.store import ModelStore
-from model import worker_ops as w
-from model.ops import Enqueue, EnqueueWorkflow, JobSpec, Retry, WorkflowMember, Cancel, DeliverSignal
-from model.queues import QueueOpts
 
-T = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 CTX = tr.TxContext(commit_time=T)
 
 

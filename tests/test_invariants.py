@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import sys
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -47,7 +47,7 @@ from model.rows import INCOMPLETE, Signal, Step
 from model.state import State, from_rows
 from model.store import ModelStore, spawn_key
 
-T0 = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -22,7 +22,7 @@ from model import worker_ops as w
 from tests.apps import replay_app as app
 
 ROOT = Path(__file__).resolve().parents[1]
-OLD = datetime(2020, 1, 1, tzinfo=timezone.utc)
+OLD = datetime(2020, 1, 1, tzinfo=UTC)
 READ_ONLY = {"stats", "list_jobs", "get_job", "steps", "events", "workflow", "replay_dry_run", "soak_verdict"}
 MUTATING = {"retry_job", "cancel_job", "signal", "steer", "queue_put"}
 
@@ -124,7 +124,7 @@ def test_an_authorizer_decides_each_mutation_and_its_refusal_is_a_clear_tool_err
                 await s.call_tool("retry_job", {"job_id": job_id})]
 
     cancel, steer, retry, again = session(db_url, "--authorizer", "tests.apps.mcp_guard:only_retry", calls=calls)
-    assert f"refused by the authorizer: cancel_job" in error(cancel) and "needs a human" in error(cancel)
+    assert "refused by the authorizer: cancel_job" in error(cancel) and "needs a human" in error(cancel)
     assert "refused by the authorizer: steer" in error(steer)
     assert payload(retry) == {"job_id": job_id, "retried": True, "state": "ready"}
     assert "only failed or cancelled jobs can be retried" in error(again)

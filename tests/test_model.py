@@ -10,7 +10,7 @@ retention, reads, and refused input. States a test needs that no operation produ
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from types import MappingProxyType
 
 import pytest
@@ -21,26 +21,84 @@ from model import ops
 from model import worker_ops as w
 from model.envelope import decode, encode
 from model.ops import (
-    Cancel, CancelRequested, Cancelled, CheckCompat, ClearSignal, Cleared, Compatible, DeliverSignal, Duplicate,
-    Enqueue, EnqueueWorkflow, IncompatibleSchema, Inserted, InvalidInput, JobSpec, NotCancellable, NotFound,
-    NotRetryable, PutCron, PutQueue, ReadEvents, ReadJob, ReadSignals, ReadSteps, ReadWorkflow, Retried, Retry,
-    RetryBlocked, Signalled, Steer, WorkflowMember,
+    Cancel,
+    Cancelled,
+    CancelRequested,
+    CheckCompat,
+    Cleared,
+    ClearSignal,
+    Compatible,
+    DeliverSignal,
+    Duplicate,
+    Enqueue,
+    EnqueueWorkflow,
+    IncompatibleSchema,
+    Inserted,
+    InvalidInput,
+    JobSpec,
+    NotCancellable,
+    NotFound,
+    NotRetryable,
+    PutCron,
+    PutQueue,
+    ReadEvents,
+    ReadJob,
+    ReadSignals,
+    ReadSteps,
+    ReadWorkflow,
+    Retried,
+    Retry,
+    RetryBlocked,
+    Signalled,
+    Steer,
+    WorkflowMember,
 )
 from model.queues import QueueOpts
 from model.rows import TERMINAL
 from model.state import State, from_rows
 from model.store import ModelStore, claim_order, transition
 from model.worker_ops import (
-    Ack, Acked, AwaitChildren, Backoff, BudgetOk, CancelSelf, ChildrenDone, Claim, CronDef, EmitEvent, Emitted,
-    Fail, FireCrons, JobGone, OverBudget, ParkAwait, Parked, Preflight, Prune, ReadStep, Reclaim, Reconcile,
-    Reconciled, RecordStep, Renew, Renewed, Sleep, Slept, Snooze, Spawn, Spawned, Stale, StepHit, StepMiss,
+    Ack,
+    Acked,
+    AwaitChildren,
+    Backoff,
+    BudgetOk,
+    CancelSelf,
+    ChildrenDone,
+    Claim,
+    CronDef,
+    EmitEvent,
+    Emitted,
+    Fail,
+    FireCrons,
+    JobGone,
+    OverBudget,
+    ParkAwait,
+    Parked,
+    Preflight,
+    Prune,
+    ReadStep,
+    Reclaim,
+    Reconcile,
+    Reconciled,
+    RecordStep,
+    Renew,
+    Renewed,
+    Sleep,
+    Slept,
+    Snooze,
+    Spawn,
+    Spawned,
+    Stale,
+    StepHit,
+    StepMiss,
     Succeed,
 )
 
 AckMany = getattr(w, "AckMany", None)  # batched acks (chunk workers); newer than the rest of the vocabulary
 needs_ack_many = pytest.mark.skipif(AckMany is None, reason="model.worker_ops has no AckMany")
 
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)  # a whole minute: rate windows start here
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)  # a whole minute: rate windows start here
 TTL = timedelta(seconds=30)
 
 
@@ -189,7 +247,7 @@ def test_a_duplicate_within_one_batch_is_skipped_against_the_earlier_row():
 
 def test_window_mode_embeds_the_bucket_in_the_key_and_dedupes_regardless_of_outcome():
     store = ModelStore()
-    bucket = (NOW - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(seconds=3600)
+    bucket = (NOW - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(seconds=3600)
     [first] = enqueue(store, spec(unique_key="daily", unique_mode="window", unique_window=3600))
     assert job(store, first).unique_key == f"daily@{bucket}"
     succeed(store, first)  # terminal: the window index still covers it
@@ -1021,7 +1079,7 @@ def _check_step(op, result, before: State, after: State) -> None:
         else:
             assert (row.lease_until, row.leased_by) == (None, None)
         if row.state == "held":
-            assert row.wf_deps or row.id in before.jobs and before.jobs[row.id].state == "held"
+            assert row.wf_deps or (row.id in before.jobs and before.jobs[row.id].state == "held")
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

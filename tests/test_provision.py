@@ -18,12 +18,12 @@ import psycopg
 import pytest
 
 from impl.provision import (
+    _LIVE,
     ClusterConfig,
     EmbeddedCluster,
     ProvisionError,
     TemplateDatabases,
     _children_of,
-    _LIVE,
     _procs_with_cwd,
     _wheel_bindir,
     docker_available,

@@ -8,7 +8,7 @@ pg_stat_user_tables' n_tup_ins/upd/del compared before and after).
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -19,7 +19,7 @@ from impl.snapshot import snapshot
 from impl.store import PgStore
 from tests.apps import replay_app as app
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -394,7 +394,7 @@ def cron_slots(pg: psycopg.Connection) -> list[tuple[datetime, int]]:
 
 def test_cron_slots_fire_exactly_once_with_three_workers_racing(db, pg, workers, caplog):
     caplog.set_level(logging.ERROR, logger="belay")
-    start = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
+    start = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
     origin: list[float] = []  # empty: the clock stands still until all three nodes run
 
     def clock() -> datetime:  # then two minutes of cron time per real second, shared by all three nodes
@@ -411,7 +411,7 @@ def test_cron_slots_fire_exactly_once_with_three_workers_racing(db, pg, workers,
     slots = cron_slots(pg)
     assert all(n == 1 for _, n in slots), f"a slot fired more than once: {slots}"
     fired = [s for s, _ in slots]
-    first = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    first = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     assert fired == [first + timedelta(minutes=i) for i in range(len(fired))], "no slot was skipped"
     assert fired[-1] <= minute_slot(end)
     jobs = pg.execute("SELECT DISTINCT queue, worker, input, state FROM belay_jobs").fetchall()
@@ -420,7 +420,7 @@ def test_cron_slots_fire_exactly_once_with_three_workers_racing(db, pg, workers,
 
 
 def test_concurrent_sweeps_over_the_same_window_insert_each_cron_slot_once(db, pg):
-    since = datetime(2026, 11, 30, 11, 59, 30, tzinfo=timezone.utc)
+    since = datetime(2026, 11, 30, 11, 59, 30, tzinfo=UTC)
     stores = [PgStore(db) for _ in range(3)]
     try:
         for rounds in range(4):  # windows that overlap (each starts before the last one ended)
@@ -448,7 +448,7 @@ def test_concurrent_sweeps_over_the_same_window_insert_each_cron_slot_once(db, p
         for s in stores:
             s.close()
     slots = cron_slots(pg)
-    first = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+    first = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     assert slots == [(first + timedelta(minutes=i), 1) for i in range(6)]
 
 

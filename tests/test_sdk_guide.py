@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+
 from model import ops
 from model import worker_ops as w
 from properties.conformance import CASES

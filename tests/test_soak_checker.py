@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from model.rows import Event, Job, Signal, Step
 from model.state import from_rows
 from soak.checker import LedgerEntry, Observation, SoakLedger, UniqueAttempt, check
 
-T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 E0 = T0.timestamp()
 
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
@@ -39,10 +39,10 @@ def _writer(url: str, stop: threading.Event, done: list[int]) -> None:
     try:
         while not stop.is_set():
             try:
-                now = datetime.now(timezone.utc)
+                now = datetime.now(UTC)
                 [job_id] = store.apply(ops.Enqueue(now, (ops.JobSpec("q", "k", {}),))).ids
                 for job in store.apply(w.Claim(now, "q", "n1", 5)).jobs:
-                    store.apply(w.Ack(datetime.now(timezone.utc), job.id, job.attempt, w.Succeed({"ok": 1})))
+                    store.apply(w.Ack(datetime.now(UTC), job.id, job.attempt, w.Succeed({"ok": 1})))
                     done.append(job.id)
             except psycopg.Error:
                 time.sleep(0.05)

@@ -12,9 +12,10 @@ import contextlib
 import json
 import logging
 import re
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import jinja2
@@ -30,7 +31,7 @@ from starlette.templating import Jinja2Templates
 
 from impl.dashboard import auth as a
 from impl.dashboard import views
-from impl.dashboard.queries import COUNT_CAP, FILTERS, TERMINAL_CAP, INDEXES, PAGE_SIZE, DashboardQueries, JobFilter
+from impl.dashboard.queries import COUNT_CAP, FILTERS, INDEXES, PAGE_SIZE, TERMINAL_CAP, DashboardQueries, JobFilter
 from impl.store import PgStore
 from model import ops
 from model.rows import STATES, TERMINAL
@@ -46,7 +47,7 @@ BACK = re.compile(r"/(jobs/[0-9]+)?")
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _num(n: Any) -> str:
@@ -66,7 +67,7 @@ def _age(seconds: float | None) -> str:
 
 
 def _when(value: datetime | None) -> str:
-    return "—" if value is None else value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return "—" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
 def environment() -> jinja2.Environment:

@@ -63,7 +63,7 @@ class JobFilter:
     error: str | None = None  # text searched in errors[].error / errors[].detail
 
     @classmethod
-    def from_query(cls, params: Mapping[str, str]) -> "JobFilter":
+    def from_query(cls, params: Mapping[str, str]) -> JobFilter:
         values: dict[str, Any] = {}
         for name in FILTERS:
             raw = params.get(name)

@@ -14,8 +14,8 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from functools import partial
-from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote, unquote_to_bytes
 
@@ -41,7 +41,7 @@ MAX_BODY = 16 * 1024 * 1024
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Waker:
@@ -77,7 +77,7 @@ class Waker:
         self.waiters.setdefault(queue, set()).add(event)
         try:
             await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             self.waiters[queue].discard(event)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, overload
 
 VALIDATION_ERROR = "VALIDATION_ERROR"
@@ -147,8 +147,8 @@ def string_map(body: dict, key: str) -> dict[str, str] | None:
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
 )
-_MIN = datetime.min.replace(tzinfo=timezone.utc)
-_MAX = datetime.max.replace(tzinfo=timezone.utc)
+_MIN = datetime.min.replace(tzinfo=UTC)
+_MAX = datetime.max.replace(tzinfo=UTC)
 
 
 def parse_datetime(value: Any, what: str) -> datetime:
@@ -175,7 +175,7 @@ def parse_datetime(value: Any, what: str) -> datetime:
     if year == 0:
         return _MIN
     try:
-        return (local - offset).replace(tzinfo=timezone.utc)
+        return (local - offset).replace(tzinfo=UTC)
     except OverflowError:
         return _MIN if offset > timedelta(0) else _MAX
 
@@ -184,4 +184,4 @@ def iso(at: datetime | None) -> str | None:
     """A datetime as RFC 3339 in UTC with a Z suffix."""
     if at is None:
         return None
-    return at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -30,10 +30,29 @@ from psycopg.types.json import Jsonb
 from impl.http import checkpoints as cp
 from impl.http import errors as e
 from impl.http.errors import ApiError, iso
-from impl.http.ids import (RunRef, decode_cursor, encode_cursor, event_id, is_workflow_run_id, new_workflow_run_id,
-                           parse_run, parse_task, run_id, task_id)
-from impl.http.tasks import (CANCEL_STEP, RESERVED_STEP_PREFIXES, TASK_STEP, WAIT_PREFIX, RetryStrategy, TaskConfig,
-                             claimed_task, headers_of, runs_of)
+from impl.http.ids import (
+    RunRef,
+    decode_cursor,
+    encode_cursor,
+    event_id,
+    is_workflow_run_id,
+    new_workflow_run_id,
+    parse_run,
+    parse_task,
+    run_id,
+    task_id,
+)
+from impl.http.tasks import (
+    CANCEL_STEP,
+    RESERVED_STEP_PREFIXES,
+    TASK_STEP,
+    WAIT_PREFIX,
+    RetryStrategy,
+    TaskConfig,
+    claimed_task,
+    headers_of,
+    runs_of,
+)
 from impl.pgrows import channel_name, result_payload
 from impl.store import PgStore
 from model import ops
@@ -518,7 +537,7 @@ class HttpService:
         return {**row, "version": cp.version_of(name, row["name"])}
 
     def _write_checkpoint(self, tx: Any, now: datetime, job_id: int, name: str, value: bytes,
-                          latest: dict | None | bool = False) -> None:
+                          latest: dict | bool | None = False) -> None:
         """Journal the next version of checkpoint `name`. The caller holds the job row lock (the §7
         fence), so versions are written one at a time; `latest` saves a re-read when already known."""
         if latest is False:

@@ -43,7 +43,7 @@ class RetryStrategy:
         return out
 
     @classmethod
-    def from_json(cls, data: Any) -> "RetryStrategy | None":
+    def from_json(cls, data: Any) -> RetryStrategy | None:
         if not isinstance(data, dict):
             return None
         return cls(data["kind"], data["base_seconds"], data.get("factor"), data.get("max_seconds"))
@@ -83,7 +83,7 @@ class TaskConfig:
         }
 
     @classmethod
-    def from_step(cls, value: bytes | None, column_max_attempts: int) -> "TaskConfig":
+    def from_step(cls, value: bytes | None, column_max_attempts: int) -> TaskConfig:
         """The journaled config, or defaults for a job a non-HTTP client enqueued."""
         data = decode(bytes(value)) if value is not None else None
         if not isinstance(data, dict):

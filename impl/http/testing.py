@@ -10,7 +10,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from impl.http.server import running
 class FakeClock:
     """A clock the test moves; thread-safe."""
 
-    def __init__(self, start: datetime = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)) -> None:
+    def __init__(self, start: datetime = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)) -> None:
         self._now = start
         self._lock = threading.Lock()
 

@@ -9,8 +9,30 @@ from model import ops
 from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
-    MIN, S, TTL, ack, check, claim, claim_job, errors_of, expect, expect_unchanged, fields, insert, member,
-    observe, park, read, signal, spawn, spec, start, succeed, value_of, wf_states, workflow,
+    MIN,
+    TTL,
+    S,
+    ack,
+    check,
+    claim,
+    claim_job,
+    errors_of,
+    expect,
+    expect_unchanged,
+    fields,
+    insert,
+    member,
+    observe,
+    park,
+    read,
+    signal,
+    spawn,
+    spec,
+    start,
+    succeed,
+    value_of,
+    wf_states,
+    workflow,
 )
 
 CLEARED = dict(lease_until=None, leased_by=None)

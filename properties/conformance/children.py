@@ -7,8 +7,26 @@ from model import ops
 from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
-    MIN, S, TTL, ack, check, claim_job, expect, expect_unchanged, fields, gone, insert, observe, park, read,
-    signal, spawn, spec, start, succeed, value_of,
+    MIN,
+    TTL,
+    S,
+    ack,
+    check,
+    claim_job,
+    expect,
+    expect_unchanged,
+    fields,
+    gone,
+    insert,
+    observe,
+    park,
+    read,
+    signal,
+    spawn,
+    spec,
+    start,
+    succeed,
+    value_of,
 )
 
 

@@ -8,8 +8,29 @@ from model import ops
 from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
-    MIN, NODE, OTHER_NODE, S, TTL, ack, check, claim, claim_job, claimed_ids, errors_of, expect, fields,
-    insert, member, park, read, signal, spawn, spec, start, wf_states, workflow,
+    MIN,
+    NODE,
+    OTHER_NODE,
+    TTL,
+    S,
+    ack,
+    check,
+    claim,
+    claim_job,
+    claimed_ids,
+    errors_of,
+    expect,
+    fields,
+    insert,
+    member,
+    park,
+    read,
+    signal,
+    spawn,
+    spec,
+    start,
+    wf_states,
+    workflow,
 )
 
 

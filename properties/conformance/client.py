@@ -12,8 +12,31 @@ from model.queues import QueueOpts
 from model.rows import Signal
 from properties.conformance.core import NotApplicable, case, require
 from properties.conformance.support import (
-    MIN, S, ack, cancel, check, claim, claim_job, enqueue, expect, expect_raises, fail, fields,
-    finish, gone, insert, member, park, read, signal, signals, spec, start, state, succeed, wf_states,
+    MIN,
+    S,
+    ack,
+    cancel,
+    check,
+    claim,
+    claim_job,
+    enqueue,
+    expect,
+    expect_raises,
+    fail,
+    fields,
+    finish,
+    gone,
+    insert,
+    member,
+    park,
+    read,
+    signal,
+    signals,
+    spec,
+    start,
+    state,
+    succeed,
+    wf_states,
     workflow,
 )
 

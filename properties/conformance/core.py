@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 CaseFn = Callable[[Any, datetime], None]
 
 # The instant cases start from when the caller gives none (cases advance it with timedelta).
-DEFAULT_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+DEFAULT_NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
 
 class NotApplicable(Exception):

@@ -11,8 +11,24 @@ from model import worker_ops as w
 from model.cron import CronDef
 from properties.conformance.core import case
 from properties.conformance.support import (
-    MIN, S, cancel, check, claim, expect, fail, fields, gone, insert, member, park, read, signals, start,
-    succeed, wf_states, workflow,
+    MIN,
+    S,
+    cancel,
+    check,
+    claim,
+    expect,
+    fail,
+    fields,
+    gone,
+    insert,
+    member,
+    park,
+    read,
+    signals,
+    start,
+    succeed,
+    wf_states,
+    workflow,
 )
 
 TICK = CronDef("tick", "* * * * *", "tick_worker", {"n": 1}, "cron", priority=2, max_attempts=3)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from model import ops
-from model.cron import CronDef
 from model import worker_ops as w
+from model.cron import CronDef
 from properties.conformance.core import case
 from properties.conformance.support import (
     MIN,
@@ -25,12 +25,12 @@ from properties.conformance.support import (
     expect_raises,
     fields,
     insert,
+    member,
     park,
     read,
     start,
     wf_states,
     workflow,
-    member,
 )
 
 

@@ -19,8 +19,8 @@ from datetime import timedelta
 from typing import Any
 
 from impl.worker import JobContext, Registry, Snooze
-from model.envelope import decode
 from model.durable import CHILD_KIND, CHILD_QUEUE, NO_BACKOFF, PROGRAM_KIND, QUEUE, signal_scope
+from model.envelope import decode
 from model.ops import JobSpec
 
 TABLES = """

@@ -96,7 +96,7 @@ class Fleet:
 
     # --- lifecycle -------------------------------------------------------------------------------------
 
-    def start(self) -> "Fleet":
+    def start(self) -> Fleet:
         self.cluster.start()
         with psycopg.connect(self.url, autocommit=True) as c:
             migrate(c)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from impl.store import PgStore
 from impl.worker_store import _over_budget
-from model.envelope import encode_step_value
 from model import worker_ops as w
+from model.envelope import encode_step_value
 from soak.reference_worker import main
 
 

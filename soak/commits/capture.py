@@ -129,7 +129,7 @@ class Capture:
     # --- set-up and tear-down --------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str, path: Path, slot: str, **kw) -> "Capture":
+    def open(cls, url: str, path: Path, slot: str, **kw) -> Capture:
         """Prepare the database and create the slot; raise CaptureUnavailable when the server won't."""
         cap = cls(url, path, slot, **kw)
         with psycopg.connect(url, autocommit=True) as c:
@@ -152,7 +152,7 @@ class Capture:
         cap._out = open(cap.path, "wb")
         return cap
 
-    def start(self) -> "Capture":
+    def start(self) -> Capture:
         self._thread = threading.Thread(target=self._run, name="history-capture", daemon=True)
         self._thread.start()
         return self
@@ -214,7 +214,7 @@ class Capture:
                     return False
                 time.sleep(0.5)
 
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> Capture:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -296,4 +296,4 @@ class Capture:
                 self._halt.wait(1.0)
 
 
-__all__ = ["Capture", "CaptureUnavailable", "Transaction", "read_transactions", "slot_name", "TABLES"]
+__all__ = ["TABLES", "Capture", "CaptureUnavailable", "Transaction", "read_transactions", "slot_name"]

@@ -22,7 +22,6 @@ from soak.commits.capture import Capture, CaptureUnavailable, read_transactions,
 from soak.commits.replay import HistoryResult, replay, save_state
 from soak.commits.timeline import add_to_report
 
-
 POLL_S = 2.0  # slot polls while the soak runs: each call re-reads WAL from the slot's restart point, so fewer is cheaper
 
 
@@ -42,7 +41,7 @@ class HistoryCheck:
 
     @classmethod
     def begin(cls, url: str, run_dir: Path, run_id: str, enabled: bool = True,
-              why_off: str = "turned off (--no-history)") -> "HistoryCheck":
+              why_off: str = "turned off (--no-history)") -> HistoryCheck:
         if not enabled:
             return cls(url, run_dir, None, why_off)
         run_dir = Path(run_dir)

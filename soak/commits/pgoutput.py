@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import struct
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg.pq import Format
 
-PG_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
+PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -253,5 +253,15 @@ class Decoder:
         raise DecodeError(f"unknown pgoutput message type {tag!r}")
 
 
-__all__ = ["Decoder", "DecodeError", "Begin", "Commit", "Relation", "Column", "Change", "Truncate",
-           "UNCHANGED", "lsn_str"]
+__all__ = [
+    "UNCHANGED",
+    "Begin",
+    "Change",
+    "Column",
+    "Commit",
+    "DecodeError",
+    "Decoder",
+    "Relation",
+    "Truncate",
+    "lsn_str",
+]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from impl.worker import JobContext, Kind, Registry, outcome_for
+from impl.worker import JobContext, Registry, outcome_for
 from model import worker_ops as w
 from model.ops import JobSpec
 
