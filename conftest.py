@@ -1,4 +1,5 @@
 """Shared pytest fixtures: a PostgreSQL for the session and a fresh migrated database per test."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime

@@ -11,6 +11,7 @@ side in one run, first without and then with the dashboard index variants (impl/
 unfiltered and under each filter, a deep keyset page, and the same pages through HTTP (uvicorn, in
 process). `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile count query and two pages.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,9 +95,13 @@ def measure(url: str, repeat: int, label: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         indexed = "belay_jobs_dash_queue_state_idx" in q.index_names(conn)
         load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-        print(f"\n== {label} (index variants: {'yes' if indexed else 'no'}; load average {load} on {os.cpu_count()} CPUs) ==")
+        print(
+            f"\n== {label} (index variants: {'yes' if indexed else 'no'}; load average {load} on {os.cpu_count()} CPUs) =="
+        )
         med, p95 = timed(lambda: conn.execute("SELECT count(*) FROM generate_series(1, 100000)").fetchone(), repeat)
-        print(f"  {'reference: count(*) of 100,000 series':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   (machine speed now)")
+        print(
+            f"  {'reference: count(*) of 100,000 series':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   (machine speed now)"
+        )
         med, p95 = timed(lambda: q.tiles(conn, NOW, indexed=indexed), repeat)
         tiles = q.tiles(conn, NOW, indexed=indexed)
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
@@ -106,8 +111,11 @@ def measure(url: str, repeat: int, label: str) -> None:
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(rows)} rows)")
     app = create_app(url, clock=lambda: NOW)
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as http:
-        for name, path in (("HTTP GET /fragments/tiles", "/fragments/tiles"), ("HTTP GET /jobs", "/jobs"),
-                           ("HTTP GET /jobs?state=held", "/jobs?state=held")):
+        for name, path in (
+            ("HTTP GET /fragments/tiles", "/fragments/tiles"),
+            ("HTTP GET /jobs", "/jobs"),
+            ("HTTP GET /jobs?state=held", "/jobs?state=held"),
+        ):
             med, p95 = timed(lambda: http.get(path).raise_for_status(), repeat)
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms")
 
@@ -145,9 +153,12 @@ def main() -> None:
             with psycopg.connect(url, autocommit=True) as conn:
                 t = time.perf_counter()
                 conn.execute(FILL, {"now": NOW, "n": args.jobs})
-                conn.execute("INSERT INTO belay_queues (name, opts, updated_at) VALUES "
-                             "('queue_1', '{\"global_limit\": 5}', %(now)s), "
-                             "('queue_2', '{\"rate\": {\"allowed\": 10, \"period\": 1}}', %(now)s)", {"now": NOW})
+                conn.execute(
+                    "INSERT INTO belay_queues (name, opts, updated_at) VALUES "
+                    "('queue_1', '{\"global_limit\": 5}', %(now)s), "
+                    '(\'queue_2\', \'{"rate": {"allowed": 10, "period": 1}}\', %(now)s)',
+                    {"now": NOW},
+                )
                 conn.execute("VACUUM ANALYZE belay_jobs")
                 size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('belay_jobs'))").fetchone()[0]
                 print(f"filled {args.jobs:,} jobs in {time.perf_counter() - t:.1f} s; belay_jobs with indexes: {size}")
@@ -156,8 +167,10 @@ def main() -> None:
                 t = time.perf_counter()
                 created = DashboardQueries().ensure_indexes(conn)
                 conn.execute("VACUUM ANALYZE belay_jobs")
-                sizes = conn.execute("SELECT string_agg(relname || ' ' || pg_size_pretty(pg_relation_size(oid)), ', ') "
-                                     "FROM pg_class WHERE relname LIKE 'belay_jobs_dash_%%'").fetchone()[0]
+                sizes = conn.execute(
+                    "SELECT string_agg(relname || ' ' || pg_size_pretty(pg_relation_size(oid)), ', ') "
+                    "FROM pg_class WHERE relname LIKE 'belay_jobs_dash_%%'"
+                ).fetchone()[0]
                 print(f"\ncreated {', '.join(created)} in {time.perf_counter() - t:.1f} s ({sizes})")
             measure(url, args.repeat, "with the dashboard index variants")
             if args.explain:

@@ -8,6 +8,7 @@ Targets: every correct variant exhausted (verdict valid) well under a minute, ev
 invalid with its shortest counterexample; 50,000+ states/s on the larger configurations. States per
 second count the whole check — the breadth-first search with the invariants and the liveness pass.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,17 @@ def _row(s, repeat: int) -> tuple:
     cx = best.counterexample
     shortest = f"{cx.kind} in {cx.length}" if cx else ""
     flag = "" if best.as_expected else "  UNEXPECTED"
-    return (s.key, s.size, len(s.actors), best.verdict + flag, best.states, best.transitions,
-            best.elapsed * 1000, best.states_per_second, shortest)
+    return (
+        s.key,
+        s.size,
+        len(s.actors),
+        best.verdict + flag,
+        best.states,
+        best.transitions,
+        best.elapsed * 1000,
+        best.states_per_second,
+        shortest,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         scenarios = catalogue(tuple(args.only) if args.only else None)
     header = ("scenario", "size", "actors", "verdict", "states", "transitions", "ms", "states/s", "counterexample")
-    print(f"{header[0]:24} {header[1]:>4} {header[2]:>6} {header[3]:9} {header[4]:>8} {header[5]:>11} "
-          f"{header[6]:>8} {header[7]:>9}  {header[8]}")
+    print(
+        f"{header[0]:24} {header[1]:>4} {header[2]:>6} {header[3]:9} {header[4]:>8} {header[5]:>11} "
+        f"{header[6]:>8} {header[7]:>9}  {header[8]}"
+    )
     total_states = total_time = 0.0
     unexpected = 0
     for s in scenarios:
@@ -53,10 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         unexpected += "UNEXPECTED" in verdict
         total_states += states
         total_time += ms / 1000
-        print(f"{key:24} {size:>4} {actors:>6} {verdict:9} {states:>8,} {transitions:>11,} {ms:>8.1f} "
-              f"{rate:>9,.0f}  {shortest}")
-    print(f"\n{len(scenarios)} runs, {int(total_states):,} states in {total_time:.2f}s: "
-          f"{total_states / total_time:,.0f} states/s overall" + (f"; {unexpected} UNEXPECTED" if unexpected else ""))
+        print(
+            f"{key:24} {size:>4} {actors:>6} {verdict:9} {states:>8,} {transitions:>11,} {ms:>8.1f} "
+            f"{rate:>9,.0f}  {shortest}"
+        )
+    print(
+        f"\n{len(scenarios)} runs, {int(total_states):,} states in {total_time:.2f}s: "
+        f"{total_states / total_time:,.0f} states/s overall" + (f"; {unexpected} UNEXPECTED" if unexpected else "")
+    )
     return 1 if unexpected else 0
 
 

@@ -9,6 +9,7 @@
 figure is the workers' capacity: jobs finished per second during the faults phase. Prints each run and
 the ratio of medians. `replay` prints the replay's time and counts for a finished run folder.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,18 +32,46 @@ def _children_cpu() -> float:
 
 
 def soak_once(history: bool, duration: float, rate: float, seed: int, report: Path, drain: float = 30) -> dict:
-    cmd = [sys.executable, "-m", "soak.run", "--duration", str(duration), "--heal", "1", "--drain-timeout", str(drain),
-           "--kill-every", "0", "--stop-every", "0", "--db-restart-every", "0", "--rate", str(rate),
-           "--seed", str(seed), "--report", str(report), "--no-progress"] + ([] if history else ["--no-history"])
+    cmd = [
+        sys.executable,
+        "-m",
+        "soak.run",
+        "--duration",
+        str(duration),
+        "--heal",
+        "1",
+        "--drain-timeout",
+        str(drain),
+        "--kill-every",
+        "0",
+        "--stop-every",
+        "0",
+        "--db-restart-every",
+        "0",
+        "--rate",
+        str(rate),
+        "--seed",
+        str(seed),
+        "--report",
+        str(report),
+        "--no-progress",
+    ] + ([] if history else ["--no-history"])
     t0, cpu0 = time.monotonic(), _children_cpu()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     data = json.loads((report / "latest" / "results.json").read_text())
     hist = data.get("history") or {}
-    return {"history": history, "throughput": data["meta"].get("mean_throughput_faults"),
-            "wall_s": round(time.monotonic() - t0, 1), "exit": proc.returncode, "jobs": data["stats"]["jobs_checked"],
-            "history_verdict": hist.get("verdict"), "replay_s": hist.get("seconds"),
-            "replay_cpu_s": hist.get("cpu_seconds"), "cpu_s": round(_children_cpu() - cpu0, 1),
-            "transactions": hist.get("transactions")}
+    return {
+        "history": history,
+        "throughput": data["meta"].get("mean_throughput_faults"),
+        "wall_s": round(time.monotonic() - t0, 1),
+        "exit": proc.returncode,
+        "jobs": data["stats"]["jobs_checked"],
+        "history_verdict": hist.get("verdict"),
+        "replay_s": hist.get("seconds"),
+        "replay_cpu_s": hist.get("cpu_seconds"),
+        "cpu_s": round(_children_cpu() - cpu0, 1),
+        "transactions": hist.get("transactions"),
+    }
 
 
 def cost(args: argparse.Namespace) -> None:
@@ -55,8 +84,10 @@ def cost(args: argparse.Namespace) -> None:
             print(json.dumps(r), flush=True)
     off = statistics.median(r["throughput"] for r in runs if not r["history"])
     on = statistics.median(r["throughput"] for r in runs if r["history"])
-    print(f"throughput (jobs/s, median of {args.pairs}): capture off {off:.1f}, on {on:.1f} → "
-          f"cost {100 * (1 - on / off):.1f} % (target ≤ 15 %)")
+    print(
+        f"throughput (jobs/s, median of {args.pairs}): capture off {off:.1f}, on {on:.1f} → "
+        f"cost {100 * (1 - on / off):.1f} % (target ≤ 15 %)"
+    )
 
 
 def replay_time(args: argparse.Namespace) -> None:
@@ -65,14 +96,19 @@ def replay_time(args: argparse.Namespace) -> None:
 
     d = args.run_dir
     t0, c0 = time.perf_counter(), time.process_time()
-    result = replay(read_transactions(d / "history.bin"), load_state(d / "history-initial.pickle"),
-                    load_state(d / "history-final.pickle"))
+    result = replay(
+        read_transactions(d / "history.bin"),
+        load_state(d / "history-initial.pickle"),
+        load_state(d / "history-final.pickle"),
+    )
     took, cpu = time.perf_counter() - t0, time.process_time() - c0
     size = (d / "history.bin").stat().st_size
     print(result.line())
-    print(f"replay: {took:.1f} s wall, {cpu:.1f} s CPU for {result.transactions} commits, {result.transitions} "
-          f"transitions ({size / 1e6:.1f} MB captured), {result.transactions / cpu:.0f} commits per CPU second; "
-          f"matches final snapshot: {result.matches_snapshot}")
+    print(
+        f"replay: {took:.1f} s wall, {cpu:.1f} s CPU for {result.transactions} commits, {result.transitions} "
+        f"transitions ({size / 1e6:.1f} MB captured), {result.transactions / cpu:.0f} commits per CPU second; "
+        f"matches final snapshot: {result.matches_snapshot}"
+    )
 
 
 def main() -> None:

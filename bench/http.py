@@ -7,6 +7,7 @@ $BELAY_DATABASE_URL or an embedded PostgreSQL (default durability), fills a queu
 (one SQL statement, not measured), then `workers` threads each loop: claim up to `batch` runs, complete
 each. Prints tasks/s (one claimed run + one complete each) and HTTP requests/s.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,14 +31,21 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 def fill(url: str, queue: str, n: int) -> None:
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, max_attempts) "
-                  "SELECT %s, 'noop', 'ready', %s, %s, 1 FROM generate_series(1, %s)", (queue, NOW, NOW, n))
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, max_attempts) "
+            "SELECT %s, 'noop', 'ready', %s, %s, 1 FROM generate_series(1, %s)",
+            (queue, NOW, NOW, n),
+        )
 
 
 def serve(url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "impl.cli", "serve", "--database-url", url, "--port", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "impl.cli", "serve", "--database-url", url, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -57,7 +65,9 @@ def run(base: str, queue: str, workers: int, batch: int) -> tuple[int, int, floa
     def loop(i: int) -> None:
         with httpx.Client(base_url=base, timeout=30) as c:
             while True:
-                tasks = c.post(f"/queues/{queue}/tasks/claim", json={"limit": batch, "claim_timeout": 60}).json()["tasks"]
+                tasks = c.post(f"/queues/{queue}/tasks/claim", json={"limit": batch, "claim_timeout": 60}).json()[
+                    "tasks"
+                ]
                 requests[i] += 1
                 if not tasks:
                     return
@@ -95,9 +105,15 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(timeout=10)
-        result = {"tasks": tasks, "workers": args.workers, "batch": args.batch, "seconds": round(seconds, 2),
-                  "claims_completes_per_s": round(tasks / seconds, 1), "requests_per_s": round(requests / seconds, 1),
-                  "database": f"{db.kind}: {redact(db.url)}"}
+        result = {
+            "tasks": tasks,
+            "workers": args.workers,
+            "batch": args.batch,
+            "seconds": round(seconds, 2),
+            "claims_completes_per_s": round(tasks / seconds, 1),
+            "requests_per_s": round(requests / seconds, 1),
+            "database": f"{db.kind}: {redact(db.url)}",
+        }
         print(json.dumps(result))
     finally:
         db.close()

@@ -11,6 +11,7 @@ PostgreSQL with a fresh queue of ready tasks per measurement, and `bench.http.ru
 that claim up to `batch` runs and complete each). Rounds alternate before/after, so a change in the
 machine's load hits both. Prints one JSON line per measurement and a summary of medians.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,9 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
     raise RuntimeError(f"server {cmd} did not start: {log.read()[-3000:].decode(errors='replace')}")
 
 
-def measure(url: str, label: str, cmd: list[str], env: dict[str, str], port: int, tasks: int, workers: int,
-            batch: int) -> dict:
+def measure(
+    url: str, label: str, cmd: list[str], env: dict[str, str], port: int, tasks: int, workers: int, batch: int
+) -> dict:
     proc = start(cmd, env, port)
     try:
         base = f"http://127.0.0.1:{port}/api/v1"
@@ -68,8 +70,14 @@ def measure(url: str, label: str, cmd: list[str], env: dict[str, str], port: int
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"server": label, "batch": batch, "tasks": done, "seconds": round(seconds, 2),
-            "claims_completes_per_s": round(done / seconds, 1), "requests_per_s": round(requests / seconds, 1)}
+    return {
+        "server": label,
+        "batch": batch,
+        "tasks": done,
+        "seconds": round(seconds, 2),
+        "claims_completes_per_s": round(done / seconds, 1),
+        "requests_per_s": round(requests / seconds, 1),
+    }
 
 
 def main() -> None:
@@ -87,8 +95,9 @@ def main() -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             migrate(conn)
         with tempfile.TemporaryDirectory() as old:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.before], check=True,
-                                     capture_output=True).stdout
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", args.before], check=True, capture_output=True
+            ).stdout
             subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
             for _ in range(args.rounds):
                 for batch in args.batch:
@@ -98,8 +107,17 @@ def main() -> None:
                             cmd = [sys.executable, "-c", OLD_SERVE, db.url, str(port)]
                             env = {**os.environ, "PYTHONPATH": old}
                         else:
-                            cmd = [sys.executable, "-m", "impl.cli", "serve", "--database-url", db.url, "--port",
-                                   str(port), *args.serve_args.split()]
+                            cmd = [
+                                sys.executable,
+                                "-m",
+                                "impl.cli",
+                                "serve",
+                                "--database-url",
+                                db.url,
+                                "--port",
+                                str(port),
+                                *args.serve_args.split(),
+                            ]
                             env = {**os.environ, "PYTHONPATH": str(ROOT)}
                         result = measure(db.url, label, cmd, env, port, args.tasks, args.workers, batch)
                         results.append(result)
@@ -108,11 +126,22 @@ def main() -> None:
         db.close()
     print(f"database: {db.kind}: {redact(db.url)}; load average {os.getloadavg()}")
     for batch in args.batch:
-        medians = {label: statistics.median(r["claims_completes_per_s"] for r in results
-                                            if r["server"] == label and r["batch"] == batch)
-                   for label in ("before", "after")}
-        print(json.dumps({"batch": batch, "median_before": medians["before"], "median_after": medians["after"],
-                          "ratio": round(medians["after"] / medians["before"], 2)}))
+        medians = {
+            label: statistics.median(
+                r["claims_completes_per_s"] for r in results if r["server"] == label and r["batch"] == batch
+            )
+            for label in ("before", "after")
+        }
+        print(
+            json.dumps(
+                {
+                    "batch": batch,
+                    "median_before": medians["before"],
+                    "median_after": medians["after"],
+                    "ratio": round(medians["after"] / medians["before"], 2),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

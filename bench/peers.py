@@ -14,6 +14,7 @@ syncs from pg_stat_database / pg_stat_wal) explains the differences.
 A peer whose package is missing is skipped with the reason printed. Adapters exist for Belay and
 pgqueuer; procrastinate, dbos and chancy are not covered by this revision (said in the output).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,8 @@ def db_counters(url: str) -> dict[str, float]:
         c.execute("SELECT pg_stat_clear_snapshot()")
         commits, ins, upd, dele = c.execute(
             "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database "
-            "WHERE datname = current_database()").fetchone()
+            "WHERE datname = current_database()"
+        ).fetchone()
         wal = c.execute("SELECT wal_bytes, wal_sync FROM pg_stat_wal").fetchone()
     return {"commits": commits, "rows_written": ins + upd + dele, "wal_bytes": float(wal[0]), "wal_syncs": wal[1]}
 
@@ -74,10 +76,19 @@ class System:
 
 def _python(code: str, url: str, timeout: float) -> float:
     """Run a drain in its own worker process; it prints the seconds it measured."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "BENCH_URL": url}
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "BENCH_URL": url,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"drain process failed: {done.stderr[-2000:]}")
     return float(done.stdout.strip().splitlines()[-1])
@@ -141,6 +152,7 @@ def belay_drain(mode: str):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_MODE"] = str(n), mode
         return _python(BELAY_DRAIN, url, timeout=600)
+
     return drain
 
 
@@ -227,19 +239,36 @@ def pgqueuer_drain(batch: int):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_BATCH"] = str(n), str(batch)
         return _python(PGQUEUER_DRAIN, url, timeout=600)
+
     return drain
 
 
 # name → (system, setup, enqueue, drain)
 SYSTEMS = {
-    "belay-batched": (System("belay-batched", "Belay batched (chunk 100, limit 200)", None),
-                      belay_setup, belay_enqueue, belay_drain("batched")),
-    "belay-unbatched": (System("belay-unbatched", "Belay unbatched (limit 10)", None),
-                        belay_setup, belay_enqueue, belay_drain("unbatched")),
-    "pgqueuer-10": (System("pgqueuer-10", "pgqueuer (batch 10, its default)", "pgqueuer"),
-                    pgqueuer_setup, pgqueuer_enqueue, pgqueuer_drain(10)),
-    "pgqueuer-100": (System("pgqueuer-100", "pgqueuer (batch 100)", "pgqueuer"),
-                     pgqueuer_setup, pgqueuer_enqueue, pgqueuer_drain(100)),
+    "belay-batched": (
+        System("belay-batched", "Belay batched (chunk 100, limit 200)", None),
+        belay_setup,
+        belay_enqueue,
+        belay_drain("batched"),
+    ),
+    "belay-unbatched": (
+        System("belay-unbatched", "Belay unbatched (limit 10)", None),
+        belay_setup,
+        belay_enqueue,
+        belay_drain("unbatched"),
+    ),
+    "pgqueuer-10": (
+        System("pgqueuer-10", "pgqueuer (batch 10, its default)", "pgqueuer"),
+        pgqueuer_setup,
+        pgqueuer_enqueue,
+        pgqueuer_drain(10),
+    ),
+    "pgqueuer-100": (
+        System("pgqueuer-100", "pgqueuer (batch 100)", "pgqueuer"),
+        pgqueuer_setup,
+        pgqueuer_enqueue,
+        pgqueuer_drain(100),
+    ),
 }
 
 
@@ -301,28 +330,49 @@ def main(argv: list[str] | None = None) -> int:
             for key in order:
                 res = run_round(db.url, key, args.jobs)
                 results[key].append(res)
-                print(f"round {r + 1} {key}: enqueue {res['enqueue_per_s']:,.0f}/s drain {res['drain_per_s']:,.0f}/s",
-                      flush=True)
+                print(
+                    f"round {r + 1} {key}: enqueue {res['enqueue_per_s']:,.0f}/s drain {res['drain_per_s']:,.0f}/s",
+                    flush=True,
+                )
     finally:
         db.close()
 
     base = "belay-batched" if "belay-batched" in results else None
     table = {}
     print()
-    print(f"{'system':<40} {'enqueue/s':>10} {'drain/s':>9} {'drain ÷ belay-batched':>22} "
-          f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9}")
+    print(
+        f"{'system':<40} {'enqueue/s':>10} {'drain/s':>9} {'drain ÷ belay-batched':>22} "
+        f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9}"
+    )
     for key, rounds in results.items():
         enq = statistics.median(x["enqueue_per_s"] for x in rounds)
         drn = statistics.median(x["drain_per_s"] for x in rounds)
-        ratio = (statistics.median(x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, results[base]))
-                 if base else None)
+        ratio = (
+            statistics.median(x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, results[base]))
+            if base
+            else None
+        )
         work = {k: statistics.median(x["db_per_job"][k] for x in rounds) for k in rounds[0]["db_per_job"]}
-        table[key] = {"label": SYSTEMS[key][0].label, "enqueue_per_s": enq, "drain_per_s": drn,
-                      "drain_ratio_to_belay_batched": ratio, "db_per_job": work, "rounds": rounds}
-        print(f"{SYSTEMS[key][0].label:<40} {enq:>10,.0f} {drn:>9,.0f} {ratio if ratio is not None else float('nan'):>22.2f} "
-              f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}")
-    out = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "jobs": args.jobs, "rounds": args.rounds,
-           "machine": f"{os.cpu_count()} cores", "systems": table, "skipped": {**skipped, **NOT_COVERED}}
+        table[key] = {
+            "label": SYSTEMS[key][0].label,
+            "enqueue_per_s": enq,
+            "drain_per_s": drn,
+            "drain_ratio_to_belay_batched": ratio,
+            "db_per_job": work,
+            "rounds": rounds,
+        }
+        print(
+            f"{SYSTEMS[key][0].label:<40} {enq:>10,.0f} {drn:>9,.0f} {ratio if ratio is not None else float('nan'):>22.2f} "
+            f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}"
+        )
+    out = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "jobs": args.jobs,
+        "rounds": args.rounds,
+        "machine": f"{os.cpu_count()} cores",
+        "systems": table,
+        "skipped": {**skipped, **NOT_COVERED},
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(out, indent=2) + "\n")

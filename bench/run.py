@@ -10,6 +10,7 @@ insert → result latency, and worker memory over a long run. Prints its figures
 PostgreSQL: $BELAY_DATABASE_URL or an embedded cluster with default durability (fsync and
 synchronous_commit on), on this machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
 
 def remaining(url: str, queue: str) -> int:
     with psycopg.connect(url, autocommit=True) as c:
-        return c.execute("SELECT count(*) FROM belay_jobs WHERE queue = %s AND state <> 'succeeded'",
-                         (queue,)).fetchone()[0]
+        return c.execute(
+            "SELECT count(*) FROM belay_jobs WHERE queue = %s AND state <> 'succeeded'", (queue,)
+        ).fetchone()[0]
 
 
 CLAIM = """UPDATE belay_jobs SET state = 'running', attempt = attempt + 1, lease_until = %(until)s,
@@ -83,8 +85,9 @@ def registry(chunk: int = 100) -> Registry:
 
 
 def succeeded(conn: psycopg.Connection, queue: str) -> int:
-    return conn.execute("SELECT count(*) FROM belay_jobs WHERE queue = %s AND state = 'succeeded'",
-                        (queue,)).fetchone()[0]
+    return conn.execute(
+        "SELECT count(*) FROM belay_jobs WHERE queue = %s AND state = 'succeeded'", (queue,)
+    ).fetchone()[0]
 
 
 def pure_sql(url: str, queue: str, n: int, batch: int, concurrency: int = 1) -> float:
@@ -118,13 +121,23 @@ def pure_sql(url: str, queue: str, n: int, batch: int, concurrency: int = 1) -> 
     return n / elapsed
 
 
-def runtime(url: str, queue: str, n: int, *, limit: int, kind: str, chunk: int = 100,
-            notify: bool = False, telemetry: tuple = ()) -> tuple[float, float, float]:
+def runtime(
+    url: str,
+    queue: str,
+    n: int,
+    *,
+    limit: int,
+    kind: str,
+    chunk: int = 100,
+    notify: bool = False,
+    telemetry: tuple = (),
+) -> tuple[float, float, float]:
     """Drain n pre-inserted jobs with a Worker: jobs/s (the clock stops when the database shows all n
     succeeded) and RSS before/after."""
     fill(url, queue, n, worker=kind)
-    config = WorkerConfig(node=f"bench-{queue}", queues=(QueueConfig(queue, QueueOpts(limit, limit)),),
-                          sweep_interval=3600, notify=notify)
+    config = WorkerConfig(
+        node=f"bench-{queue}", queues=(QueueConfig(queue, QueueOpts(limit, limit)),), sweep_interval=3600, notify=notify
+    )
     before = rss_mib()
     with psycopg.connect(url, autocommit=True) as probe:
         started = time.perf_counter()
@@ -146,21 +159,28 @@ def cmd_throughput(url: str, args: argparse.Namespace) -> dict:
         "jobs": n,
         "pure_sql_single": pure_sql(url, "sql1", n, 1, concurrency=args.unbatched_limit),
         "pure_sql_batched": pure_sql(url, "sql100", n, args.chunk),
-        "runtime_unbatched": runtime(url, "unbatched", n, limit=args.unbatched_limit, kind="noop",
-                                     notify=args.notify)[0],
-        "runtime_batched": runtime(url, "batched", n, limit=args.batched_limit, kind="noop_chunk", chunk=args.chunk,
-                                   notify=args.notify)[0],
+        "runtime_unbatched": runtime(url, "unbatched", n, limit=args.unbatched_limit, kind="noop", notify=args.notify)[
+            0
+        ],
+        "runtime_batched": runtime(
+            url, "batched", n, limit=args.batched_limit, kind="noop_chunk", chunk=args.chunk, notify=args.notify
+        )[0],
     }
     figures["ratio_unbatched"] = figures["runtime_unbatched"] / figures["pure_sql_single"]
     figures["ratio_batched"] = figures["runtime_batched"] / figures["pure_sql_batched"]
     print(f"every figure drains the same {n} jobs; completion is counted in the database")
-    print(f"pure SQL single-row claim+ack, {args.unbatched_limit} connections : "
-          f"{figures['pure_sql_single']:8.0f} jobs/s")
-    print(f"runtime unbatched, limit {args.unbatched_limit}                  : {figures['runtime_unbatched']:8.0f} jobs/s "
-          f"({figures['ratio_unbatched']:.0%} of the reference)")
+    print(
+        f"pure SQL single-row claim+ack, {args.unbatched_limit} connections : {figures['pure_sql_single']:8.0f} jobs/s"
+    )
+    print(
+        f"runtime unbatched, limit {args.unbatched_limit}                  : {figures['runtime_unbatched']:8.0f} jobs/s "
+        f"({figures['ratio_unbatched']:.0%} of the reference)"
+    )
     print(f"pure SQL batched, {args.chunk} per transaction          : {figures['pure_sql_batched']:8.0f} jobs/s")
-    print(f"runtime batched, chunk {args.chunk}, limit {args.batched_limit}       : "
-          f"{figures['runtime_batched']:8.0f} jobs/s ({figures['ratio_batched']:.0%} of the reference)")
+    print(
+        f"runtime batched, chunk {args.chunk}, limit {args.batched_limit}       : "
+        f"{figures['runtime_batched']:8.0f} jobs/s ({figures['ratio_batched']:.0%} of the reference)"
+    )
     return figures
 
 
@@ -198,10 +218,15 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
     root = Path(__file__).resolve().parents[1]
     figures = {}
     for mode, notify in (("accelerator", True), ("polling only", False)):
-        env = {**os.environ, "BENCH_URL": url, "BENCH_NOTIFY": "1" if notify else "0",
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        proc = subprocess.Popen([sys.executable, "-c", LATENCY_WORKER], env=env, cwd=root, stdout=subprocess.PIPE,
-                                text=True)
+        env = {
+            **os.environ,
+            "BENCH_URL": url,
+            "BENCH_NOTIFY": "1" if notify else "0",
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        }
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LATENCY_WORKER], env=env, cwd=root, stdout=subprocess.PIPE, text=True
+        )
         samples = []
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -219,14 +244,19 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
         p50 = statistics.median(samples)
         p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
         figures[mode] = {"p50_ms": p50, "p99_ms": p99}
-        print(f"insert→result, worker in another process, {mode:<12}: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms "
-              f"({args.rounds} rounds after {args.warmup} warm-up)")
+        print(
+            f"insert→result, worker in another process, {mode:<12}: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms "
+            f"({args.rounds} rounds after {args.warmup} warm-up)"
+        )
     return figures
 
 
 def cmd_memory(url: str, args: argparse.Namespace) -> dict:
-    rate, before, after = runtime(url, "memory", args.jobs, limit=200, kind="noop_chunk") if args.batched else \
-        runtime(url, "memory", args.jobs, limit=10, kind="noop")
+    rate, before, after = (
+        runtime(url, "memory", args.jobs, limit=200, kind="noop_chunk")
+        if args.batched
+        else runtime(url, "memory", args.jobs, limit=10, kind="noop")
+    )
     print(f"worker RSS over {args.jobs} jobs: {before:.1f} MiB at start, {after:.1f} MiB at end ({rate:.0f} jobs/s)")
     return {"jobs": args.jobs, "rss_start_mib": before, "rss_end_mib": after, "jobs_per_s": rate}
 
@@ -248,7 +278,7 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}  # this process's CPU µs per job (all threads)
     for r in range(args.rounds):
-        for mode in (("off", "on") if r % 2 == 0 else ("on", "off")):
+        for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
             cpu_before = time.process_time()
             rate = runtime(url, f"tel_{mode}_{r}", args.jobs, limit=10, kind="noop", telemetry=modes[mode])[0]
             cpu[mode].append((time.process_time() - cpu_before) / args.jobs * 1e6)
@@ -268,13 +298,26 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
             h("claim", {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5})
             h("job.stop", {**meta, "state": "succeeded", "duration_ms": 1})
     per_job_us = (time.process_time() - started) / 20000 * 1e6
-    print(f"median telemetry off: {off:8.0f} jobs/s; on (default logger + Prometheus): {on:8.0f} jobs/s "
-          f"({on / off:.1%} of off; target >= 95%); {lines} log lines written")
-    print(f"median CPU per job: off {cpu_off:.0f} µs, on {cpu_on:.0f} µs ({cpu_on / cpu_off:.1%} of off); "
-          f"the handlers alone: {per_job_us:.1f} CPU µs per job ({per_job_us / cpu_off:.1%} of a job's CPU)")
-    return {"off": rates["off"], "on": rates["on"], "median_off": off, "median_on": on, "ratio": on / off,
-            "cpu_us_per_job_off": cpu["off"], "cpu_us_per_job_on": cpu["on"], "cpu_ratio": cpu_on / cpu_off,
-            "handlers_us_per_job": per_job_us, "log_lines": lines}
+    print(
+        f"median telemetry off: {off:8.0f} jobs/s; on (default logger + Prometheus): {on:8.0f} jobs/s "
+        f"({on / off:.1%} of off; target >= 95%); {lines} log lines written"
+    )
+    print(
+        f"median CPU per job: off {cpu_off:.0f} µs, on {cpu_on:.0f} µs ({cpu_on / cpu_off:.1%} of off); "
+        f"the handlers alone: {per_job_us:.1f} CPU µs per job ({per_job_us / cpu_off:.1%} of a job's CPU)"
+    )
+    return {
+        "off": rates["off"],
+        "on": rates["on"],
+        "median_off": off,
+        "median_on": on,
+        "ratio": on / off,
+        "cpu_us_per_job_off": cpu["off"],
+        "cpu_us_per_job_on": cpu["on"],
+        "cpu_ratio": cpu_on / cpu_off,
+        "handlers_us_per_job": per_job_us,
+        "log_lines": lines,
+    }
 
 
 def main() -> None:
@@ -285,8 +328,12 @@ def main() -> None:
     t.add_argument("--unbatched-limit", type=int, default=10, help="runtime limit and pure-SQL connections")
     t.add_argument("--batched-limit", type=int, default=200)
     t.add_argument("--chunk", type=int, default=100, help="chunk size, and the pure-SQL batch size")
-    t.add_argument("--notify", action=argparse.BooleanOptionalAction, default=False,
-                   help="the pg_notify accelerator in the draining worker")
+    t.add_argument(
+        "--notify",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="the pg_notify accelerator in the draining worker",
+    )
     lat = sub.add_parser("latency")
     lat.add_argument("--rounds", type=int, default=500)
     lat.add_argument("--warmup", type=int, default=20)
@@ -303,10 +350,16 @@ def main() -> None:
         print(f"PostgreSQL: {db.reason} at {redact(db.url)}")
         with psycopg.connect(db.url, autocommit=True) as c:
             migrate(c)
-            print("durability:", ", ".join(f"{k}={c.execute(f'SHOW {k}').fetchone()[0]}"
-                                           for k in ("fsync", "synchronous_commit")))
-        figures = {"throughput": cmd_throughput, "latency": cmd_latency, "memory": cmd_memory,
-                   "telemetry": cmd_telemetry}[args.cmd](db.url, args)
+            print(
+                "durability:",
+                ", ".join(f"{k}={c.execute(f'SHOW {k}').fetchone()[0]}" for k in ("fsync", "synchronous_commit")),
+            )
+        figures = {
+            "throughput": cmd_throughput,
+            "latency": cmd_latency,
+            "memory": cmd_memory,
+            "telemetry": cmd_telemetry,
+        }[args.cmd](db.url, args)
         print(json.dumps(figures, default=float))
     finally:
         db.close()

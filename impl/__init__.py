@@ -5,6 +5,7 @@ The distribution installs four top-level packages with generic names — `model`
 guard makes that a clear error at import instead of running someone else's code: `impl` and `model`
 must come from the same directory (the same checkout or the same site-packages).
 """
+
 from importlib.util import find_spec as _find_spec
 from pathlib import Path as _Path
 

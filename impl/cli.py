@@ -4,6 +4,7 @@ impl/cli_ops.py.
 
 Entry point only: this is where environment variables and the system clock are read.
 """
+
 from __future__ import annotations
 
 import os
@@ -89,8 +90,10 @@ class _Belay(click.Group):
             elif isinstance(exc, (psycopg.Error, IncompatibleSchema, ProvisionError)):
                 message = describe_database_error(exc, url)
             else:
-                message = (f"unexpected {type(exc).__name__}: {redact(str(exc)).strip().splitlines()[0] if str(exc).strip() else ''}"
-                           "\n  rerun with --debug (or BELAY_DEBUG=1) for the traceback")
+                message = (
+                    f"unexpected {type(exc).__name__}: {redact(str(exc)).strip().splitlines()[0] if str(exc).strip() else ''}"
+                    "\n  rerun with --debug (or BELAY_DEBUG=1) for the traceback"
+                )
             click.echo(f"belay: error: {message}", err=True)
             ctx.exit(EXIT_FAILURE)
 
@@ -117,7 +120,9 @@ def migrate_cmd(database_url: str, schema: str) -> None:
         applied = migrate(conn, schema)
         compat = check_compat(conn, schema)
     done = f"applied {', '.join(map(str, applied))}" if applied else "already current"
-    click.echo(f"{redact(database_url)} schema {schema}: {done}; version {compat.version}, contract major {compat.contract_major}")
+    click.echo(
+        f"{redact(database_url)} schema {schema}: {done}; version {compat.version}, contract major {compat.contract_major}"
+    )
 
 
 @main.command("status")
@@ -172,8 +177,12 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
 
 @main.command("worker")
 @click.option("--app", required=True, help="MODULE[:ATTR] exposing a Registry (default attribute: registry)")
-@click.option("--queues", envvar="BELAY_QUEUES", default=None,
-              help="comma-separated queues to run (default: every queue of the registry's kinds)")
+@click.option(
+    "--queues",
+    envvar="BELAY_QUEUES",
+    default=None,
+    help="comma-separated queues to run (default: every queue of the registry's kinds)",
+)
 @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
 @click.option("--node", envvar="BELAY_NODE", default=None, help="node id ($BELAY_NODE; default: random)")
 @click.option("--lease-ttl", envvar="BELAY_LEASE_TTL", type=float, default=30.0, show_default=True)
@@ -182,15 +191,37 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
 @click.option("--shutdown-grace", type=float, default=15.0, show_default=True)
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator")
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
-@click.option("--exit-on-unreachable", type=click.FloatRange(min=0, min_open=True), default=None, metavar="SECONDS",
-              help="give up (exit 1) once the database has been unreachable this long (default: keep trying)")
+@click.option(
+    "--exit-on-unreachable",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="give up (exit 1) once the database has been unreachable this long (default: keep trying)",
+)
 @click.option("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address for --metrics-port")
-@click.option("--otel/--no-otel", default=False, show_default=True,
-              help="OpenTelemetry spans per job attempt (global tracer provider)")
-def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None, lease_ttl: float, limit: int,
-               min_limit: int | None, shutdown_grace: float, notify: bool, schema: str,
-               exit_on_unreachable: float | None, metrics_port: int | None, metrics_host: str, otel: bool) -> None:
+@click.option(
+    "--otel/--no-otel",
+    default=False,
+    show_default=True,
+    help="OpenTelemetry spans per job attempt (global tracer provider)",
+)
+def worker_cmd(
+    app: str,
+    queues: str | None,
+    database_url: str,
+    node: str | None,
+    lease_ttl: float,
+    limit: int,
+    min_limit: int | None,
+    shutdown_grace: float,
+    notify: bool,
+    schema: str,
+    exit_on_unreachable: float | None,
+    metrics_port: int | None,
+    metrics_host: str,
+    otel: bool,
+) -> None:
     """Run a worker node until SIGTERM/SIGINT/SIGHUP (stop claiming, drain within the grace, exit).
 
     A daemon: when the database is unreachable at start or goes away later, the node keeps trying
@@ -217,9 +248,14 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     opts = QueueOpts.parse({"limit": {"min": min_limit or limit, "max": limit}})
     config_kwargs = {"node": node} if node else {}
     # A daemon never gives up on a transient fault by itself; --exit-on-unreachable is the user's limit.
-    config = WorkerConfig(queues=tuple(QueueConfig(n, opts) for n in names), lease_ttl=lease_ttl,
-                          shutdown_grace=shutdown_grace, notify=notify,
-                          retry=RetryPolicy(max_elapsed=float("inf")), **config_kwargs)
+    config = WorkerConfig(
+        queues=tuple(QueueConfig(n, opts) for n in names),
+        lease_ttl=lease_ttl,
+        shutdown_grace=shutdown_grace,
+        notify=notify,
+        retry=RetryPolicy(max_elapsed=float("inf")),
+        **config_kwargs,
+    )
     termination = Termination()
     if not _wait_for_database(database_url, schema, termination, exit_on_unreachable):
         sys.exit(EXIT_FAILURE if not termination.received else 0)
@@ -239,8 +275,11 @@ def worker_cmd(app: str, queues: str | None, database_url: str, node: str | None
     click.echo(f"belay worker {config.node} running queues {', '.join(names)}", err=True)
     while not termination.received:
         if exit_on_unreachable is not None and worker.connectivity.down_for() > exit_on_unreachable:
-            click.echo(f"belay worker {config.node}: the database has been unreachable for more than "
-                       f"{exit_on_unreachable:g}s (--exit-on-unreachable); stopping", err=True)
+            click.echo(
+                f"belay worker {config.node}: the database has been unreachable for more than "
+                f"{exit_on_unreachable:g}s (--exit-on-unreachable); stopping",
+                err=True,
+            )
             worker.stop(grace=0)
             logging.shutdown()
             os._exit(EXIT_FAILURE)
@@ -274,12 +313,16 @@ def _wait_for_database(url: str, schema: str, termination, give_up_after: float 
             message = str(exc)
             waited = time.monotonic() - started
             if give_up_after is not None and waited >= give_up_after:
-                click.echo(f"belay: error: {message.splitlines()[0]}; gave up after {waited:.0f}s "
-                           "(--exit-on-unreachable)", err=True)
+                click.echo(
+                    f"belay: error: {message.splitlines()[0]}; gave up after {waited:.0f}s (--exit-on-unreachable)",
+                    err=True,
+                )
                 return False
             if not reported:
-                click.echo(f"belay worker: waiting for the database: {message.splitlines()[0]} "
-                           "(retrying with backoff)", err=True)
+                click.echo(
+                    f"belay worker: waiting for the database: {message.splitlines()[0]} (retrying with backoff)",
+                    err=True,
+                )
                 reported = True
             end = time.monotonic() + delay
             while time.monotonic() < end and not termination.received:
@@ -302,22 +345,48 @@ def smoke_cmd() -> None:
 
 @main.command("serve")
 @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="address to bind; anything but loopback needs a token")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="address to bind; anything but loopback needs a token"
+)
 @click.option("--port", type=int, default=8080, show_default=True)
-@click.option("--token", envvar="BELAY_HTTP_TOKEN", default=None,
-              help="bearer token required by mutating requests ($BELAY_HTTP_TOKEN)")
+@click.option(
+    "--token",
+    envvar="BELAY_HTTP_TOKEN",
+    default=None,
+    help="bearer token required by mutating requests ($BELAY_HTTP_TOKEN)",
+)
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
-@click.option("--migrate/--no-migrate", "do_migrate", default=False, show_default=True,
-              help="apply migrations 1-3 before serving")
-@click.option("--sweep-interval", type=float, default=1.0, show_default=True,
-              help="seconds between sweeper passes (reclaim, timeouts, cleanup)")
+@click.option(
+    "--migrate/--no-migrate", "do_migrate", default=False, show_default=True, help="apply migrations 1-3 before serving"
+)
+@click.option(
+    "--sweep-interval",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="seconds between sweeper passes (reclaim, timeouts, cleanup)",
+)
 @click.option("--notify/--no-notify", default=True, show_default=True, help="the pg_notify accelerator for long polls")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="server processes sharing the port (for machines with idle cores)")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="server processes sharing the port (for machines with idle cores)",
+)
 @click.option("--access-log/--no-access-log", default=False, show_default=True, help="log every request")
-def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema: str, do_migrate: bool,
-              sweep_interval: float, notify: bool, workers: int, access_log: bool) -> None:
+def serve_cmd(
+    database_url: str,
+    host: str,
+    port: int,
+    token: str | None,
+    schema: str,
+    do_migrate: bool,
+    sweep_interval: float,
+    notify: bool,
+    workers: int,
+    access_log: bool,
+) -> None:
     """Serve the Durable Execution HTTP API at /api/v1 (OpenAPI document at /openapi.json)."""
     from impl.http.server import BindRefused, check_bind, serve
 
@@ -329,10 +398,22 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
             migrate(conn, schema)
     check_database(database_url, schema=schema)  # before binding: fail in seconds, not after a pool timeout
-    click.echo(f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'}"
-               f", {workers} process{'es' if workers > 1 else ''})", err=True)
-    serve(database_url, host, port, workers=workers, access_log=access_log, token=token or None, schema=schema,
-          sweep_interval=sweep_interval, notify=notify)
+    click.echo(
+        f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'}"
+        f", {workers} process{'es' if workers > 1 else ''})",
+        err=True,
+    )
+    serve(
+        database_url,
+        host,
+        port,
+        workers=workers,
+        access_log=access_log,
+        token=token or None,
+        schema=schema,
+        sweep_interval=sweep_interval,
+        notify=notify,
+    )
 
 
 # --- day-2 commands (impl/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
@@ -340,20 +421,32 @@ def serve_cmd(database_url: str, host: str, port: int, token: str | None, schema
 from impl.cli_ops import register as _register_ops  # noqa: E402
 
 _register_ops(main)
+
+
 # --- belay dashboard (issue 14; impl/dashboard/) ------------------------------------------------
 @main.command("dashboard")
 @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="address to bind; anything but loopback needs a token")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="address to bind; anything but loopback needs a token"
+)
 @click.option("--port", type=int, default=4004, show_default=True)
-@click.option("--token", envvar="BELAY_DASHBOARD_TOKEN", default=None,
-              help="token that enables actions ($BELAY_DASHBOARD_TOKEN); without it the dashboard is read-only")
+@click.option(
+    "--token",
+    envvar="BELAY_DASHBOARD_TOKEN",
+    default=None,
+    help="token that enables actions ($BELAY_DASHBOARD_TOKEN); without it the dashboard is read-only",
+)
 @click.option("--reports", "reports_dir", default="reports", show_default=True, help="soak reports directory")
-@click.option("--create-indexes", is_flag=True, default=False,
-              help="first create the dashboard's optional index variants (CREATE INDEX CONCURRENTLY)")
-def dashboard_cmd(database_url: str, schema: str, host: str, port: int, token: str | None, reports_dir: str,
-                  create_indexes: bool) -> None:
+@click.option(
+    "--create-indexes",
+    is_flag=True,
+    default=False,
+    help="first create the dashboard's optional index variants (CREATE INDEX CONCURRENTLY)",
+)
+def dashboard_cmd(
+    database_url: str, schema: str, host: str, port: int, token: str | None, reports_dir: str, create_indexes: bool
+) -> None:
     """Serve the operator's dashboard: queue tiles, jobs, workflows, actions, soak reports."""
     import uvicorn
 
@@ -371,8 +464,10 @@ def dashboard_cmd(database_url: str, schema: str, host: str, port: int, token: s
             created = DashboardQueries(schema).ensure_indexes(conn)
             click.echo(f"dashboard indexes: {'created ' + ', '.join(created) if created else 'all present'}", err=True)
     app = create_app(database_url, token=token or None, schema=schema, reports_dir=reports_dir)
-    click.echo(f"belay dashboard: http://{host}:{port}/ ({'actions need the token' if token else 'read-only: no token'})",
-               err=True)
+    click.echo(
+        f"belay dashboard: http://{host}:{port}/ ({'actions need the token' if token else 'read-only: no token'})",
+        err=True,
+    )
     uvicorn.run(app, host=host, port=port, log_level="info")
 
 

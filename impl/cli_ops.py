@@ -10,6 +10,7 @@ the default is rich tables). Exit codes: 0 ok; 1 not found or refused (nothing w
 2 usage (bad arguments, bad JSON); 3 `replay` found a divergence. Mutations are the Client SDK's
 operations (impl/operator.py) with `now` from this entry point's clock.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,8 +65,9 @@ class Out:
 def operator_command(fn: Callable) -> Callable:
     """--database-url/--schema/--json, an Operator for the body, refusals and database errors → exit 1."""
 
-    @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True,
-                  help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+    @click.option(
+        "--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)"
+    )
     @click.option("--schema", default="public", show_default=True, callback=_schema)
     @click.option("--json", "as_json", is_flag=True, help="machine-readable JSON output")
     @wraps(fn)
@@ -97,8 +99,9 @@ def _json_arg(text: str | None, what: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}", param_hint=what) \
-            from None
+        raise click.BadParameter(
+            f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}", param_hint=what
+        ) from None
 
 
 JOB_ID = click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
@@ -131,8 +134,11 @@ def register(main: click.Group) -> None:
         if out.as_json:
             return out.json(stats)
         present = [s for s in STATES if any(s in counts for counts in stats.values())]
-        _table("jobs per queue", ["queue", *present],
-               [[q, *[counts.get(s, "") for s in present]] for q, counts in sorted(stats.items())])
+        _table(
+            "jobs per queue",
+            ["queue", *present],
+            [[q, *[counts.get(s, "") for s in present]] for q, counts in sorted(stats.items())],
+        )
         if not stats:
             click.echo("no jobs")
 
@@ -141,27 +147,51 @@ def register(main: click.Group) -> None:
         """List and inspect jobs."""
 
     @jobs_group.command("list")
-    @click.option("--state", "states", multiple=True, type=click.Choice(STATES),
-                  help="filter by state (repeatable)")
+    @click.option("--state", "states", multiple=True, type=click.Choice(STATES), help="filter by state (repeatable)")
     @click.option("--queue", default=None)
     @click.option("--kind", default=None, help="filter by kind (belay_jobs.worker)")
     @click.option("--workflow", default=None, help="filter by workflow id")
     @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-    @click.option("--after", type=click.IntRange(min=1), default=None,
-                  help="continue after this job id (newest first: the previous page's next)")
+    @click.option(
+        "--after",
+        type=click.IntRange(min=1),
+        default=None,
+        help="continue after this job id (newest first: the previous page's next)",
+    )
     @operator_command
-    def jobs_list_cmd(op, out: Out, states: tuple[str, ...], queue: str | None, kind: str | None,
-                      workflow: str | None, limit: int, after: int | None) -> None:
+    def jobs_list_cmd(
+        op,
+        out: Out,
+        states: tuple[str, ...],
+        queue: str | None,
+        kind: str | None,
+        workflow: str | None,
+        limit: int,
+        after: int | None,
+    ) -> None:
         """Jobs newest first, keyset-paginated (Belay.list_jobs)."""
         from impl.operator import job_json
 
         page = op.list_jobs(states=states, queue=queue, kind=kind, workflow_id=workflow, limit=limit, after=after)
         if out.as_json:
             return out.json({"jobs": [job_json(j) for j in page.jobs], "next_after": page.next_after})
-        _table(None, ["id", "queue", "kind", "state", "attempt", "inserted", "finished", "workflow"],
-               [[j.id, j.queue, j.worker, j.state, f"{j.attempt}/{j.max_attempts}", j.inserted_at.isoformat(
-                   timespec="seconds"), j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
-                 j.workflow_id] for j in page.jobs])
+        _table(
+            None,
+            ["id", "queue", "kind", "state", "attempt", "inserted", "finished", "workflow"],
+            [
+                [
+                    j.id,
+                    j.queue,
+                    j.worker,
+                    j.state,
+                    f"{j.attempt}/{j.max_attempts}",
+                    j.inserted_at.isoformat(timespec="seconds"),
+                    j.finished_at.isoformat(timespec="seconds") if j.finished_at else None,
+                    j.workflow_id,
+                ]
+                for j in page.jobs
+            ],
+        )
         if page.next_after is not None:
             click.echo(f"next page: --after {page.next_after}")
 
@@ -175,25 +205,45 @@ def register(main: click.Group) -> None:
             return out.json(journal)
         job = journal["job"]
         _table(f"job {job_id}", ["field", "value"], [[k, _short(v, 100)] for k, v in job.items() if v is not None])
-        _table("attempts", ["attempt", "ended", "errors"],
-               [[a["attempt"], a["ended"], "; ".join(f"{e.get('error')}: {_short(e.get('detail'), 80)}"
-                                                     for e in a["errors"])] for a in journal["attempts"]])
+        _table(
+            "attempts",
+            ["attempt", "ended", "errors"],
+            [
+                [
+                    a["attempt"],
+                    a["ended"],
+                    "; ".join(f"{e.get('error')}: {_short(e.get('detail'), 80)}" for e in a["errors"]),
+                ]
+                for a in journal["attempts"]
+            ],
+        )
         _steps_table(journal["steps"])
         click.echo(f"total cost: {journal['cost']['usd_micros']} µ$, {journal['cost']['tokens']} tokens")
         if journal["events"]:
-            _table("events", ["seq", "at", "payload"],
-                   [[e["seq"], e["inserted_at"], _short(e["payload"])] for e in journal["events"]])
+            _table(
+                "events",
+                ["seq", "at", "payload"],
+                [[e["seq"], e["inserted_at"], _short(e["payload"])] for e in journal["events"]],
+            )
         if journal["children"]:
-            _table("children", ["id", "queue", "kind", "state"],
-                   [[c["id"], c["queue"], c["kind"], c["state"]] for c in journal["children"]])
+            _table(
+                "children",
+                ["id", "queue", "kind", "state"],
+                [[c["id"], c["queue"], c["kind"], c["state"]] for c in journal["children"]],
+            )
         if journal["signals"]:
-            _table("signals", ["scope", "name", "at", "payload"],
-                   [[s["scope"], s["name"], s["inserted_at"], _short(s["payload"])] for s in journal["signals"]])
+            _table(
+                "signals",
+                ["scope", "name", "at", "payload"],
+                [[s["scope"], s["name"], s["inserted_at"], _short(s["payload"])] for s in journal["signals"]],
+            )
 
     def _steps_table(steps: list[dict]) -> None:
-        _table("steps", ["seq", "name", "value", "usd_micros", "tokens", "at"],
-               [[s["seq"], s["name"], _short(s["value"]), s["usd_micros"], s["tokens"], s["inserted_at"]]
-                for s in steps])
+        _table(
+            "steps",
+            ["seq", "name", "value", "usd_micros", "tokens", "at"],
+            [[s["seq"], s["name"], _short(s["value"]), s["usd_micros"], s["tokens"], s["inserted_at"]] for s in steps],
+        )
 
     @main.command("steps")
     @JOB_ID
@@ -220,8 +270,11 @@ def register(main: click.Group) -> None:
         if not follow:
             if out.as_json:
                 return out.json(events)
-            return _table(None, ["seq", "at", "payload"], [[e["seq"], e["inserted_at"], _short(e["payload"], 100)]
-                                                           for e in events])
+            return _table(
+                None,
+                ["seq", "at", "payload"],
+                [[e["seq"], e["inserted_at"], _short(e["payload"], 100)] for e in events],
+            )
         last = 0
         try:
             while True:
@@ -257,7 +310,9 @@ def register(main: click.Group) -> None:
         done = op.cancel(job_id)
         if out.as_json:
             return out.json(done)
-        click.echo(f"job {job_id} cancelled" if done["cancelled"] else f"job {job_id}: cancel requested ({done['note']})")
+        click.echo(
+            f"job {job_id} cancelled" if done["cancelled"] else f"job {job_id}: cancel requested ({done['note']})"
+        )
 
     @main.command("signal")
     @click.argument("scope")
@@ -268,7 +323,8 @@ def register(main: click.Group) -> None:
         """Deliver signal NAME in SCOPE (job:<id>, wf:<workflow>, or any scope) and wake its awaiters."""
         done = op.signal(scope, name, _json_arg(payload, "--payload"))
         out.json(done) if out.as_json else click.echo(
-            f"signal {name!r} delivered in {scope!r}; woke {len(done['woken'])} job(s) {done['woken'] or ''}")
+            f"signal {name!r} delivered in {scope!r}; woke {len(done['woken'])} job(s) {done['woken'] or ''}"
+        )
 
     @main.command("steer")
     @JOB_ID
@@ -294,9 +350,19 @@ def register(main: click.Group) -> None:
     @click.option("--rate-resource", default=None, help="share the rate bucket resource:<name>")
     @click.option("--partition", default=None, metavar="FIELD.KEY", help="partitioned claims, e.g. input.tenant")
     @operator_command
-    def queue_put_cmd(op, out: Out, name: str, raw: str | None, limit: int | None, limit_min: int | None,
-                      global_limit: int | None, rate: str | None, rate_estimate: int | None,
-                      rate_resource: str | None, partition: str | None) -> None:
+    def queue_put_cmd(
+        op,
+        out: Out,
+        name: str,
+        raw: str | None,
+        limit: int | None,
+        limit_min: int | None,
+        global_limit: int | None,
+        rate: str | None,
+        rate_estimate: int | None,
+        rate_resource: str | None,
+        partition: str | None,
+    ) -> None:
         """Replace a queue's options (its pause state is kept unless --opts names `paused`)."""
         opts = _json_arg(raw, "--opts") if raw is not None else {}
         if not isinstance(opts, dict):
@@ -321,8 +387,9 @@ def register(main: click.Group) -> None:
         if partition is not None:
             field_name, sep, key = partition.partition(".")
             if not sep or not key:
-                raise click.BadParameter(f"expected FIELD.KEY (e.g. input.tenant), got {partition!r}",
-                                         param_hint="--partition")
+                raise click.BadParameter(
+                    f"expected FIELD.KEY (e.g. input.tenant), got {partition!r}", param_hint="--partition"
+                )
             opts["partition"] = {"field": field_name, "key": key}
         done = op.put_queue(name, opts)
         out.json(done) if out.as_json else click.echo(f"queue {name}: {json.dumps(done['opts'])}")
@@ -335,9 +402,19 @@ def register(main: click.Group) -> None:
         queues = op.queues(name)
         if out.as_json:
             return out.json(queues if name is None else queues[0])
-        _table(None, ["queue", "paused", "opts", "jobs"],
-               [[q["name"], "paused" if q["paused"] else "", json.dumps(q["opts"]),
-                 ", ".join(f"{s}={n}" for s, n in sorted(q["counts"].items()))] for q in queues])
+        _table(
+            None,
+            ["queue", "paused", "opts", "jobs"],
+            [
+                [
+                    q["name"],
+                    "paused" if q["paused"] else "",
+                    json.dumps(q["opts"]),
+                    ", ".join(f"{s}={n}" for s, n in sorted(q["counts"].items())),
+                ]
+                for q in queues
+            ],
+        )
 
     @queue_group.command("pause")
     @click.argument("name")
@@ -346,7 +423,8 @@ def register(main: click.Group) -> None:
         """Stop every reference node claiming from NAME (running jobs finish)."""
         done = op.pause(name)
         out.json(done) if out.as_json else click.echo(
-            f"queue {name} paused (reference nodes stop claiming within their queue refresh interval)")
+            f"queue {name} paused (reference nodes stop claiming within their queue refresh interval)"
+        )
 
     @queue_group.command("resume")
     @click.argument("name")
@@ -373,25 +451,35 @@ def register(main: click.Group) -> None:
                 raise click.BadParameter(f"expected seconds or 'infinity', got {value!r}", param_hint=what)
             return int(value)
 
-        retention = {"succeeded": seconds(succeeded, "--succeeded"), "failed": seconds(failed, "--failed"),
-                     "cancelled": seconds(cancelled, "--cancelled")}
+        retention = {
+            "succeeded": seconds(succeeded, "--succeeded"),
+            "failed": seconds(failed, "--failed"),
+            "cancelled": seconds(cancelled, "--cancelled"),
+        }
         done = op.prune(retention, seconds(signal_ttl, "--signal-ttl"), dry_run=dry_run)
         if out.as_json:
             return out.json(done)
         if dry_run:
             jobs = ", ".join(f"{s} {n}" for s, n in sorted(done["jobs"].items())) or "none"
-            click.echo(f"dry run at {done['now']}: would delete jobs: {jobs} (with {done['steps']} steps, "
-                       f"{done['events']} events); {done['signals']} signals; {done['rate_windows']} rate windows")
+            click.echo(
+                f"dry run at {done['now']}: would delete jobs: {jobs} (with {done['steps']} steps, "
+                f"{done['events']} events); {done['signals']} signals; {done['rate_windows']} rate windows"
+            )
         else:
-            click.echo(f"pruned {done['pruned_jobs']} jobs, {done['signals']} signals, "
-                       f"{done['rate_windows']} rate windows")
+            click.echo(
+                f"pruned {done['pruned_jobs']} jobs, {done['signals']} signals, {done['rate_windows']} rate windows"
+            )
 
     @main.command("replay")
     @JOB_ID
-    @click.option("--app", default=None, help="MODULE[:ATTR] with the Registry: re-execute the code against the "
-                                              "journal and report the first divergence")
-    @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True,
-                  help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+    @click.option(
+        "--app",
+        default=None,
+        help="MODULE[:ATTR] with the Registry: re-execute the code against the journal and report the first divergence",
+    )
+    @click.option(
+        "--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)"
+    )
     @click.option("--schema", default="public", show_default=True, callback=_schema)
     @click.option("--json", "as_json", is_flag=True, help="machine-readable JSON output")
     def replay_cmd(job_id: int, app: str | None, database_url: str, schema: str, as_json: bool) -> None:
@@ -410,26 +498,43 @@ def register(main: click.Group) -> None:
         else:
             h = report.history
             _table(f"job {job_id}: timeline", ["at", "what"], [[t["at"], t["what"]] for t in h["timeline"]])
-            _table("attempts", ["attempt", "ended", "errors"],
-                   [[a["attempt"], a["ended"], "; ".join(str(e.get("error")) for e in a["errors"])]
-                    for a in h["attempts"]])
+            _table(
+                "attempts",
+                ["attempt", "ended", "errors"],
+                [
+                    [a["attempt"], a["ended"], "; ".join(str(e.get("error")) for e in a["errors"])]
+                    for a in h["attempts"]
+                ],
+            )
             click.echo(f"outcome: {json.dumps(h['outcome'], default=str)}")
             click.echo(report.describe())
         if report.divergence is not None:
             sys.exit(EXIT_DIVERGED)
 
     @main.command("mcp")
-    @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True,
-                  help="PostgreSQL URL ($BELAY_DATABASE_URL)")
+    @click.option(
+        "--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)"
+    )
     @click.option("--schema", default="public", show_default=True, callback=_schema)
     @click.option("--allow-mutations", is_flag=True, help="expose retry, cancel, signal, steer, queue put")
-    @click.option("--authorizer", default=None, metavar="MODULE:CALLABLE",
-                  help="called with (tool name, arguments) before every mutation; falsy or raising refuses")
+    @click.option(
+        "--authorizer",
+        default=None,
+        metavar="MODULE:CALLABLE",
+        help="called with (tool name, arguments) before every mutation; falsy or raising refuses",
+    )
     @click.option("--transport", type=click.Choice(["stdio", "streamable-http"]), default="stdio", show_default=True)
     @click.option("--reports", default="reports", show_default=True, help="where the soak verdict is read from")
     @click.option("--app", default=None, help="MODULE[:ATTR] Registry for replay dry-runs with re-execution")
-    def mcp_cmd(database_url: str, schema: str, allow_mutations: bool, authorizer: str | None, transport: str,
-                reports: str, app: str | None) -> None:
+    def mcp_cmd(
+        database_url: str,
+        schema: str,
+        allow_mutations: bool,
+        authorizer: str | None,
+        transport: str,
+        reports: str,
+        app: str | None,
+    ) -> None:
         """The MCP server: the day-2 inspection surface for AI assistants (read-only by default)."""
         from impl.failures import check_database
         from impl.mcp_server import build_server, load_authorizer
@@ -442,6 +547,7 @@ def register(main: click.Group) -> None:
                 auth = load_authorizer(authorizer)
             except (ImportError, AttributeError, ValueError) as exc:
                 raise click.BadParameter(str(exc), param_hint="--authorizer") from None
-        server = build_server(database_url, schema=schema, allow_mutations=allow_mutations, authorizer=auth,
-                              reports=reports, app=app)
+        server = build_server(
+            database_url, schema=schema, allow_mutations=allow_mutations, authorizer=auth, reports=reports, app=app
+        )
         server.run(transport)

@@ -3,6 +3,7 @@
 A thin, clock-owning layer over `PgStore`: the store never reads a clock, the client supplies `now`
 from its injectable `clock` (an entry point is the only place that reads the system time).
 """
+
 from __future__ import annotations
 
 import json
@@ -117,7 +118,9 @@ class Client:
         return self.store.apply(ops.PutQueue(self.clock(), name, opts))
 
     def put_cron(self, name: str, expression: str, worker: str, input: Any = None, **kw: Any) -> ops.CronPut:
-        return self.store.apply(ops.PutCron(self.clock(), name, expression, worker, {} if input is None else input, **kw))
+        return self.store.apply(
+            ops.PutCron(self.clock(), name, expression, worker, {} if input is None else input, **kw)
+        )
 
     # --- reads -------------------------------------------------------------------------------------
 
@@ -194,9 +197,12 @@ class _ResultListener:
         self._waiters: dict[int, list[threading.Event]] = {}
         self._stopped = threading.Event()
         self._thread = threading.Thread(
-            target=listen_for_pokes, name="belay-client-results", daemon=True,
+            target=listen_for_pokes,
+            name="belay-client-results",
+            daemon=True,
             args=(conninfo, schema, self._stopped, None, "client result listener"),
-            kwargs={"on_payload": self._on_payload})
+            kwargs={"on_payload": self._on_payload},
+        )
         self._thread.start()
 
     def register(self, job_id: int) -> threading.Event:

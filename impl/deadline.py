@@ -16,6 +16,7 @@ one call `limit` seconds, never a worker's lease renewals forever.
 `connection_defaults` adds, to a conninfo that does not set them, a connect timeout and TCP keepalives
 (plus `tcp_user_timeout`), which bound the kernel-visible failures (a dead peer, an unacknowledged send).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,9 +39,9 @@ def connection_defaults(conninfo: str, *, connect_timeout: int = 5, keepalive_id
     """Connection keyword arguments a worker SHOULD use, minus those `conninfo` already sets."""
     given = conninfo_to_dict(conninfo)
     wanted: dict[str, Any] = {
-        "connect_timeout": connect_timeout,      # libpq: whole connection setup, startup packet included
+        "connect_timeout": connect_timeout,  # libpq: whole connection setup, startup packet included
         "keepalives": 1,
-        "keepalives_idle": keepalive_idle,       # idle seconds before the first probe
+        "keepalives_idle": keepalive_idle,  # idle seconds before the first probe
         "keepalives_interval": max(1, keepalive_idle // 3),
         "keepalives_count": 3,
         "tcp_user_timeout": keepalive_idle * 1000 * 2,  # ms unacknowledged data may stay unacknowledged
@@ -93,8 +94,9 @@ class Watchdog:
             self.cut += 1  # before the shutdown: the woken caller may look at it at once
             with socket.socket(fileno=os.dup(fd)) as s:
                 s.shutdown(socket.SHUT_RDWR)
-            log.warning("belay store call exceeded its %.1fs deadline: connection cut, the call will be retried",
-                        self.limit)
+            log.warning(
+                "belay store call exceeded its %.1fs deadline: connection cut, the call will be retried", self.limit
+            )
         except OSError:
             pass
 

@@ -27,6 +27,7 @@ Unarmed, `failpoint` costs one truth test of an empty dict. The points (and what
 
 Thread-safe; hooks run in the thread that reaches the point.
 """
+
 from __future__ import annotations
 
 import threading

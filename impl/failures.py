@@ -7,6 +7,7 @@ A traceback is printed only when `--debug` or `BELAY_DEBUG=1` asks for one.
 `check_database` is the pre-flight every server-like command runs before it binds a port or starts
 work: connect with a short timeout, then (optionally) the §1 compatibility check.
 """
+
 from __future__ import annotations
 
 import os
@@ -50,37 +51,51 @@ def describe_database_error(exc: BaseException, url: str | None) -> str:
     if isinstance(exc, psycopg.ProgrammingError) and (
         "connection info string" in low or "invalid dsn" in low or "uri" in low or "invalid connection option" in low
     ):
-        return (f"malformed database URL {where}: {_first_line(redact(text))}\n"
-                "  expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE")
+        return (
+            f"malformed database URL {where}: {_first_line(redact(text))}\n"
+            "  expected postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE"
+        )
     if isinstance(exc, psycopg.OperationalError):
         if "password authentication failed" in low or "no password supplied" in low:
-            return (f"cannot log in to {where}: the server refused the user name or password\n"
-                    "  check the credentials in the URL (or PGPASSWORD / ~/.pgpass)")
+            return (
+                f"cannot log in to {where}: the server refused the user name or password\n"
+                "  check the credentials in the URL (or PGPASSWORD / ~/.pgpass)"
+            )
         m = re.search(r'database "([^"]+)" does not exist', text)
         if m:
-            return (f"database {m.group(1)!r} does not exist on the server of {where}\n"
-                    f"  create it first (createdb {m.group(1)}) or fix the database name in the URL")
+            return (
+                f"database {m.group(1)!r} does not exist on the server of {where}\n"
+                f"  create it first (createdb {m.group(1)}) or fix the database name in the URL"
+            )
         m = re.search(r'role "([^"]+)" does not exist', text)
         if m:
             return f"cannot log in to {where}: role {m.group(1)!r} does not exist on that server"
         if "connection refused" in low:
-            return (f"cannot connect to {where}: connection refused\n"
-                    "  is PostgreSQL running there and listening on that host and port?")
+            return (
+                f"cannot connect to {where}: connection refused\n"
+                "  is PostgreSQL running there and listening on that host and port?"
+            )
         if "timeout" in low or "timed out" in low:
-            return (f"cannot connect to {where}: no answer within the timeout\n"
-                    "  check the host and port, and any firewall between here and the server")
+            return (
+                f"cannot connect to {where}: no answer within the timeout\n"
+                "  check the host and port, and any firewall between here and the server"
+            )
         if "could not translate host name" in low or "name or service not known" in low or "nodename nor" in low:
             return f"cannot connect to {where}: unknown host name\n  check the host part of the URL"
         if "no such file or directory" in low and ("socket" in low or ".s.pgsql" in low):
-            return (f"cannot connect to {where}: no PostgreSQL socket there\n"
-                    "  is the server running? (or give a TCP URL: postgresql://USER@127.0.0.1:5432/DB)")
+            return (
+                f"cannot connect to {where}: no PostgreSQL socket there\n"
+                "  is the server running? (or give a TCP URL: postgresql://USER@127.0.0.1:5432/DB)"
+            )
         detail = _first_line(redact(text)).removeprefix("connection failed: ")
         return f"cannot connect to {where}: {detail}"
     if isinstance(exc, psycopg.errors.InsufficientPrivilege):
         return f"permission denied at {where}: {_first_line(redact(text))}"
     if isinstance(exc, psycopg.errors.UndefinedTable):
-        return (f"the Belay tables are missing at {where}: {_first_line(redact(text))}\n"
-                "  run `belay migrate --database-url URL` first")
+        return (
+            f"the Belay tables are missing at {where}: {_first_line(redact(text))}\n"
+            "  run `belay migrate --database-url URL` first"
+        )
     if isinstance(exc, psycopg.Error):
         return f"database error at {where}: {_first_line(redact(text))}"
     if isinstance(exc, ProvisionError):

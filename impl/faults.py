@@ -6,6 +6,7 @@ on anything else: a permanent error (a missing table, a syntax error, a constrai
 cannot fail) propagates. `is_transient` never mistakes a permanent fault for a transient one: a false
 positive would turn a fatal error into an endless retry.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,8 +43,16 @@ def is_transient(exc: BaseException) -> bool:
         return False  # our own shutdown, not the database's weather
     if isinstance(exc, PoolTimeout):
         return True
-    if isinstance(exc, (errors.SerializationFailure, errors.DeadlockDetected, errors.AdminShutdown,
-                        errors.CrashShutdown, errors.CannotConnectNow)):
+    if isinstance(
+        exc,
+        (
+            errors.SerializationFailure,
+            errors.DeadlockDetected,
+            errors.AdminShutdown,
+            errors.CrashShutdown,
+            errors.CannotConnectNow,
+        ),
+    ):
         return True
     if isinstance(exc, psycopg.Error):
         code = getattr(exc, "sqlstate", None)
@@ -99,8 +108,9 @@ class Connectivity:
             if self.down_since is None:
                 self.down_since = self._clock()
                 self.outages += 1
-                self._log.warning("belay database unreachable (during %s: %s); retrying with backoff",
-                                  what, _short(exc))
+                self._log.warning(
+                    "belay database unreachable (during %s: %s); retrying with backoff", what, _short(exc)
+                )
             else:
                 self._log.debug("belay database still unreachable (during %s: %s)", what, _short(exc))
 
@@ -145,8 +155,13 @@ def with_retries(
             if connectivity is not None and is_connectivity_loss(exc):
                 connectivity.fault(what, exc)
             else:
-                log.warning("belay transient fault during %s (%s: %s); retrying in %.2fs",
-                            what, type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc) else "", delay)
+                log.warning(
+                    "belay transient fault during %s (%s: %s); retrying in %.2fs",
+                    what,
+                    type(exc).__name__,
+                    str(exc).strip().splitlines()[0] if str(exc) else "",
+                    delay,
+                )
             sleep(random.uniform(0, delay) if delay > policy.initial else delay)
             delay = min(delay * 2, policy.maximum)
         else:

@@ -6,6 +6,7 @@ would be orphaned. `interrupt_on_signals()` (called by entry points: `belay db`,
 suite, the mutant runner) turns the first such signal into a KeyboardInterrupt in the main thread;
 cleanup code then runs as it does for Ctrl-C. Later signals are ignored so the cleanup can finish.
 """
+
 from __future__ import annotations
 
 import signal

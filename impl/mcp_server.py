@@ -16,6 +16,7 @@ with `--transport streamable-http`). Tools:
 Like the operations guide says, queue-definition CRUD beyond `queue_put` (pause, delete) is not
 exposed here.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -44,9 +45,16 @@ def load_authorizer(spec: str) -> Authorizer:
     return fn
 
 
-def build_server(database_url: str, *, schema: str = "public", allow_mutations: bool = False,
-                 authorizer: Authorizer | None = None, reports: str | Path = "reports", app: str | None = None,
-                 operator: Operator | None = None) -> Any:
+def build_server(
+    database_url: str,
+    *,
+    schema: str = "public",
+    allow_mutations: bool = False,
+    authorizer: Authorizer | None = None,
+    reports: str | Path = "reports",
+    app: str | None = None,
+    operator: Operator | None = None,
+) -> Any:
     """A FastMCP server over one database (`server.run("stdio")` serves it)."""
     from mcp.server.fastmcp import FastMCP
     from mcp.server.fastmcp.exceptions import ToolError
@@ -56,9 +64,11 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
     mutations = "enabled (authorizer)" if authorizer else "enabled" if allow_mutations else "disabled"
     server = FastMCP(
         "belay",
-        instructions=("Inspect a Belay job queue (PostgreSQL): queue stats, jobs and their journals (steps with "
-                      "costs, events, children, signals), workflows, replay dry-runs and the latest soak verdict. "
-                      f"Mutating tools (retry, cancel, signal, steer, queue put) are {mutations} on this server."),
+        instructions=(
+            "Inspect a Belay job queue (PostgreSQL): queue stats, jobs and their journals (steps with "
+            "costs, events, children, signals), workflows, replay dry-runs and the latest soak verdict. "
+            f"Mutating tools (retry, cancel, signal, steer, queue put) are {mutations} on this server."
+        ),
     )
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     mutating = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
@@ -72,17 +82,22 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
     def guard(tool: str, arguments: dict[str, Any]) -> None:
         """Mutations: refused unless allowed; an authorizer decides each call."""
         if authorizer is None and not allow_mutations:
-            raise ToolError(f"refused: {tool} is a mutation and mutations are disabled on this server — restart "
-                            "`belay mcp` with --allow-mutations or --authorizer MODULE:CALLABLE; nothing was changed")
+            raise ToolError(
+                f"refused: {tool} is a mutation and mutations are disabled on this server — restart "
+                "`belay mcp` with --allow-mutations or --authorizer MODULE:CALLABLE; nothing was changed"
+            )
         if authorizer is not None:
             try:
                 allowed = authorizer(tool, dict(arguments))
             except Exception as exc:  # noqa: BLE001 - the authorizer's refusal, with its reason
-                raise ToolError(f"refused by the authorizer: {tool} {json.dumps(arguments, default=str)}: {exc}; "
-                                "nothing was changed") from None
+                raise ToolError(
+                    f"refused by the authorizer: {tool} {json.dumps(arguments, default=str)}: {exc}; "
+                    "nothing was changed"
+                ) from None
             if not allowed:
-                raise ToolError(f"refused by the authorizer: {tool} {json.dumps(arguments, default=str)}; "
-                                "nothing was changed")
+                raise ToolError(
+                    f"refused by the authorizer: {tool} {json.dumps(arguments, default=str)}; nothing was changed"
+                )
 
     @server.tool(annotations=read_only)
     def stats() -> dict[str, dict[str, int]]:
@@ -90,13 +105,20 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
         return run(op.stats)
 
     @server.tool(annotations=read_only)
-    def list_jobs(state: Annotated[list[str] | None, Field(description="states to include")] = None,
-                  queue: str | None = None, kind: str | None = None, workflow_id: str | None = None,
-                  limit: Annotated[int, Field(ge=1, le=1000)] = 50,
-                  after: Annotated[int | None, Field(description="next_after of the previous page")] = None) -> dict:
+    def list_jobs(
+        state: Annotated[list[str] | None, Field(description="states to include")] = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        workflow_id: str | None = None,
+        limit: Annotated[int, Field(ge=1, le=1000)] = 50,
+        after: Annotated[int | None, Field(description="next_after of the previous page")] = None,
+    ) -> dict:
         """Jobs newest first, keyset-paginated: pass the returned next_after as `after` for the next page."""
-        page = run(lambda: op.list_jobs(states=state or (), queue=queue, kind=kind, workflow_id=workflow_id,
-                                        limit=limit, after=after))
+        page = run(
+            lambda: op.list_jobs(
+                states=state or (), queue=queue, kind=kind, workflow_id=workflow_id, limit=limit, after=after
+            )
+        )
         return {"jobs": [job_json(j) for j in page.jobs], "next_after": page.next_after}
 
     @server.tool(annotations=read_only)
@@ -118,8 +140,7 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
     def workflow(workflow_id: str) -> dict:
         """Every job of a workflow, with member names and dependencies."""
         jobs = run(lambda: op.workflow(workflow_id))
-        return {"workflow_id": workflow_id,
-                "jobs": [{**job_json(j), "deps": list(j.wf_deps or ())} for j in jobs]}
+        return {"workflow_id": workflow_id, "jobs": [{**job_json(j), "deps": list(j.wf_deps or ())} for j in jobs]}
 
     @server.tool(annotations=read_only)
     def replay_dry_run(job_id: JobId) -> dict:
@@ -141,12 +162,20 @@ def build_server(database_url: str, *, schema: str = "public", allow_mutations: 
             raise ToolError(f"no soak report at {path}: run soak/run.sh first")
         data = json.loads(path.read_text())
         return {
-            "run_id": data.get("run_id"), "verdict": data.get("verdict"), "exit_code": data.get("exit_code"),
-            "invariants": {name: {"verdict": inv.get("verdict"), "checks": inv.get("checks"),
-                                  "violations": inv.get("violations"),
-                                  "first_counterexample": inv.get("first_counterexample")}
-                           for name, inv in (data.get("invariants") or {}).items()},
-            "stats": data.get("stats"), "faults": data.get("faults"),
+            "run_id": data.get("run_id"),
+            "verdict": data.get("verdict"),
+            "exit_code": data.get("exit_code"),
+            "invariants": {
+                name: {
+                    "verdict": inv.get("verdict"),
+                    "checks": inv.get("checks"),
+                    "violations": inv.get("violations"),
+                    "first_counterexample": inv.get("first_counterexample"),
+                }
+                for name, inv in (data.get("invariants") or {}).items()
+            },
+            "stats": data.get("stats"),
+            "faults": data.get("faults"),
         }
 
     @server.tool(annotations=mutating)

@@ -6,6 +6,7 @@ then finds nothing to do. A database already at a newer revision (a newer SDK mi
 alone. `check_compat` implements the startup rule: refuse a higher contract major, refuse a revision
 older than the minimum this SDK needs, accept newer revisions within the known major.
 """
+
 from __future__ import annotations
 
 import psycopg

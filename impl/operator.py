@@ -14,6 +14,7 @@ HTTP API) reconciles the row — merged key by key over its static options — w
 refresh interval and stops claiming from a paused queue; running jobs finish. Foreign SDKs may
 ignore the key: for them a pause has no effect (use their own pause), and nothing else changes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
@@ -64,30 +65,57 @@ def plain(value: Any) -> Any:
 
 def job_json(job: Job, *, full: bool = False) -> dict[str, Any]:
     out = {
-        "id": job.id, "queue": job.queue, "kind": job.worker, "state": job.state, "attempt": job.attempt,
-        "max_attempts": job.max_attempts, "priority": job.priority, "inserted_at": plain(job.inserted_at),
-        "ready_at": plain(job.ready_at), "started_at": plain(job.started_at), "finished_at": plain(job.finished_at),
-        "workflow_id": job.workflow_id, "wf_name": job.wf_name, "parent_id": job.parent_id,
+        "id": job.id,
+        "queue": job.queue,
+        "kind": job.worker,
+        "state": job.state,
+        "attempt": job.attempt,
+        "max_attempts": job.max_attempts,
+        "priority": job.priority,
+        "inserted_at": plain(job.inserted_at),
+        "ready_at": plain(job.ready_at),
+        "started_at": plain(job.started_at),
+        "finished_at": plain(job.finished_at),
+        "workflow_id": job.workflow_id,
+        "wf_name": job.wf_name,
+        "parent_id": job.parent_id,
         "cancel_requested": job.cancel_requested,
     }
     if full:
-        out.update({
-            "input": plain(job.input), "meta": plain(job.meta), "errors": plain(job.errors),
-            "result": plain(decode(job.result)) if job.result is not None else None,
-            "lease_until": plain(job.lease_until), "leased_by": job.leased_by,
-            "unique_key": job.unique_key, "unique_mode": job.unique_mode, "cron_name": job.cron_name,
-            "cron_slot": plain(job.cron_slot), "wf_deps": list(job.wf_deps) if job.wf_deps else None,
-            "wf_ignore": list(job.wf_ignore) if job.wf_ignore else None, "await_scope": job.await_scope,
-            "await_name": job.await_name, "budget_usd_micros": job.budget_usd_micros,
-            "budget_tokens": job.budget_tokens, "spent_usd_micros": job.spent_usd_micros,
-            "spent_tokens": job.spent_tokens,
-        })
+        out.update(
+            {
+                "input": plain(job.input),
+                "meta": plain(job.meta),
+                "errors": plain(job.errors),
+                "result": plain(decode(job.result)) if job.result is not None else None,
+                "lease_until": plain(job.lease_until),
+                "leased_by": job.leased_by,
+                "unique_key": job.unique_key,
+                "unique_mode": job.unique_mode,
+                "cron_name": job.cron_name,
+                "cron_slot": plain(job.cron_slot),
+                "wf_deps": list(job.wf_deps) if job.wf_deps else None,
+                "wf_ignore": list(job.wf_ignore) if job.wf_ignore else None,
+                "await_scope": job.await_scope,
+                "await_name": job.await_name,
+                "budget_usd_micros": job.budget_usd_micros,
+                "budget_tokens": job.budget_tokens,
+                "spent_usd_micros": job.spent_usd_micros,
+                "spent_tokens": job.spent_tokens,
+            }
+        )
     return out
 
 
 def step_json(step: Step) -> dict[str, Any]:
-    return {"seq": step.seq, "name": step.name, "value": plain(decode(step.value)), "usd_micros": step.usd_micros,
-            "tokens": step.tokens, "inserted_at": plain(step.inserted_at)}
+    return {
+        "seq": step.seq,
+        "name": step.name,
+        "value": plain(decode(step.value)),
+        "usd_micros": step.usd_micros,
+        "tokens": step.tokens,
+        "inserted_at": plain(step.inserted_at),
+    }
 
 
 def event_json(event: Event) -> dict[str, Any]:
@@ -151,8 +179,16 @@ class Operator:
             out.setdefault(r["queue"], {})[r["state"]] = r["n"]
         return out
 
-    def list_jobs(self, *, states: Iterable[str] = (), queue: str | None = None, kind: str | None = None,
-                  workflow_id: str | None = None, limit: int = 50, after: int | None = None) -> Page:
+    def list_jobs(
+        self,
+        *,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        kind: str | None = None,
+        workflow_id: str | None = None,
+        limit: int = 50,
+        after: int | None = None,
+    ) -> Page:
         """Belay.list_jobs: newest first; `after` continues from the previous page's `next_after`."""
         from impl.pgrows import job_from_row
 
@@ -162,8 +198,17 @@ class Operator:
             raise Refused("invalid", f"unknown state {', '.join(bad)}; states are {', '.join(STATES)}")
         if not 1 <= limit <= 1000:
             raise Refused("invalid", f"limit must be between 1 and 1000, got {limit}")
-        rows = self._rows("ops_jobs_page", {"after": after, "states": list(states) or None, "queue": queue,
-                                            "kind": kind, "workflow_id": workflow_id, "limit": limit})
+        rows = self._rows(
+            "ops_jobs_page",
+            {
+                "after": after,
+                "states": list(states) or None,
+                "queue": queue,
+                "kind": kind,
+                "workflow_id": workflow_id,
+                "limit": limit,
+            },
+        )
         jobs = tuple(job_from_row(r) for r in rows)
         return Page(jobs, jobs[-1].id if len(jobs) == limit else None)
 
@@ -207,8 +252,10 @@ class Operator:
             "cost": {"usd_micros": sum(s.usd_micros for s in steps), "tokens": sum(s.tokens for s in steps)},
             "events": [event_json(e) for e in self.client.events(job_id)],
             "children": [job_json(c) for c in self.children(job_id)],
-            "signals": [{"scope": s.scope, "name": s.name, "payload": plain(s.payload),
-                         "inserted_at": plain(s.inserted_at)} for s in self.client.signals(*scopes)],
+            "signals": [
+                {"scope": s.scope, "name": s.name, "payload": plain(s.payload), "inserted_at": plain(s.inserted_at)}
+                for s in self.client.signals(*scopes)
+            ],
         }
 
     def queues(self, name: str | None = None) -> list[dict[str, Any]]:
@@ -224,8 +271,15 @@ class Operator:
         for n in names:
             row = by_name.get(n)
             opts = row["opts"] if row else {}
-            out.append({"name": n, "opts": plain(opts), "paused": bool(opts.get("paused", False)),
-                        "updated_at": plain(row["updated_at"]) if row else None, "counts": stats.get(n, {})})
+            out.append(
+                {
+                    "name": n,
+                    "opts": plain(opts),
+                    "paused": bool(opts.get("paused", False)),
+                    "updated_at": plain(row["updated_at"]) if row else None,
+                    "counts": stats.get(n, {}),
+                }
+            )
         return out
 
     # --- mutations (the Client SDK's operations) ---------------------------------------------------------
@@ -237,14 +291,22 @@ class Operator:
         if isinstance(result, ops.NotFound):
             raise Refused("not_found", f"job {job_id} does not exist")
         if isinstance(result, ops.NotRetryable):
-            raise Refused("not_retryable", f"job {job_id} is {result.state}: only failed or cancelled jobs can be "
-                                           "retried; nothing was changed")
+            raise Refused(
+                "not_retryable",
+                f"job {job_id} is {result.state}: only failed or cancelled jobs can be retried; nothing was changed",
+            )
         if isinstance(result, ops.RetryBlocked):
-            raise Refused("retry_blocked", f"job {job_id}: retrying would make a second live holder of its unique "
-                                           f"key (held by job {result.holder_id}); nothing was changed")
+            raise Refused(
+                "retry_blocked",
+                f"job {job_id}: retrying would make a second live holder of its unique "
+                f"key (held by job {result.holder_id}); nothing was changed",
+            )
         if isinstance(result, ops.DepsGone):
-            raise Refused("deps_gone", f"job {job_id}: its workflow deps {list(result.missing)} were pruned, so it "
-                                       "could never settle; nothing was changed")
+            raise Refused(
+                "deps_gone",
+                f"job {job_id}: its workflow deps {list(result.missing)} were pruned, so it "
+                "could never settle; nothing was changed",
+            )
         raise AssertionError(result)  # pragma: no cover
 
     def cancel(self, job_id: int) -> dict[str, Any]:
@@ -252,8 +314,13 @@ class Operator:
         if isinstance(result, ops.Cancelled):
             return {"job_id": job_id, "cancelled": True, "state": "cancelled"}
         if isinstance(result, ops.CancelRequested):
-            return {"job_id": job_id, "cancelled": False, "state": "running", "cancel_requested": True,
-                    "note": "the job is running: it stops at its next step boundary"}
+            return {
+                "job_id": job_id,
+                "cancelled": False,
+                "state": "running",
+                "cancel_requested": True,
+                "note": "the job is running: it stops at its next step boundary",
+            }
         if isinstance(result, ops.NotFound):
             raise Refused("not_found", f"job {job_id} does not exist")
         if isinstance(result, ops.NotCancellable):
@@ -312,8 +379,14 @@ class Operator:
 
     # --- retention ---------------------------------------------------------------------------------------
 
-    def prune(self, retention: Mapping[str, int | None] | None = None, signal_ttl: int | None = SIGNAL_TTL_DEFAULT,
-              *, dry_run: bool = True, batch: int = 500) -> dict[str, Any]:
+    def prune(
+        self,
+        retention: Mapping[str, int | None] | None = None,
+        signal_ttl: int | None = SIGNAL_TTL_DEFAULT,
+        *,
+        dry_run: bool = True,
+        batch: int = 500,
+    ) -> dict[str, Any]:
         """§8.7 retention now. Dry-run: what a prune at `now` would delete (jobs per state with their
         steps and events, signals past TTL, rate windows); otherwise prune in batches until done."""
         retention = dict(RETENTION_DEFAULTS if retention is None else retention)
@@ -329,13 +402,24 @@ class Operator:
 
         if dry_run:
             rows = self._rows("ops_prune_preview", {s + "_before": before(s) for s in RETENTION_DEFAULTS})
-            other = self._rows("ops_prune_preview_other", {
-                "signals_before": None if signal_ttl is None else now - timedelta(seconds=signal_ttl),
-                "rate_before": now - timedelta(days=1)})[0]
-            return {"dry_run": True, "now": plain(now), "retention": retention, "signal_ttl": signal_ttl,
-                    "jobs": {r["state"]: r["jobs"] for r in rows},
-                    "steps": sum(r["steps"] for r in rows), "events": sum(r["events"] for r in rows),
-                    "signals": other["signals"], "rate_windows": other["rate"]}
+            other = self._rows(
+                "ops_prune_preview_other",
+                {
+                    "signals_before": None if signal_ttl is None else now - timedelta(seconds=signal_ttl),
+                    "rate_before": now - timedelta(days=1),
+                },
+            )[0]
+            return {
+                "dry_run": True,
+                "now": plain(now),
+                "retention": retention,
+                "signal_ttl": signal_ttl,
+                "jobs": {r["state"]: r["jobs"] for r in rows},
+                "steps": sum(r["steps"] for r in rows),
+                "events": sum(r["events"] for r in rows),
+                "signals": other["signals"],
+                "rate_windows": other["rate"],
+            }
         jobs: list[int] = []
         signals = rate = 0
         while True:
@@ -345,8 +429,15 @@ class Operator:
             rate += pruned.rate_windows
             if len(pruned.jobs) < batch:
                 break
-        return {"dry_run": False, "now": plain(now), "retention": retention, "signal_ttl": signal_ttl,
-                "pruned_jobs": len(jobs), "signals": signals, "rate_windows": rate}
+        return {
+            "dry_run": False,
+            "now": plain(now),
+            "retention": retention,
+            "signal_ttl": signal_ttl,
+            "pruned_jobs": len(jobs),
+            "signals": signals,
+            "rate_windows": rate,
+        }
 
 
 def stats_reader(store: Any) -> Callable[[], dict[str, dict[str, int]]]:

@@ -1,4 +1,5 @@
 """Row mapping and wake-up payloads shared by the Postgres store modules (contract §9.2)."""
+
 from __future__ import annotations
 
 import json
@@ -43,9 +44,15 @@ def step_from_row(row: dict[str, Any]) -> Step:
     return Step(**{**row, "value": bytes(row["value"])})
 
 
-def listen_for_pokes(conninfo: str, schema: str, stopped: threading.Event,
-                     on_poke: Callable[[str | None], None] | None, what: str = "listener", *,
-                     on_payload: Callable[[str | None], None] | None = None) -> None:
+def listen_for_pokes(
+    conninfo: str,
+    schema: str,
+    stopped: threading.Event,
+    on_poke: Callable[[str | None], None] | None,
+    what: str = "listener",
+    *,
+    on_payload: Callable[[str | None], None] | None = None,
+) -> None:
     """The pg_notify accelerator (§9.2), never load-bearing: LISTEN on the channel, call
     `on_poke(queue)` for each poke payload, and `on_poke(None)` after every (re)connect so anything
     missed while disconnected is polled now. Reconnects with backoff until `stopped` is set.

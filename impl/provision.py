@@ -194,9 +194,7 @@ def find_pg_bindir(explicit: str | os.PathLike[str] | None = None) -> Path:
 def pg_version(bindir: Path) -> str:
     """The server version of *bindir*'s postgres, e.g. ``"16.14"``."""
     try:
-        out = subprocess.run(
-            [str(Path(bindir) / "postgres"), "--version"], capture_output=True, text=True, timeout=30
-        )
+        out = subprocess.run([str(Path(bindir) / "postgres"), "--version"], capture_output=True, text=True, timeout=30)
     except OSError as exc:
         raise ProvisionError(f"cannot run {bindir}/postgres --version: {exc}") from exc
     m = re.search(r"\(PostgreSQL\)\s+(\S+)", out.stdout)
@@ -679,9 +677,7 @@ class EmbeddedCluster:
             _reap_stale_clusters(clusters)
             base = Path(tempfile.mkdtemp(prefix="cluster-", dir=clusters))
             self._owns_base = True
-            (base / "owner.json").write_text(
-                json.dumps({"pid": os.getpid(), "start": _proc_start_time(os.getpid())})
-            )
+            (base / "owner.json").write_text(json.dumps({"pid": os.getpid(), "start": _proc_start_time(os.getpid())}))
         os.chmod(base, 0o755)
         if _is_root() and not _world_traversable(base):
             raise ProvisionError(
@@ -699,13 +695,9 @@ class EmbeddedCluster:
         self.base_dir = base
 
     def _run(self, cmd: list[str], what: str) -> None:
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=300, cwd="/", **self._spawn_kwargs()
-        )
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd="/", **self._spawn_kwargs())
         if out.returncode != 0:
-            raise ProvisionError(
-                f"{what} failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-2000:]}"
-            )
+            raise ProvisionError(f"{what} failed (exit {out.returncode}): {(out.stderr or out.stdout).strip()[-2000:]}")
 
     def _initdb(self, target: Path) -> None:
         target.mkdir(mode=0o700)
@@ -713,7 +705,8 @@ class EmbeddedCluster:
         self._run(
             [
                 str(self.bindir / "initdb"),  # type: ignore[operator]
-                "-D", str(target),
+                "-D",
+                str(target),
                 "--auth=trust",
                 "--username=postgres",
                 "--encoding=UTF8",
@@ -818,9 +811,7 @@ class EmbeddedCluster:
                 self._proc = None
                 if "Address already in use" in tail or "could not bind" in tail:
                     raise _PortInUse(tail)
-                raise ProvisionError(
-                    f"postgres exited during start (see {self.log_path}); log tail:\n{tail}"
-                )
+                raise ProvisionError(f"postgres exited during start (see {self.log_path}); log tail:\n{tail}")
             ready = False
             with contextlib.suppress(OSError):
                 lines = pidfile.read_text().splitlines()
@@ -1079,9 +1070,7 @@ def provision(
 
 
 _URI_RE = re.compile(r"postgres(?:ql)?://[^\s'\"<>]*", re.IGNORECASE)
-_KV_PASSWORD_RE = re.compile(
-    r"(?<![?&\w])(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]+)", re.IGNORECASE
-)
+_KV_PASSWORD_RE = re.compile(r"(?<![?&\w])(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s]+)", re.IGNORECASE)
 
 
 def _redact_uri(m: re.Match[str]) -> str:
@@ -1112,9 +1101,7 @@ def redact(url: str) -> str:
 def _with_dbname(url: str, dbname: str) -> str:
     if re.match(r"postgres(?:ql)?://", url, re.IGNORECASE):
         parts = urllib.parse.urlsplit(url)
-        return urllib.parse.urlunsplit(
-            parts._replace(path="/" + urllib.parse.quote(dbname, safe=""))
-        )
+        return urllib.parse.urlunsplit(parts._replace(path="/" + urllib.parse.quote(dbname, safe="")))
     return make_conninfo(url, dbname=dbname)
 
 
@@ -1143,9 +1130,7 @@ class TemplateDatabases:
     def url_for(self, name: str) -> str:
         return _with_dbname(self.admin_url, name)
 
-    def create_template(
-        self, name: str, setup: Callable[[psycopg.Connection[Any]], None]
-    ) -> str:
+    def create_template(self, name: str, setup: Callable[[psycopg.Connection[Any]], None]) -> str:
         self.drop(name)
         with self._admin() as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -1158,9 +1143,7 @@ class TemplateDatabases:
             raise
         with self._admin() as conn:
             conn.execute(
-                sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(
-                    sql.Identifier(name)
-                )
+                sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE true ALLOW_CONNECTIONS false").format(sql.Identifier(name))
             )
         return self.url_for(name)
 
@@ -1181,28 +1164,20 @@ class TemplateDatabases:
                 except psycopg.errors.SyntaxError:  # PostgreSQL < 15: no STRATEGY option
                     self._strategy = None
             conn.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(template_name)
-                )
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(template_name))
             )
         self.clones.append(name)
         return self.url_for(name)
 
     def drop(self, name: str) -> None:
         with self._admin() as conn:
-            row = conn.execute(
-                "SELECT datistemplate FROM pg_database WHERE datname = %s", (name,)
-            ).fetchone()
+            row = conn.execute("SELECT datistemplate FROM pg_database WHERE datname = %s", (name,)).fetchone()
             if row is None:
                 return
             if row[0]:
-                conn.execute(
-                    sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name))
-                )
+                conn.execute(sql.SQL("ALTER DATABASE {} WITH IS_TEMPLATE false").format(sql.Identifier(name)))
             try:
-                conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-                )
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
             except psycopg.errors.SyntaxError:  # PostgreSQL < 13
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
         with contextlib.suppress(ValueError):

@@ -4,6 +4,7 @@ Blocks look like procrastinate's: `-- name --`, a one-line purpose comment, then
 names are placeholders filled with `psycopg.sql.Identifier(schema, "belay_<table>")`, so a custom
 schema name can never inject SQL (it is also validated against ^[A-Za-z_][A-Za-z0-9_]*$).
 """
+
 from __future__ import annotations
 
 import re

@@ -35,6 +35,7 @@ Put it in your own tests — "replay every job of the last day against the new c
     for report in dry_run_many(url, registry, since=now - timedelta(days=1)):
         assert report.clean, report.describe()
 """
+
 from __future__ import annotations
 
 import importlib
@@ -73,8 +74,13 @@ class Divergence:
     message: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "seq": self.seq, "expected": self.expected, "found": self.found,
-                "message": self.message}
+        return {
+            "kind": self.kind,
+            "seq": self.seq,
+            "expected": self.expected,
+            "found": self.found,
+            "message": self.message,
+        }
 
 
 @dataclass
@@ -94,15 +100,23 @@ class Replay:
         return self.executed and self.divergence is None
 
     def to_json(self) -> dict[str, Any]:
-        return {"job_id": self.job_id, "executed": self.executed, "clean": self.clean,
-                "divergence": self.divergence.to_json() if self.divergence else None, "ended": self.ended,
-                "calls": self.calls, "notes": self.notes, "history": self.history}
+        return {
+            "job_id": self.job_id,
+            "executed": self.executed,
+            "clean": self.clean,
+            "divergence": self.divergence.to_json() if self.divergence else None,
+            "ended": self.ended,
+            "calls": self.calls,
+            "notes": self.notes,
+            "history": self.history,
+        }
 
     def describe(self) -> str:
         h = self.history
         job = h["job"]
-        lines = [f"job {self.job_id} ({job['kind']} on {job['queue']}): {job['state']} after "
-                 f"{job['attempt']} attempt(s)"]
+        lines = [
+            f"job {self.job_id} ({job['kind']} on {job['queue']}): {job['state']} after {job['attempt']} attempt(s)"
+        ]
         if self.executed:
             if self.divergence is None:
                 lines.append(f"replay: clean — {self.ended}")
@@ -159,9 +173,9 @@ class _Snapshot:
 def _entry(step: Step) -> dict[str, Any]:
     out = step_json(step)
     if step.name.startswith(SLEEP):
-        out.update(type="sleep", sleep=step.name[len(SLEEP):], until=out["value"])
+        out.update(type="sleep", sleep=step.name[len(SLEEP) :], until=out["value"])
     elif step.name.startswith(SPAWN):
-        out.update(type="spawn", spawn=step.name[len(SPAWN):], children=out["value"])
+        out.update(type="spawn", spawn=step.name[len(SPAWN) :], children=out["value"])
     else:
         out["type"] = "step"
     return out
@@ -185,10 +199,14 @@ def _history(snap: _Snapshot, job: Job) -> dict[str, Any]:
         timeline.append((job.started_at, 1, "first claimed (attempt 1)"))
     for s in steps:
         e = _entry(s)
-        what = {"sleep": f"slept {e.get('sleep')!r} until {e.get('until')}",
-                "spawn": f"spawned {e.get('spawn')!r}: children {e.get('children')}"}.get(
-            e["type"], f"step {s.name!r} = {_short(e['value'])}"
-            + (f" (cost {s.usd_micros} µ$, {s.tokens} tokens)" if s.usd_micros or s.tokens else ""))
+        what = {
+            "sleep": f"slept {e.get('sleep')!r} until {e.get('until')}",
+            "spawn": f"spawned {e.get('spawn')!r}: children {e.get('children')}",
+        }.get(
+            e["type"],
+            f"step {s.name!r} = {_short(e['value'])}"
+            + (f" (cost {s.usd_micros} µ$, {s.tokens} tokens)" if s.usd_micros or s.tokens else ""),
+        )
         timeline.append((s.inserted_at, 2, f"#{s.seq} {what}"))
     for ev in events:
         timeline.append((ev.inserted_at, 3, f"event {ev.seq}: {_short(plain(ev.payload))}"))
@@ -211,8 +229,10 @@ def _history(snap: _Snapshot, job: Job) -> dict[str, Any]:
         "sleeps": [_entry(s) for s in steps if s.name.startswith(SLEEP)],
         "children": [job_json(c) for c in children],
         "events": [event_json(e) for e in events],
-        "signals": [{"scope": s.scope, "name": s.name, "payload": plain(s.payload),
-                     "inserted_at": plain(s.inserted_at)} for s in signals],
+        "signals": [
+            {"scope": s.scope, "name": s.name, "payload": plain(s.payload), "inserted_at": plain(s.inserted_at)}
+            for s in signals
+        ],
         "outcome": outcome,
         "timeline": [{"at": plain(at), "what": what} for at, _, what in timeline],
     }
@@ -255,9 +275,9 @@ class _Diverged(BaseException):
 
 def _describe(name: str) -> str:
     if name.startswith(SLEEP):
-        return f"sleep {name[len(SLEEP):]!r}"
+        return f"sleep {name[len(SLEEP) :]!r}"
     if name.startswith(SPAWN):
-        return f"spawn {name[len(SPAWN):]!r}"
+        return f"spawn {name[len(SPAWN) :]!r}"
     return f"step {name!r}"
 
 
@@ -309,8 +329,10 @@ class ReplayContext:
             return self.journal[index]
         if self.cursor >= len(self.journal):
             if index is None:
-                raise _Stop(f"the journal ends before the code's {_describe(name)}: the recorded execution "
-                            f"stopped there (it raised, is still running, or was cancelled) — not executed")
+                raise _Stop(
+                    f"the journal ends before the code's {_describe(name)}: the recorded execution "
+                    f"stopped there (it raised, is still running, or was cancelled) — not executed"
+                )
         expected = self.journal[self.cursor]
         if index == self.cursor:
             self.consumed.add(index)
@@ -318,15 +340,27 @@ class ReplayContext:
             self.report.calls[-1]["seq"] = expected.seq
             return expected
         if index is None:
-            raise _Diverged(Divergence(
-                _kind_of(name, expected.name), expected.seq, expected.name, name,
-                f"the code asks for {_describe(name)} where the journal has {_describe(expected.name)} "
-                f"(#{expected.seq}): {_describe(name)} is not in the journal at all — inserted or renamed"))
+            raise _Diverged(
+                Divergence(
+                    _kind_of(name, expected.name),
+                    expected.seq,
+                    expected.name,
+                    name,
+                    f"the code asks for {_describe(name)} where the journal has {_describe(expected.name)} "
+                    f"(#{expected.seq}): {_describe(name)} is not in the journal at all — inserted or renamed",
+                )
+            )
         skipped = self.journal[self.cursor]
-        raise _Diverged(Divergence(
-            _kind_of(skipped.name), skipped.seq, skipped.name, name,
-            f"the journal's {_describe(skipped.name)} (#{skipped.seq}) is no longer asked for: the code goes "
-            f"on with {_describe(name)} (#{self.journal[index].seq}) — removed or reordered"))
+        raise _Diverged(
+            Divergence(
+                _kind_of(skipped.name),
+                skipped.seq,
+                skipped.name,
+                name,
+                f"the journal's {_describe(skipped.name)} (#{skipped.seq}) is no longer asked for: the code goes "
+                f"on with {_describe(name)} (#{self.journal[index].seq}) — removed or reordered",
+            )
+        )
 
     # --- the job-code API ------------------------------------------------------------------------------
 
@@ -346,23 +380,37 @@ class ReplayContext:
         entry = self._take(f"{SPAWN}{name}")
         ids = tuple(decode(entry.value))
         if len(ids) != len(children):
-            raise _Diverged(Divergence(
-                "spawn", entry.seq, f"{len(ids)} children", f"{len(children)} children",
-                f"spawn {name!r} asks for {len(children)} children; the journal spawned {len(ids)} ({list(ids)})"))
+            raise _Diverged(
+                Divergence(
+                    "spawn",
+                    entry.seq,
+                    f"{len(ids)} children",
+                    f"{len(children)} children",
+                    f"spawn {name!r} asks for {len(children)} children; the journal spawned {len(ids)} ({list(ids)})",
+                )
+            )
         rows = {c.id: c for c in self.snap.children(self.job.id)}
         for i, (child_id, spec) in enumerate(zip(ids, children)):
             row = rows.get(child_id)
             if row is None:
-                self.report.notes.append(f"spawn {name!r}: child {child_id} no longer exists (pruned?); "
-                                         "its queue, kind and input were not compared")
+                self.report.notes.append(
+                    f"spawn {name!r}: child {child_id} no longer exists (pruned?); "
+                    "its queue, kind and input were not compared"
+                )
                 continue
             theirs = (row.queue, row.worker, row.input)
             ours = (spec.queue, spec.worker, spec.input)
             if theirs != ours:
-                raise _Diverged(Divergence(
-                    "spawn", entry.seq, _short(theirs), _short(ours),
-                    f"spawn {name!r} child {i} differs: the journal spawned job {child_id} as "
-                    f"(queue, kind, input) = {_short(theirs)}, the code asks for {_short(ours)}"))
+                raise _Diverged(
+                    Divergence(
+                        "spawn",
+                        entry.seq,
+                        _short(theirs),
+                        _short(ours),
+                        f"spawn {name!r} child {i} differs: the journal spawned job {child_id} as "
+                        f"(queue, kind, input) = {_short(theirs)}, the code asks for {_short(ours)}",
+                    )
+                )
         return ids
 
     def _await_missing(self, what: str, parked_here: bool) -> None:
@@ -372,19 +420,37 @@ class ReplayContext:
         if parked_here and nxt is None:
             raise _Stop(f"the job is parked {what} (state {job.state})")
         if nxt is not None:
-            raise _Diverged(Divergence(
-                "await", nxt.seq, None, what,
-                f"the code waits {what}, which never came, yet the journal goes on with "
-                f"{_describe(nxt.name)} (#{nxt.seq})"))
+            raise _Diverged(
+                Divergence(
+                    "await",
+                    nxt.seq,
+                    None,
+                    what,
+                    f"the code waits {what}, which never came, yet the journal goes on with "
+                    f"{_describe(nxt.name)} (#{nxt.seq})",
+                )
+            )
         if job.state == "awaiting":
-            raise _Diverged(Divergence(
-                "await", None, f"await {job.await_name!r} in {job.await_scope!r}", what,
-                f"the job is parked on signal {job.await_name!r} in {job.await_scope!r}, but the code waits {what}"))
+            raise _Diverged(
+                Divergence(
+                    "await",
+                    None,
+                    f"await {job.await_name!r} in {job.await_scope!r}",
+                    what,
+                    f"the job is parked on signal {job.await_name!r} in {job.await_scope!r}, but the code waits {what}",
+                )
+            )
         if job.terminal:
-            raise _Diverged(Divergence(
-                "await", None, None, what,
-                f"the job finished {job.state}, but the code waits {what}, which never came "
-                "(or was cleared or pruned since)"))
+            raise _Diverged(
+                Divergence(
+                    "await",
+                    None,
+                    None,
+                    what,
+                    f"the job finished {job.state}, but the code waits {what}, which never came "
+                    "(or was cleared or pruned since)",
+                )
+            )
         raise _Stop(f"the code would park {what} here; the job is {job.state}")
 
     def await_signal(self, name: str, *, scope: str | None = None, timeout: timedelta | float | None = None) -> Any:
@@ -455,8 +521,13 @@ def _replay(snap: _Snapshot, job: Job, registry: Registry, now: datetime, report
         raised = type(exc).__name__
         last = (job.errors or [{}])[-1].get("error") if job.errors else None
         if job.state == "succeeded":
-            report.divergence = Divergence("outcome", None, "succeeded", f"raised {raised}",
-                                           f"the code raises {raised}: {exc} — the recorded job succeeded")
+            report.divergence = Divergence(
+                "outcome",
+                None,
+                "succeeded",
+                f"raised {raised}",
+                f"the code raises {raised}: {exc} — the recorded job succeeded",
+            )
             report.ended = "diverged"
             return
         report.ended = f"the code raised {raised}: {exc}"
@@ -471,12 +542,18 @@ def _replay(snap: _Snapshot, job: Job, registry: Registry, now: datetime, report
         recorded = plain(decode(job.result))
         if plain(value) != recorded:
             report.divergence = Divergence(
-                "result", None, _short(recorded), _short(plain(value)),
-                f"the code returns {_short(plain(value))}, the job's recorded result is {_short(recorded)}")
+                "result",
+                None,
+                _short(recorded),
+                _short(plain(value)),
+                f"the code returns {_short(plain(value))}, the job's recorded result is {_short(recorded)}",
+            )
             report.ended = "diverged"
     elif job.terminal:
-        report.notes.append(f"the code returns, but the job ended {job.state}; its last error: "
-                            f"{_short(job.errors[-1] if job.errors else None)}")
+        report.notes.append(
+            f"the code returns, but the job ended {job.state}; its last error: "
+            f"{_short(job.errors[-1] if job.errors else None)}"
+        )
     else:
         report.notes.append(f"the code returns; the job is still {job.state} (its recorded run has not finished)")
 
@@ -487,16 +564,26 @@ def _check_rest(ctx: ReplayContext, report: Replay) -> bool:
     if left:
         first = left[0]
         report.divergence = Divergence(
-            _kind_of(first.name), first.seq, first.name, None,
+            _kind_of(first.name),
+            first.seq,
+            first.name,
+            None,
             f"the journal's {_describe(first.name)} (#{first.seq}) is no longer asked for: the code finished "
-            f"without it" + (f" (and {len(left) - 1} more journal entries)" if len(left) > 1 else ""))
+            f"without it" + (f" (and {len(left) - 1} more journal entries)" if len(left) > 1 else ""),
+        )
         report.ended = "diverged"
         return False
     return True
 
 
-def dry_run(conninfo: str, job_id: int, registry: Registry | str | None = None, *, schema: str = "public",
-            now: datetime | None = None) -> Replay:
+def dry_run(
+    conninfo: str,
+    job_id: int,
+    registry: Registry | str | None = None,
+    *,
+    schema: str = "public",
+    now: datetime | None = None,
+) -> Replay:
     """Belay.Replay.dry_run: the job's history and, with a registry (or MODULE[:ATTR]), a side-effect-free
     re-execution of its code against its journal. `now` decides whether a journaled sleep is over
     (default: the system clock — this is an entry point)."""
@@ -516,9 +603,17 @@ def dry_run(conninfo: str, job_id: int, registry: Registry | str | None = None, 
         snap.close()
 
 
-def dry_run_many(conninfo: str, registry: Registry | str, *, since: datetime | None = None,
-                 kinds: Sequence[str] | None = None, states: Sequence[str] = ("succeeded", "failed", "cancelled"),
-                 limit: int = 1000, schema: str = "public", now: datetime | None = None) -> list[Replay]:
+def dry_run_many(
+    conninfo: str,
+    registry: Registry | str,
+    *,
+    since: datetime | None = None,
+    kinds: Sequence[str] | None = None,
+    states: Sequence[str] = ("succeeded", "failed", "cancelled"),
+    limit: int = 1000,
+    schema: str = "public",
+    now: datetime | None = None,
+) -> list[Replay]:
     """Replay many jobs against (new) code: the jobs of `registry`'s kinds (or `kinds`) in `states`,
     inserted at or after `since`, newest first, at most `limit`."""
     if isinstance(registry, str):
@@ -530,8 +625,17 @@ def dry_run_many(conninfo: str, registry: Registry | str, *, since: datetime | N
         ids: list[int] = []
         after = None
         while len(ids) < limit:
-            rows = conn.execute(q.q("ops_jobs_page"), {"after": after, "states": list(states), "queue": None,
-                                                       "kind": None, "workflow_id": None, "limit": 500}).fetchall()
+            rows = conn.execute(
+                q.q("ops_jobs_page"),
+                {
+                    "after": after,
+                    "states": list(states),
+                    "queue": None,
+                    "kind": None,
+                    "workflow_id": None,
+                    "limit": 500,
+                },
+            ).fetchall()
             if not rows:
                 break
             for r in rows:

@@ -15,6 +15,7 @@ One `Worker` is one node:
 
 Configuration is one frozen object per component; the environment is read only by entry points.
 """
+
 from __future__ import annotations
 
 import functools
@@ -68,8 +69,11 @@ class WorkerConfig:
     notify: bool = False  # the pg_notify accelerator (one LISTEN connection per node)
     listen_url: str | None = None  # a direct connection for LISTEN (past any transaction pooler)
     crons: tuple[CronDef, ...] = ()
-    retention: tuple[tuple[str, int | None], ...] = (("succeeded", 86400), ("failed", 7 * 86400),
-                                                     ("cancelled", 7 * 86400))
+    retention: tuple[tuple[str, int | None], ...] = (
+        ("succeeded", 86400),
+        ("failed", 7 * 86400),
+        ("cancelled", 7 * 86400),
+    )
     signal_ttl: int | None = 7 * 86400
     queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
     reclaim_backoff: w.Backoff = w.Backoff()  # retry delay of a job whose lease expired (by attempt)
@@ -155,8 +159,16 @@ class _Producer:
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
         started = time.monotonic()
         jobs = self.worker.call(lambda: self.worker.store.apply(op), "claim").jobs
-        self.worker.emit("claim", {"queue": self.name, "node": cfg.node, "demand": demand, "claimed": len(jobs),
-                                   "duration_ms": (time.monotonic() - started) * 1000})
+        self.worker.emit(
+            "claim",
+            {
+                "queue": self.name,
+                "node": cfg.node,
+                "demand": demand,
+                "claimed": len(jobs),
+                "duration_ms": (time.monotonic() - started) * 1000,
+            },
+        )
         for job in jobs:
             ctx = JobContext(job, self.worker.store, self.worker.clock)
             with self.lock:
@@ -228,8 +240,9 @@ class Worker:
         # Without the accelerator the node sends no pg_notify at all (pokes nor results): droppable by config.
         pool_size = min(sum(q.opts.limit_max for q in queues.values()) + 4, 32)
         call_timeout = max(config.lease_ttl / 4, 2.0) if config.call_timeout is None else config.call_timeout
-        self.store = PgStore(conninfo, schema=schema, pool_size=pool_size, notify=config.notify,
-                             call_timeout=call_timeout or None)
+        self.store = PgStore(
+            conninfo, schema=schema, pool_size=pool_size, notify=config.notify, call_timeout=call_timeout or None
+        )
         self.producers = {name: _Producer(self, q) for name, q in queues.items()}
         self.stopping = threading.Event()  # no new claims
         self.stopped = threading.Event()
@@ -262,8 +275,14 @@ class Worker:
         job = ctx.job
         kind = self.registry.kinds.get(job.worker)
         started = time.monotonic()
-        meta = {"job_id": job.id, "kind": job.worker, "worker": job.worker, "queue": job.queue,
-                "attempt": job.attempt, "node": self.config.node}
+        meta = {
+            "job_id": job.id,
+            "kind": job.worker,
+            "worker": job.worker,
+            "queue": job.queue,
+            "attempt": job.attempt,
+            "node": self.config.node,
+        }
         self.emit("job.start", meta)
         value, error = None, None
         try:
@@ -279,8 +298,10 @@ class Worker:
             state = "parked" if outcome is None else self.ack(ctx, outcome)
             duration = int((time.monotonic() - started) * 1000)
             if error is not None and state not in ("parked",):
-                self.emit("job.exception", {**meta, "state": state, "duration_ms": duration,
-                                            "error": f"{type(error).__name__}: {error}"})
+                self.emit(
+                    "job.exception",
+                    {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
+                )
             else:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         except Exception:  # a permanent store fault: the lease will expire, another node retries
@@ -294,8 +315,17 @@ class Worker:
         context order); a job missing from it, or a raise of the whole call, fails that job."""
         started = time.monotonic()
         for ctx in contexts:
-            self.emit("job.start", {"job_id": ctx.id, "kind": kind.name, "worker": kind.name, "queue": producer.name,
-                                    "attempt": ctx.attempt, "node": self.config.node})
+            self.emit(
+                "job.start",
+                {
+                    "job_id": ctx.id,
+                    "kind": kind.name,
+                    "worker": kind.name,
+                    "queue": producer.name,
+                    "attempt": ctx.attempt,
+                    "node": self.config.node,
+                },
+            )
         try:
             try:
                 returned = kind.fn(contexts)
@@ -324,9 +354,19 @@ class Worker:
                         _log_stale(ack.job_id, ack.attempt)
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
                     else:
-                        self.emit("job.stop", {"job_id": ack.job_id, "kind": kind.name, "worker": kind.name,
-                                               "queue": producer.name, "attempt": ack.attempt, "node": self.config.node,
-                                               "state": result.state, "duration_ms": duration})
+                        self.emit(
+                            "job.stop",
+                            {
+                                "job_id": ack.job_id,
+                                "kind": kind.name,
+                                "worker": kind.name,
+                                "queue": producer.name,
+                                "attempt": ack.attempt,
+                                "node": self.config.node,
+                                "state": result.state,
+                                "duration_ms": duration,
+                            },
+                        )
         except Exception:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
@@ -374,14 +414,15 @@ class Worker:
         reclaimed = self.call(lambda: self.store.apply(w.Reclaim(now, self.config.reclaim_backoff)), "reclaim")
         woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")
         if reclaimed.retried or reclaimed.failed:
-            self.emit("reclaim", {"node": self.config.node, "retried": len(reclaimed.retried),
-                                  "failed": len(reclaimed.failed)})
+            self.emit(
+                "reclaim",
+                {"node": self.config.node, "retried": len(reclaimed.retried), "failed": len(reclaimed.failed)},
+            )
         if reclaimed.retried or woken.woken:
             for producer in self.producers.values():
                 producer.poke()
         self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")
-        self.call(lambda: self.store.apply(
-            w.Prune(now, dict(self.config.retention), self.config.signal_ttl)), "prune")
+        self.call(lambda: self.store.apply(w.Prune(now, dict(self.config.retention), self.config.signal_ttl)), "prune")
         return now
 
     def _sweep_loop(self) -> None:
@@ -418,8 +459,9 @@ class Worker:
 
     def _listen_loop(self) -> None:
         """The pg_notify accelerator: one LISTEN connection per node (`listen_url` past any pooler)."""
-        listen_for_pokes(self.config.listen_url or self.conninfo, self.store.schema, self.stopped,
-                         self._on_poke, "listener")
+        listen_for_pokes(
+            self.config.listen_url or self.conninfo, self.store.schema, self.stopped, self._on_poke, "listener"
+        )
 
     def _on_poke(self, queue: str | None) -> None:
         if queue is None:
@@ -468,8 +510,9 @@ class Worker:
 
 def _log_stale(job_id: int, attempt: int) -> None:
     """Spec: "You'll see a stale ack warning — that's the fence working" (whatever telemetry is attached)."""
-    log.warning("belay stale ack job=%s attempt=%s: the job was reclaimed; discarding (the fence working)",
-                job_id, attempt)
+    log.warning(
+        "belay stale ack job=%s attempt=%s: the job was reclaimed; discarding (the fence working)", job_id, attempt
+    )
 
 
 class Termination:

@@ -1,6 +1,7 @@
 """A smoke scenario on a provisioned PostgreSQL: migrate, compatibility check, enqueue (single,
 batch, a duplicate, a workflow), signal, cancel and retry, then read everything back and verify it.
 It exits non-zero on the first mismatch."""
+
 from __future__ import annotations
 
 import time
@@ -27,12 +28,17 @@ def run(echo: Callable[[str], None] = print) -> int:
         with Client(db.url) as client:
             echo(f"compatible: version {client.compat.version}, contract major {client.compat.contract_major}")
             single = client.enqueue("default", "echo", {"hello": "world"})
-            batch = client.enqueue_many([JobSpec("default", "echo", {"i": i}) for i in range(3)]
-                                        + [JobSpec("default", "echo", unique_key="nightly-report")] * 2)
-            wf = client.enqueue_workflow("wf-smoke", [
-                WorkflowMember("fetch", JobSpec("default", "fetch")),
-                WorkflowMember("summarize", JobSpec("default", "summarize"), deps=("fetch",)),
-            ])
+            batch = client.enqueue_many(
+                [JobSpec("default", "echo", {"i": i}) for i in range(3)]
+                + [JobSpec("default", "echo", unique_key="nightly-report")] * 2
+            )
+            wf = client.enqueue_workflow(
+                "wf-smoke",
+                [
+                    WorkflowMember("fetch", JobSpec("default", "fetch")),
+                    WorkflowMember("summarize", JobSpec("default", "summarize"), deps=("fetch",)),
+                ],
+            )
             ids = dict(wf.ids)
             client.cancel(ids["fetch"])
             retried = client.retry(ids["summarize"])
@@ -44,7 +50,8 @@ def run(echo: Callable[[str], None] = print) -> int:
                 "job reads back": client.job(single.id).input == {"hello": "world"},
                 "workflow: cancel dooms the dependent": [j.state for j in client.workflow("wf-smoke")]
                 == ["cancelled", "cancelled"],
-                "retry of a dependent of a cancelled dep is re-doomed": retried == ops.Retried(ids["summarize"], "cancelled"),
+                "retry of a dependent of a cancelled dep is re-doomed": retried
+                == ops.Retried(ids["summarize"], "cancelled"),
                 "signal persisted": [s.payload for s in client.signals("orders")] == [{"amount": 3}]
                 and signalled == ops.Signalled(()),
             }

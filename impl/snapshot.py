@@ -1,5 +1,6 @@
 """Read a whole Belay database into a `model.state.State` (one REPEATABLE READ transaction), so the
 §11 invariant predicates and the model comparison run on real rows exactly as on the model's."""
+
 from __future__ import annotations
 
 import psycopg
@@ -14,8 +15,17 @@ from model.state import State, from_rows
 def snapshot(conn: psycopg.Connection, schema: str = "public") -> State:
     """A consistent snapshot of every table, plus the sequence's next id and the meta row."""
     q = SchemaSQL(schema)
-    names = ("meta", "snapshot_jobs", "snapshot_steps", "snapshot_events", "snapshot_signals", "snapshot_rate",
-             "snapshot_queues", "snapshot_crons", "snapshot_seq")
+    names = (
+        "meta",
+        "snapshot_jobs",
+        "snapshot_steps",
+        "snapshot_events",
+        "snapshot_signals",
+        "snapshot_rate",
+        "snapshot_queues",
+        "snapshot_crons",
+        "snapshot_seq",
+    )
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         with conn.pipeline():  # one round trip for all nine reads

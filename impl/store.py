@@ -10,6 +10,7 @@ Lock order, everywhere: workflow advisory lock → job row locks → signal-scop
 retry read a job's (immutable) workflow_id first so they can take the workflow lock before the row
 lock; settlement then only ever waits on held rows, which no one else locks first.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,11 +38,51 @@ from model.settle import Member, settle
 from model.workflow import check_graph
 
 # insert_jobs' array parameters, in the order PgStore._row builds a row (the id comes separately).
-_ROW_FIELDS = ("queue", "worker", "input", "meta", "state", "priority", "max_attempts", "ready_at", "unique_key",
-               "unique_mode", "cron_name", "cron_slot", "workflow_id", "wf_name", "wf_deps", "wf_ignore",
-               "parent_id", "budget_usd_micros", "budget_tokens")
-_STAGE_TYPES = ("int8", "int4", "int8", "text", "text", "jsonb", "jsonb", "text", "int4", "int4", "timestamptz",
-                "text", "text", "text", "timestamptz", "text", "text", "text[]", "text[]", "int8", "int8", "int8")
+_ROW_FIELDS = (
+    "queue",
+    "worker",
+    "input",
+    "meta",
+    "state",
+    "priority",
+    "max_attempts",
+    "ready_at",
+    "unique_key",
+    "unique_mode",
+    "cron_name",
+    "cron_slot",
+    "workflow_id",
+    "wf_name",
+    "wf_deps",
+    "wf_ignore",
+    "parent_id",
+    "budget_usd_micros",
+    "budget_tokens",
+)
+_STAGE_TYPES = (
+    "int8",
+    "int4",
+    "int8",
+    "text",
+    "text",
+    "jsonb",
+    "jsonb",
+    "text",
+    "int4",
+    "int4",
+    "timestamptz",
+    "text",
+    "text",
+    "text",
+    "timestamptz",
+    "text",
+    "text",
+    "text[]",
+    "text[]",
+    "int8",
+    "int8",
+    "int8",
+)
 _ARRAY_ROWS = 64  # batches up to this size bind arrays; larger ones are COPYed into a staging table
 _QUEUE, _STATE = _ROW_FIELDS.index("queue"), _ROW_FIELDS.index("state")
 _UNIQUE_KEY, _UNIQUE_MODE = _ROW_FIELDS.index("unique_key"), _ROW_FIELDS.index("unique_mode")
@@ -60,8 +101,15 @@ class PgStore(WorkerOps):
 
     supports_transactional_enqueue = True
 
-    def __init__(self, conninfo: str, *, schema: str = "public", pool_size: int = 4, notify: bool = True,
-                 call_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str = "public",
+        pool_size: int = 4,
+        notify: bool = True,
+        call_timeout: float | None = None,
+    ) -> None:
         self.q = SchemaSQL(schema)
         self.schema = self.q.schema
         self.notify = notify
@@ -190,19 +238,25 @@ class PgStore(WorkerOps):
     @staticmethod
     def _duplicates(tx: _Tx, rows: list[tuple]) -> list[tuple[int, ops.Duplicate]]:
         """(index in rows, Duplicate) for each skipped row: the cron slot's owner first, else the key's holder."""
-        found = tx.all("duplicate_holders", {
-            "pos": list(range(len(rows))),
-            "unique_key": [r[_UNIQUE_KEY] for r in rows], "unique_mode": [r[_UNIQUE_MODE] for r in rows],
-            "cron_name": [r[_CRON_NAME] for r in rows], "cron_slot": [r[_CRON_SLOT] for r in rows],
-        })
+        found = tx.all(
+            "duplicate_holders",
+            {
+                "pos": list(range(len(rows))),
+                "unique_key": [r[_UNIQUE_KEY] for r in rows],
+                "unique_mode": [r[_UNIQUE_MODE] for r in rows],
+                "cron_name": [r[_CRON_NAME] for r in rows],
+                "cron_slot": [r[_CRON_SLOT] for r in rows],
+            },
+        )
         out = []
         for f in found:
             row = rows[f["pos"]]
             if row[_CRON_NAME] is not None and f["cron_id"] is not None:
                 out.append((f["pos"], ops.Duplicate(f["cron_id"], "cron")))
             else:
-                out.append((f["pos"], ops.Duplicate(f["unique_id"], "unique" if row[_UNIQUE_KEY] is not None
-                                                    else "cron")))
+                out.append(
+                    (f["pos"], ops.Duplicate(f["unique_id"], "unique" if row[_UNIQUE_KEY] is not None else "cron"))
+                )
         return out
 
     @staticmethod
@@ -213,10 +267,25 @@ class PgStore(WorkerOps):
             key = ops.window_key(key, now, spec.unique_window)
         workflow_id, wf_name, deps, ignore = wf
         return (
-            spec.queue, spec.worker, spec.input, dict(spec.meta), state, spec.priority,
-            spec.max_attempts, spec.scheduled_at or now, key, spec.unique_mode, spec.cron_name, spec.cron_slot,
-            workflow_id, wf_name, None if deps is None else list(deps), None if ignore is None else list(ignore),
-            spec.parent_id, spec.budget_usd_micros, spec.budget_tokens,
+            spec.queue,
+            spec.worker,
+            spec.input,
+            dict(spec.meta),
+            state,
+            spec.priority,
+            spec.max_attempts,
+            spec.scheduled_at or now,
+            key,
+            spec.unique_mode,
+            spec.cron_name,
+            spec.cron_slot,
+            workflow_id,
+            wf_name,
+            None if deps is None else list(deps),
+            None if ignore is None else list(ignore),
+            spec.parent_id,
+            spec.budget_usd_micros,
+            spec.budget_tokens,
         )
 
     def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:
@@ -231,7 +300,9 @@ class PgStore(WorkerOps):
             check_graph(op.workflow_id, op.members, existing)
             rows = [
                 self._row(
-                    m.job, op.now, "held" if m.deps else "ready",
+                    m.job,
+                    op.now,
+                    "held" if m.deps else "ready",
                     (op.workflow_id, m.name, list(m.deps), list(m.ignore)),
                 )
                 for m in op.members
@@ -363,8 +434,10 @@ class PgStore(WorkerOps):
         if row["state"] not in ("failed", "cancelled"):
             return ops.NotRetryable(op.job_id, row["state"])
         if row["wf_deps"]:
-            missing = [r["name"] for r in tx.all("missing_deps", {"deps": list(row["wf_deps"]),
-                                                                   "workflow_id": row["workflow_id"]})]
+            missing = [
+                r["name"]
+                for r in tx.all("missing_deps", {"deps": list(row["wf_deps"]), "workflow_id": row["workflow_id"]})
+            ]
             if missing:
                 return ops.DepsGone(op.job_id, tuple(sorted(missing, key=list(row["wf_deps"]).index)))
         # §8.6: dep-bearing members are re-held, then settled, never sent straight to ready.
@@ -396,8 +469,13 @@ class PgStore(WorkerOps):
             tx.cur.execute(
                 self.q.q("put_cron"),
                 {
-                    "name": op.name, "expression": op.expression, "worker": op.worker, "input": Jsonb(op.input),
-                    "opts": Jsonb(dict(op.opts)), "paused": op.paused, "now": op.now,
+                    "name": op.name,
+                    "expression": op.expression,
+                    "worker": op.worker,
+                    "input": Jsonb(op.input),
+                    "opts": Jsonb(dict(op.opts)),
+                    "paused": op.paused,
+                    "now": op.now,
                 },
             )
         return ops.CronPut(op.name)
@@ -414,9 +492,7 @@ class PgStore(WorkerOps):
 
     def _read_steps(self, op: ops.ReadSteps, conn: Any) -> tuple[Step, ...]:
         with self.transaction(None) as tx:
-            return tuple(
-                step_from_row(r) for r in tx.all("read_steps", {"job_id": op.job_id})
-            )
+            return tuple(step_from_row(r) for r in tx.all("read_steps", {"job_id": op.job_id}))
 
     def _read_events(self, op: ops.ReadEvents, conn: Any) -> tuple[Event, ...]:
         with self.transaction(None) as tx:

@@ -27,6 +27,7 @@ reclaims, queue depth; served by `belay worker --metrics-port`).
 
 A handler that raises is logged and skipped: telemetry never breaks the worker.
 """
+
 from __future__ import annotations
 
 import logging
@@ -79,8 +80,10 @@ def dispatch(event: str, meta: dict[str, Any]) -> None:
 
 def format_job_line(meta: dict[str, Any]) -> str:
     """`belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=8143ms node=n1`."""
-    line = (f"belay job={meta['job_id']} kind={meta.get('kind', meta.get('worker'))} queue={meta['queue']} "
-            f"state={meta['state']} attempt={meta['attempt']} duration={meta['duration_ms']}ms")
+    line = (
+        f"belay job={meta['job_id']} kind={meta.get('kind', meta.get('worker'))} queue={meta['queue']} "
+        f"state={meta['state']} attempt={meta['attempt']} duration={meta['duration_ms']}ms"
+    )
     if meta.get("node"):
         line += f" node={meta['node']}"
     if meta.get("error"):
@@ -182,20 +185,28 @@ class PrometheusMetrics:
         try:
             import prometheus_client as p
         except ImportError as exc:  # pragma: no cover - depends on the extra
-            raise RuntimeError("Prometheus metrics need the prometheus extra: "
-                               "pip install 'belay-toolkit[prometheus]'") from exc
+            raise RuntimeError(
+                "Prometheus metrics need the prometheus extra: pip install 'belay-toolkit[prometheus]'"
+            ) from exc
         self.registry = p.CollectorRegistry()
-        self.jobs = p.Counter("belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"],
-                              registry=self.registry)
-        self.duration = p.Histogram("belay_job_duration_seconds", "Job attempt duration", ["queue", "kind"],
-                                    registry=self.registry)
-        self.claim_latency = p.Histogram("belay_claim_latency_seconds", "Claim round latency", ["queue"],
-                                         buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5),
-                                         registry=self.registry)
+        self.jobs = p.Counter(
+            "belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"], registry=self.registry
+        )
+        self.duration = p.Histogram(
+            "belay_job_duration_seconds", "Job attempt duration", ["queue", "kind"], registry=self.registry
+        )
+        self.claim_latency = p.Histogram(
+            "belay_claim_latency_seconds",
+            "Claim round latency",
+            ["queue"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+            registry=self.registry,
+        )
         self.stale_acks = p.Counter("belay_stale_acks", "Acks rejected by the attempt fence", registry=self.registry)
         self.lease_losses = p.Counter("belay_lease_losses", "Leases this node lost", registry=self.registry)
-        self.reclaims = p.Counter("belay_reclaims", "Expired leases reclaimed by this node's sweeper", ["outcome"],
-                                  registry=self.registry)
+        self.reclaims = p.Counter(
+            "belay_reclaims", "Expired leases reclaimed by this node's sweeper", ["outcome"], registry=self.registry
+        )
         self.depth = depth
         if depth is not None:
             self.registry.register(_DepthCollector(depth))
@@ -251,8 +262,9 @@ class _DepthCollector:
         yield gauge
 
 
-def attach_prometheus(depth: Callable[[], dict[str, dict[str, int]]] | None = None, *,
-                      handler_id: str = "belay-prometheus") -> PrometheusMetrics:
+def attach_prometheus(
+    depth: Callable[[], dict[str, dict[str, int]]] | None = None, *, handler_id: str = "belay-prometheus"
+) -> PrometheusMetrics:
     handler = PrometheusMetrics(depth)
     detach(handler_id)
     attach(handler_id, handler)

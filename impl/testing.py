@@ -1,6 +1,7 @@
 """Test support shared by tests/ and properties/: one provisioned PostgreSQL per test session, a
 template database migrated once, and a fresh clone of it for every test (never shared state).
 """
+
 from __future__ import annotations
 
 import logging

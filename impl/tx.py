@@ -5,6 +5,7 @@
 neither store module imports the other for it. Pokes (§9.2) collected during the transaction are sent
 inside it, at most one per queue.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

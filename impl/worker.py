@@ -16,6 +16,7 @@ the first run recorded. Sleeping, awaiting a signal and awaiting children park t
 park is itself the ack) and unwind the job code with `Parked`; the job runs again from the top when
 it resumes, and memoized steps bring it back to where it was.
 """
+
 from __future__ import annotations
 
 import threading
@@ -91,8 +92,9 @@ class Registry:
     def __init__(self) -> None:
         self.kinds: dict[str, Kind] = {}
 
-    def kind(self, name: str, *, queue: str = "default", chunk: dict | None = None,
-             backoff: w.Backoff = w.Backoff()) -> Callable[[Callable], Callable]:
+    def kind(
+        self, name: str, *, queue: str = "default", chunk: dict | None = None, backoff: w.Backoff = w.Backoff()
+    ) -> Callable[[Callable], Callable]:
         ops.require_name(name, "kind")
 
         def register(fn: Callable) -> Callable:
@@ -169,8 +171,10 @@ class JobContext:
             raise LeaseLost(f"job {self.id} no longer exists")
         self.steps_run.append(name)
         if recorded.over_budget:
-            raise BudgetExceeded(f"step {name!r} crossed the budget: spent {recorded.spent_usd_micros} µ$ / "
-                                 f"{recorded.spent_tokens} tokens")
+            raise BudgetExceeded(
+                f"step {name!r} crossed the budget: spent {recorded.spent_usd_micros} µ$ / "
+                f"{recorded.spent_tokens} tokens"
+            )
         return decode(recorded.value)
 
     def sleep(self, name: str, duration: timedelta | float) -> None:
@@ -196,8 +200,11 @@ class JobContext:
         if (self.job.await_scope, self.job.await_name) == (scope, name):
             raise SignalTimeout(f"no signal {name!r} in {scope!r} before the deadline")
         now = self.clock()
-        deadline = None if timeout is None else now + (
-            timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        deadline = (
+            None
+            if timeout is None
+            else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        )
         result = self.store.apply(w.ParkAwait(now, self.id, self.attempt, scope, name, deadline))
         self._park_result(result)
 
@@ -213,8 +220,11 @@ class JobContext:
         A step boundary, like every park (§8.6)."""
         self._boundary()
         now = self.clock()
-        deadline = None if timeout is None else now + (
-            timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        deadline = (
+            None
+            if timeout is None
+            else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+        )
         result = self.store.apply(w.AwaitChildren(now, self.id, self.attempt, deadline))
         if isinstance(result, w.ChildrenDone):
             return tuple(self.store.apply(ops.ReadJob(i)) for i in result.child_ids)

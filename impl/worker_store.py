@@ -8,6 +8,7 @@ Lock order (see impl/store.py): workflow lock → job row locks → signal-scope
 lock the running row (their UPDATE) before settlement takes the workflow lock; nothing that holds a
 workflow lock ever waits on a running row (cancel requests take no workflow lock), so no cycle forms.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -69,8 +70,10 @@ class WorkerOps:
             if op.demand == 0:
                 return w.Claimed(())
             # One statement in autocommit: the select-for-update and the claim update commit together.
-            rows = self.statement("claim_plain", {"queue": op.queue, "now": now, "take": op.demand,
-                                                  "node": op.node, "lease_until": now + op.lease_ttl})
+            rows = self.statement(
+                "claim_plain",
+                {"queue": op.queue, "now": now, "take": op.demand, "node": op.node, "lease_until": now + op.lease_ttl},
+            )
             return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
         with self.transaction(now) as tx:
             if opts.needs_admission_lock:
@@ -89,28 +92,37 @@ class WorkerOps:
                     r["window_start"]: r["count"]
                     for r in tx.all("rate_counts", {"bucket": bucket, "windows": [window, previous]})
                 }
-                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),
-                                           counts.get(previous, 0))
+                used = admission.rate_used(
+                    epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0)
+                )
                 take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
             if take <= 0:
                 return w.Claimed(())
-            params = {"queue": op.queue, "now": now, "take": take, "node": op.node,
-                      "lease_until": now + op.lease_ttl}
+            params = {"queue": op.queue, "now": now, "take": take, "node": op.node, "lease_until": now + op.lease_ttl}
             if opts.partition is not None:
                 params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
-                ids = [r["id"] for r in tx.all("claim_partitioned", params,
-                                               field=sql.Identifier(opts.partition.field))]
+                ids = [r["id"] for r in tx.all("claim_partitioned", params, field=sql.Identifier(opts.partition.field))]
                 rows = tx.all("claim_update", {**params, "ids": ids}) if ids else []
             else:
                 rows = tx.all("claim_plain", params)
             if window is not None and rows:  # nothing claimed, nothing debited (no empty window row)
-                tx.cur.execute(self.q.q("rate_debit"), {"bucket": opts.rate.bucket(op.queue), "window": window,
-                                                         "n": admission.debit(len(rows), opts.rate.estimate)})
+                tx.cur.execute(
+                    self.q.q("rate_debit"),
+                    {
+                        "bucket": opts.rate.bucket(op.queue),
+                        "window": window,
+                        "n": admission.debit(len(rows), opts.rate.estimate),
+                    },
+                )
             return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
 
     def _renew(self, op: w.Renew, conn: Any) -> w.Renewed:
-        kept = {r["id"] for r in self.statement("renew_leases", {"ids": list(op.job_ids), "node": op.node,
-                                                                 "lease_until": op.lease_until})}
+        kept = {
+            r["id"]
+            for r in self.statement(
+                "renew_leases", {"ids": list(op.job_ids), "node": op.node, "lease_until": op.lease_until}
+            )
+        }
         return w.Renewed(tuple(sorted(kept)), tuple(sorted(set(op.job_ids) - kept)))
 
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
@@ -121,8 +133,10 @@ class WorkerOps:
             for row in expired:
                 entry = Jsonb([w.error_entry(row["attempt"], op.now, "lease_expired", None)])
                 if row["attempt"] < row["max_attempts"]:
-                    done = tx.one("reclaim_retry", {"id": row["id"], "entry": entry,
-                                                    "ready_at": op.backoff.retry_at(op.now, row["attempt"])})
+                    done = tx.one(
+                        "reclaim_retry",
+                        {"id": row["id"], "entry": entry, "ready_at": op.backoff.retry_at(op.now, row["attempt"])},
+                    )
                     tx.pokes.add(done["queue"])
                     retried.append(row["id"])
                 else:
@@ -173,10 +187,15 @@ class WorkerOps:
         succeeds = [a for a in op.acks if isinstance(a.outcome, w.Succeed)]
         with self.transaction(op.now) as tx:
             if succeeds:
-                for row in tx.all("ack_succeed_many", {
-                    "ids": [a.job_id for a in succeeds], "attempts": [a.attempt for a in succeeds],
-                    "results": [encode(a.outcome.value) for a in succeeds], "nows": [a.now for a in succeeds],
-                }):
+                for row in tx.all(
+                    "ack_succeed_many",
+                    {
+                        "ids": [a.job_id for a in succeeds],
+                        "attempts": [a.attempt for a in succeeds],
+                        "results": [encode(a.outcome.value) for a in succeeds],
+                        "nows": [a.now for a in succeeds],
+                    },
+                ):
                     rows[row["id"]] = row
             for ack in op.acks:
                 if not isinstance(ack.outcome, w.Succeed):
@@ -187,24 +206,35 @@ class WorkerOps:
             terminal = [rows[a.job_id] for a in op.acks if a.job_id in rows and rows[a.job_id]["state"] in TERMINAL]
             tx.pokes.update(r["queue"] for r in rows.values() if r["state"] not in TERMINAL)
             self._terminal(tx, terminal)
-            return w.AckedMany(tuple(
-                w.Acked(a.job_id, rows[a.job_id]["state"]) if a.job_id in rows else w.Stale(a.job_id, a.attempt)
-                for a in op.acks
-            ))
+            return w.AckedMany(
+                tuple(
+                    w.Acked(a.job_id, rows[a.job_id]["state"]) if a.job_id in rows else w.Stale(a.job_id, a.attempt)
+                    for a in op.acks
+                )
+            )
 
     def _park_await(self, op: w.ParkAwait, conn: Any) -> w.Parked | w.Stale:
         with self.transaction(op.now) as tx:
             return self._park(tx, op.job_id, op.attempt, op.scope, op.name, op.deadline) or w.Stale(
-                op.job_id, op.attempt)
+                op.job_id, op.attempt
+            )
 
-    def _park(self, tx: _Tx, job_id: int, attempt: int, scope: str, name: str,
-              deadline: datetime | None) -> w.Parked | None:
+    def _park(
+        self, tx: _Tx, job_id: int, attempt: int, scope: str, name: str, deadline: datetime | None
+    ) -> w.Parked | None:
         """§7 park rule: under the scope lock, a present signal row parks the job as ready instead."""
         tx.one("lock_scope", {"scope": scope})
         present = tx.one("signal_exists", {"scope": scope, "name": name}) is not None
         failpoint("park.after_check")
-        params = {"id": job_id, "attempt": attempt, "scope": scope, "name": name, "deadline": deadline,
-                  "now": tx.now, **PARK_BUDGET}
+        params = {
+            "id": job_id,
+            "attempt": attempt,
+            "scope": scope,
+            "name": name,
+            "deadline": deadline,
+            "now": tx.now,
+            **PARK_BUDGET,
+        }
         parked = tx.one("park_ready" if present else "park_awaiting", params)
         if parked is None:
             return None
@@ -217,8 +247,17 @@ class WorkerOps:
         with self.transaction(op.now) as tx:
             if tx.one("fence", {"id": op.job_id, "attempt": op.attempt}) is None:
                 return w.Stale(op.job_id, op.attempt)
-            tx.one("insert_step", {"job_id": op.job_id, "name": name, "value": encode(op.until.isoformat()),
-                                   "usd": 0, "tokens": 0, "now": op.now})
+            tx.one(
+                "insert_step",
+                {
+                    "job_id": op.job_id,
+                    "name": name,
+                    "value": encode(op.until.isoformat()),
+                    "usd": 0,
+                    "tokens": 0,
+                    "now": op.now,
+                },
+            )
             until = datetime.fromisoformat(decode(tx.one("read_step", {"job_id": op.job_id, "name": name})["value"]))
             tx.one("sleep_until", {"id": op.job_id, "attempt": op.attempt, "until": until, **PARK_BUDGET})
             return w.Slept(op.job_id, until)
@@ -244,8 +283,14 @@ class WorkerOps:
             job = tx.one("lock_job_budget", {"id": op.job_id})
             if job is None:
                 return w.JobGone(op.job_id)
-            params = {"job_id": op.job_id, "name": op.name, "value": value, "usd": op.usd_micros,
-                      "tokens": op.tokens, "now": op.now}
+            params = {
+                "job_id": op.job_id,
+                "name": op.name,
+                "value": value,
+                "usd": op.usd_micros,
+                "tokens": op.tokens,
+                "now": op.now,
+            }
             inserted = tx.one("insert_step", params) is not None
             if inserted:  # spend follows the journal: a duplicate execution's costs are not added twice
                 job = tx.one("add_spend", params)
@@ -272,14 +317,18 @@ class WorkerOps:
                 return w.Spawned(tuple(decode(bytes(memo["value"]))), True)
             keys = [spawn_key(op.job_id, op.name, i) for i in range(len(op.children))]
             if keys:
-                specs = [replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
-                         for c, k in zip(op.children, keys, strict=True)]
+                specs = [
+                    replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
+                    for c, k in zip(op.children, keys, strict=True)
+                ]
                 self._insert(tx, [self._row(s, op.now) for s in specs])
             # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).
             holders = {r["unique_key"]: r["id"] for r in tx.all("spawn_holders", {"keys": keys})}
             ids = [holders[k] for k in keys]
-            tx.one("insert_step", {"job_id": op.job_id, "name": step_name, "value": encode(ids), "usd": 0,
-                                   "tokens": 0, "now": op.now})
+            tx.one(
+                "insert_step",
+                {"job_id": op.job_id, "name": step_name, "value": encode(ids), "usd": 0, "tokens": 0, "now": op.now},
+            )
             return w.Spawned(tuple(ids), False)
 
     def _await_children(self, op: w.AwaitChildren, conn: Any) -> w.ChildrenDone | w.Parked | w.Stale:
@@ -325,9 +374,12 @@ class WorkerOps:
             if not plan:
                 return w.CronsFired(())
             outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])
-            return w.CronsFired(tuple(
-                w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
-            ))
+            return w.CronsFired(
+                tuple(
+                    w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
+                    for (c, slot), o in zip(plan, outcomes, strict=True)
+                )
+            )
 
     def _prune(self, op: w.Prune, conn: Any) -> w.Pruned:
         def before(state: str) -> datetime | None:
@@ -335,16 +387,26 @@ class WorkerOps:
             return None if keep is None else op.now - timedelta(seconds=keep)
 
         with self.transaction(op.now) as tx:
-            ids = sorted(r["id"] for r in tx.all("prune_jobs", {
-                "succeeded_before": before("succeeded"), "failed_before": before("failed"),
-                "cancelled_before": before("cancelled"), "limit": op.limit}))
+            ids = sorted(
+                r["id"]
+                for r in tx.all(
+                    "prune_jobs",
+                    {
+                        "succeeded_before": before("succeeded"),
+                        "failed_before": before("failed"),
+                        "cancelled_before": before("cancelled"),
+                        "limit": op.limit,
+                    },
+                )
+            )
             if ids:
                 tx.cur.execute(self.q.q("prune_steps"), {"ids": ids})
                 tx.cur.execute(self.q.q("prune_events"), {"ids": ids})
             signals = 0
             if op.signal_ttl is not None:
-                signals = tx.cur.execute(self.q.q("prune_signals"),
-                                         {"before": op.now - timedelta(seconds=op.signal_ttl)}).rowcount
+                signals = tx.cur.execute(
+                    self.q.q("prune_signals"), {"before": op.now - timedelta(seconds=op.signal_ttl)}
+                ).rowcount
             rate = tx.cur.execute(self.q.q("prune_rate"), {"before": op.now - timedelta(days=1)}).rowcount
             return w.Pruned(tuple(ids), signals, rate)
 

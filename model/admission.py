@@ -46,6 +46,7 @@ R(e) = round(P*(T-e)/T)):
   weight near 0). The exact bound at a claim admitted at elapsed e is
   ``A + P - R(e) = A + ceil(P*e/T - 1/2) <= A + P <= 2*A``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -153,8 +154,7 @@ class RateInput:
         return rate_used(self.epoch_us, self.period_s, self.count_current, self.count_previous)
 
 
-def admit(demand: int, *, global_limit: int | None = None, live_running: int = 0,
-          rate: RateInput | None = None) -> int:
+def admit(demand: int, *, global_limit: int | None = None, live_running: int = 0, rate: RateInput | None = None) -> int:
     """Jobs to claim: the global limit first, then the rate admission on the remaining demand."""
     n = _int(demand, "demand", 0)
     if global_limit is not None:
@@ -171,8 +171,9 @@ def per_key_allowance(per_key_limit: int, running_k: int) -> int:
     return max(per_key_limit - running_k, 0)
 
 
-def partition_take(candidates: Sequence[tuple[str, Any]], running_by_key: Mapping[str, int],
-                   per_key_limit: int, take: int) -> list[Any]:
+def partition_take(
+    candidates: Sequence[tuple[str, Any]], running_by_key: Mapping[str, int], per_key_limit: int, take: int
+) -> list[Any]:
     """Items kept by the exact partitioned claim: per-key rank <= allowance, global order, first take."""
     _int(take, "take", 0)
     ranks: dict[str, int] = {}

@@ -53,9 +53,7 @@ def slot_matches(expression: str, slot: datetime) -> bool:
     return due_slots(expression, prev, slot) == [slot]
 
 
-def effective_crons(
-    static: Iterable[CronDef], rows: Iterable[CronRow]
-) -> list[CronDef]:
+def effective_crons(static: Iterable[CronDef], rows: Iterable[CronRow]) -> list[CronDef]:
     """Dynamic belay_crons rows merge over static config by name; paused rows are skipped (§8.5)."""
     merged: dict[str, CronDef | None] = {c.name: c for c in static}
     for row in rows:
@@ -79,11 +77,7 @@ def cron_plan(
     static: Iterable[CronDef], rows: Iterable[CronRow], since: datetime, now: datetime
 ) -> list[tuple[Any, ...]]:
     """(cron, slot) for every due minute slot in (since, now] of every effective cron, by name then slot."""
-    return [
-        (c, slot)
-        for c in effective_crons(static, rows)
-        for slot in due_slots(c.expression, since, now)
-    ]
+    return [(c, slot) for c in effective_crons(static, rows) for slot in due_slots(c.expression, since, now)]
 
 
 def cron_job(cron: CronDef, slot: datetime) -> JobSpec:

@@ -36,6 +36,7 @@ faults: {"f": "crash_after" | "crash_mid" | "freeze" | "cancel", "at": op index 
 
 Pure: no I/O, no clock, no randomness; time is a parameter (`start`).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -206,8 +207,9 @@ class _Model:
             raise AssertionError(how)
         return _Ended()
 
-    def execute(self, attempt: int, start: int = 0, values: list | None = None, lost: bool = False,
-                resume_step: Any = None) -> _Crash | _Frozen | _Ended:
+    def execute(
+        self, attempt: int, start: int = 0, values: list | None = None, lost: bool = False, resume_step: Any = None
+    ) -> _Crash | _Frozen | _Ended:
         values = [] if values is None else values
         for i in range(start, len(self.ops)):
             op = self.ops[i]
@@ -267,8 +269,9 @@ class _Model:
                 parked = self.apply(w.ParkAwait(self.tick(), self.job_id, attempt, scope, op["name"], None))
                 return self.end(attempt, "lost" if isinstance(parked, w.Stale) else "parked")
             elif kind == "spawn":
-                specs = tuple(ops.JobSpec(CHILD_QUEUE, CHILD_KIND, {"v": v, "uid": self.p["uid"]})
-                              for v in op["values"])
+                specs = tuple(
+                    ops.JobSpec(CHILD_QUEUE, CHILD_KIND, {"v": v, "uid": self.p["uid"]}) for v in op["values"]
+                )
                 spawned = self.apply(w.Spawn(self.tick(), self.job_id, op["name"], specs))
                 if isinstance(spawned, w.JobGone):
                     return self.end(attempt, "lost")
@@ -313,8 +316,9 @@ class _Model:
                 self.apply(w.Ack(self.tick(), child.id, child.attempt, w.Succeed(child.input["v"])))
 
     def run(self, max_rounds: int = 500) -> Prediction:
-        spec = ops.JobSpec(QUEUE, PROGRAM_KIND, self.p, max_attempts=self.p["max_attempts"],
-                           budget_usd_micros=self.p.get("budget_usd"))
+        spec = ops.JobSpec(
+            QUEUE, PROGRAM_KIND, self.p, max_attempts=self.p["max_attempts"], budget_usd_micros=self.p.get("budget_usd")
+        )
         self.job_id = self.apply(ops.Enqueue(self.tick(), (spec,))).ids[0]
         scope = signal_scope(self.p["uid"])
         for op in self.ops:
@@ -354,22 +358,32 @@ class _Model:
 
     def prediction(self, job: Any) -> Prediction:
         steps = self.apply(ops.ReadSteps(self.job_id))
-        journal = [(s.name, normalize_journal_value(s.name, decode(s.value)), s.usd_micros, s.tokens)
-                   for s in sorted(steps, key=lambda s: s.seq)]
+        journal = [
+            (s.name, normalize_journal_value(s.name, decode(s.value)), s.usd_micros, s.tokens)
+            for s in sorted(steps, key=lambda s: s.seq)
+        ]
         events = [e.payload for e in self.apply(ops.ReadEvents(self.job_id))]
         return Prediction(
-            state=job.state, attempt=job.attempt, max_attempts=job.max_attempts,
+            state=job.state,
+            attempt=job.attempt,
+            max_attempts=job.max_attempts,
             result=decode(job.result) if job.result is not None else None,
-            errors=[(e["attempt"], e["error"]) for e in job.errors], journal=journal,
-            runs=dict(self.runs), events=events, stale_acks=self.stale_acks,
-            crashes=self.counts["crashes"], freezes=self.counts["freezes"], cancels=self.counts["cancels"],
+            errors=[(e["attempt"], e["error"]) for e in job.errors],
+            journal=journal,
+            runs=dict(self.runs),
+            events=events,
+            stale_acks=self.stale_acks,
+            crashes=self.counts["crashes"],
+            freezes=self.counts["freezes"],
+            cancels=self.counts["cancels"],
             db_restarts=self.counts["db_restarts"],
             signals_after_park=[s for s in self.after_signals if s != "db"],
         )
 
 
-def predict(program: dict, *, ttl: timedelta = timedelta(seconds=30),
-            start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> Prediction:
+def predict(
+    program: dict, *, ttl: timedelta = timedelta(seconds=30), start: datetime = datetime(2030, 1, 1, tzinfo=UTC)
+) -> Prediction:
     """The observable outcome of `program` (with its fault schedule) on a conforming runtime."""
     return _Model(program, start, ttl).run()
 

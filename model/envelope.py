@@ -77,7 +77,8 @@ class StepValueTooLarge(EnvelopeError):
         super().__init__(
             f"step value encodes to {size} bytes, over the {cap}-byte cap on "
             f"belay_steps.value (wire contract §2); store a reference to the data "
-            f"(e.g. an object-store key or row id) or a smaller value instead")
+            f"(e.g. an object-store key or row id) or a smaller value instead"
+        )
 
 
 class Atom(str):
@@ -106,11 +107,13 @@ class ImproperList:
 
 # ---------------------------------------------------------------- JSON side
 
+
 def _not_json(obj: Any) -> Any:
     raise EnvelopeError(
         f"value of type {type(obj).__name__} is not JSON-serializable; envelope "
         f"values must be None, bool, int, finite float, str, list/tuple or "
-        f"dict with str keys")
+        f"dict with str keys"
+    )
 
 
 def _check_keys(value: Any) -> None:
@@ -119,8 +122,8 @@ def _check_keys(value: Any) -> None:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise EnvelopeError(
-                    f"dict key {key!r} of type {type(key).__name__} is not a str; "
-                    f"JSON object keys must be strings")
+                    f"dict key {key!r} of type {type(key).__name__} is not a str; JSON object keys must be strings"
+                )
             _check_keys(item)
     elif isinstance(value, (list, tuple)):
         for item in value:
@@ -131,14 +134,14 @@ def encode(value: Any) -> bytes:
     """Encode ``value`` as compact UTF-8 JSON (tuples become lists)."""
     try:
         _check_keys(value)
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False, sort_keys=False, default=_not_json)
+        text = json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=False, default=_not_json
+        )
         return text.encode("utf-8")
     except EnvelopeError:
         raise
     except UnicodeEncodeError as exc:
-        raise EnvelopeError(f"value contains a string that is not valid Unicode "
-                            f"(lone surrogate?): {exc}") from None
+        raise EnvelopeError(f"value contains a string that is not valid Unicode (lone surrogate?): {exc}") from None
     except (ValueError, TypeError, RecursionError) as exc:  # NaN, cycles, nesting, huge ints
         raise EnvelopeError(f"value is not JSON-encodable: {exc}") from None
 
@@ -170,23 +173,28 @@ def decode(data: bytes | bytearray | memoryview | None) -> Any:
     if data[:1] == bytes([ETF_VERSION]):
         return _decode_etf(data)
     try:
-        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant,
-                          parse_float=_finite_float)
+        return json.loads(data.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float)
     except EnvelopeError:
         raise
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-        raise EnvelopeError(f"stored value is neither ETF (first byte 131) nor "
-                            f"valid UTF-8 JSON ({len(data)} bytes): {exc}") from None
+        raise EnvelopeError(
+            f"stored value is neither ETF (first byte 131) nor valid UTF-8 JSON ({len(data)} bytes): {exc}"
+        ) from None
 
 
 # ---------------------------------------------------------------- ETF side
+
 
 class _Malformed(Exception):
     """Internal: the bytes are not a term we can read; the value becomes Opaque."""
 
 
-_ATOM_TAGS = {100: ("latin-1", 2), 115: ("latin-1", 1),  # ATOM_EXT, SMALL_ATOM_EXT
-              118: ("utf-8", 2), 119: ("utf-8", 1)}  # ATOM_UTF8_EXT, SMALL_ATOM_UTF8_EXT
+_ATOM_TAGS = {
+    100: ("latin-1", 2),
+    115: ("latin-1", 1),  # ATOM_EXT, SMALL_ATOM_EXT
+    118: ("utf-8", 2),
+    119: ("utf-8", 1),
+}  # ATOM_UTF8_EXT, SMALL_ATOM_UTF8_EXT
 _SPECIAL_ATOMS = {"true": True, "false": False, "nil": None}
 
 
@@ -235,7 +243,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if n > self.remaining():  # checked before slicing: lying lengths cost nothing
             raise _Malformed(f"declared length {n} exceeds the {self.remaining()} bytes left")
-        chunk = self.buf[self.pos:self.pos + n]
+        chunk = self.buf[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -321,7 +329,7 @@ class _Reader:
 
     def opaque(self, start: int) -> Opaque:
         # Prefix the version byte so every Opaque.raw is a standalone ETF binary.
-        return Opaque(bytes([ETF_VERSION]) + self.buf[start:self.pos])
+        return Opaque(bytes([ETF_VERSION]) + self.buf[start : self.pos])
 
     def _skip_opaque(self, tag: int, depth: int) -> None:
         """Step over a term Python has no value for; unknown tags are malformed."""
@@ -330,12 +338,16 @@ class _Reader:
             self.take(1 + length)
         elif tag in (88, 103, 89, 102, 120, 101):
             self.node()
-            self.take({88: 12,  # NEW_PID_EXT: id, serial, creation (u32 each)
-                       103: 9,  # PID_EXT: id, serial (u32), creation (u8)
-                       89: 8,  # NEW_PORT_EXT: id, creation (u32)
-                       102: 5,  # PORT_EXT: id (u32), creation (u8)
-                       120: 12,  # V4_PORT_EXT: id (u64), creation (u32)
-                       101: 5}[tag])  # REFERENCE_EXT: id (u32), creation (u8)
+            self.take(
+                {
+                    88: 12,  # NEW_PID_EXT: id, serial, creation (u32 each)
+                    103: 9,  # PID_EXT: id, serial (u32), creation (u8)
+                    89: 8,  # NEW_PORT_EXT: id, creation (u32)
+                    102: 5,  # PORT_EXT: id (u32), creation (u8)
+                    120: 12,  # V4_PORT_EXT: id (u64), creation (u32)
+                    101: 5,
+                }[tag]
+            )  # REFERENCE_EXT: id (u32), creation (u8)
         elif tag in (90, 114):  # NEWER_REFERENCE_EXT / NEW_REFERENCE_EXT: u16 n, node, creation, n ids
             n = self.u16()
             self.node()

@@ -36,6 +36,7 @@ an invariant that silently over-approximates would make soak verdicts meaningles
 Pure: no I/O, no clock (no predicate needs `now`: every rule is about rows, not deadlines), no
 randomness. Imports only model/ and the standard library (`replay` imports model.store lazily).
 """
+
 from __future__ import annotations
 
 import re
@@ -59,13 +60,12 @@ CONTRACT: dict[str, str] = {
     "I3": "At-least-once execution; step values, once journaled, are immutable and exactly one row per (job, name).",
     "I4": "Budgets fail the job on the first step whose recorded spend crosses a cap.",
     "I5": "Workflow releases occur only with satisfied deps; dooms only with a doomed dep; settlement is a "
-          "fixpoint (re-settling is a no-op).",
+    "fixpoint (re-settling is a no-op).",
     "I6": "Cron slots insert exactly once cluster-wide.",
     "I7": "Unique keys admit at most one live holder (incomplete) / one ever (window per bucket, always).",
-    "I8": "A parent has exactly the children its spawn declared, regardless of crashes between insert and "
-          "journal.",
+    "I8": "A parent has exactly the children its spawn declared, regardless of crashes between insert and journal.",
     "I9": "Awaiting jobs with a delivered signal eventually run (lock-serialized wake + persistent signals + "
-          "reconciler backstop).",
+    "reconciler backstop).",
 }
 
 SPAWN_STEP = "$spawn:"  # §8.4 step name prefix: $spawn:<name>, value = the child-id list
@@ -257,19 +257,34 @@ def stale_acks_from_history(history_with_states: Iterable[tuple[Any, Any, State,
     for op, result, before, after in history_with_states:
         if isinstance(op, w.AckMany) and isinstance(result, w.AckedMany):
             out.extend(
-                StaleAck(a.job_id, a.attempt, before.jobs.get(a.job_id), after.jobs.get(a.job_id), "batched ack",
-                         tuple(before.steps_of(a.job_id)), tuple(after.steps_of(a.job_id)))
-                for a, r in zip(op.acks, result.results, strict=True) if isinstance(r, w.Stale)
+                StaleAck(
+                    a.job_id,
+                    a.attempt,
+                    before.jobs.get(a.job_id),
+                    after.jobs.get(a.job_id),
+                    "batched ack",
+                    tuple(before.steps_of(a.job_id)),
+                    tuple(after.steps_of(a.job_id)),
+                )
+                for a, r in zip(op.acks, result.results, strict=True)
+                if isinstance(r, w.Stale)
             )
             continue
         kind = _FENCED.get(type(op))
         if kind is None or not isinstance(result, w.Stale):
             continue
-        out.append(StaleAck(
-            op.job_id, op.attempt, before.jobs.get(op.job_id), after.jobs.get(op.job_id), kind,
-            tuple(before.steps_of(op.job_id)), tuple(after.steps_of(op.job_id)),
-            _elsewhere(before, after, op.job_id),
-        ))
+        out.append(
+            StaleAck(
+                op.job_id,
+                op.attempt,
+                before.jobs.get(op.job_id),
+                after.jobs.get(op.job_id),
+                kind,
+                tuple(before.steps_of(op.job_id)),
+                tuple(after.steps_of(op.job_id)),
+                _elsewhere(before, after, op.job_id),
+            )
+        )
     return out
 
 
@@ -321,7 +336,9 @@ def i3_one_row_per_step(steps: Iterable[Step]) -> list[Violation]:
         by_name[(s.job_id, s.name)].append(s)
     for (job_id, name), rows in sorted(by_name.items()):
         if len(rows) > 1:
-            out.append(Violation("I3", job_id, f"has {len(rows)} rows for step {name!r}; (job, name) admits exactly one"))
+            out.append(
+                Violation("I3", job_id, f"has {len(rows)} rows for step {name!r}; (job, name) admits exactly one")
+            )
     return out + _shared_seqs(steps)
 
 
@@ -360,7 +377,9 @@ def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = 
     for snap in snapshots:
         for (job_id, name), s in sorted(snap.steps.items()):
             if (s.job_id, s.name) != (job_id, name):
-                out.append(Violation("I3", job_id, f"the row stored under step {name!r} is job {s.job_id}'s step {s.name!r}"))
+                out.append(
+                    Violation("I3", job_id, f"the row stored under step {name!r} is job {s.job_id}'s step {s.name!r}")
+                )
         out.extend(_shared_seqs(snap.steps.values()))
     for earlier, later in pairwise(snapshots):
         last_seq: dict[int, int] = {}
@@ -371,14 +390,21 @@ def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = 
                 if job_id in later.jobs:
                     out.append(Violation("I3", job_id, f"step {name!r} vanished while its job row still exists"))
             elif kept != s:
-                out.append(Violation("I3", job_id, f"step {name!r} changed after it was journaled: " + ", ".join(_row_diff(s, kept))))
+                out.append(
+                    Violation(
+                        "I3", job_id, f"step {name!r} changed after it was journaled: " + ", ".join(_row_diff(s, kept))
+                    )
+                )
         for (job_id, name), s in sorted(later.steps.items()):
             if (job_id, name) not in earlier.steps and s.seq <= last_seq.get(job_id, 0):
-                out.append(Violation(
-                    "I3", job_id,
-                    f"step {name!r} was journaled with seq {s.seq}, not after the existing seq {last_seq[job_id]} "
-                    "(seq is the per-job insertion order)",
-                ))
+                out.append(
+                    Violation(
+                        "I3",
+                        job_id,
+                        f"step {name!r} was journaled with seq {s.seq}, not after the existing seq {last_seq[job_id]} "
+                        "(seq is the per-job insertion order)",
+                    )
+                )
     if snapshots:
         final = snapshots[-1]
         reported: set[tuple[tuple[int, str], bytes]] = set()
@@ -389,13 +415,20 @@ def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = 
             if stored is None:
                 if job_id in final.jobs:
                     reported.add(((job_id, name), value))
-                    out.append(Violation("I3", job_id, f"a worker was handed step {name!r} as journaled, but no such row exists"))
+                    out.append(
+                        Violation(
+                            "I3", job_id, f"a worker was handed step {name!r} as journaled, but no such row exists"
+                        )
+                    )
             elif bytes(stored.value) != bytes(value):
                 reported.add(((job_id, name), value))
-                out.append(Violation(
-                    "I3", job_id,
-                    f"a worker was handed {_show(bytes(value))} for step {name!r} but the journal holds {_show(bytes(stored.value))}",
-                ))
+                out.append(
+                    Violation(
+                        "I3",
+                        job_id,
+                        f"a worker was handed {_show(bytes(value))} for step {name!r} but the journal holds {_show(bytes(stored.value))}",
+                    )
+                )
     return out
 
 
@@ -448,19 +481,34 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
         usd = sum(s.usd_micros for s in rows)
         tokens = sum(s.tokens for s in rows)
         if job.spent_usd_micros != usd:
-            out.append(Violation("I4", job.id, f"spent_usd_micros is {job.spent_usd_micros} but its {len(rows)} journaled steps cost {usd}"))
+            out.append(
+                Violation(
+                    "I4",
+                    job.id,
+                    f"spent_usd_micros is {job.spent_usd_micros} but its {len(rows)} journaled steps cost {usd}",
+                )
+            )
         if job.spent_tokens != tokens:
-            out.append(Violation("I4", job.id, f"spent_tokens is {job.spent_tokens} but its {len(rows)} journaled steps cost {tokens}"))
+            out.append(
+                Violation(
+                    "I4",
+                    job.id,
+                    f"spent_tokens is {job.spent_tokens} but its {len(rows)} journaled steps cost {tokens}",
+                )
+            )
         crossing: Step | None = None
         crossed_by: list[str] = []
         cu = ct = 0
         for s in rows:
             if crossing is not None:
-                out.append(Violation(
-                    "I4", job.id,
-                    f"step {s.name!r} (seq {s.seq}) was journaled after step {crossing.name!r} (seq {crossing.seq}) "
-                    f"crossed the budget ({'; '.join(crossed_by)}); the job must fail on the crossing step",
-                ))
+                out.append(
+                    Violation(
+                        "I4",
+                        job.id,
+                        f"step {s.name!r} (seq {s.seq}) was journaled after step {crossing.name!r} (seq {crossing.seq}) "
+                        f"crossed the budget ({'; '.join(crossed_by)}); the job must fail on the crossing step",
+                    )
+                )
                 continue
             cu, ct = cu + s.usd_micros, ct + s.tokens
             crossed_by = _over(job, cu, ct)
@@ -472,10 +520,14 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
             if job.state == "succeeded":
                 out.append(Violation("I4", job.id, f"succeeded although {what}; it must fail with budget_exceeded"))
             elif job.state == "failed" and last not in ("budget_exceeded", "lease_expired"):
-                out.append(Violation("I4", job.id, f"failed with last error {last!r}, not budget_exceeded, although {what}"))
+                out.append(
+                    Violation("I4", job.id, f"failed with last error {last!r}, not budget_exceeded, although {what}")
+                )
         elif any(isinstance(e, Mapping) and e.get("error") == "budget_exceeded" for e in job.errors):
             spend = f"spent usd {job.spent_usd_micros} of {_show(job.budget_usd_micros)}, tokens {job.spent_tokens} of {_show(job.budget_tokens)}"
-            out.append(Violation("I4", job.id, f"has a budget_exceeded error although no step crossed a budget ({spend})"))
+            out.append(
+                Violation("I4", job.id, f"has a budget_exceeded error although no step crossed a budget ({spend})")
+            )
     return out
 
 
@@ -518,22 +570,36 @@ def i5_settlement_consistent(state: State, *, retried: Iterable[int] | None = No
         for job in members:
             assert job.wf_name is not None  # only named members were collected above
             if job.wf_name in by_name:
-                out.append(Violation("I5", job.id, f"reuses member name {job.wf_name!r} of workflow {wf!r} (job {by_name[job.wf_name].id})"))
+                out.append(
+                    Violation(
+                        "I5",
+                        job.id,
+                        f"reuses member name {job.wf_name!r} of workflow {wf!r} (job {by_name[job.wf_name].id})",
+                    )
+                )
             else:
                 by_name[job.wf_name] = job
-        verdict = settle(Member(name, j.state, tuple(j.wf_deps or ()), tuple(j.wf_ignore or ())) for name, j in by_name.items())
+        verdict = settle(
+            Member(name, j.state, tuple(j.wf_deps or ()), tuple(j.wf_ignore or ())) for name, j in by_name.items()
+        )
         for name in sorted(verdict.released):
-            out.append(Violation(
-                "I5", by_name[name].id,
-                f"settlement is not a fixpoint: held member {name!r} of workflow {wf!r} has every dep satisfied "
-                "but was not released (missed release)",
-            ))
+            out.append(
+                Violation(
+                    "I5",
+                    by_name[name].id,
+                    f"settlement is not a fixpoint: held member {name!r} of workflow {wf!r} has every dep satisfied "
+                    "but was not released (missed release)",
+                )
+            )
         for name in sorted(verdict.doomed):
-            out.append(Violation(
-                "I5", by_name[name].id,
-                f"settlement is not a fixpoint: held member {name!r} of workflow {wf!r} has a dep failed/cancelled "
-                "without its ignore flag (directly or through a doomed dep) but was not doomed (missed doom)",
-            ))
+            out.append(
+                Violation(
+                    "I5",
+                    by_name[name].id,
+                    f"settlement is not a fixpoint: held member {name!r} of workflow {wf!r} has a dep failed/cancelled "
+                    "without its ignore flag (directly or through a doomed dep) but was not doomed (missed doom)",
+                )
+            )
         for job in members:
             if not job.wf_deps or job.state in ("held", "cancelled"):
                 continue
@@ -544,12 +610,19 @@ def i5_settlement_consistent(state: State, *, retried: Iterable[int] | None = No
                     continue
                 if ignore and (retried_ids is None or d.id in retried_ids):
                     continue  # it may have satisfied the member as failed/cancelled, then been retried
-                flag = f" and member {job.wf_name!r} does not ignore {d.state}" if d.state in ("failed", "cancelled") else ""
-                out.append(Violation(
-                    "I5", job.id,
-                    f"member {job.wf_name!r} of workflow {wf!r} was released (it is {job.state}) although dep "
-                    f"{dep!r} (job {d.id}) is {d.state}{flag}",
-                ))
+                flag = (
+                    f" and member {job.wf_name!r} does not ignore {d.state}"
+                    if d.state in ("failed", "cancelled")
+                    else ""
+                )
+                out.append(
+                    Violation(
+                        "I5",
+                        job.id,
+                        f"member {job.wf_name!r} of workflow {wf!r} was released (it is {job.state}) although dep "
+                        f"{dep!r} (job {d.id}) is {d.state}{flag}",
+                    )
+                )
     return out
 
 
@@ -573,14 +646,30 @@ def i6_cron_slots_once(state: State, expected_slots: Iterable[tuple[str, datetim
         if job.cron_name is None and job.cron_slot is None:
             continue
         if job.cron_name is None or job.cron_slot is None:
-            out.append(Violation("I6", job.id, f"has cron_name {_show(job.cron_name)} but cron_slot {_show(job.cron_slot)}; they go together"))
+            out.append(
+                Violation(
+                    "I6",
+                    job.id,
+                    f"has cron_name {_show(job.cron_name)} but cron_slot {_show(job.cron_slot)}; they go together",
+                )
+            )
             continue
         if job.cron_slot != job.cron_slot.astimezone(UTC).replace(second=0, microsecond=0):
-            out.append(Violation("I6", job.id, f"cron {job.cron_name!r} slot {job.cron_slot.isoformat()} is not a whole UTC minute"))
+            out.append(
+                Violation(
+                    "I6", job.id, f"cron {job.cron_name!r} slot {job.cron_slot.isoformat()} is not a whole UTC minute"
+                )
+            )
         holders[(job.cron_name, job.cron_slot)].append(job.id)
     for (name, slot), ids in sorted(holders.items(), key=lambda kv: kv[1][0]):
         for extra in ids[1:]:
-            out.append(Violation("I6", extra, f"cron {name!r} slot {slot.isoformat()} was inserted again (job {ids[0]} already holds it)"))
+            out.append(
+                Violation(
+                    "I6",
+                    extra,
+                    f"cron {name!r} slot {slot.isoformat()} was inserted again (job {ids[0]} already holds it)",
+                )
+            )
     for name, slot in sorted(set(expected_slots)):
         if (name, slot) not in holders:
             out.append(Violation("I6", None, f"cron {name!r} slot {slot.isoformat()} was due but no job holds it"))
@@ -605,7 +694,9 @@ def i7_unique_keys(state: State) -> list[Violation]:
     ever: dict[str, list[int]] = defaultdict(list)
     for job in sorted(state.jobs.values(), key=lambda j: j.id):
         if job.unique_mode is not None and job.unique_mode not in UNIQUE_MODES:
-            out.append(Violation("I7", job.id, f"has unique_mode {job.unique_mode!r}, not one of {', '.join(UNIQUE_MODES)}"))
+            out.append(
+                Violation("I7", job.id, f"has unique_mode {job.unique_mode!r}, not one of {', '.join(UNIQUE_MODES)}")
+            )
         if job.unique_key is None:
             continue
         if job.unique_mode == "incomplete" and job.state in INCOMPLETE:
@@ -613,15 +704,25 @@ def i7_unique_keys(state: State) -> list[Violation]:
         elif job.unique_mode in ("window", "always"):
             ever[job.unique_key].append(job.id)
             if job.unique_mode == "window" and not _WINDOW_KEY.search(job.unique_key):
-                out.append(Violation("I7", job.id, f"window-mode key {job.unique_key!r} does not embed its bucket (<key>@<n>)"))
+                out.append(
+                    Violation("I7", job.id, f"window-mode key {job.unique_key!r} does not embed its bucket (<key>@<n>)")
+                )
     for key, ids in sorted(live.items(), key=lambda kv: kv[1][0]):
         for extra in ids[1:]:
-            out.append(Violation("I7", extra, f"is a second live holder of incomplete-mode key {key!r} (job {ids[0]} holds it)"))
+            out.append(
+                Violation(
+                    "I7", extra, f"is a second live holder of incomplete-mode key {key!r} (job {ids[0]} holds it)"
+                )
+            )
     for key, ids in sorted(ever.items(), key=lambda kv: kv[1][0]):
         for extra in ids[1:]:
-            out.append(Violation(
-                "I7", extra, f"is a second row for window/always key {key!r} (job {ids[0]} has it; such keys admit one row ever)"
-            ))
+            out.append(
+                Violation(
+                    "I7",
+                    extra,
+                    f"is a second row for window/always key {key!r} (job {ids[0]} has it; such keys admit one row ever)",
+                )
+            )
     return out
 
 
@@ -669,16 +770,32 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
         parent, name, index = parsed
         keyed[(parent, name)][index].append(job)
         if job.parent_id != parent:
-            out.append(Violation("I8", job.id, f"carries spawn key {job.unique_key!r} of parent {parent} but its parent_id is {_show(job.parent_id)}"))
+            out.append(
+                Violation(
+                    "I8",
+                    job.id,
+                    f"carries spawn key {job.unique_key!r} of parent {parent} but its parent_id is {_show(job.parent_id)}",
+                )
+            )
         if job.unique_mode != "always":
-            out.append(Violation("I8", job.id, f"carries spawn key {job.unique_key!r} with unique_mode {_show(job.unique_mode)}, not 'always'"))
+            out.append(
+                Violation(
+                    "I8",
+                    job.id,
+                    f"carries spawn key {job.unique_key!r} with unique_mode {_show(job.unique_mode)}, not 'always'",
+                )
+            )
     for (parent, step_name), step in sorted(state.steps.items()):
         if not step_name.startswith(SPAWN_STEP):
             continue
-        name = step_name[len(SPAWN_STEP):]
+        name = step_name[len(SPAWN_STEP) :]
         ids = _child_ids(step.value)
         if ids is None:
-            out.append(Violation("I8", parent, f"spawn step {step_name!r} holds {_show(bytes(step.value))}, not a list of child ids"))
+            out.append(
+                Violation(
+                    "I8", parent, f"spawn step {step_name!r} holds {_show(bytes(step.value))}, not a list of child ids"
+                )
+            )
             continue
         children = keyed.get((parent, name), {})
         for i, child in enumerate(ids):
@@ -687,13 +804,18 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
             if holders == [child] or (not holders and child in pruned):
                 continue
             held = f"held by job(s) {', '.join(map(str, holders))}" if holders else "held by no job"
-            out.append(Violation("I8", parent, f"spawn {name!r} declares child {child} at index {i} but key {key!r} is {held}"))
+            out.append(
+                Violation("I8", parent, f"spawn {name!r} declares child {child} at index {i} but key {key!r} is {held}")
+            )
         for index in sorted(i for i in children if i >= len(ids)):
             for job in children[index]:
-                out.append(Violation(
-                    "I8", parent,
-                    f"has child {job.id} (key {job.unique_key!r}) that spawn {name!r} did not declare (it declared {len(ids)})",
-                ))
+                out.append(
+                    Violation(
+                        "I8",
+                        parent,
+                        f"has child {job.id} (key {job.unique_key!r}) that spawn {name!r} did not declare (it declared {len(ids)})",
+                    )
+                )
     return out
 
 
@@ -727,23 +849,33 @@ def i9_awaiters_eventually_run(state: State, *, quiescent: bool) -> list[Violati
             continue
         if job.await_scope is None or job.await_name is None:
             if job.ready_at is None:
-                out.append(Violation("I9", job.id, "is awaiting with no await_scope/await_name and no deadline: nothing can wake it"))
+                out.append(
+                    Violation(
+                        "I9", job.id, "is awaiting with no await_scope/await_name and no deadline: nothing can wake it"
+                    )
+                )
             continue
         signal = state.signals.get((job.await_scope, job.await_name))
         if signal is not None:
-            out.append(Violation(
-                "I9", job.id,
-                f"is awaiting ({job.await_scope}, {job.await_name}) although that signal was delivered at "
-                f"{signal.inserted_at.isoformat()} (a lost wake-up)",
-            ))
+            out.append(
+                Violation(
+                    "I9",
+                    job.id,
+                    f"is awaiting ({job.await_scope}, {job.await_name}) although that signal was delivered at "
+                    f"{signal.inserted_at.isoformat()} (a lost wake-up)",
+                )
+            )
         if quiescent and job.await_name == CHILDREN and job.await_scope == f"job:{job.id}":
             kids = sorted(children.get(job.id, []), key=lambda j: j.id)
             if kids and all(k.state in TERMINAL for k in kids):
-                out.append(Violation(
-                    "I9", job.id,
-                    f"awaits $children but all its {len(kids)} children ({', '.join(str(k.id) for k in kids)}) are "
-                    "terminal after a reconcile pass (the R2 backstop missed it)",
-                ))
+                out.append(
+                    Violation(
+                        "I9",
+                        job.id,
+                        f"awaits $children but all its {len(kids)} children ({', '.join(str(k.id) for k in kids)}) are "
+                        "terminal after a reconcile pass (the R2 backstop missed it)",
+                    )
+                )
     return out
 
 

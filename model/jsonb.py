@@ -4,6 +4,7 @@
 string, and jsonb's canonical text for anything else: numbers in plain decimal notation, booleans as
 true/false, objects with ", " / ": " separators and keys ordered by (byte length, bytes).
 """
+
 from __future__ import annotations
 
 import json

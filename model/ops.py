@@ -9,6 +9,7 @@ are result values, never exceptions.
 
 Client-level operations (contract §10) live here; worker-level ones are added beside them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -481,4 +482,3 @@ class CronPut:
 CancelResult = Cancelled | CancelRequested | NotCancellable | NotFound
 RetryResult = Retried | NotRetryable | RetryBlocked | DepsGone | NotFound
 ReadJobResult = Job | NotFound
-

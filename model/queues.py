@@ -3,6 +3,7 @@
 Unknown keys are refused loudly rather than ignored: a typo in `global_limit` silently ignored would
 remove a limit the operator believes is in force.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -4,6 +4,7 @@ Both the model and the Postgres store return these. Every field is a column name
 or by docs/decisions.md's §3 column table; nothing here depends on column order, so unknown columns added
 by newer migrations are simply not read (contract §1).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields

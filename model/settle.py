@@ -9,6 +9,7 @@ The function never looks at anything but its argument, so the model, the Postgre
 the workflow's rows under the workflow advisory lock and applies the answer) and the invariant checker
 all share it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

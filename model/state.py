@@ -4,6 +4,7 @@
 Keys mirror the tables' primary keys, so a snapshot loaded from PostgreSQL (`from_rows`) is the same
 kind of value as the model's, and the §11 invariant predicates run unchanged on either.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -19,14 +20,15 @@ def _empty() -> Mapping[Any, Any]:
     return MappingProxyType({})
 
 
-
 @dataclass(frozen=True)
 class State:
     jobs: Mapping[int, Job] = field(default_factory=_empty)  # belay_jobs by id (§3)
     steps: Mapping[tuple[int, str], Step] = field(default_factory=_empty)  # belay_steps by (job_id, name) (§8.2)
     events: Mapping[tuple[int, int], Event] = field(default_factory=_empty)  # belay_events by (job_id, seq)
     signals: Mapping[tuple[str, str], Signal] = field(default_factory=_empty)  # belay_signals by (scope, name) (§8.1)
-    rate: Mapping[tuple[str, datetime], RateWindow] = field(default_factory=_empty)  # belay_rate by (bucket, window_start) (§6)
+    rate: Mapping[tuple[str, datetime], RateWindow] = field(
+        default_factory=_empty
+    )  # belay_rate by (bucket, window_start) (§6)
     queues: Mapping[str, QueueRow] = field(default_factory=_empty)  # belay_queues by name
     crons: Mapping[str, CronRow] = field(default_factory=_empty)  # belay_crons by name (§8.5)
     version: int = 3  # belay_meta.version (§1)
@@ -67,15 +69,30 @@ class Tables:
     @classmethod
     def of(cls, state: State) -> Tables:
         return cls(
-            dict(state.jobs), dict(state.steps), dict(state.events), dict(state.signals), dict(state.rate),
-            dict(state.queues), dict(state.crons), state.version, state.contract_major, state.next_id,
+            dict(state.jobs),
+            dict(state.steps),
+            dict(state.events),
+            dict(state.signals),
+            dict(state.rate),
+            dict(state.queues),
+            dict(state.crons),
+            state.version,
+            state.contract_major,
+            state.next_id,
         )
 
     def freeze(self) -> State:
         return State(
-            MappingProxyType(self.jobs), MappingProxyType(self.steps), MappingProxyType(self.events),
-            MappingProxyType(self.signals), MappingProxyType(self.rate), MappingProxyType(self.queues),
-            MappingProxyType(self.crons), self.version, self.contract_major, self.next_id,
+            MappingProxyType(self.jobs),
+            MappingProxyType(self.steps),
+            MappingProxyType(self.events),
+            MappingProxyType(self.signals),
+            MappingProxyType(self.rate),
+            MappingProxyType(self.queues),
+            MappingProxyType(self.crons),
+            self.version,
+            self.contract_major,
+            self.next_id,
         )
 
     def update(self, job_id: int, **changes: Any) -> Job:

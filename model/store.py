@@ -19,6 +19,7 @@ then `$children` to parents, unconditionally).
 Transactions are atomic here, so the lock order of the Postgres store is invisible; the race
 explorer, not this module, models interleavings.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
@@ -91,13 +92,38 @@ def _new_row(job_id: int, spec: ops.JobSpec, now: datetime, state: str = "ready"
         assert key is not None and spec.unique_window is not None  # JobSpec requires both for window mode
         key = ops.window_key(key, now, spec.unique_window)
     fields = dict(
-        id=job_id, queue=spec.queue, worker=spec.worker, input=spec.input, meta=dict(spec.meta), state=state,
-        priority=spec.priority, attempt=0, max_attempts=spec.max_attempts, ready_at=spec.scheduled_at or now,
-        inserted_at=now, started_at=None, finished_at=None, lease_until=None, leased_by=None, errors=[],
-        result=None, cancel_requested=False, unique_key=key, unique_mode=spec.unique_mode,
-        cron_name=spec.cron_name, cron_slot=spec.cron_slot, workflow_id=None, wf_name=None, wf_deps=None,
-        wf_ignore=None, parent_id=spec.parent_id, await_scope=None, await_name=None,
-        budget_usd_micros=spec.budget_usd_micros, budget_tokens=spec.budget_tokens, spent_usd_micros=0,
+        id=job_id,
+        queue=spec.queue,
+        worker=spec.worker,
+        input=spec.input,
+        meta=dict(spec.meta),
+        state=state,
+        priority=spec.priority,
+        attempt=0,
+        max_attempts=spec.max_attempts,
+        ready_at=spec.scheduled_at or now,
+        inserted_at=now,
+        started_at=None,
+        finished_at=None,
+        lease_until=None,
+        leased_by=None,
+        errors=[],
+        result=None,
+        cancel_requested=False,
+        unique_key=key,
+        unique_mode=spec.unique_mode,
+        cron_name=spec.cron_name,
+        cron_slot=spec.cron_slot,
+        workflow_id=None,
+        wf_name=None,
+        wf_deps=None,
+        wf_ignore=None,
+        parent_id=spec.parent_id,
+        await_scope=None,
+        await_name=None,
+        budget_usd_micros=spec.budget_usd_micros,
+        budget_tokens=spec.budget_tokens,
+        spent_usd_micros=0,
         spent_tokens=0,
     )
     fields.update(extra)
@@ -134,8 +160,14 @@ def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueue
     check_graph(op.workflow_id, op.members, existing)
     rows = [
         lambda i, m=m: _new_row(
-            i, m.job, op.now, "held" if m.deps else "ready",
-            workflow_id=op.workflow_id, wf_name=m.name, wf_deps=tuple(m.deps), wf_ignore=tuple(m.ignore),
+            i,
+            m.job,
+            op.now,
+            "held" if m.deps else "ready",
+            workflow_id=op.workflow_id,
+            wf_name=m.name,
+            wf_deps=tuple(m.deps),
+            wf_ignore=tuple(m.ignore),
         )
         for m in op.members
     ]
@@ -143,8 +175,10 @@ def _enqueue_workflow(t: Tables, op: ops.EnqueueWorkflow) -> ops.WorkflowEnqueue
     released, doomed = _settle(t, op.workflow_id, op.now)
     _notify_parents(t, op.now, [(j, t.jobs[j].parent_id) for j in doomed])
     return ops.WorkflowEnqueued(
-        op.workflow_id, tuple((m.name, _holder(o)) for m, o in zip(op.members, outcomes, strict=True)),
-        tuple(sorted(released)), tuple(sorted(doomed)),
+        op.workflow_id,
+        tuple((m.name, _holder(o)) for m, o in zip(op.members, outcomes, strict=True)),
+        tuple(sorted(released)),
+        tuple(sorted(doomed)),
     )
 
 
@@ -223,11 +257,27 @@ def _park(t: Tables, now: datetime, job_id: int, scope: str, name: str, deadline
     park spends no attempt (`max_attempts_after_park`)."""
     budget = max_attempts_after_park(t.jobs[job_id].max_attempts)
     if (scope, name) in t.signals:
-        t.update(job_id, state="ready", ready_at=now, await_scope=None, await_name=None,
-                 lease_until=None, leased_by=None, max_attempts=budget)
+        t.update(
+            job_id,
+            state="ready",
+            ready_at=now,
+            await_scope=None,
+            await_name=None,
+            lease_until=None,
+            leased_by=None,
+            max_attempts=budget,
+        )
         return w.Parked(job_id, "ready")
-    t.update(job_id, state="awaiting", await_scope=scope, await_name=name, ready_at=deadline,
-             lease_until=None, leased_by=None, max_attempts=budget)
+    t.update(
+        job_id,
+        state="awaiting",
+        await_scope=scope,
+        await_name=name,
+        ready_at=deadline,
+        lease_until=None,
+        leased_by=None,
+        max_attempts=budget,
+    )
     return w.Parked(job_id, "awaiting")
 
 
@@ -270,8 +320,15 @@ def _cancel(t: Tables, op: ops.Cancel) -> ops.CancelResult:
     if job.state == "running":
         t.update(op.job_id, cancel_requested=True)
         return ops.CancelRequested(op.job_id)
-    t.update(op.job_id, state="cancelled", finished_at=op.now, lease_until=None, leased_by=None,
-             await_scope=None, await_name=None)
+    t.update(
+        op.job_id,
+        state="cancelled",
+        finished_at=op.now,
+        lease_until=None,
+        leased_by=None,
+        await_scope=None,
+        await_name=None,
+    )
     _after_terminal(t, op.now, [op.job_id])
     return ops.Cancelled(op.job_id)
 
@@ -282,9 +339,16 @@ def _retry(t: Tables, op: ops.Retry) -> ops.RetryResult:
         return ops.NotFound(op.job_id)
     if job.state not in ("failed", "cancelled"):
         return ops.NotRetryable(op.job_id, job.state)
-    if job.unique_mode == "incomplete" and job.unique_key is not None and any(
-        o.id != job.id and o.unique_key == job.unique_key and o.unique_mode == "incomplete" and o.state in INCOMPLETE
-        for o in t.jobs.values()
+    if (
+        job.unique_mode == "incomplete"
+        and job.unique_key is not None
+        and any(
+            o.id != job.id
+            and o.unique_key == job.unique_key
+            and o.unique_mode == "incomplete"
+            and o.state in INCOMPLETE
+            for o in t.jobs.values()
+        )
     ):
         return ops.RetryBlocked(op.job_id, _unique_holder(t, job.unique_key, "incomplete"))
     if job.wf_deps:
@@ -293,9 +357,16 @@ def _retry(t: Tables, op: ops.Retry) -> ops.RetryResult:
         if missing:
             return ops.DepsGone(op.job_id, missing)
     # §8.6: dep-bearing members are re-held and settled; the operator's retry clears cancel_requested.
-    t.update(op.job_id, state="held" if job.wf_deps else "ready", ready_at=op.now, cancel_requested=False,
-             max_attempts=max(job.max_attempts, job.attempt + 1), lease_until=None, leased_by=None,
-             finished_at=None)
+    t.update(
+        op.job_id,
+        state="held" if job.wf_deps else "ready",
+        ready_at=op.now,
+        cancel_requested=False,
+        max_attempts=max(job.max_attempts, job.attempt + 1),
+        lease_until=None,
+        leased_by=None,
+        finished_at=None,
+    )
     if job.workflow_id is not None:
         _, doomed = _settle(t, job.workflow_id, op.now)
         _notify_parents(t, op.now, [(j, t.jobs[j].parent_id) for j in doomed])
@@ -345,7 +416,8 @@ def _claim(t: Tables, op: w.Claim) -> w.Claimed:
         window = (bucket, EPOCH + timedelta(seconds=start))
         previous = (bucket, EPOCH + timedelta(seconds=start - opts.rate.period))
         used = admission.rate_used(
-            epoch_us(now), opts.rate.period,
+            epoch_us(now),
+            opts.rate.period,
             t.rate[window].count if window in t.rate else 0,
             t.rate[previous].count if previous in t.rate else 0,
         )
@@ -363,8 +435,14 @@ def _claim(t: Tables, op: w.Claim) -> w.Claimed:
     else:
         chosen = candidates[:take]
     claimed = tuple(
-        t.update(j.id, state="running", attempt=j.attempt + 1, lease_until=now + op.lease_ttl, leased_by=op.node,
-                 started_at=j.started_at or now)
+        t.update(
+            j.id,
+            state="running",
+            attempt=j.attempt + 1,
+            lease_until=now + op.lease_ttl,
+            leased_by=op.node,
+            started_at=j.started_at or now,
+        )
         for j in chosen
     )
     if window is not None and claimed:
@@ -393,8 +471,14 @@ def _reclaim(t: Tables, op: w.Reclaim) -> w.Reclaimed:
     for job in expired:
         errors = [*job.errors, w.error_entry(job.attempt, op.now, "lease_expired", None)]
         if job.attempt < job.max_attempts:
-            t.update(job.id, state="ready", ready_at=op.backoff.retry_at(op.now, job.attempt), errors=errors,
-                     lease_until=None, leased_by=None)
+            t.update(
+                job.id,
+                state="ready",
+                ready_at=op.backoff.retry_at(op.now, job.attempt),
+                errors=errors,
+                lease_until=None,
+                leased_by=None,
+            )
             retried.append(job.id)
         else:
             t.update(job.id, state="failed", finished_at=op.now, errors=errors, lease_until=None, leased_by=None)
@@ -462,8 +546,14 @@ def _sleep(t: Tables, op: w.Sleep) -> w.Slept | w.Stale:
     name = f"$sleep:{op.name}"
     _journal(t, op.now, op.job_id, name, encode(op.until.isoformat()))
     until = datetime.fromisoformat(decode(t.steps[(op.job_id, name)].value))
-    t.update(op.job_id, state="ready", ready_at=until, lease_until=None, leased_by=None,
-             max_attempts=max_attempts_after_park(t.jobs[op.job_id].max_attempts))
+    t.update(
+        op.job_id,
+        state="ready",
+        ready_at=until,
+        lease_until=None,
+        leased_by=None,
+        max_attempts=max_attempts_after_park(t.jobs[op.job_id].max_attempts),
+    )
     return w.Slept(op.job_id, until)
 
 
@@ -504,8 +594,9 @@ def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:
     if inserted:  # spend follows the journal: a duplicate execution's costs are not recorded twice
         if max(job.spent_usd_micros + op.usd_micros, job.spent_tokens + op.tokens) > ops.INT8_MAX:
             raise OverflowError(f"job {op.job_id}: spend overflows the bigint columns")
-        job = t.update(op.job_id, spent_usd_micros=job.spent_usd_micros + op.usd_micros,
-                       spent_tokens=job.spent_tokens + op.tokens)
+        job = t.update(
+            op.job_id, spent_usd_micros=job.spent_usd_micros + op.usd_micros, spent_tokens=job.spent_tokens + op.tokens
+        )
     value = t.steps[(op.job_id, op.name)].value
     return w.Recorded(inserted, value, job.spent_usd_micros, job.spent_tokens, _over_budget(job))
 
@@ -584,9 +675,12 @@ def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
     plan = cron_plan(op.static, t.crons.values(), op.since, op.now)
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
-    return w.CronsFired(tuple(
-        w.Fired(c.name, slot, _holder(o), isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes, strict=True)
-    ))
+    return w.CronsFired(
+        tuple(
+            w.Fired(c.name, slot, _holder(o), isinstance(o, ops.Inserted))
+            for (c, slot), o in zip(plan, outcomes, strict=True)
+        )
+    )
 
 
 def _prune(t: Tables, op: w.Prune) -> w.Pruned:
@@ -596,9 +690,13 @@ def _prune(t: Tables, op: w.Prune) -> w.Pruned:
         """Past its state's retention — and not a member of a workflow that is still settling: a held
         dependent must still find its deps (a missing dep could never be satisfied)."""
         keep = op.retention.get(job.state)
-        return (job.state in TERMINAL and keep is not None and job.finished_at is not None
-                and job.finished_at < op.now - timedelta(seconds=keep)
-                and job.workflow_id not in live_workflows)
+        return (
+            job.state in TERMINAL
+            and keep is not None
+            and job.finished_at is not None
+            and job.finished_at < op.now - timedelta(seconds=keep)
+            and job.workflow_id not in live_workflows
+        )
 
     doomed = sorted(j.id for j in t.jobs.values() if expired(j))[: op.limit]
     for job_id in doomed:
@@ -655,8 +753,9 @@ def _read_events(t: Tables, op: ops.ReadEvents) -> tuple[Event, ...]:
 
 
 def _read_signals(t: Tables, op: ops.ReadSignals) -> tuple[Signal, ...]:
-    return tuple(sorted((s for (scope, _), s in t.signals.items() if scope in op.scopes),
-                        key=lambda s: (s.scope, s.name)))
+    return tuple(
+        sorted((s for (scope, _), s in t.signals.items() if scope in op.scopes), key=lambda s: (s.scope, s.name))
+    )
 
 
 HANDLERS: dict[type, Callable[[Tables, Any], Any]] = {

@@ -28,6 +28,7 @@ breaks. Writers (contract §4, columns per §§5–8):
 Rules are named (RULES) so reports and tests refer to them. Pure: no I/O, no clock — the commit time a
 check needs (lease expiry) is an input.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -59,9 +60,26 @@ RULES: dict[str, str] = {
     "rate_grows": "a rate window's count only grows",
 }
 
-IMMUTABLE = ("id", "queue", "worker", "input", "meta", "priority", "inserted_at", "unique_key", "unique_mode",
-             "cron_name", "cron_slot", "workflow_id", "wf_name", "wf_deps", "wf_ignore", "parent_id",
-             "budget_usd_micros", "budget_tokens")
+IMMUTABLE = (
+    "id",
+    "queue",
+    "worker",
+    "input",
+    "meta",
+    "priority",
+    "inserted_at",
+    "unique_key",
+    "unique_mode",
+    "cron_name",
+    "cron_slot",
+    "workflow_id",
+    "wf_name",
+    "wf_deps",
+    "wf_ignore",
+    "parent_id",
+    "budget_usd_micros",
+    "budget_tokens",
+)
 LEASE = frozenset({"lease_until", "leased_by"})
 CLOCK_SLACK = timedelta(seconds=2)  # the node's `now` vs the server's commit time (one machine)
 
@@ -145,10 +163,20 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
     out: list[tuple[str, str]] = []
     if writer == "insert":
         assert a is not None
-        bad = [f"{c} {getattr(a, c)!r}" for c, want in (("attempt", 0), ("spent_usd_micros", 0), ("spent_tokens", 0),
-                                                          ("cancel_requested", False), ("lease_until", None),
-                                                          ("leased_by", None), ("finished_at", None), ("result", None))
-               if getattr(a, c) != want]
+        bad = [
+            f"{c} {getattr(a, c)!r}"
+            for c, want in (
+                ("attempt", 0),
+                ("spent_usd_micros", 0),
+                ("spent_tokens", 0),
+                ("cancel_requested", False),
+                ("lease_until", None),
+                ("leased_by", None),
+                ("finished_at", None),
+                ("result", None),
+            )
+            if getattr(a, c) != want
+        ]
         if a.errors:
             bad.append(f"errors {a.errors!r}")
         if a.state == "held" and not a.wf_deps:
@@ -168,8 +196,15 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
         extra = sorted(changed - allowed - set(IMMUTABLE))
         if extra:
             what = ", ".join(f"{c} {_short(getattr(b, c))}→{_short(getattr(a, c))}" for c in extra)
-            rule = "claim_attempt" if "attempt" in extra else "max_attempts" if "max_attempts" in extra else \
-                "spend" if {"spent_usd_micros", "spent_tokens"} & set(extra) else "columns"
+            rule = (
+                "claim_attempt"
+                if "attempt" in extra
+                else "max_attempts"
+                if "max_attempts" in extra
+                else "spend"
+                if {"spent_usd_micros", "spent_tokens"} & set(extra)
+                else "columns"
+            )
             out.append(_v(rule, f"{writer} may not change {what}"))
 
     if writer == "claim":
@@ -180,14 +215,19 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
             out.append(_v("columns", "claim left no lease (lease_until/leased_by NULL)"))
         if b.started_at is not None and a.started_at != b.started_at:
             out.append(_v("columns", "claim rewrote started_at"))
-        if (ctx.commit_time is not None and b.ready_at is not None
-                and b.ready_at > ctx.commit_time + CLOCK_SLACK):
-            out.append(_v("claim_due", f"claimed a row not due until {b.ready_at.isoformat()} "
-                                       f"(committed {ctx.commit_time.isoformat()})"))
+        if ctx.commit_time is not None and b.ready_at is not None and b.ready_at > ctx.commit_time + CLOCK_SLACK:
+            out.append(
+                _v(
+                    "claim_due",
+                    f"claimed a row not due until {b.ready_at.isoformat()} (committed {ctx.commit_time.isoformat()})",
+                )
+            )
     elif writer == "renew":
         only({"lease_until"})
         if a.lease_until is None or (b.lease_until is not None and a.lease_until < b.lease_until):
-            out.append(_v("lease_forward", f"lease_until moved backwards {_short(b.lease_until)}→{_short(a.lease_until)}"))
+            out.append(
+                _v("lease_forward", f"lease_until moved backwards {_short(b.lease_until)}→{_short(a.lease_until)}")
+            )
     elif writer == "cancel_request":
         only({"cancel_requested"})
         if not (a.cancel_requested and not b.cancel_requested):
@@ -200,26 +240,50 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
             if du < 0 or dt < 0:
                 out.append(_v("spend", f"spent_* shrank (usd {du:+}, tokens {dt:+})"))
             elif costs is None:
-                out.append(_v("spend", f"spent_* grew (usd {du:+}, tokens {dt:+}) without a step journaled in the transaction"))
+                out.append(
+                    _v("spend", f"spent_* grew (usd {du:+}, tokens {dt:+}) without a step journaled in the transaction")
+                )
             elif costs != (du, dt):
                 out.append(_v("spend", f"spent_* grew by (usd {du}, tokens {dt}) but the journaled steps cost {costs}"))
     elif writer in ("ack", "reclaim"):
-        allowed = {"state", "result", "finished_at", "errors", "ready_at", "await_scope", "await_name",
-                   "max_attempts", "lease_until", "leased_by"}
+        allowed = {
+            "state",
+            "result",
+            "finished_at",
+            "errors",
+            "ready_at",
+            "await_scope",
+            "await_name",
+            "max_attempts",
+            "lease_until",
+            "leased_by",
+        }
         only(allowed)
         if a.lease_until is not None or a.leased_by is not None:
-            moved = (f"lease_until {_short(b.lease_until)}→{_short(a.lease_until)}"
-                     + (" (backwards)" if a.lease_until is not None and b.lease_until is not None
-                        and a.lease_until < b.lease_until else ""))
-            out.append(_v("lease_cleared", f"{writer} to {a.state} left the lease set: {moved}, leased_by {_short(a.leased_by)}"))
+            moved = f"lease_until {_short(b.lease_until)}→{_short(a.lease_until)}" + (
+                " (backwards)"
+                if a.lease_until is not None and b.lease_until is not None and a.lease_until < b.lease_until
+                else ""
+            )
+            out.append(
+                _v(
+                    "lease_cleared",
+                    f"{writer} to {a.state} left the lease set: {moved}, leased_by {_short(a.leased_by)}",
+                )
+            )
         if a.attempt != b.attempt:
             out.append(_v("fence", f"{writer} changed attempt {b.attempt}→{a.attempt}"))
         entry, ok = _new_entry(b, a)
         if not ok:
             out.append(_v("columns", f"{writer} rewrote errors instead of appending one entry"))
         if entry is not None and entry.get("attempt") != b.attempt:
-            out.append(_v("fence", f"{writer} to {a.state} appended an error of attempt {entry.get('attempt')} "
-                                   f"while the row runs attempt {b.attempt} (a stale, unfenced write)"))
+            out.append(
+                _v(
+                    "fence",
+                    f"{writer} to {a.state} appended an error of attempt {entry.get('attempt')} "
+                    f"while the row runs attempt {b.attempt} (a stale, unfenced write)",
+                )
+            )
         terminal = a.state in TERMINAL
         if terminal != (a.finished_at is not None):
             out.append(_v("columns", f"{writer} to {a.state} with finished_at {_short(a.finished_at)}"))
@@ -231,22 +295,38 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
             out.append(_v("columns", "failed without an error entry"))
         if a.state == "awaiting" and (a.await_scope is None) != (a.await_name is None):
             out.append(_v("columns", "awaiting with half an await key"))
-        if a.state not in ("awaiting",) and (a.await_scope, a.await_name) != (b.await_scope, b.await_name) \
-                and (a.await_scope, a.await_name) != (None, None):
+        if (
+            a.state not in ("awaiting",)
+            and (a.await_scope, a.await_name) != (b.await_scope, b.await_name)
+            and (a.await_scope, a.await_name) != (None, None)
+        ):
             out.append(_v("columns", f"{writer} to {a.state} set an await key"))
         if a.max_attempts != b.max_attempts:
             if not (a.max_attempts == b.max_attempts + 1 and entry is None and a.state in ("ready", "awaiting")):
-                out.append(_v("max_attempts", f"{writer} to {a.state} moved max_attempts {b.max_attempts}→{a.max_attempts} "
-                                              "(only a snooze/park adds one)"))
+                out.append(
+                    _v(
+                        "max_attempts",
+                        f"{writer} to {a.state} moved max_attempts {b.max_attempts}→{a.max_attempts} "
+                        "(only a snooze/park adds one)",
+                    )
+                )
         if writer == "reclaim":
             if entry is None or entry.get("error") != "lease_expired":
                 out.append(_v("columns", "reclaim without a lease_expired entry"))
             if a.max_attempts != b.max_attempts:
                 out.append(_v("max_attempts", "reclaim changed max_attempts"))
-            if (ctx.commit_time is not None and b.lease_until is not None
-                    and b.lease_until > ctx.commit_time + CLOCK_SLACK):
-                out.append(_v("reclaim_expired", f"reclaimed a lease live until {b.lease_until.isoformat()} "
-                                                 f"(committed {ctx.commit_time.isoformat()})"))
+            if (
+                ctx.commit_time is not None
+                and b.lease_until is not None
+                and b.lease_until > ctx.commit_time + CLOCK_SLACK
+            ):
+                out.append(
+                    _v(
+                        "reclaim_expired",
+                        f"reclaimed a lease live until {b.lease_until.isoformat()} "
+                        f"(committed {ctx.commit_time.isoformat()})",
+                    )
+                )
             if a.state == "ready" and b.attempt >= b.max_attempts:
                 out.append(_v("columns", f"reclaim retried attempt {b.attempt} of {b.max_attempts}"))
         elif a.state == "ready" and entry is not None and b.attempt >= b.max_attempts:
@@ -266,12 +346,21 @@ def _check_writer(writer: str, b: Job | None, a: Job | None, ctx: TxContext) -> 
         if a.cancel_requested or a.finished_at is not None or a.lease_until is not None or a.leased_by is not None:
             out.append(_v("columns", "retry must clear cancel_requested, finished_at and the lease"))
         if a.max_attempts != max(b.max_attempts, b.attempt + 1):
-            out.append(_v("max_attempts", f"retry set max_attempts {a.max_attempts}, not GREATEST({b.max_attempts}, "
-                                          f"{b.attempt}+1)"))
+            out.append(
+                _v(
+                    "max_attempts",
+                    f"retry set max_attempts {a.max_attempts}, not GREATEST({b.max_attempts}, {b.attempt}+1)",
+                )
+            )
         want = "held" if b.wf_deps else "ready"
         if a.state != want:
-            out.append(_v("writer", f"retry of a {'dep-bearing' if b.wf_deps else 'dep-less'} job must go to {want}, "
-                                    f"not {a.state} (§8.6: re-hold, then settle)"))
+            out.append(
+                _v(
+                    "writer",
+                    f"retry of a {'dep-bearing' if b.wf_deps else 'dep-less'} job must go to {want}, "
+                    f"not {a.state} (§8.6: re-hold, then settle)",
+                )
+            )
     elif writer == "cancel":
         only({"state", "finished_at", "lease_until", "leased_by", "await_scope", "await_name"})
         if a.finished_at is None or a.lease_until is not None or a.leased_by is not None:
@@ -309,8 +398,11 @@ def judge_job(before: Job | None, after: Job | None, ctx: TxContext = TxContext(
         if edge[1] is None:
             return Judgement(None, "prune", f"deleted a {edge[0]} row", node, attempt)
         rule = "terminal_exit" if edge[0] in TERMINAL else "writer"
-        why = f"{edge[0]}→{edge[1]}" + (" (only an operator retry leaves a terminal state, to ready/held)"
-                                        if rule == "terminal_exit" else " is no legal writer's transition")
+        why = f"{edge[0]}→{edge[1]}" + (
+            " (only an operator retry leaves a terminal state, to ready/held)"
+            if rule == "terminal_exit"
+            else " is no legal writer's transition"
+        )
         extra = _check_writer("ack", before, after, ctx) if edge[0] == "running" else []
         if rule == "writer" and extra:
             why += "; " + extra[0][1]
@@ -333,8 +425,9 @@ def judge_job(before: Job | None, after: Job | None, ctx: TxContext = TxContext(
         extra = sorted(changed_columns(before, after) - {"spent_usd_micros", "spent_tokens"})
         if extra:
             what = ", ".join(f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in extra)
-            return Judgement(None, "writer", f"{edge[0]}→{edge[1]}: no writer of a {edge[0]} row changes {what}",
-                             node, attempt)
+            return Judgement(
+                None, "writer", f"{edge[0]}→{edge[1]}: no writer of a {edge[0]} row changes {what}", node, attempt
+            )
     return Judgement(None, rule, f"as {best_writer} ({edge[0]}→{edge[1]}): {why}", node, attempt)
 
 
@@ -342,7 +435,9 @@ def judge_step(before: Step | None, after: Step | None, ctx: TxContext, last_seq
     """belay_steps: insert with a fresh seq; never updated; deleted only with its job (§8.2, §8.7)."""
     if before is None and after is not None:
         if after.seq <= last_seq:
-            return Judgement(None, "step_seq", f"step {after.name!r} journaled with seq {after.seq}, not above {last_seq}")
+            return Judgement(
+                None, "step_seq", f"step {after.name!r} journaled with seq {after.seq}, not above {last_seq}"
+            )
         return Judgement("journal")
     if before is not None and after is None:
         if before.job_id in ctx.jobs_deleted:
@@ -350,7 +445,9 @@ def judge_step(before: Step | None, after: Step | None, ctx: TxContext, last_seq
         return Judgement(None, "step_immutable", f"step {before.name!r} deleted while its job row stays")
     if before == after:
         return Judgement("noop")
-    what = ", ".join(f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in sorted(changed_columns(before, after)))
+    what = ", ".join(
+        f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in sorted(changed_columns(before, after))
+    )
     return Judgement(None, "step_immutable", f"step {before.name!r} updated: {what}")
 
 
@@ -361,8 +458,9 @@ def judge_event(before: Event | None, after: Event | None, ctx: TxContext) -> Ju
         return Judgement("prune")
     if before == after:
         return Judgement("noop")
-    return Judgement(None, "event_append", f"event {before.seq} of job {before.job_id} "
-                                           f"{'deleted' if after is None else 'updated'}")
+    return Judgement(
+        None, "event_append", f"event {before.seq} of job {before.job_id} {'deleted' if after is None else 'updated'}"
+    )
 
 
 def judge_signal(before: Signal | None, after: Signal | None, ctx: TxContext) -> Judgement:
@@ -374,19 +472,25 @@ def judge_signal(before: Signal | None, after: Signal | None, ctx: TxContext) ->
     if before is None:
         return Judgement("deliver")
     if (before.scope, before.name) != (after.scope, after.name):
-        return Judgement(None, "signal_upsert", f"signal ({before.scope}, {before.name}) re-keyed to ({after.scope}, {after.name})")
+        return Judgement(
+            None, "signal_upsert", f"signal ({before.scope}, {before.name}) re-keyed to ({after.scope}, {after.name})"
+        )
     return Judgement("deliver")
 
 
 def judge_rate(before: RateWindow | None, after: RateWindow | None, ctx: TxContext) -> Judgement:
     if before is not None and after is not None and after.count < before.count:
-        return Judgement(None, "rate_grows", f"rate window {after.bucket} {_short(after.window_start)} count "
-                                             f"{before.count}→{after.count}")
+        return Judgement(
+            None,
+            "rate_grows",
+            f"rate window {after.bucket} {_short(after.window_start)} count {before.count}→{after.count}",
+        )
     return Judgement("debit" if after is not None else "prune")
 
 
-def judge_state_change(before: Any, after: Any, now: datetime | None, *, retry: bool = False,
-                       ignore: frozenset[str] = frozenset()) -> list[str]:
+def judge_state_change(
+    before: Any, after: Any, now: datetime | None, *, retry: bool = False, ignore: frozenset[str] = frozenset()
+) -> list[str]:
     """Every illegal belay_jobs change between two `State`s one operation apart (the stateful test's
     per-step check). One operation may write a row twice in one transaction only as a retry of a
     dep-bearing member (re-hold, then settlement): with `retry`, such a change is judged as those two

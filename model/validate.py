@@ -6,6 +6,7 @@ ValueError) with what was wrong. Column limits follow the schema (contract §3):
 parameters and at most MAX_NAME_BYTES; integers fit their int4/int8 columns; JSON is what jsonb can
 store. `model.ops` re-exports these names, so `model.ops.InvalidInput` stays the public spelling.
 """
+
 from __future__ import annotations
 
 import json
@@ -95,9 +96,7 @@ def minute_slot(at: datetime) -> datetime:
 def parse_expression(expression: str) -> None:
     """§8.5: refuse a cron expression cronsim cannot read, with its reason."""
     if not isinstance(expression, str) or not expression.strip():
-        raise InvalidInput(
-            "cron expression must be a non-empty string like '*/5 * * * *'"
-        )
+        raise InvalidInput("cron expression must be a non-empty string like '*/5 * * * *'")
     if len(expression.split()) != 5:  # cronsim also reads a seconds field; cron slots are whole minutes
         raise InvalidInput(
             f"cron expression {expression!r} must have five fields (minute hour day month weekday), "

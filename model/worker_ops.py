@@ -4,6 +4,7 @@ Like model/ops.py: one frozen dataclass per operation, carrying `now` and every 
 needs — the node id, the lease ttl, the retry time an SDK computed, the queue options in force — so
 the model and the Postgres store are deterministic functions of the operations applied to them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

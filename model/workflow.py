@@ -3,6 +3,7 @@
 Pure and shared by the model and the Postgres store, so both refuse the same inputs with the same
 message. Uses networkx for the cycle search.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable

@@ -10,6 +10,7 @@ replayable code.
 Bundles carry what later rules need: job ids (`jobs`), claimed attempts (`claims`: (job_id, attempt),
 some of which are stale by the time they are used) and signal scopes.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -53,8 +54,12 @@ SELECT setval('belay_jobs_id_seq', 1, false);
 # The database the machine drives; set by the test (a fresh migrated database per test module).
 TARGET: dict[str, Any] = {}
 
-small_json = st.one_of(st.none(), st.integers(-3, 3), st.sampled_from(["x", "y", ""]),
-                       st.dictionaries(st.sampled_from(["k", "t"]), st.integers(0, 2), max_size=2))
+small_json = st.one_of(
+    st.none(),
+    st.integers(-3, 3),
+    st.sampled_from(["x", "y", ""]),
+    st.dictionaries(st.sampled_from(["k", "t"]), st.integers(0, 2), max_size=2),
+)
 partition_value = st.sampled_from(["x", "y", None, 1])
 
 
@@ -129,8 +134,13 @@ class BelayMachine(RuleBasedStateMachine):
         assert not violations, "; ".join(map(str, violations))
         # issue 12: every row change is a legal §4 transition (model/transitions.py, shared with the soak's
         # history checker). This machine renews with arbitrary extensions, so lease_forward is not its rule.
-        illegal = judge_state_change(before, after, getattr(op, "now", None), retry=isinstance(op, ops.Retry),
-                                     ignore=frozenset({"lease_forward"}))
+        illegal = judge_state_change(
+            before,
+            after,
+            getattr(op, "now", None),
+            retry=isinstance(op, ops.Retry),
+            ignore=frozenset({"lease_forward"}),
+        )
         assert not illegal, f"after {op!r}: " + "; ".join(illegal)
 
     # --- enqueue --------------------------------------------------------------------------------
@@ -149,13 +159,16 @@ class BelayMachine(RuleBasedStateMachine):
             return multiple(*result.ids)
         return multiple()
 
-    @rule(target=jobs, deps=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=3),
-          ignore=st.sampled_from([(), ("failed",), ("cancelled",), ("failed", "cancelled")]))
+    @rule(
+        target=jobs,
+        deps=st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=3),
+        ignore=st.sampled_from([(), ("failed",), ("cancelled",), ("failed", "cancelled")]),
+    )
     def enqueue_workflow(self, deps: list[tuple[bool, bool]], ignore: tuple[str, ...]) -> Any:
         """A chain-ish DAG: member i may depend on i-1 and/or i-2."""
         members = [WorkflowMember("m0", JobSpec("a", "echo"))]
         for i, (prev, prev2) in enumerate(deps, start=1):
-            d = tuple(n for n, keep in ((f"m{i-1}", prev), (f"m{i-2}", prev2 and i >= 2)) if keep)
+            d = tuple(n for n, keep in ((f"m{i - 1}", prev), (f"m{i - 2}", prev2 and i >= 2)) if keep)
             members.append(WorkflowMember(f"m{i}", JobSpec(QUEUES[i % 2], "echo"), d, ignore if d else ()))
         result = self.both(ops.EnqueueWorkflow(self.now, f"wf{self.steps}", tuple(members)))
         return multiple(*(i for _, i in result.ids)) if isinstance(result, ops.WorkflowEnqueued) else multiple()
@@ -170,8 +183,14 @@ class BelayMachine(RuleBasedStateMachine):
 
     # --- claims and leases --------------------------------------------------------------------------
 
-    @rule(target=claims, queue=st.sampled_from(QUEUES), node=st.sampled_from(NODES), demand=st.integers(0, 4),
-          opts=st.sampled_from(sorted(OPTS)), ttl=st.sampled_from([10, 30]))
+    @rule(
+        target=claims,
+        queue=st.sampled_from(QUEUES),
+        node=st.sampled_from(NODES),
+        demand=st.integers(0, 4),
+        opts=st.sampled_from(sorted(OPTS)),
+        ttl=st.sampled_from([10, 30]),
+    )
     def claim(self, queue: str, node: str, demand: int, opts: str, ttl: int) -> Any:
         result = self.both(w.Claim(self.now, queue, node, demand, timedelta(seconds=ttl), OPTS[opts]))
         return multiple(*((j.id, j.attempt) for j in result.jobs))
@@ -191,8 +210,9 @@ class BelayMachine(RuleBasedStateMachine):
         row = self.model.state.jobs.get(job)
         if row is None or row.state != "ready":
             return
-        self.model.state = replace(self.model.state, jobs=MappingProxyType(
-            {**self.model.state.jobs, job: replace(row, ready_at=None)}))
+        self.model.state = replace(
+            self.model.state, jobs=MappingProxyType({**self.model.state.jobs, job: replace(row, ready_at=None)})
+        )
         self.conn.execute("UPDATE belay_jobs SET ready_at = NULL WHERE id = %s AND state = 'ready'", (job,))
 
     @rule(seconds=st.sampled_from([1, 5, 11, 31, 61, 3600, 2 * 86400]))
@@ -203,8 +223,12 @@ class BelayMachine(RuleBasedStateMachine):
 
     outcomes = st.one_of(
         st.builds(w.Succeed, small_json),
-        st.builds(w.Fail, st.sampled_from(["boom", "budget_exceeded"]), st.sampled_from([None, "detail"]),
-                  st.sampled_from([None, T0 + timedelta(seconds=5)])),
+        st.builds(
+            w.Fail,
+            st.sampled_from(["boom", "budget_exceeded"]),
+            st.sampled_from([None, "detail"]),
+            st.sampled_from([None, T0 + timedelta(seconds=5)]),
+        ),
         st.just(w.CancelSelf()),
         st.builds(w.Snooze, st.sampled_from([T0, T0 + timedelta(seconds=20)])),
     )
@@ -226,8 +250,9 @@ class BelayMachine(RuleBasedStateMachine):
     def user_scope(self, scope: str) -> str:
         return scope
 
-    @rule(claim=consumes(claims), scope=scopes, name=st.sampled_from(["go", "stop"]),
-          deadline=st.sampled_from([None, 30]))
+    @rule(
+        claim=consumes(claims), scope=scopes, name=st.sampled_from(["go", "stop"]), deadline=st.sampled_from([None, 30])
+    )
     def park_await(self, claim: tuple[int, int], scope: str, name: str, deadline: int | None) -> None:
         until = None if deadline is None else self.now + timedelta(seconds=deadline)
         self.both(w.ParkAwait(self.now, claim[0], claim[1], scope, name, until))
@@ -258,8 +283,13 @@ class BelayMachine(RuleBasedStateMachine):
 
     # --- steps, events, children ------------------------------------------------------------------------
 
-    @rule(claim=claims, name=st.sampled_from(["s1", "s2", "s3"]), value=small_json,
-          usd=st.integers(0, 6), tokens=st.integers(0, 2))
+    @rule(
+        claim=claims,
+        name=st.sampled_from(["s1", "s2", "s3"]),
+        value=small_json,
+        usd=st.integers(0, 6),
+        tokens=st.integers(0, 2),
+    )
     def step(self, claim: tuple[int, int], name: str, value: Any, usd: int, tokens: int) -> None:
         job = claim[0]
         self.both(w.ReadStep(job, name))
@@ -294,8 +324,12 @@ class BelayMachine(RuleBasedStateMachine):
     def retry(self, job: int) -> None:
         self.both(ops.Retry(self.now, job))
 
-    @rule(succeeded=st.sampled_from([0, 60, None]), failed=st.sampled_from([0, 3600, None]),
-          ttl=st.sampled_from([60, None]), limit=st.integers(1, 3))
+    @rule(
+        succeeded=st.sampled_from([0, 60, None]),
+        failed=st.sampled_from([0, 3600, None]),
+        ttl=st.sampled_from([60, None]),
+        limit=st.integers(1, 3),
+    )
     def prune(self, succeeded: int | None, failed: int | None, ttl: int | None, limit: int) -> None:
         retention = {"succeeded": succeeded, "failed": failed, "cancelled": failed}
         self.both(w.Prune(self.now, retention, ttl, limit))
@@ -313,8 +347,10 @@ class BelayMachine(RuleBasedStateMachine):
     def check_compat(self) -> None:
         self.both(ops.CheckCompat())
 
-    @rule(queue=st.sampled_from(QUEUES), opts=st.sampled_from([{}, {"global_limit": 2}, {"limit": {"min": 1, "max": 3}},
-                                                               {"paused": True}]))
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        opts=st.sampled_from([{}, {"global_limit": 2}, {"limit": {"min": 1, "max": 3}}, {"paused": True}]),
+    )
     def put_queue(self, queue: str, opts: dict) -> None:
         self.both(ops.PutQueue(self.now, queue, opts))
 

@@ -8,6 +8,7 @@ only if every transaction scope it was enqueued in committed, and the wake-up no
 (§9.2 `{"t":"p","q":...}`) is delivered if and only if a ready job of that queue committed. A sentinel
 NOTIFY sent after the caller's transaction ended bounds the wait: notifications arrive in commit order.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,12 +53,14 @@ class Savepoint:
     rollback: bool = False
 
 
-ACTIONS = st.deferred(lambda: st.one_of(
-    st.builds(Enqueue, st.integers(0, 3), st.integers(0, 3)),
-    st.builds(Workflow, st.integers(0, 3)),
-    st.just(SqlError()),
-    st.builds(Savepoint, st.lists(ACTIONS, max_size=3), st.booleans()),
-))
+ACTIONS = st.deferred(
+    lambda: st.one_of(
+        st.builds(Enqueue, st.integers(0, 3), st.integers(0, 3)),
+        st.builds(Workflow, st.integers(0, 3)),
+        st.just(SqlError()),
+        st.builds(Savepoint, st.lists(ACTIONS, max_size=3), st.booleans()),
+    )
+)
 ENDINGS = st.sampled_from(["commit", "rollback", "raise"])
 
 
@@ -71,8 +74,15 @@ class Outcome:
     ready_queues: set[int] = field(default_factory=set)  # queues whose wake-up must be delivered
 
 
-def run_actions(client: Client, conn: psycopg.Connection, actions: list, run: str, committed: bool,
-                expected: Outcome, tags: list[str]) -> None:
+def run_actions(
+    client: Client,
+    conn: psycopg.Connection,
+    actions: list,
+    run: str,
+    committed: bool,
+    expected: Outcome,
+    tags: list[str],
+) -> None:
     """Perform `actions` inside the caller's open transaction; record what a commit would keep."""
     for action in actions:
         if isinstance(action, Enqueue):
@@ -91,10 +101,14 @@ def run_actions(client: Client, conn: psycopg.Connection, actions: list, run: st
         elif isinstance(action, Workflow):
             tag = f"{run}-{len(tags)}"
             queue = f"{run}q{action.queue}"
-            client.enqueue_workflow(f"wf-{tag}", [
-                WorkflowMember("root", JobSpec(queue, "w", {"tag": f"{tag}.root"})),
-                WorkflowMember("next", JobSpec(queue, "w", {"tag": f"{tag}.next"}), deps=("root",)),
-            ], conn=conn)
+            client.enqueue_workflow(
+                f"wf-{tag}",
+                [
+                    WorkflowMember("root", JobSpec(queue, "w", {"tag": f"{tag}.root"})),
+                    WorkflowMember("next", JobSpec(queue, "w", {"tag": f"{tag}.next"}), deps=("root",)),
+                ],
+                conn=conn,
+            )
             tags.append(tag)
             if committed:
                 expected.jobs.update({f"{tag}.root": action.queue, f"{tag}.next": action.queue})
@@ -118,14 +132,18 @@ def notified_queues(listener: psycopg.Connection, channel: str, run: str, sentin
             return seen
         data = json.loads(note.payload)
         if data.get("t") == "p" and data["q"].startswith(f"{run}q"):
-            seen.add(int(data["q"][len(run) + 1:]))
+            seen.add(int(data["q"][len(run) + 1 :]))
     raise AssertionError("the sentinel notification never arrived")
 
 
 @pytest.fixture
 def caller(db_url):
-    with Client(db_url) as client, psycopg.connect(db_url) as conn, \
-            psycopg.connect(db_url, autocommit=True) as listener, psycopg.connect(db_url, autocommit=True) as pg:
+    with (
+        Client(db_url) as client,
+        psycopg.connect(db_url) as conn,
+        psycopg.connect(db_url, autocommit=True) as listener,
+        psycopg.connect(db_url, autocommit=True) as pg,
+    ):
         channel = channel_name(listener.info.dbname)
         listener.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
         yield client, conn, listener, pg, channel
@@ -135,8 +153,13 @@ def test_a_transactionally_enqueued_job_exists_and_wakes_workers_iff_the_callers
     client, conn, listener, pg, channel = caller
     assert client.store.notify, "the wake-up accelerator must be on for this property"
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
     @given(st.lists(ACTIONS, max_size=5), ENDINGS, st.booleans())
     def check(actions: list, ending: str, abort_outside_savepoint: bool) -> None:
         run = "r" + uuid.uuid4().hex[:10]
@@ -157,14 +180,16 @@ def test_a_transactionally_enqueued_job_exists_and_wakes_workers_iff_the_callers
             pass
         sentinel = f"sentinel-{run}"
         pg.execute("SELECT pg_notify(%s, %s)", (channel, sentinel))
-        rows = pg.execute("SELECT input->>'tag', queue FROM belay_jobs WHERE input->>'tag' LIKE %s",
-                          (f"{run}-%",)).fetchall()
-        found = {tag: int(queue[len(run) + 1:]) for tag, queue in rows}
+        rows = pg.execute(
+            "SELECT input->>'tag', queue FROM belay_jobs WHERE input->>'tag' LIKE %s", (f"{run}-%",)
+        ).fetchall()
+        found = {tag: int(queue[len(run) + 1 :]) for tag, queue in rows}
         assert found == expected.jobs, (
             f"jobs present {sorted(found)} but the committed scopes hold {sorted(expected.jobs)} "
-            f"(actions {actions}, ending {ending}, abort {abort_outside_savepoint})")
+            f"(actions {actions}, ending {ending}, abort {abort_outside_savepoint})"
+        )
         assert notified_queues(listener, channel, run, sentinel) == expected.ready_queues, (
-            f"wake-ups delivered ≠ committed ready queues {expected.ready_queues} "
-            f"(actions {actions}, ending {ending})")
+            f"wake-ups delivered ≠ committed ready queues {expected.ready_queues} (actions {actions}, ending {ending})"
+        )
 
     check()

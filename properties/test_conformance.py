@@ -7,6 +7,7 @@ contract's expectation kept in the case, and runs as xfail(strict=True) so a fix
 
 The library tests prove the suite can fail: `exercise` flags stores with planted bugs, precisely.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterator

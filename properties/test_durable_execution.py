@@ -15,6 +15,7 @@ Profiles: the default (CI) runs the explicit programs below and BELAY_DURABLE_EX
 overrides; BELAY_DURABLE_EXPLICIT=0 skips the explicit ones). A failure prints the shrunk program: save
 its JSON and replay it with `python -m properties.durable.replay program.json` (model and fleet).
 """
+
 from __future__ import annotations
 
 import json
@@ -43,11 +44,14 @@ _TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters
 # Floats that survive jsonb unchanged (the program travels as the job's jsonb input): no exponent form.
 _FLOATS = st.floats(allow_nan=False, allow_infinity=False, width=32).filter(lambda f: "e" not in repr(f))
 _SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), _FLOATS, _TEXT)
-JSON = st.recursive(_SCALARS, lambda kids: st.one_of(st.lists(kids, max_size=4),
-                                                      st.dictionaries(_TEXT, kids, max_size=4)), max_leaves=8)
+JSON = st.recursive(
+    _SCALARS, lambda kids: st.one_of(st.lists(kids, max_size=4), st.dictionaries(_TEXT, kids, max_size=4)), max_leaves=8
+)
 # Shapes an Erlang term decodes to (model/envelope.py): small-int lists (STRING_EXT), atom names, nil.
-ETF_SHAPED = st.one_of(st.lists(st.integers(0, 255), min_size=1, max_size=6),
-                       st.sampled_from(["nil", "undefined", "ok", "true", [131, 104, 2], {"__struct__": "Elixir.X"}]))
+ETF_SHAPED = st.one_of(
+    st.lists(st.integers(0, 255), min_size=1, max_size=6),
+    st.sampled_from(["nil", "undefined", "ok", "true", [131, 104, 2], {"__struct__": "Elixir.X"}]),
+)
 # A JSON string of n characters encodes to n + 2 bytes: these sit at the cap and one byte over it.
 NEAR_CAP = st.sampled_from([STEP_VALUE_CAP - 2, STEP_VALUE_CAP - 1]).map(lambda n: "v" * n)
 VALUES = st.one_of(FALSY, FALSY, JSON, ETF_SHAPED)
@@ -62,8 +66,12 @@ def programs(draw: st.DrawFn) -> dict:
         kind = draw(st.sampled_from(["step", "step", "step", "raise", "snooze", "sleep", "await", "spawn", "emit"]))
         if kind == "step":
             value = draw(st.one_of(VALUES, NEAR_CAP) if draw(st.integers(0, 24)) == 0 else VALUES)
-            op = {"op": "step", "name": f"s{i}", "value": value,
-                  "cost": draw(st.sampled_from([[0, 0], [0, 0], [5, 1]]))}
+            op = {
+                "op": "step",
+                "name": f"s{i}",
+                "value": value,
+                "cost": draw(st.sampled_from([[0, 0], [0, 0], [5, 1]])),
+            }
             if draw(st.integers(0, 15)) == 0:
                 op["slow_ms"] = int((TTL + 0.2) * 1000)  # a step longer than the lease ttl: renewal must hold it
             ops.append(op)
@@ -75,9 +83,15 @@ def programs(draw: st.DrawFn) -> dict:
         elif kind == "sleep":
             ops.append({"op": "sleep", "name": f"n{i}", "ms": draw(st.sampled_from([50, 200]))})
         elif kind == "await":
-            ops.append({"op": "await", "name": f"g{i}", "payload": draw(VALUES),
-                        "when": draw(st.sampled_from(["before", "after"])),
-                        "db_restart": draw(st.integers(0, 9)) == 0})
+            ops.append(
+                {
+                    "op": "await",
+                    "name": f"g{i}",
+                    "payload": draw(VALUES),
+                    "when": draw(st.sampled_from(["before", "after"])),
+                    "db_restart": draw(st.integers(0, 9)) == 0,
+                }
+            )
         elif kind == "spawn" and not spawned:
             spawned = True
             ops.append({"op": "spawn", "name": f"k{i}", "values": draw(st.lists(VALUES, min_size=1, max_size=3))})
@@ -93,42 +107,87 @@ def programs(draw: st.DrawFn) -> dict:
                 continue
             faults.append({"f": f, "at": draw(st.sampled_from(steps)), "attempt": draw(st.sampled_from([1, 1, 2, 3]))})
     budget = draw(st.sampled_from([None, None, None, 7]))
-    return {"uid": draw(st.uuids()).hex, "max_attempts": draw(st.integers(1, 4)), "budget_usd": budget,
-            "ops": ops, "faults": faults}
+    return {
+        "uid": draw(st.uuids()).hex,
+        "max_attempts": draw(st.integers(1, 4)),
+        "budget_usd": budget,
+        "ops": ops,
+        "faults": faults,
+    }
 
 
 # Programs every run covers (explicit examples), each aimed at a way the SDK or runtime can go wrong.
 EXPLICIT = [
     # Falsy step values replayed after a durable sleep: each step function must still run exactly once.
-    {"uid": "falsy-replay", "max_attempts": 2, "budget_usd": None, "faults": [], "ops": [
-        {"op": "step", "name": "s0", "value": 0}, {"op": "step", "name": "s1", "value": ""},
-        {"op": "step", "name": "s2", "value": []}, {"op": "step", "name": "s3", "value": False},
-        {"op": "step", "name": "s4", "value": None}, {"op": "step", "name": "s5", "value": {}},
-        {"op": "sleep", "name": "n", "ms": 50}, {"op": "emit", "payload": "after the sleep"}]},
+    {
+        "uid": "falsy-replay",
+        "max_attempts": 2,
+        "budget_usd": None,
+        "faults": [],
+        "ops": [
+            {"op": "step", "name": "s0", "value": 0},
+            {"op": "step", "name": "s1", "value": ""},
+            {"op": "step", "name": "s2", "value": []},
+            {"op": "step", "name": "s3", "value": False},
+            {"op": "step", "name": "s4", "value": None},
+            {"op": "step", "name": "s5", "value": {}},
+            {"op": "sleep", "name": "n", "ms": 50},
+            {"op": "emit", "payload": "after the sleep"},
+        ],
+    },
     # A node frozen in step 1 past its lease: the zombie must stop at step 2's boundary (and never ack).
-    {"uid": "frozen-zombie", "max_attempts": 3, "budget_usd": None,
-     "faults": [{"f": "freeze", "at": 1, "attempt": 1}], "ops": [
-        {"op": "step", "name": "s0", "value": 0}, {"op": "step", "name": "s1", "value": {"k": [1, 2]}},
-        {"op": "emit", "payload": None}, {"op": "step", "name": "s2", "value": "after"}]},
+    {
+        "uid": "frozen-zombie",
+        "max_attempts": 3,
+        "budget_usd": None,
+        "faults": [{"f": "freeze", "at": 1, "attempt": 1}],
+        "ops": [
+            {"op": "step", "name": "s0", "value": 0},
+            {"op": "step", "name": "s1", "value": {"k": [1, 2]}},
+            {"op": "emit", "payload": None},
+            {"op": "step", "name": "s2", "value": "after"},
+        ],
+    },
     # Crashes in the middle of a step and right after one; the step values are falsy.
-    {"uid": "crashes", "max_attempts": 4, "budget_usd": None,
-     "faults": [{"f": "crash_mid", "at": 1, "attempt": 1}, {"f": "crash_after", "at": 0, "attempt": 2}], "ops": [
-        {"op": "step", "name": "s0", "value": ""}, {"op": "step", "name": "s1", "value": [131, 104, 2]},
-        {"op": "step", "name": "s2", "value": False}]},
+    {
+        "uid": "crashes",
+        "max_attempts": 4,
+        "budget_usd": None,
+        "faults": [{"f": "crash_mid", "at": 1, "attempt": 1}, {"f": "crash_after", "at": 0, "attempt": 2}],
+        "ops": [
+            {"op": "step", "name": "s0", "value": ""},
+            {"op": "step", "name": "s1", "value": [131, 104, 2]},
+            {"op": "step", "name": "s2", "value": False},
+        ],
+    },
     # A step longer than the lease ttl, beside a sweeper whose clock runs ahead; a signal after the park
     # across a database restart; children; a cancel request before the last step.
-    {"uid": "slow-signal-children-cancel", "max_attempts": 3, "budget_usd": None,
-     "faults": [{"f": "cancel", "at": 5, "attempt": 3}], "ops": [
-        {"op": "step", "name": "s0", "value": None, "slow_ms": int((TTL + 0.2) * 1000)},
-        {"op": "await", "name": "g1", "payload": 0, "when": "after", "db_restart": True},
-        {"op": "await", "name": "g2", "payload": [], "when": "before", "db_restart": False},
-        {"op": "spawn", "name": "k", "values": [0, "", {"a": None}]}, {"op": "await_children"},
-        {"op": "step", "name": "s5", "value": 1}]},
+    {
+        "uid": "slow-signal-children-cancel",
+        "max_attempts": 3,
+        "budget_usd": None,
+        "faults": [{"f": "cancel", "at": 5, "attempt": 3}],
+        "ops": [
+            {"op": "step", "name": "s0", "value": None, "slow_ms": int((TTL + 0.2) * 1000)},
+            {"op": "await", "name": "g1", "payload": 0, "when": "after", "db_restart": True},
+            {"op": "await", "name": "g2", "payload": [], "when": "before", "db_restart": False},
+            {"op": "spawn", "name": "k", "values": [0, "", {"a": None}]},
+            {"op": "await_children"},
+            {"op": "step", "name": "s5", "value": 1},
+        ],
+    },
     # Values at the 1 MiB step cap and one byte over it (that step fails every attempt).
-    {"uid": "near-cap", "max_attempts": 2, "budget_usd": 7, "faults": [], "ops": [
-        {"op": "step", "name": "s0", "value": "v" * (STEP_VALUE_CAP - 2), "cost": [5, 1]},
-        {"op": "snooze", "on": [1], "ms": 10},
-        {"op": "step", "name": "s1", "value": "v" * (STEP_VALUE_CAP - 1)}]},
+    {
+        "uid": "near-cap",
+        "max_attempts": 2,
+        "budget_usd": 7,
+        "faults": [],
+        "ops": [
+            {"op": "step", "name": "s0", "value": "v" * (STEP_VALUE_CAP - 2), "cost": [5, 1]},
+            {"op": "snooze", "on": [1], "ms": 10},
+            {"op": "step", "name": "s1", "value": "v" * (STEP_VALUE_CAP - 1)},
+        ],
+    },
 ]
 
 # --- the property ------------------------------------------------------------------------------------------
@@ -150,12 +209,16 @@ def check_program(fleet: Fleet, program: dict) -> tuple:
     """Run one program on the fleet and compare every observable with the model's prediction."""
     expected = predict(program, ttl=timedelta(seconds=TTL))
     observed = fleet.run(program, expected_stale=expected.stale_acks)
-    diffs = {k: (getattr(expected, k), getattr(observed, k)) for k in COMPARED
-             if getattr(expected, k) != getattr(observed, k)}
+    diffs = {
+        k: (getattr(expected, k), getattr(observed, k))
+        for k in COMPARED
+        if getattr(expected, k) != getattr(observed, k)
+    }
     assert not diffs, (
         "the runtime disagrees with the model of durable execution:\n"
         + "\n".join(f"  {k}: model {e!r:.300} != runtime {o!r:.300}" for k, (e, o) in diffs.items())
-        + f"\nprogram (replay: model.durable.predict / Fleet.run): {json.dumps(program)[:4000]}")
+        + f"\nprogram (replay: model.durable.predict / Fleet.run): {json.dumps(program)[:4000]}"
+    )
     return expected, observed
 
 
@@ -163,10 +226,15 @@ def test_programs_under_real_faults_do_what_the_model_of_durable_execution_predi
     stats: Counter = Counter()
     started = time.perf_counter()
 
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=not LONG, database=None, print_blob=True,
-              phases=(Phase.explicit,) * EXPLICIT_PHASE + (Phase.generate, Phase.shrink),
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                     HealthCheck.function_scoped_fixture])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=not LONG,
+        database=None,
+        print_blob=True,
+        phases=(Phase.explicit,) * EXPLICIT_PHASE + (Phase.generate, Phase.shrink),
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
+    )
     @given(programs())
     @example(EXPLICIT[0])
     @example(EXPLICIT[1])
@@ -187,9 +255,11 @@ def test_programs_under_real_faults_do_what_the_model_of_durable_execution_predi
     run()
     elapsed = time.perf_counter() - started
     with capsys.disabled():
-        print(f"\ndurable execution [{'long' if LONG else 'ci'}]: {stats['programs']} programs in {elapsed:.1f}s "
-              f"({stats['programs'] / elapsed:.2f} programs/s); faults injected {stats['faults']} "
-              f"({stats['faults'] / max(stats['programs'], 1):.2f}/program: crashes {stats['crashes']}, "
-              f"freezes {stats['freezes']}, cancels {stats['cancels']}, db restarts {stats['db_restarts']}); "
-              f"{stats['steps run']} step runs, {stats['duplicate step runs']} duplicates, "
-              f"{stats['stale acks']} stale acks — all as predicted")
+        print(
+            f"\ndurable execution [{'long' if LONG else 'ci'}]: {stats['programs']} programs in {elapsed:.1f}s "
+            f"({stats['programs'] / elapsed:.2f} programs/s); faults injected {stats['faults']} "
+            f"({stats['faults'] / max(stats['programs'], 1):.2f}/program: crashes {stats['crashes']}, "
+            f"freezes {stats['freezes']}, cancels {stats['cancels']}, db restarts {stats['db_restarts']}); "
+            f"{stats['steps run']} step runs, {stats['duplicate step runs']} duplicates, "
+            f"{stats['stale acks']} stale acks — all as predicted"
+        )

@@ -4,6 +4,7 @@ exactly once, touches impl/ only, and leaves code that compiles; the runner's ve
 Running the kill matrix itself takes minutes (`python -m properties.mutants`); only the `slow` test at
 the end runs it, for two mutants, and only when BELAY_MUTANTS=1.
 """
+
 from __future__ import annotations
 
 import os
@@ -112,8 +113,15 @@ def _mutant() -> Mutant:
 
 
 def test_the_first_failing_test_is_the_killer_and_its_instant_the_time_to_kill():
-    run = SuiteRun(1, ({"nodeid": "tests/t.py::test_a", "when": "call", "message": "boom", "seconds": 3.5},
-                       {"nodeid": "tests/t.py::test_b", "when": "call", "message": "later", "seconds": 9.0}), 20.0, "")
+    run = SuiteRun(
+        1,
+        (
+            {"nodeid": "tests/t.py::test_a", "when": "call", "message": "boom", "seconds": 3.5},
+            {"nodeid": "tests/t.py::test_b", "when": "call", "message": "later", "seconds": 9.0},
+        ),
+        20.0,
+        "",
+    )
     v = judge(_mutant(), run, 120)
     assert (v.status, v.killer, v.message, v.seconds) == ("killed", "tests/t.py::test_a", "boom", 3.5)
 
@@ -129,8 +137,9 @@ def test_a_passing_suite_is_a_survivor_a_silent_timeout_a_timeout_and_a_collecti
 
 def test_the_matrix_prints_one_line_per_mutant_with_its_killer_and_seconds():
     verdicts = [
-        Verdict("a_mutant", "§7", "killed", "properties/test_conformance.py::test_conformance[pg-§7 x]", "m", 12.34,
-                13.0),
+        Verdict(
+            "a_mutant", "§7", "killed", "properties/test_conformance.py::test_conformance[pg-§7 x]", "m", 12.34, 13.0
+        ),
         Verdict("another", "§8.4 R2", "survived", "", "", 80.0, 81.0),
     ]
     lines = matrix(verdicts).splitlines()
@@ -143,8 +152,10 @@ def test_the_matrix_prints_one_line_per_mutant_with_its_killer_and_seconds():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("BELAY_MUTANTS") != "1",
-                    reason="runs the kill matrix for two mutants (minutes): set BELAY_MUTANTS=1 to run it")
+@pytest.mark.skipif(
+    os.environ.get("BELAY_MUTANTS") != "1",
+    reason="runs the kill matrix for two mutants (minutes): set BELAY_MUTANTS=1 to run it",
+)
 @pytest.mark.parametrize("name", ["retry_keeps_cancel_requested", "zombie_attempt_forgets_live_attempt"])
 def test_the_project_tests_kill_a_mutant_within_two_minutes(name):
     verdict = run_mutant(BY_NAME[name])

@@ -11,6 +11,7 @@ behaviour that bug breaks, as an explicit sequence run against both stores.
   kills `signal_delivery_without_scope_lock` by racing 30 unforced park/deliver pairs; the forced
   interleaving here fails deterministically on that bug, however the threads happen to be scheduled.
 """
+
 from __future__ import annotations
 
 import threading
@@ -65,10 +66,13 @@ def test_a_batched_ack_of_an_earlier_attempt_does_not_land_on_the_attempt_runnin
     expect_unchanged(before, store, "a stale row in a batch leaves the running attempt alone")
 
 
-@pytest.mark.parametrize("allowed, previous, expected", [
-    (3, 1, 2),  # used = round(1 × 0.5) = round(0.5) = 1 (Python's round: 0) → 3 - 1 = 2
-    (6, 5, 3),  # used = round(5 × 0.5) = round(2.5) = 3 (Python's round: 2) → 6 - 3 = 3
-])
+@pytest.mark.parametrize(
+    "allowed, previous, expected",
+    [
+        (3, 1, 2),  # used = round(1 × 0.5) = round(0.5) = 1 (Python's round: 0) → 3 - 1 = 2
+        (6, 5, 3),  # used = round(5 × 0.5) = round(2.5) = 3 (Python's round: 2) → 6 - 3 = 3
+    ],
+)
 def test_the_previous_windows_weight_rounds_half_away_from_zero_like_postgres(store, allowed, previous, expected):
     """§6: used = count(w) + round(count(w-period) × (1 - (epoch-w)/period)) with PostgreSQL's
     round(numeric), which takes halves away from zero — not to even."""
@@ -77,9 +81,11 @@ def test_the_previous_windows_weight_rounds_half_away_from_zero_like_postgres(st
         insert(store, T0)
     expect(len(claim(store, T0, demand=previous, opts=opts)), previous, "setup: the previous window's debits")
     # 30 s into the next window the previous one weighs exactly 1/2.
-    expect(len(claim(store, T0 + 90 * S, demand=10, opts=opts)), expected,
-           f"half of {previous} rounds up to {(previous + 1) // 2}, leaving {expected} of {allowed}")
-
+    expect(
+        len(claim(store, T0 + 90 * S, demand=10, opts=opts)),
+        expected,
+        f"half of {previous} rounds up to {(previous + 1) // 2}, leaving {expected} of {allowed}",
+    )
 
 
 # --- a forced race: park vs delivery on one scope ------------------------------------------------------
@@ -89,7 +95,9 @@ def _waiting(watch: psycopg.Connection, events: tuple[str, ...]) -> int:
     """Backends of this database waiting on a heavyweight lock of one of these kinds."""
     return watch.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND wait_event_type = 'Lock' AND wait_event = ANY(%s)", (list(events),)).fetchone()[0]
+        "AND wait_event_type = 'Lock' AND wait_event = ANY(%s)",
+        (list(events),),
+    ).fetchone()[0]
 
 
 def _poll(condition: Callable[[], Any], what: str, timeout: float = 10.0) -> None:
@@ -117,19 +125,27 @@ def test_a_delivery_racing_a_park_past_its_signal_check_waits_for_the_scope_lock
     UPDATE (the test holds the job row). A delivery to that scope starting now must wait for the scope
     lock and so see the parked row, never deliver into the gap and leave the job awaiting forever."""
     results: dict[str, Any] = {}
-    with PgStore(db_url, pool_size=1) as parker, PgStore(db_url, pool_size=1) as deliverer, \
-            psycopg.connect(db_url) as blocker, psycopg.connect(db_url, autocommit=True) as watch:
+    with (
+        PgStore(db_url, pool_size=1) as parker,
+        PgStore(db_url, pool_size=1) as deliverer,
+        psycopg.connect(db_url) as blocker,
+        psycopg.connect(db_url, autocommit=True) as watch,
+    ):
         job = start(parker, T0)
         scope = f"job:{job.id}"
         blocker.execute("SELECT id FROM belay_jobs WHERE id = %s FOR UPDATE", (job.id,))  # holds the row
-        park = _in_thread(results, "park", lambda: parker.apply(
-            w.ParkAwait(T0 + S, job.id, job.attempt, scope, "go", T0 + MIN)))
+        park = _in_thread(
+            results, "park", lambda: parker.apply(w.ParkAwait(T0 + S, job.id, job.attempt, scope, "go", T0 + MIN))
+        )
         _poll(lambda: _waiting(watch, ("transactionid", "tuple")), "the park to wait on the job row")
-        deliver = _in_thread(results, "deliver", lambda: deliverer.apply(
-            ops.DeliverSignal(T0 + 2 * S, scope, "go", {"n": 1})))
+        deliver = _in_thread(
+            results, "deliver", lambda: deliverer.apply(ops.DeliverSignal(T0 + 2 * S, scope, "go", {"n": 1}))
+        )
         # Correct: the delivery queues on the scope lock the park holds. Broken: it finishes at once.
-        _poll(lambda: not deliver.is_alive() or _waiting(watch, ("advisory",)),
-              "the delivery to wait on the scope lock (or to finish without it)")
+        _poll(
+            lambda: not deliver.is_alive() or _waiting(watch, ("advisory",)),
+            "the delivery to wait on the scope lock (or to finish without it)",
+        )
         blocker.rollback()  # let the park write its row
         park.join(10)
         deliver.join(10)

@@ -10,6 +10,7 @@ between min and max and decaying back, the busy and idle poll intervals, and the
 Workers run in-process with real threads against a fresh database per test; what job code runs is
 recorded in `duty_exec` on autocommit connections of its own (never inside a Belay transaction).
 """
+
 from __future__ import annotations
 
 import statistics
@@ -40,8 +41,10 @@ _URL: dict[str, str] = {}
 
 def record(job_id: int, attempt: int, what: str) -> None:
     with psycopg.connect(_URL["url"], autocommit=True) as c:
-        c.execute("INSERT INTO duty_exec (job_id, attempt, what, at) VALUES (%s, %s, %s, clock_timestamp())",
-                  (job_id, attempt, what))
+        c.execute(
+            "INSERT INTO duty_exec (job_id, attempt, what, at) VALUES (%s, %s, %s, clock_timestamp())",
+            (job_id, attempt, what),
+        )
 
 
 def gate_open(name: str) -> bool:
@@ -72,6 +75,7 @@ def slow(ctx: JobContext, input: dict) -> str:
 def two_steps(ctx: JobContext, input: dict) -> str:
     """Step a blocks at gate a:<attempt>; step b follows — the boundary a lost lease must stop at."""
     try:
+
         def a() -> str:
             record(ctx.id, ctx.attempt, "step:a")
             wait_gate(ctx, f"a:{ctx.attempt}")
@@ -106,8 +110,9 @@ def nap(ctx: JobContext, input: dict) -> int:
 @pytest.fixture
 def db(db_url: str) -> str:
     with psycopg.connect(db_url, autocommit=True) as c:
-        c.execute("CREATE TABLE duty_exec (id bigserial PRIMARY KEY, job_id bigint, attempt int, what text, "
-                  "at timestamptz)")
+        c.execute(
+            "CREATE TABLE duty_exec (id bigserial PRIMARY KEY, job_id bigint, attempt int, what text, at timestamptz)"
+        )
         c.execute("CREATE TABLE duty_gate (name text PRIMARY KEY)")
     _URL["url"] = db_url
     yield db_url
@@ -128,8 +133,16 @@ def pg(db: str):
 def workers(db: str):
     started: list[Worker] = []
 
-    def start(*, limit: tuple[int, int] = (4, 4), reg: Registry = registry, queues: tuple | None = None,
-              clock: Callable[[], datetime] = utc_now, telemetry: tuple = (), go: bool = True, **config: Any) -> Worker:
+    def start(
+        *,
+        limit: tuple[int, int] = (4, 4),
+        reg: Registry = registry,
+        queues: tuple | None = None,
+        clock: Callable[[], datetime] = utc_now,
+        telemetry: tuple = (),
+        go: bool = True,
+        **config: Any,
+    ) -> Worker:
         config = {**FAST, **config}
         if queues is None:
             queues = (QueueConfig(Q, QueueOpts(limit_min=limit[0], limit_max=limit[1])),)
@@ -161,8 +174,10 @@ def row(pg: psycopg.Connection, job_id: int) -> tuple:
 
 
 def execs(pg: psycopg.Connection, job_id: int, what: str, attempt: int | None = None) -> int:
-    return pg.execute("SELECT count(*) FROM duty_exec WHERE job_id = %s AND what = %s AND "
-                      "(%s::int IS NULL OR attempt = %s)", (job_id, what, attempt, attempt)).fetchone()[0]
+    return pg.execute(
+        "SELECT count(*) FROM duty_exec WHERE job_id = %s AND what = %s AND (%s::int IS NULL OR attempt = %s)",
+        (job_id, what, attempt, attempt),
+    ).fetchone()[0]
 
 
 def open_gate(pg: psycopg.Connection, name: str) -> None:
@@ -190,10 +205,16 @@ class Recording:
 
 
 def test_a_job_longer_than_the_lease_ttl_beside_a_node_whose_clock_runs_0_4_s_ahead_finishes_on_attempt_1(
-        db, pg, workers):
+    db, pg, workers
+):
     ttl, skew = 1.2, 0.4
-    workers(reg=Registry(), queues=(), lease_ttl=ttl, reclaim_backoff=NO_BACKOFF,
-            clock=lambda: utc_now() + timedelta(seconds=skew))  # a sweeper ahead, within the tolerance
+    workers(
+        reg=Registry(),
+        queues=(),
+        lease_ttl=ttl,
+        reclaim_backoff=NO_BACKOFF,
+        clock=lambda: utc_now() + timedelta(seconds=skew),
+    )  # a sweeper ahead, within the tolerance
     workers(lease_ttl=ttl, node="runner")
     with Client(db) as client:
         job_id = client.enqueue(Q, "slow", {"s": 2.2 * ttl}).id
@@ -207,8 +228,9 @@ def test_a_job_longer_than_the_lease_ttl_beside_a_node_whose_clock_runs_0_4_s_ah
 
     wait_for(finished, 20, "the slow job to end", interval=0.02)
     state, attempt, errors, _ = row(pg, job_id)
-    assert (state, attempt, errors) == ("succeeded", 1, []), \
+    assert (state, attempt, errors) == ("succeeded", 1, []), (
         f"the lease was lost while the job ran (renewal too slow for a {skew}s skew): {state} {attempt} {errors}"
+    )
     assert execs(pg, job_id, "body") == 1
     # 2.2 ttl of running at one renewal per ttl/3: at least 5 renewals seen (6 expected), each a new lease.
     assert len(leases) >= 5, f"only {len(leases)} distinct leases over 2.2 ttl: renewal is not every ttl/3"
@@ -239,8 +261,11 @@ def test_a_lost_lease_stops_the_local_execution_at_its_next_step_boundary(db, pg
     if claimer == "the same node":
         pg.execute("UPDATE belay_jobs SET ready_at = now() WHERE id = %s", (job_id,))  # ready by our clock
         wait_for(lambda: execs(pg, job_id, "step:a", 2), 10, "this node to claim attempt 2")
-    wait_for(lambda: execs(pg, job_id, "lost_seen", 1), 5,
-             f"the execution of attempt 1 to be told its lease is lost ({claimer} claimed attempt 2)")
+    wait_for(
+        lambda: execs(pg, job_id, "lost_seen", 1),
+        5,
+        f"the execution of attempt 1 to be told its lease is lost ({claimer} claimed attempt 2)",
+    )
     open_gate(pg, "a:1")
     wait_for(lambda: execs(pg, job_id, "end", 1), 10, "the zombie attempt 1 to end")
     assert execs(pg, job_id, "step:b", 1) == 0, "the zombie ran a step after its lease was lost"
@@ -284,8 +309,11 @@ def test_the_children_reconciler_wakes_a_parent_whose_wake_up_was_lost_in_a_heal
         assert isinstance(store.apply(w.AwaitChildren(now, parent, 1)), w.Parked)
         store.apply(w.Claim(now, "kids", "n", 1, timedelta(minutes=5)))
         store.apply(w.Ack(now, kid, 1, w.Succeed(1)))
-    pg.execute("UPDATE belay_jobs SET state = 'awaiting', await_scope = %s, await_name = '$children', "
-               "ready_at = NULL WHERE id = %s", (f"job:{parent}", parent))
+    pg.execute(
+        "UPDATE belay_jobs SET state = 'awaiting', await_scope = %s, await_name = '$children', "
+        "ready_at = NULL WHERE id = %s",
+        (f"job:{parent}", parent),
+    )
     pg.execute("DELETE FROM belay_signals")
     assert pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'running'").fetchone()[0] == 0
     workers(reg=Registry(), queues=(), sweep_interval=0.05)  # nothing for this fleet ever to reclaim
@@ -301,11 +329,15 @@ def test_a_partial_chunk_waits_its_gather_window_but_never_longer_than_half_the_
     with Client(db) as client:
         clamped = client.enqueue(Q, "batch", {}).id  # gather_ms 60 s, clamped to ttl/2 = 0.5 s
         windowed = client.enqueue(Q, "short_batch", {}).id  # gather_ms 0.4 s < ttl/2: honoured
-    wait_for(lambda: {row(pg, clamped)[0], row(pg, windowed)[0]} == {"succeeded"}, 5,
-             "both partial chunks to be dispatched (the 60 s window clamped to half the 1 s ttl)")
+    wait_for(
+        lambda: {row(pg, clamped)[0], row(pg, windowed)[0]} == {"succeeded"},
+        5,
+        "both partial chunks to be dispatched (the 60 s window clamped to half the 1 s ttl)",
+    )
     for job_id, low, high in ((clamped, ttl / 2, ttl / 2 + 0.4), (windowed, 0.4, 0.4 + 0.4)):
         started, finished, attempt = pg.execute(
-            "SELECT started_at, finished_at, attempt FROM belay_jobs WHERE id = %s", (job_id,)).fetchone()
+            "SELECT started_at, finished_at, attempt FROM belay_jobs WHERE id = %s", (job_id,)
+        ).fetchone()
         held = (finished - started).total_seconds()
         assert low - 0.05 <= held <= high, f"job {job_id} gathered {held:.3f}s (expected {low}..{high})"
         assert attempt == 1
@@ -315,10 +347,14 @@ def test_a_full_chunk_dispatches_at_once(db, pg, workers):
     workers(lease_ttl=30, limit=(10, 10))
     with Client(db) as client:
         ids = client.enqueue_many([ops.JobSpec(Q, "batch") for _ in range(10)]).ids
-    wait_for(lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'").fetchone()[0] == 10, 5,
-             "a full chunk of 10 to run without waiting for its 60 s (clamped 15 s) window")
-    results = {r[0] for r in pg.execute("SELECT convert_from(result, 'UTF8') FROM belay_jobs WHERE id = ANY(%s)",
-                                        (list(ids),))}
+    wait_for(
+        lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'").fetchone()[0] == 10,
+        5,
+        "a full chunk of 10 to run without waiting for its 60 s (clamped 15 s) window",
+    )
+    results = {
+        r[0] for r in pg.execute("SELECT convert_from(result, 'UTF8') FROM belay_jobs WHERE id = ANY(%s)", (list(ids),))
+    }
     assert results == {"10"}, "one invocation for the whole chunk"
 
 
@@ -330,8 +366,11 @@ def test_the_adaptive_limit_doubles_toward_max_on_saturated_rounds_and_decays_to
     workers(limit=(1, 3), telemetry=(lambda e, m: events.append(m["limit"]) if e == "queue.scale" else None,))
     with Client(db) as client:
         client.enqueue_many([ops.JobSpec(Q, "nap", {"s": 0.2}) for _ in range(12)])
-    wait_for(lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'").fetchone()[0] == 12, 20,
-             "the 12 jobs to succeed")
+    wait_for(
+        lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'").fetchone()[0] == 12,
+        20,
+        "the 12 jobs to succeed",
+    )
     wait_for(lambda: events and events[-1] == 1, 5, "the limit to decay back to its min when idle")
     assert all(1 <= limit <= 3 for limit in events), f"the limit left [min, max] = [1, 3]: {events}"
     rises = [b for a, b in zip([1, *events], events) if b > a]
@@ -370,10 +409,22 @@ def test_a_producer_that_just_claimed_work_polls_at_the_busy_cadence(db, pg, wor
         for _ in range(15):
             ids.append(client.enqueue(Q, "nap", {"s": 0}).id)
             time.sleep(0.03)
-    wait_for(lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE id = ANY(%s) AND state = 'succeeded'",
-                                (ids,)).fetchone()[0] == 15, 20, "the 15 jobs to succeed")
-    waits = [r[0] for r in pg.execute("SELECT extract(epoch FROM started_at - inserted_at) FROM belay_jobs "
-                                      "WHERE id = ANY(%s) ORDER BY id", (ids,))]
+    wait_for(
+        lambda: (
+            pg.execute("SELECT count(*) FROM belay_jobs WHERE id = ANY(%s) AND state = 'succeeded'", (ids,)).fetchone()[
+                0
+            ]
+            == 15
+        ),
+        20,
+        "the 15 jobs to succeed",
+    )
+    waits = [
+        r[0]
+        for r in pg.execute(
+            "SELECT extract(epoch FROM started_at - inserted_at) FROM belay_jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+        )
+    ]
     # The first job may wait up to the idle poll interval (1 s); the rest arrive while the producer is
     # busy, every 30 ms, and are found within a few busy polls (0.01 s doubling), never a full idle interval.
     assert statistics.median(waits[1:]) < 0.25, f"claim latencies while busy: {waits}"

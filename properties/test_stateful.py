@@ -3,6 +3,7 @@
 Profiles: `ci` (the default under CI=true) is derandomized — the same examples every run — with 200
 examples of up to 50 steps; `dev` explores randomly. Select one with BELAY_HYPOTHESIS_PROFILE.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,12 +18,21 @@ from impl.store import PgStore
 from properties import stateful
 
 settings.register_profile(
-    "ci", derandomize=True, max_examples=200, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], print_blob=True,
+    "ci",
+    derandomize=True,
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    print_blob=True,
 )
 settings.register_profile(
-    "dev", max_examples=200, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much], print_blob=True,
+    "dev",
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    print_blob=True,
 )
 PROFILE = os.environ.get("BELAY_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
 
@@ -47,5 +57,7 @@ def test_model_and_postgres_agree_step_by_step(target, capsys):
     elapsed = time.perf_counter() - started
     total = sum(machine_steps)
     with capsys.disabled():
-        print(f"\nstateful [{PROFILE}]: {len(machine_steps)} examples, {total} compared operations in {elapsed:.1f}s "
-              f"({len(machine_steps) / elapsed:.1f} examples/s, {total / elapsed:.0f} steps/s)")
+        print(
+            f"\nstateful [{PROFILE}]: {len(machine_steps)} examples, {total} compared operations in {elapsed:.1f}s "
+            f"({len(machine_steps) / elapsed:.1f} examples/s, {total / elapsed:.0f} steps/s)"
+        )

@@ -17,6 +17,7 @@ values they saw, pre-ack observations, lease events) into checks from data. Ever
 `valid` (checked, held, and the scenario that could break it happened), `invalid` (counterexamples,
 first ones named) or `unknown` (not decidable, or not exercised in this run) — never a vacuous valid.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -122,10 +123,15 @@ class InvariantResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "contract": self.contract or inv.CONTRACT.get(self.name, ""), "verdict": self.verdict, "valid": self.verdict == "valid",
-            "checks": self.checks, "violations": self.violations,
+            "contract": self.contract or inv.CONTRACT.get(self.name, ""),
+            "verdict": self.verdict,
+            "valid": self.verdict == "valid",
+            "checks": self.checks,
+            "violations": self.violations,
             "first_counterexample": self.counterexamples[0] if self.counterexamples else None,
-            "counterexamples": self.counterexamples, "notes": self.notes, "why_unknown": self.why_unknown,
+            "counterexamples": self.counterexamples,
+            "notes": self.notes,
+            "why_unknown": self.why_unknown,
         }
 
 
@@ -145,9 +151,14 @@ class CheckResult:
         return [c for r in (*self.invariants.values(), *self.duties.values()) for c in r.counterexamples[:1]]
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "stats": self.stats,
-                "invariants": {k: v.to_json() for k, v in self.invariants.items()},
-                "duties": {k: v.to_json() for k, v in self.duties.items()}, "coverage": self.coverage}
+        return {
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "stats": self.stats,
+            "invariants": {k: v.to_json() for k, v in self.invariants.items()},
+            "duties": {k: v.to_json() for k, v in self.duties.items()},
+            "coverage": self.coverage,
+        }
 
 
 # --- the fault log as intervals -----------------------------------------------------------------------
@@ -296,6 +307,7 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     _i8(results["I8"], state, by_id, steps, skew)
     _i9(results["I9"], state, by_id, drained)
     from soak.failover import check_durability  # issue 13: D1, committed work survives failover (if any ran)
+
     durability = check_durability(state, history)
     if durability is not None:
         results[durability.name] = durability
@@ -311,15 +323,27 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     kinds = defaultdict(int)
     for e in ledger.entries:
         kinds[e.kind] += 1
-    mismatched = [e.job_id for e in ledger.entries if e.job_id in state.jobs
-                  and state.jobs[e.job_id].terminal and not _matches(e.expected, state.jobs[e.job_id])]
+    mismatched = [
+        e.job_id
+        for e in ledger.entries
+        if e.job_id in state.jobs and state.jobs[e.job_id].terminal and not _matches(e.expected, state.jobs[e.job_id])
+    ]
     stats = {
-        "jobs_in_database": len(state.jobs), "ledger_jobs": len(ledger.entries), "ledger_by_kind": dict(kinds),
-        "jobs_checked": len(state.jobs), "steps": len(state.steps), "signals": len(state.signals),
-        "drained": drained, "observations": len(ledger.observations), "unique_attempts": len(ledger.unique),
-        "outcome_mismatches": len(mismatched), "outcome_mismatch_examples": [
+        "jobs_in_database": len(state.jobs),
+        "ledger_jobs": len(ledger.entries),
+        "ledger_by_kind": dict(kinds),
+        "jobs_checked": len(state.jobs),
+        "steps": len(state.steps),
+        "signals": len(state.signals),
+        "drained": drained,
+        "observations": len(ledger.observations),
+        "unique_attempts": len(ledger.unique),
+        "outcome_mismatches": len(mismatched),
+        "outcome_mismatch_examples": [
             f"job {i} ({by_id[i].kind}) expected {by_id[i].expected}, ended {state.jobs[i].state}"
-            f"{' ' + str(_last_error(state.jobs[i])) if state.jobs[i].errors else ''}" for i in mismatched[:5]],
+            f"{' ' + str(_last_error(state.jobs[i])) if state.jobs[i].errors else ''}"
+            for i in mismatched[:5]
+        ],
     }
     return CheckResult(verdict, results, stats, duties, coverage)
 
@@ -336,9 +360,11 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
     d.p2_renews_leases(duties["P2"], state, ev, timeline)
     d.p3_cancel_at_park(duties["P3"], state, ev)
     d.p4_drains(duties["P4"], state, ev, timeline)
-    extra = {"priority_contention": d.p5_priority(duties["P5"], ev, timeline),
-             "cron_jobs": d.p6_crons(duties["P6"], state),
-             "sleeps_resumed": d.p7_sleeps(duties["P7"], state, by_id, steps)}
+    extra = {
+        "priority_contention": d.p5_priority(duties["P5"], ev, timeline),
+        "cron_jobs": d.p6_crons(duties["P6"], state),
+        "sleeps_resumed": d.p7_sleeps(duties["P7"], state, by_id, steps),
+    }
     d.p8_attempts(duties["P8"], state, expected)
     d.p9_outcomes(duties["P9"], state, ledger)
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
@@ -372,17 +398,30 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
         if job is None or job.terminal:
             continue
         due = lambda t: t is None or t.timestamp() <= snapshot_t  # noqa: E731
-        if (job.state == "ready" and not due(job.ready_at)) or (job.state == "running" and not due(job.lease_until)) \
-                or (job.state == "awaiting" and job.ready_at is not None and not due(job.ready_at)):
+        if (
+            (job.state == "ready" and not due(job.ready_at))
+            or (job.state == "running" and not due(job.lease_until))
+            or (job.state == "awaiting" and job.ready_at is not None and not due(job.ready_at))
+        ):
             pending.append(job_id)
         else:
             stuck.append(job)
     for job in stuck:
-        r.add([inv.Violation("I1", job.id, f"is {job.state} (ready_at {job.ready_at}, lease_until {job.lease_until}) "
-                             "after the drain although nothing it waits for is pending: it was never run to the end")])
+        r.add(
+            [
+                inv.Violation(
+                    "I1",
+                    job.id,
+                    f"is {job.state} (ready_at {job.ready_at}, lease_until {job.lease_until}) "
+                    "after the drain although nothing it waits for is pending: it was never run to the end",
+                )
+            ]
+        )
     if pending:
-        r.why_unknown = (f"{len(pending)} job(s) were still waiting for a future deadline or a live lease when the "
-                         f"drain ended (e.g. {pending[:5]}): their end was not observed")
+        r.why_unknown = (
+            f"{len(pending)} job(s) were still waiting for a future deadline or a live lease when the "
+            f"drain ended (e.g. {pending[:5]}): their end was not observed"
+        )
         r.notes.append(r.why_unknown)
     elif not drained and not stuck:
         r.notes.append("the drain did not report completion, but every expected job is terminal in the snapshot")
@@ -402,12 +441,25 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
                 r.checks += 1
                 node = p.get("node")
                 # blamed only when the node held the attempt for at least half a ttl (a renewal was due)
-                if node and t1 - t0 >= ttl / 2 and timeline.node_ran(node, t0, t1) \
-                        and not timeline.db_down_during(t0 - 1, t1):
-                    r.add([inv.Violation("I1", job_id, (
-                        f"attempt {p.get('attempt')} lost its lease (lease_expired at {e['at']}) while node {node} "
-                        f"was alive, not stopped, and the database up for the whole {t1 - t0:.1f}s since the attempt "
-                        f"started (lease ttl {ttl}s): its leases were not renewed"))])
+                if (
+                    node
+                    and t1 - t0 >= ttl / 2
+                    and timeline.node_ran(node, t0, t1)
+                    and not timeline.db_down_during(t0 - 1, t1)
+                ):
+                    r.add(
+                        [
+                            inv.Violation(
+                                "I1",
+                                job_id,
+                                (
+                                    f"attempt {p.get('attempt')} lost its lease (lease_expired at {e['at']}) while node {node} "
+                                    f"was alive, not stopped, and the database up for the whole {t1 - t0:.1f}s since the attempt "
+                                    f"started (lease ttl {ttl}s): its leases were not renewed"
+                                ),
+                            )
+                        ]
+                    )
     r.exercised = bool(expected) and (drained or not pending)
     if not ledger.entries:
         r.why_unknown = "the ledger is empty"
@@ -423,8 +475,16 @@ def _i2(r, state, ledger) -> None:
         r.checks += 1
         for a, b in itertools.pairwise(attempts):
             if not (isinstance(a, int) and isinstance(b, int) and b > a):
-                r.add([inv.Violation("I2", job.id, f"attempt {b} ended twice (errors {attempts}): an ack of an attempt "
-                                     "that had already ended (reclaimed) mutated the row")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I2",
+                            job.id,
+                            f"attempt {b} ended twice (errors {attempts}): an ack of an attempt "
+                            "that had already ended (reclaimed) mutated the row",
+                        )
+                    ]
+                )
                 break
         if job.state != "succeeded":
             continue
@@ -433,12 +493,29 @@ def _i2(r, state, ledger) -> None:
             missing_attempt += 1
             continue
         if result["attempt"] != job.attempt:
-            r.add([inv.Violation("I2", job.id, (
-                f"succeeded with the result of attempt {result['attempt']} while the row is at attempt {job.attempt}: "
-                "a stale attempt's ack finished the job"))])
+            r.add(
+                [
+                    inv.Violation(
+                        "I2",
+                        job.id,
+                        (
+                            f"succeeded with the result of attempt {result['attempt']} while the row is at attempt {job.attempt}: "
+                            "a stale attempt's ack finished the job"
+                        ),
+                    )
+                ]
+            )
         elif attempts and isinstance(attempts[-1], int) and attempts[-1] >= job.attempt:
-            r.add([inv.Violation("I2", job.id, f"succeeded by attempt {job.attempt}, which had already ended with "
-                                 f"{job.errors[-1].get('error')!r}: a stale ack mutated the row")])
+            r.add(
+                [
+                    inv.Violation(
+                        "I2",
+                        job.id,
+                        f"succeeded by attempt {job.attempt}, which had already ended with "
+                        f"{job.errors[-1].get('error')!r}: a stale ack mutated the row",
+                    )
+                ]
+            )
     pre = {(o.job_id, o.attempt): o for o in ledger.observations if o.phase == "pre_ack"}
     acks = {(o.job_id, o.attempt): o for o in ledger.observations if o.phase == "ack"}
     stale_seen = sum(1 for o in acks.values() if o.observed.get("state") == "stale")
@@ -451,15 +528,27 @@ def _i2(r, state, ledger) -> None:
         ack = acks.get(key)
         r.checks += 1
         if ack is not None and ack.observed.get("state") != "stale":
-            r.add([inv.Violation("I2", o.job_id, (
-                f"attempt {o.attempt} on node {o.node} saw the row already {seen.get('state')} at attempt "
-                f"{seen.get('attempt')} (leased by {seen.get('leased_by')}), yet its ack was applied "
-                f"(→ {ack.observed.get('state')}) instead of being stale"))])
-    r.notes.append(f"{stale_seen} stale ack(s) observed by workers; {moved_on} attempt(s) came back after their job "
-                   "had moved on")
+            r.add(
+                [
+                    inv.Violation(
+                        "I2",
+                        o.job_id,
+                        (
+                            f"attempt {o.attempt} on node {o.node} saw the row already {seen.get('state')} at attempt "
+                            f"{seen.get('attempt')} (leased by {seen.get('leased_by')}), yet its ack was applied "
+                            f"(→ {ack.observed.get('state')}) instead of being stale"
+                        ),
+                    )
+                ]
+            )
+    r.notes.append(
+        f"{stale_seen} stale ack(s) observed by workers; {moved_on} attempt(s) came back after their job had moved on"
+    )
     if missing_attempt:
-        r.notes.append(f"{missing_attempt} succeeded job(s) carry no 'attempt' in their result (PROTOCOL.md §2): "
-                       "their final ack could not be attributed")
+        r.notes.append(
+            f"{missing_attempt} succeeded job(s) carry no 'attempt' in their result (PROTOCOL.md §2): "
+            "their final ack could not be attributed"
+        )
     r.scenario["stale_acks"] = stale_seen + moved_on
     r.scenario["zombies_back"] = moved_on  # a stale `slow` attempt resumed in its paid step: a duplicate write
     r.exercised = stale_seen + moved_on > 0
@@ -484,8 +573,15 @@ def _i3(r, state, history, steps) -> None:
         for job_id, name, seq, digest in e.get("rows", ()):
             key = (int(job_id), name)
             if key in first and first[key] != (seq, digest):
-                r.add([inv.Violation("I3", key[0], f"step {name!r} changed after it was journaled "
-                                     f"(seq/md5 {first[key]} → {(seq, digest)})")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I3",
+                            key[0],
+                            f"step {name!r} changed after it was journaled (seq/md5 {first[key]} → {(seq, digest)})",
+                        )
+                    ]
+                )
             first.setdefault(key, (seq, digest))
     for key, (seq, digest) in first.items():
         s = state.steps.get(key)
@@ -508,8 +604,15 @@ def _i3(r, state, history, steps) -> None:
             names = RESULT_TOKENS[job.worker](job, result)
             pairs = list(zip(names, result["tokens"], strict=False))
             if len(result["tokens"]) != len(names):
-                r.add([inv.Violation("I3", job.id, f"result lists {len(result['tokens'])} step values, "
-                                     f"its input declares {len(names)}")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I3",
+                            job.id,
+                            f"result lists {len(result['tokens'])} step values, its input declares {len(names)}",
+                        )
+                    ]
+                )
         elif job.worker == "slow" and "token" in result:
             pairs = [("begin", result["token"])]
         else:
@@ -519,23 +622,50 @@ def _i3(r, state, history, steps) -> None:
             r.checks += 1
             s = steps[job.id].get(name)
             if s is None:
-                r.add([inv.Violation("I3", job.id, f"result names step {name!r} = {tok!r} but the journal has no such "
-                                     "row: the job was acked before its step was journaled")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I3",
+                            job.id,
+                            f"result names step {name!r} = {tok!r} but the journal has no such "
+                            "row: the job was acked before its step was journaled",
+                        )
+                    ]
+                )
                 continue
             value = _value(s)
             stored = value.get("token") if isinstance(value, Mapping) else value
             if stored != tok:
-                r.add([inv.Violation("I3", job.id, f"result saw {tok!r} for step {name!r} but the journal holds "
-                                     f"{stored!r}: a journaled step was executed again")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I3",
+                            job.id,
+                            f"result saw {tok!r} for step {name!r} but the journal holds "
+                            f"{stored!r}: a journaled step was executed again",
+                        )
+                    ]
+                )
             elif job.finished_at is not None and s.inserted_at > job.finished_at:
-                r.add([inv.Violation("I3", job.id, (
-                    f"step {name!r} was journaled at {s.inserted_at.isoformat()}, after the job finished at "
-                    f"{job.finished_at.isoformat()}: the ack did not wait for the step journal to commit"))])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I3",
+                            job.id,
+                            (
+                                f"step {name!r} was journaled at {s.inserted_at.isoformat()}, after the job finished at "
+                                f"{job.finished_at.isoformat()}: the ack did not wait for the step journal to commit"
+                            ),
+                        )
+                    ]
+                )
             if isinstance(value, Mapping) and isinstance(value.get("attempt"), int) and value["attempt"] < job.attempt:
                 job_replayed = True
         replayed += job_replayed
-    r.notes.append(f"{replayed} succeeded job(s) replayed journaled steps from an earlier attempt; "
-                   f"{samples} journal sample(s) compared over time")
+    r.notes.append(
+        f"{replayed} succeeded job(s) replayed journaled steps from an earlier attempt; "
+        f"{samples} journal sample(s) compared over time"
+    )
     r.scenario["replays"] = replayed
     r.exercised = replayed > 0
     if not r.exercised:
@@ -558,11 +688,20 @@ def _i4(r, state, by_id, steps) -> None:
         if want is not None and job.state == "failed" and _last_error(job) == "budget_exceeded":
             crossed += 1
             if names and names[-1] != want:
-                r.add([inv.Violation("I4", job.id, f"failed with budget_exceeded after step {names[-1]!r}; its costs "
-                                     f"cross the budget on step {want!r}")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I4",
+                            job.id,
+                            f"failed with budget_exceeded after step {names[-1]!r}; its costs "
+                            f"cross the budget on step {want!r}",
+                        )
+                    ]
+                )
         if want is None and job.state == "failed" and _last_error(job) == "budget_exceeded":
-            r.add([inv.Violation("I4", job.id,
-                                 "failed with budget_exceeded although its costs never cross its budget")])
+            r.add(
+                [inv.Violation("I4", job.id, "failed with budget_exceeded although its costs never cross its budget")]
+            )
     r.notes.append(f"{crossed} costed job(s) failed with budget_exceeded on their crossing step")
     r.scenario["crossings"] = crossed
     r.exercised = crossed > 0
@@ -591,12 +730,28 @@ def _i5(r, state, by_id) -> None:
             driver_cancelled = bool(by_id.get(job.id) and by_id[job.id].detail.get("cancel"))
             if job.attempt > 0 and not satisfied:
                 bad = [f"{d.wf_name}={d.state}" for d in deps if d.state != "succeeded" and d.state not in ignore]
-                r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} ran (attempt {job.attempt}) although "
-                                     f"its deps {bad} are not satisfied (ignore {sorted(ignore)})")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I5",
+                            job.id,
+                            f"member {name!r} of {wf!r} ran (attempt {job.attempt}) although "
+                            f"its deps {bad} are not satisfied (ignore {sorted(ignore)})",
+                        )
+                    ]
+                )
             if job.state == "cancelled" and job.attempt == 0 and not driver_cancelled:
                 if satisfied:
-                    r.add([inv.Violation("I5", job.id, f"member {name!r} of {wf!r} was cancelled (doomed) although "
-                                         "every dep is satisfied and nobody cancelled it")])
+                    r.add(
+                        [
+                            inv.Violation(
+                                "I5",
+                                job.id,
+                                f"member {name!r} of {wf!r} was cancelled (doomed) although "
+                                "every dep is satisfied and nobody cancelled it",
+                            )
+                        ]
+                    )
                 else:
                     dooms += 1
             if satisfied and ignore & {d.state for d in deps} and job.attempt > 0:
@@ -609,8 +764,9 @@ def _i5(r, state, by_id) -> None:
 # --- I6 -------------------------------------------------------------------------------------------------
 
 
-def expected_cron_slots(history: Sequence[Mapping[str, Any]], timeline: Timeline,
-                        min_cover: float = 5.0) -> set[tuple[str, datetime]]:
+def expected_cron_slots(
+    history: Sequence[Mapping[str, Any]], timeline: Timeline, min_cover: float = 5.0
+) -> set[tuple[str, datetime]]:
     """Every-minute slots that were due while the cron was registered, not paused, and some worker was
     alive and running with the database up for at least `min_cover` seconds of the slot's minute."""
 
@@ -659,8 +815,16 @@ def _i7(r, state, ledger) -> None:
         concurrent += len(attempts) > 1
         inserted = [a.job_id for a in attempts if a.outcome == "inserted"]
         if attempts[0].mode == "incomplete" and len(inserted) > 1:
-            r.add([inv.Violation("I7", inserted[1], f"concurrent inserts of incomplete-mode key {attempts[0].key!r} "
-                                 f"(group {grp}) admitted {len(inserted)} live holders: {inserted}")])
+            r.add(
+                [
+                    inv.Violation(
+                        "I7",
+                        inserted[1],
+                        f"concurrent inserts of incomplete-mode key {attempts[0].key!r} "
+                        f"(group {grp}) admitted {len(inserted)} live holders: {inserted}",
+                    )
+                ]
+            )
     for (mode, key), ids in sorted(ever.items()):
         if len(ids) > 1:
             r.add([inv.Violation("I7", ids[1], f"{mode}-mode key {key!r} was admitted {len(ids)} times: {ids}")])
@@ -702,12 +866,24 @@ def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
         if job.state == "succeeded":
             result = _result(job)
             if isinstance(result, Mapping) and result.get("children") != declared:
-                r.add([inv.Violation("I8", job.id, f"result lists children {result.get('children')}, the journal "
-                                     f"declares {declared}")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I8",
+                            job.id,
+                            f"result lists children {result.get('children')}, the journal declares {declared}",
+                        )
+                    ]
+                )
             # finished_at comes from the finishing node's clock: allow the run's configured clock skew
-            late = [c.id for c in kids[job.id]
-                    if not c.terminal or (c.finished_at and job.finished_at
-                                          and c.finished_at.timestamp() > job.finished_at.timestamp() + skew)]
+            late = [
+                c.id
+                for c in kids[job.id]
+                if not c.terminal
+                or (
+                    c.finished_at and job.finished_at and c.finished_at.timestamp() > job.finished_at.timestamp() + skew
+                )
+            ]
             if late:
                 r.add([inv.Violation("I8", job.id, f"finished before its children {late} were terminal")])
     r.notes.append(f"{parents} parent(s) with a journaled spawn checked")
@@ -733,15 +909,31 @@ def _i9(r, state, by_id, drained) -> None:
         if job.state == "succeeded":
             result = _result(job)
             if isinstance(result, Mapping) and result.get("payload") != signal.payload:
-                r.add([inv.Violation("I9", job.id, f"ran with payload {result.get('payload')!r}, the delivered signal "
-                                     f"holds {signal.payload!r}")])
+                r.add(
+                    [
+                        inv.Violation(
+                            "I9",
+                            job.id,
+                            f"ran with payload {result.get('payload')!r}, the delivered signal "
+                            f"holds {signal.payload!r}",
+                        )
+                    ]
+                )
             else:
                 ran += 1
         elif job.state == "cancelled" and (entry.detail.get("cancel") or entry.expected == "cancelled"):
             continue  # cancelled on purpose (e.g. a cancel requested before its signal was sent)
         elif not (job.state == "failed" and _last_error(job) == "lease_expired"):
-            r.add([inv.Violation("I9", job.id, f"is {job.state} although its signal {signal.name!r} was delivered at "
-                                 f"{signal.inserted_at.isoformat()}: the awaiter never ran to completion")])
+            r.add(
+                [
+                    inv.Violation(
+                        "I9",
+                        job.id,
+                        f"is {job.state} although its signal {signal.name!r} was delivered at "
+                        f"{signal.inserted_at.isoformat()}: the awaiter never ran to completion",
+                    )
+                ]
+            )
     r.notes.append(f"{ran} awaiter(s) with a delivered signal ran with its payload")
     r.exercised = ran > 0
 

@@ -7,6 +7,7 @@ did not all occur is `unknown` — never `valid` — whatever its checks found; 
 
 `scenario_counts(...)` is pure (snapshot, ledger, history, evidence); `apply(...)` marks rows unknown.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -15,36 +16,52 @@ from typing import Any
 
 # row → the scenarios that must each occur at least once (name → description)
 SCENARIOS: dict[str, list[tuple[str, str]]] = {
-    "I1": [("ledger_jobs", "jobs inserted by the driver"), ("kills", "kill -9 of a worker"),
-           ("reclaims", "leases reclaimed (lease_expired entries)")],
+    "I1": [
+        ("ledger_jobs", "jobs inserted by the driver"),
+        ("kills", "kill -9 of a worker"),
+        ("reclaims", "leases reclaimed (lease_expired entries)"),
+    ],
     "I2": [("stops", "SIGSTOP of a worker past its lease"), ("stale_acks", "attempts that came back stale")],
     "I3": [("replays", "journaled steps replayed by a later attempt"), ("kills", "kill -9 of a worker")],
-    "I4": [("crossings", "budget crossings"), ("crash_at_crossing", "crash right after the crossing step "
-                                                                    "(the next attempt's pre-flight)"),
-           ("zombies_back", "stale attempts resuming a paid step after their job moved on (duplicate step writes)")],
-    "I5": [("dooms", "doomed workflow members"), ("ignore_releases", "releases through an ignore flag"),
-           ("cancel_held", "cancel of a held member")],
+    "I4": [
+        ("crossings", "budget crossings"),
+        ("crash_at_crossing", "crash right after the crossing step (the next attempt's pre-flight)"),
+        ("zombies_back", "stale attempts resuming a paid step after their job moved on (duplicate step writes)"),
+    ],
+    "I5": [
+        ("dooms", "doomed workflow members"),
+        ("ignore_releases", "releases through an ignore flag"),
+        ("cancel_held", "cancel of a held member"),
+    ],
     "I6": [("cron_slots", "cron slots due while a worker ran")],
     "I7": [("unique_groups", "concurrent unique-key insert groups")],
     "I8": [("spawns", "parents with a journaled spawn")],
-    "I9": [("signal_after_park", "signals delivered to a parked awaiter"),
-           ("signal_race", "signals racing the park"),
-           ("lost_wakeups", "lost wake-ups (children finished without $children) rescued by the reconciler")],
-    "P1": [("db_restarts", "PostgreSQL crash-restarts under running workers"),
-           ("deliberate_exits", "exits a kind asked for (recorded)")],
-    "P2": [("long_leases", "attempts holding a lease longer than the ttl"),
-           ("skew_seen", "leases written by a node whose clock runs ahead (observed)")],
+    "I9": [
+        ("signal_after_park", "signals delivered to a parked awaiter"),
+        ("signal_race", "signals racing the park"),
+        ("lost_wakeups", "lost wake-ups (children finished without $children) rescued by the reconciler"),
+    ],
+    "P1": [
+        ("db_restarts", "PostgreSQL crash-restarts under running workers"),
+        ("deliberate_exits", "exits a kind asked for (recorded)"),
+    ],
+    "P2": [
+        ("long_leases", "attempts holding a lease longer than the ttl"),
+        ("skew_seen", "leases written by a node whose clock runs ahead (observed)"),
+    ],
     "P3": [("cancel_before_park", "cancels requested while a job ran, before its await")],
     "P4": [("drains", "SIGTERM of a worker with jobs running")],
     "P5": [("priority_contention", "claims choosing between due jobs of two priorities")],
     "P6": [("cron_jobs", "cron jobs inserted")],
     "P7": [("sleeps_resumed", "sleepers resumed after their durable sleep")],
     "P8": [("succeeded", "successful results")],
-    "P9": [("cancel_awaiting_signal", "cancel of a job awaiting a signal"),
-           ("cancel_sleeping", "cancel of a sleeping job"),
-           ("cancel_awaiting_children", "cancel of a parent awaiting children"),
-           ("cancel_held", "cancel of a held workflow member"),
-           ("cancel_running_steps", "cancel of a running multi-step job")],
+    "P9": [
+        ("cancel_awaiting_signal", "cancel of a job awaiting a signal"),
+        ("cancel_sleeping", "cancel of a sleeping job"),
+        ("cancel_awaiting_children", "cancel of a parent awaiting children"),
+        ("cancel_held", "cancel of a held workflow member"),
+        ("cancel_running_steps", "cancel of a running multi-step job"),
+    ],
     "P10": [("parents_parked", "parents parked on $children whose children workers finished")],
 }
 
@@ -67,16 +84,23 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
             cancels["cancel_held"] += 1
         elif kind == "steps" and before == "running" and e.get("result") == "CancelRequested":
             cancels["cancel_running_steps"] += 1
-    cancels_before_park = sum(1 for e in t["cancel"] if e.get("plan") == "cancel_at_park"
-                              and e.get("result") == "CancelRequested")
-    reclaims = sum(1 for j in state.jobs.values() for e in j.errors
-                   if isinstance(e, Mapping) and e.get("error") == "lease_expired")
+    cancels_before_park = sum(
+        1 for e in t["cancel"] if e.get("plan") == "cancel_at_park" and e.get("result") == "CancelRequested"
+    )
+    reclaims = sum(
+        1 for j in state.jobs.values() for e in j.errors if isinstance(e, Mapping) and e.get("error") == "lease_expired"
+    )
     crash_at_crossing = 0
     by_id = {e.job_id: e for e in ledger.entries}
     for j in state.jobs.values():
         entry = by_id.get(j.id)
-        if entry is not None and entry.kind == "costed" and j.input.get("crash_at_crossing") and j.attempt >= 2 \
-                and j.state == "failed":
+        if (
+            entry is not None
+            and entry.kind == "costed"
+            and j.input.get("crash_at_crossing")
+            and j.attempt >= 2
+            and j.state == "failed"
+        ):
             crash_at_crossing += 1
     rescued = 0
     for e in t["lost_wakeup"]:
@@ -86,16 +110,26 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
     woken_after = sum(1 for e in t["signal"] if e.get("woken") and e.get("when") in ("after", "after-cancel"))
     races = sum(1 for e in t["signal"] if e.get("when") == "race")
     counts = {
-        "ledger_jobs": len(ledger.entries), "kills": len(t["worker_kill"]), "reclaims": reclaims,
-        "stops": len(t["worker_stop"]), "db_restarts": len(t["db_restarted"]),
+        "ledger_jobs": len(ledger.entries),
+        "kills": len(t["worker_kill"]),
+        "reclaims": reclaims,
+        "stops": len(t["worker_stop"]),
+        "db_restarts": len(t["db_restarted"]),
         "deliberate_exits": sum(1 for o in ledger.observations if o.phase == "exit"),
-        "long_leases": len(ev.long_attempts()), "skew_seen": len(ev.skew_seen),
-        "cancel_before_park": cancels_before_park, "drains": sum(1 for e in t["worker_drain_term"] if e.get("running")),
-        "crash_at_crossing": crash_at_crossing, "lost_wakeups": rescued, "signal_after_park": woken_after,
-        "signal_race": races, "cancel_held": cancels["cancel_held"],
+        "long_leases": len(ev.long_attempts()),
+        "skew_seen": len(ev.skew_seen),
+        "cancel_before_park": cancels_before_park,
+        "drains": sum(1 for e in t["worker_drain_term"] if e.get("running")),
+        "crash_at_crossing": crash_at_crossing,
+        "lost_wakeups": rescued,
+        "signal_after_park": woken_after,
+        "signal_race": races,
+        "cancel_held": cancels["cancel_held"],
         "succeeded": sum(1 for j in state.jobs.values() if j.state == "succeeded"),
-        **{k: cancels[k] for k in ("cancel_awaiting_signal", "cancel_sleeping", "cancel_awaiting_children",
-                                   "cancel_running_steps")},
+        **{
+            k: cancels[k]
+            for k in ("cancel_awaiting_signal", "cancel_sleeping", "cancel_awaiting_children", "cancel_running_steps")
+        },
     }
     counts.update(extra)
     return counts
@@ -113,16 +147,26 @@ def apply(results: Mapping[str, Any], counts: Mapping[str, int]) -> list[dict[st
             r.exercised = False
             why = "scenario(s) did not occur in this run: " + "; ".join(missing)
             r.why_unknown = why if r.why_unknown is None else f"{r.why_unknown}; {why}"
-        table.append({"row": name, "scenarios": [{"scenario": desc, "key": key, "count": int(counts.get(key, 0))}
-                                                 for key, desc in scenarios]})
+        table.append(
+            {
+                "row": name,
+                "scenarios": [
+                    {"scenario": desc, "key": key, "count": int(counts.get(key, 0))} for key, desc in scenarios
+                ],
+            }
+        )
     return table
 
 
 def finish_table(table: list[dict[str, Any]], results: Mapping[str, Any]) -> list[dict[str, Any]]:
     for row in table:
         r = results[row["row"]]
-        row.update(verdict=r.verdict, checks=r.checks, violations=r.violations,
-                   why=r.counterexamples[0] if r.counterexamples else r.why_unknown)
+        row.update(
+            verdict=r.verdict,
+            checks=r.checks,
+            violations=r.violations,
+            why=r.counterexamples[0] if r.counterexamples else r.why_unknown,
+        )
     return table
 
 

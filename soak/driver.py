@@ -14,6 +14,7 @@ Threads:
     recording its outcome in `soak_unique` in its own transaction;
   * sampler — every 10 s, (seq, md5(value)) of every journaled step, for I3's immutability check.
 """
+
 from __future__ import annotations
 
 import random
@@ -79,7 +80,9 @@ def workflow_outcomes(members: list[dict]) -> dict[str, str]:
             if any(d not in out for d in m["deps"]):
                 continue
             pending.remove(m)
-            if m.get("cancel") or any(out[d] in ("failed", "cancelled") and out[d] not in m["ignore"] for d in m["deps"]):
+            if m.get("cancel") or any(
+                out[d] in ("failed", "cancelled") and out[d] not in m["ignore"] for d in m["deps"]
+            ):
                 out[m["name"]] = "cancelled"
             else:
                 out[m["name"]] = "failed" if m.get("fail") else "succeeded"
@@ -88,17 +91,32 @@ def workflow_outcomes(members: list[dict]) -> dict[str, str]:
 
 WORKFLOW_SHAPES = {
     # a fails → b doomed → c (ignores cancelled) runs; d (ignores failed) runs
-    "chain": [dict(name="a", deps=[], ignore=[], fail=True), dict(name="b", deps=["a"], ignore=[]),
-              dict(name="c", deps=["b"], ignore=["cancelled"]), dict(name="d", deps=["a"], ignore=["failed"])],
+    "chain": [
+        dict(name="a", deps=[], ignore=[], fail=True),
+        dict(name="b", deps=["a"], ignore=[]),
+        dict(name="c", deps=["b"], ignore=["cancelled"]),
+        dict(name="d", deps=["a"], ignore=["failed"]),
+    ],
     # diamond with a failing branch: d tolerates it, e does not
-    "diamond": [dict(name="a", deps=[], ignore=[]), dict(name="b", deps=["a"], ignore=[]),
-                dict(name="c", deps=["a"], ignore=[], fail=True),
-                dict(name="d", deps=["b", "c"], ignore=["failed"]), dict(name="e", deps=["c"], ignore=[])],
+    "diamond": [
+        dict(name="a", deps=[], ignore=[]),
+        dict(name="b", deps=["a"], ignore=[]),
+        dict(name="c", deps=["a"], ignore=[], fail=True),
+        dict(name="d", deps=["b", "c"], ignore=["failed"]),
+        dict(name="e", deps=["c"], ignore=[]),
+    ],
     # a held member cancelled by the driver: c tolerates it, d is doomed
-    "cancel": [dict(name="a", deps=[], ignore=[], scheduled=3.0), dict(name="b", deps=["a"], ignore=[], cancel=True),
-               dict(name="c", deps=["b"], ignore=["cancelled"]), dict(name="d", deps=["b"], ignore=[])],
-    "plain": [dict(name="a", deps=[], ignore=[]), dict(name="b", deps=["a"], ignore=[]),
-              dict(name="c", deps=["a", "b"], ignore=[])],
+    "cancel": [
+        dict(name="a", deps=[], ignore=[], scheduled=3.0),
+        dict(name="b", deps=["a"], ignore=[], cancel=True),
+        dict(name="c", deps=["b"], ignore=["cancelled"]),
+        dict(name="d", deps=["b"], ignore=[]),
+    ],
+    "plain": [
+        dict(name="a", deps=[], ignore=[]),
+        dict(name="b", deps=["a"], ignore=[]),
+        dict(name="c", deps=["a", "b"], ignore=[]),
+    ],
 }
 
 
@@ -151,19 +169,27 @@ class Driver:
 
     def enqueue(self, plans: list[Plan]) -> list[int]:
         """Insert jobs and their ledger rows in one transaction (transactional enqueue)."""
+
         def go() -> list[int]:
             conn = self._connection()
             now = utc_now()
             with conn.transaction():
                 result = self.store.apply(ops.Enqueue(now, tuple(p.spec for p in plans)), conn=conn)
-                rows = [(o.id, p.kind, p.expected, now, Jsonb(p.detail))
-                        for p, o in zip(plans, result.outcomes, strict=True) if isinstance(o, ops.Inserted)]
+                rows = [
+                    (o.id, p.kind, p.expected, now, Jsonb(p.detail))
+                    for p, o in zip(plans, result.outcomes, strict=True)
+                    if isinstance(o, ops.Inserted)
+                ]
                 with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
-                                    "VALUES (%s, %s, %s, %s, %s)", rows)
+                    cur.executemany(
+                        "INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
+                        "VALUES (%s, %s, %s, %s, %s)",
+                        rows,
+                    )
             with self.lock:
                 self.enqueued += len(rows)
             return [r[0] for r in rows]
+
         return self._safely("enqueue", go, own_conn=True) or []
 
     def enqueue_workflow(self, shape: str) -> None:
@@ -179,19 +205,35 @@ class Driver:
             specs = []
             for m in members:
                 sched = now + timedelta(seconds=m["scheduled"]) if m.get("scheduled") else None
-                spec = ops.JobSpec(QUEUE, "member", {"member": m["name"], "fail": bool(m.get("fail"))},
-                                   max_attempts=self.cfg.max_attempts, scheduled_at=sched)
+                spec = ops.JobSpec(
+                    QUEUE,
+                    "member",
+                    {"member": m["name"], "fail": bool(m.get("fail"))},
+                    max_attempts=self.cfg.max_attempts,
+                    scheduled_at=sched,
+                )
                 specs.append(ops.WorkflowMember(m["name"], spec, tuple(m["deps"]), tuple(m["ignore"])))
             with conn.transaction():
                 result = self.store.apply(ops.EnqueueWorkflow(now, wf, tuple(specs)), conn=conn)
-                rows = [(job_id, "member", expected[name], now,
-                         Jsonb({"workflow": wf, "member": name, "cancel": bool(m.get("cancel"))}))
-                        for (name, job_id), m in zip(result.ids, members, strict=True)]
+                rows = [
+                    (
+                        job_id,
+                        "member",
+                        expected[name],
+                        now,
+                        Jsonb({"workflow": wf, "member": name, "cancel": bool(m.get("cancel"))}),
+                    )
+                    for (name, job_id), m in zip(result.ids, members, strict=True)
+                ]
                 with conn.cursor() as cur:
-                    cur.executemany("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
-                                    "VALUES (%s, %s, %s, %s, %s)", rows)
+                    cur.executemany(
+                        "INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
+                        "VALUES (%s, %s, %s, %s, %s)",
+                        rows,
+                    )
             with self.lock:
                 self.enqueued += len(rows)
+
         self._safely("workflow", go, own_conn=True)
 
     # --- what to insert -------------------------------------------------------------------------------------
@@ -225,15 +267,23 @@ class Driver:
             budget = sum(costs) + 5
             expected = "succeeded"
         crash = cross and self.rng.random() < 0.3
-        return Plan(self._spec("costed", {"costs": costs, "crash_at_crossing": crash}, budget_usd_micros=budget),
-                    "costed", expected, detail)
+        return Plan(
+            self._spec("costed", {"costs": costs, "crash_at_crossing": crash}, budget_usd_micros=budget),
+            "costed",
+            expected,
+            detail,
+        )
 
     def plan_awaiter(self) -> Plan:
         plan = self.rng.choices(["before", "race", "after", "cancel"], weights=[3, 2, 3, 2])[0]
         name = f"go-{self.rng.randrange(1 << 30)}"
         sched = utc_now() + timedelta(seconds=2) if plan == "before" else None
-        return Plan(self._spec("awaiter", {"signal": name}, scheduled_at=sched), "awaiter",
-                    "cancelled" if plan == "cancel" else "succeeded", {"plan": plan, "signal": name})
+        return Plan(
+            self._spec("awaiter", {"signal": name}, scheduled_at=sched),
+            "awaiter",
+            "cancelled" if plan == "cancel" else "succeeded",
+            {"plan": plan, "signal": name},
+        )
 
     def plan_parent(self) -> Plan:
         return Plan(self._spec("parent", {"children": self.rng.randint(2, 4)}), "parent")
@@ -259,9 +309,12 @@ class Driver:
                 n = int(owed["echo"])
                 owed["echo"] -= n
                 plans = self.plan_echo(n) if n else []
-                for rate, make in ((self.cfg.steps_per_s, self.plan_steps), (self.cfg.costed_per_s, self.plan_costed),
-                                   (self.cfg.parent_per_s, self.plan_parent),
-                                   (self.cfg.flaky_per_s, lambda: self.plan_flaky("raise"))):
+                for rate, make in (
+                    (self.cfg.steps_per_s, self.plan_steps),
+                    (self.cfg.costed_per_s, self.plan_costed),
+                    (self.cfg.parent_per_s, self.plan_parent),
+                    (self.cfg.flaky_per_s, lambda: self.plan_flaky("raise")),
+                ):
                     if self.rng.random() < rate * tick:
                         plans.append(make())
                 if plans:
@@ -292,23 +345,29 @@ class Driver:
     def deliver(self, job_id: int, name: str, when: str) -> None:
         def go() -> None:
             # The payload is a function of the job: a redelivery (late follow-up) upserts the same value.
-            result = self.store.apply(ops.DeliverSignal(utc_now(), f"job:{job_id}", name,
-                                                        {"for": job_id, "n": job_id * 7919 % 1_000_003}))
+            result = self.store.apply(
+                ops.DeliverSignal(utc_now(), f"job:{job_id}", name, {"for": job_id, "n": job_id * 7919 % 1_000_003})
+            )
             with self.lock:
                 self.signals += 1
             self.history.record("signal", job_id=job_id, when=when, woken=list(result.woken))
+
         self._safely("signal", go)
 
-    def cancel(self, job_id: int, *, state: str | None = None, kind: str | None = None,
-               plan: str | None = None) -> str | None:
+    def cancel(
+        self, job_id: int, *, state: str | None = None, kind: str | None = None, plan: str | None = None
+    ) -> str | None:
         """Cancel; the history names the state the job was seen in just before (coverage of parked states)."""
+
         def go() -> str:
             result = self.store.apply(ops.Cancel(utc_now(), job_id))
             with self.lock:
                 self.cancels += 1
-            self.history.record("cancel", job_id=job_id, result=type(result).__name__, state_before=state,
-                                kind=kind, plan=plan)
+            self.history.record(
+                "cancel", job_id=job_id, result=type(result).__name__, state_before=state, kind=kind, plan=plan
+            )
             return type(result).__name__
+
         return self._safely("cancel", go)
 
     FOLLOW_UPS = f"""
@@ -321,6 +380,7 @@ class Driver:
 
     def follow_up_once(self) -> int:
         """One pass: deliver due signals, (re)issue due cancels. Returns how many jobs still need one."""
+
         def go() -> int:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=3) as c:
                 rows = c.execute(self.FOLLOW_UPS, (utc_now(),)).fetchall()
@@ -336,10 +396,14 @@ class Driver:
                         self.deliver(job_id, detail["signal"], plan if plan == "after" else f"{plan}-late")
                 elif plan == "cancel" or detail.get("cancel"):
                     waiting += 1
-                    if (kind == "awaiter" and (state == "awaiting" or age > 30)) or \
-                            (kind == "steps" and (state == "running" or age > 20)) or kind == "member":
+                    if (
+                        (kind == "awaiter" and (state == "awaiting" or age > 30))
+                        or (kind == "steps" and (state == "running" or age > 20))
+                        or kind == "member"
+                    ):
                         self.cancel(job_id, state=state, kind=kind, plan=plan or "workflow")
             return waiting
+
         return (self._safely("follow-up", go) or 0) + self.scenarios.follow_up_once()
 
     def _follow_up(self) -> None:
@@ -361,8 +425,10 @@ class Driver:
             barrier = threading.Barrier(len(conns))
             outcomes: list[str | None] = [None] * len(conns)
 
-            threads = [threading.Thread(target=self._unique_attempt, args=(conns, i, grp, key, mode, barrier, outcomes))
-                       for i in range(len(conns))]
+            threads = [
+                threading.Thread(target=self._unique_attempt, args=(conns, i, grp, key, mode, barrier, outcomes))
+                for i in range(len(conns))
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -374,8 +440,9 @@ class Driver:
             if c is not None:
                 c.close()
 
-    def _unique_attempt(self, conns: list, i: int, grp: int, key: str, mode: str, barrier: threading.Barrier,
-                        outcomes: list) -> None:
+    def _unique_attempt(
+        self, conns: list, i: int, grp: int, key: str, mode: str, barrier: threading.Barrier, outcomes: list
+    ) -> None:
         """One of the concurrent inserts of a group, in its own transaction on its own connection."""
         try:
             if conns[i] is None or conns[i].closed or conns[i].broken:
@@ -395,13 +462,16 @@ class Driver:
             with conn.transaction():
                 out = self.store.apply(ops.Enqueue(now, (spec,)), conn=conn).outcomes[0]
                 inserted = isinstance(out, ops.Inserted)
-                conn.execute("INSERT INTO soak_unique (grp, key, mode, outcome, job_id, at) "
-                             "VALUES (%s, %s, %s, %s, %s, %s)",
-                             (grp, key, mode, "inserted" if inserted else "duplicate", out.id, now))
+                conn.execute(
+                    "INSERT INTO soak_unique (grp, key, mode, outcome, job_id, at) VALUES (%s, %s, %s, %s, %s, %s)",
+                    (grp, key, mode, "inserted" if inserted else "duplicate", out.id, now),
+                )
                 if inserted:
-                    conn.execute("INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
-                                 "VALUES (%s, 'echo', 'succeeded', %s, %s)",
-                                 (out.id, now, Jsonb({"unique": key, "mode": mode, "grp": grp})))
+                    conn.execute(
+                        "INSERT INTO soak_ledger (job_id, kind, expected, inserted_at, detail) "
+                        "VALUES (%s, 'echo', 'succeeded', %s, %s)",
+                        (out.id, now, Jsonb({"unique": key, "mode": mode, "grp": grp})),
+                    )
             outcomes[i] = "inserted" if inserted else "duplicate"
             if inserted:
                 with self.lock:
@@ -423,6 +493,7 @@ class Driver:
                     self.digests[key] = (seq, digest)
                     delta.append([job_id, name, seq, digest])
             self.history.record("step_sample", rows=delta, total=len(rows))
+
         self._safely("sample", go)
 
     def _sampler(self) -> None:
@@ -435,8 +506,17 @@ class Driver:
         end = time.monotonic() + deadline
         while time.monotonic() < end:
             try:
-                self.store.apply(ops.PutCron(utc_now(), CRON, "* * * * *", "echo", {"v": "cron"},
-                                             {"queue": QUEUE, "max_attempts": self.cfg.max_attempts}, paused))
+                self.store.apply(
+                    ops.PutCron(
+                        utc_now(),
+                        CRON,
+                        "* * * * *",
+                        "echo",
+                        {"v": "cron"},
+                        {"queue": QUEUE, "max_attempts": self.cfg.max_attempts},
+                        paused,
+                    )
+                )
                 self.history.record("cron_paused" if paused else "cron_registered", name=CRON)
                 return True
             except psycopg.Error:
@@ -465,6 +545,10 @@ class Driver:
 
     def counters(self) -> dict[str, int]:
         with self.lock:
-            return {"enqueued": self.enqueued, "signals": self.signals, "cancels": self.cancels,
-                    "unique_groups": self.unique_groups, "driver_errors": self.enqueue_errors}
-
+            return {
+                "enqueued": self.enqueued,
+                "signals": self.signals,
+                "cancels": self.cancels,
+                "unique_groups": self.unique_groups,
+                "driver_errors": self.enqueue_errors,
+            }

@@ -18,6 +18,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P9 | PROTOCOL §3 | every soak job ends as its kind prescribes (the ledger's expected outcome), cancels of parked jobs included |
 | P10 | §7 step 2, §8.4 (R1) | every terminal write of a child delivers `$children` to its parent, unconditionally |
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -53,8 +54,9 @@ class Evidence:
         self.attempt_node: dict[tuple[int, int], str] = {}
         self.span: dict[tuple[int, int], list[float]] = {}
         self.renewed: set[tuple[int, int]] = set()
-        self.skewed_nodes = {e["node"]: float(e["clock_skew"]) for e in self.by_type["worker_start"]
-                             if e.get("clock_skew")}
+        self.skewed_nodes = {
+            e["node"]: float(e["clock_skew"]) for e in self.by_type["worker_start"] if e.get("clock_skew")
+        }
         self.skew_seen: dict[str, float] = {}
         last_until: dict[tuple[int, int], float] = {}
         for e in self.by_type["lease_sample"]:
@@ -106,10 +108,17 @@ def p1_stays_up(r: Any, ledger: Any, ev: Evidence, timeline: Any) -> None:
             continue
         t = float(e["t"])
         near = [d for d in timeline.db_down if d[0] - 1 <= t <= (d[1] if d[1] != float("inf") else t) + 60]
-        why = (f" {t - near[-1][0]:.1f}s after a PostgreSQL crash (restart took "
-               f"{(near[-1][1] - near[-1][0]):.2f}s)" if near else "")
-        r.add([f"P1 node {e['node']} exited by itself (status {e.get('code')}){why} without an `exit` observation: "
-               "a worker must survive database loss and exit only when a kind asks (PROTOCOL.md §1)"])
+        why = (
+            f" {t - near[-1][0]:.1f}s after a PostgreSQL crash (restart took {(near[-1][1] - near[-1][0]):.2f}s)"
+            if near
+            else ""
+        )
+        r.add(
+            [
+                f"P1 node {e['node']} exited by itself (status {e.get('code')}){why} without an `exit` observation: "
+                "a worker must survive database loss and exit only when a kind asks (PROTOCOL.md §1)"
+            ]
+        )
     r.notes.append(f"{len(exits)} self-exit(s), {len(deliberate)} recorded as deliberate by a kind")
 
 
@@ -129,15 +138,24 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             first_seen = ev.span.get((job.id, attempt), [t1])[0]
             if first_seen > t1 - ttl / 2:
                 continue  # held for less than half a ttl when it expired: no renewal was due yet
-            if timeline.node_ran(node, t0, t1 + SKEW_SLACK) and not timeline.db_down_during(t0, t1 + SKEW_SLACK) \
-                    and not timeline.cut_during(node, t0, t1 + SKEW_SLACK):
+            if (
+                timeline.node_ran(node, t0, t1 + SKEW_SLACK)
+                and not timeline.db_down_during(t0, t1 + SKEW_SLACK)
+                and not timeline.cut_during(node, t0, t1 + SKEW_SLACK)
+            ):
                 skew = f" (node clocks ahead by up to {ev.max_skew:.2f}s)" if ev.max_skew else ""
-                r.add([f"P2 job {job.id}: attempt {attempt} on node {node} lost its lease (lease_expired at {e['at']}) "
-                       f"although {node} was alive, not stopped, connected and the database up for the whole "
-                       f"{ttl + 2 * SKEW_SLACK:.0f}s before{skew}: it did not renew its lease in time (§6: every ttl/3)"])
-    r.notes.append(f"{len(ev.renewed)} renewal(s) seen in lease samples; {len(ev.long_attempts())} attempt(s) held "
-                   f"a lease longer than the ttl; clock-skewed nodes {sorted(ev.skewed_nodes) or '-'} "
-                   f"(ahead by up to {max(ev.skew_seen.values(), default=0):.2f}s as seen in their leases)")
+                r.add(
+                    [
+                        f"P2 job {job.id}: attempt {attempt} on node {node} lost its lease (lease_expired at {e['at']}) "
+                        f"although {node} was alive, not stopped, connected and the database up for the whole "
+                        f"{ttl + 2 * SKEW_SLACK:.0f}s before{skew}: it did not renew its lease in time (§6: every ttl/3)"
+                    ]
+                )
+    r.notes.append(
+        f"{len(ev.renewed)} renewal(s) seen in lease samples; {len(ev.long_attempts())} attempt(s) held "
+        f"a lease longer than the ttl; clock-skewed nodes {sorted(ev.skewed_nodes) or '-'} "
+        f"(ahead by up to {max(ev.skew_seen.values(), default=0):.2f}s as seen in their leases)"
+    )
 
 
 def p3_cancel_at_park(r: Any, state: Any, ev: Evidence) -> None:
@@ -155,9 +173,13 @@ def p3_cancel_at_park(r: Any, state: Any, ev: Evidence) -> None:
             continue  # the signal was there before the request: the job may have legitimately finished first
         r.checks += 1
         if job.terminal and job.state != "cancelled":
-            r.add([f"P3 job {job.id} ({job.worker}): a cancel was requested at +{tc - ev.t0:.1f}s while it ran, before its "
-                   f"await; it then {'parked and ' if job.attempt > 1 else ''}ended {job.state} (attempt {job.attempt}) "
-                   "instead of cancelled: a park/resume is a step boundary that must honour the pending request"])
+            r.add(
+                [
+                    f"P3 job {job.id} ({job.worker}): a cancel was requested at +{tc - ev.t0:.1f}s while it ran, before its "
+                    f"await; it then {'parked and ' if job.attempt > 1 else ''}ended {job.state} (attempt {job.attempt}) "
+                    "instead of cancelled: a park/resume is a step boundary that must honour the pending request"
+                ]
+            )
 
 
 def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
@@ -169,8 +191,12 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
         if d is None:
             continue
         if d.get("timeout") or d.get("seconds") is None or d["seconds"] > DRAIN_LIMIT + 2:
-            r.add([f"P4 node {node} did not exit within {DRAIN_LIMIT:.0f}s of SIGTERM "
-                   f"({'still running after ' + str(d.get('timeout')) + 's' if d.get('timeout') else d.get('seconds')})"])
+            r.add(
+                [
+                    f"P4 node {node} did not exit within {DRAIN_LIMIT:.0f}s of SIGTERM "
+                    f"({'still running after ' + str(d.get('timeout')) + 's' if d.get('timeout') else d.get('seconds')})"
+                ]
+            )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
         end = t + float(d.get("seconds") or DRAIN_LIMIT)
@@ -182,9 +208,13 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
                 continue
             r.checks += 1
             if _errors_for(job, attempt, "lease_expired"):
-                r.add([f"P4 job {job_id} ({kind}) attempt {attempt} was running on {node} when it got SIGTERM; the "
-                       f"worker exited after {d.get('seconds')}s without finishing it (its lease expired): SIGTERM "
-                       "must let running jobs finish within the grace"])
+                r.add(
+                    [
+                        f"P4 job {job_id} ({kind}) attempt {attempt} was running on {node} when it got SIGTERM; the "
+                        f"worker exited after {d.get('seconds')}s without finishing it (its lease expired): SIGTERM "
+                        "must let running jobs finish within the grace"
+                    ]
+                )
 
 
 def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
@@ -211,9 +241,13 @@ def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
             ahead = sorted(i for i in running_a if prio[i] > 0)
             if waiting_low and ahead and not flagged:
                 flagged = True
-                r.add([f"P5 batch {batch}: jobs {ahead[:3]} of priority {prio[ahead[0]]} were running while jobs "
-                       f"{waiting_low[:3]} of priority 0, due and never claimed, stayed ready for {tb - ta:.2f}s: claims "
-                       "did not take the lowest priority value first"])
+                r.add(
+                    [
+                        f"P5 batch {batch}: jobs {ahead[:3]} of priority {prio[ahead[0]]} were running while jobs "
+                        f"{waiting_low[:3]} of priority 0, due and never claimed, stayed ready for {tb - ta:.2f}s: claims "
+                        "did not take the lowest priority value first"
+                    ]
+                )
         contested += had_choice
     return contested
 
@@ -231,9 +265,13 @@ def p6_crons(r: Any, state: Any) -> int:
         opts = row.opts if isinstance(row.opts, Mapping) else {}
         want_queue = opts.get("queue", "default")
         if job.queue != want_queue or job.worker != row.worker or job.input != row.input:
-            r.add([f"P6 cron job {job.id} (slot {job.cron_slot}) is in queue {job.queue!r} kind {job.worker!r} input "
-                   f"{job.input!r}; its belay_crons row {job.cron_name!r} says queue {want_queue!r} kind "
-                   f"{row.worker!r} input {row.input!r}"])
+            r.add(
+                [
+                    f"P6 cron job {job.id} (slot {job.cron_slot}) is in queue {job.queue!r} kind {job.worker!r} input "
+                    f"{job.input!r}; its belay_crons row {job.cron_name!r} says queue {want_queue!r} kind "
+                    f"{row.worker!r} input {row.input!r}"
+                ]
+            )
     return n
 
 
@@ -247,9 +285,13 @@ def p7_sleeps(r: Any, state: Any, by_id: Mapping[int, Any], steps: Mapping[int, 
         resumes = job.attempt - 1 - len(job.errors)
         sleep_step = steps.get(job.id, {}).get("$sleep:nap")
         if resumes >= 1 and sleep_step is None and job.state != "cancelled":
-            r.add([f"P7 sleeper job {job.id} resumed {resumes} time(s) (attempt {job.attempt}, {len(job.errors)} "
-                   f"error(s)) but its journal has no `$sleep:nap` step: the sleep's wake time was never journaled, "
-                   "so every resume sleeps again"])
+            r.add(
+                [
+                    f"P7 sleeper job {job.id} resumed {resumes} time(s) (attempt {job.attempt}, {len(job.errors)} "
+                    f"error(s)) but its journal has no `$sleep:nap` step: the sleep's wake time was never journaled, "
+                    "so every resume sleeps again"
+                ]
+            )
         elif job.state == "succeeded":
             if sleep_step is None:
                 r.add([f"P7 sleeper job {job.id} succeeded without a journaled `$sleep:nap` step"])
@@ -268,8 +310,12 @@ def p8_attempts(r: Any, state: Any, expected: set[int]) -> None:
         r.checks += 1
         result = _result(job)
         if not (isinstance(result, Mapping) and isinstance(result.get("attempt"), int)):
-            r.add([f"P8 job {job.id} ({job.worker}) succeeded with result {result!r}: no \"attempt\" (PROTOCOL.md §2), "
-                   "so its final ack cannot be attributed to an attempt"])
+            r.add(
+                [
+                    f'P8 job {job.id} ({job.worker}) succeeded with result {result!r}: no "attempt" (PROTOCOL.md §2), '
+                    "so its final ack cannot be attributed to an attempt"
+                ]
+            )
 
 
 def p9_outcomes(r: Any, state: Any, ledger: Any) -> None:
@@ -277,12 +323,19 @@ def p9_outcomes(r: Any, state: Any, ledger: Any) -> None:
 
     # A workflow's expectations assume the driver's cancel of its held member won the race with the release;
     # when it lost (the member ran first), the members' outcomes are I5's business, not a worker duty.
-    lost_race = {e.detail.get("workflow") for e in ledger.entries if e.detail.get("cancel")
-                 and state.jobs.get(e.job_id) is not None and state.jobs[e.job_id].terminal
-                 and state.jobs[e.job_id].state != "cancelled"}
+    lost_race = {
+        e.detail.get("workflow")
+        for e in ledger.entries
+        if e.detail.get("cancel")
+        and state.jobs.get(e.job_id) is not None
+        and state.jobs[e.job_id].terminal
+        and state.jobs[e.job_id].state != "cancelled"
+    }
     if lost_race:
-        r.notes.append(f"{len(lost_race)} workflow(s) whose held member ran before the driver's cancel reached it: "
-                       "their members' outcomes are left to I5")
+        r.notes.append(
+            f"{len(lost_race)} workflow(s) whose held member ran before the driver's cancel reached it: "
+            "their members' outcomes are left to I5"
+        )
     for e in ledger.entries:
         job = state.jobs.get(e.job_id)
         if job is None or not job.terminal:
@@ -294,8 +347,12 @@ def p9_outcomes(r: Any, state: Any, ledger: Any) -> None:
             continue
         if job.state == "failed" and _last_error(job) == "lease_expired":
             continue  # attempts used up by faults: I1/P2 judge the leases
-        r.add([f"P9 job {job.id} ({e.kind}, plan {e.detail.get('plan', '-')}) ended {job.state}"
-               f"{' (' + str(_last_error(job)) + ')' if job.errors else ''}; PROTOCOL.md §3 prescribes {e.expected}"])
+        r.add(
+            [
+                f"P9 job {job.id} ({e.kind}, plan {e.detail.get('plan', '-')}) ended {job.state}"
+                f"{' (' + str(_last_error(job)) + ')' if job.errors else ''}; PROTOCOL.md §3 prescribes {e.expected}"
+            ]
+        )
 
 
 def p10_children_signal(r: Any, state: Any, ev: Evidence, timeline: Any) -> int:
@@ -314,12 +371,28 @@ def p10_children_signal(r: Any, state: Any, ev: Evidence, timeline: Any) -> int:
             flagged.add(pid)
             job = state.jobs.get(pid)
             kids = sorted(j.id for j in state.jobs.values() if j.parent_id == pid)
-            r.add([f"P10 parent {pid} was seen parked on $children while all its children {kids} were terminal "
-                   f"(+{at - ev.t0:.1f}s): the last child's terminal write did not wake it (count-gated signal? §11 "
-                   f"R1) — it ended {job.state if job else 'missing'}, woken only by the reconciler if at all"])
+            r.add(
+                [
+                    f"P10 parent {pid} was seen parked on $children while all its children {kids} were terminal "
+                    f"(+{at - ev.t0:.1f}s): the last child's terminal write did not wake it (count-gated signal? §11 "
+                    f"R1) — it ended {job.state if job else 'missing'}, woken only by the reconciler if at all"
+                ]
+            )
     r.checks += len(parked)
     return len(parked)
 
 
-__all__ = ["DUTIES", "Evidence", "p1_stays_up", "p2_renews_leases", "p3_cancel_at_park", "p4_drains", "p5_priority",
-           "p6_crons", "p7_sleeps", "p8_attempts", "p9_outcomes", "p10_children_signal"]
+__all__ = [
+    "DUTIES",
+    "Evidence",
+    "p1_stays_up",
+    "p2_renews_leases",
+    "p3_cancel_at_park",
+    "p4_drains",
+    "p5_priority",
+    "p6_crons",
+    "p7_sleeps",
+    "p8_attempts",
+    "p9_outcomes",
+    "p10_children_signal",
+]

@@ -25,6 +25,7 @@ client gave up) stays committed *locally* and becomes visible without being repl
 (default 1 s) is shorter than a worker's call deadline (impl/deadline.py, ≥ 2 s), so no worker gives up
 during it; a deployment must not combine short client timeouts with a synchronous standby that can lag.
 """
+
 from __future__ import annotations
 
 import threading
@@ -43,8 +44,10 @@ from soak.proxy import Proxy
 
 MODES = ("sync", "async")
 D1 = "D1"
-D1_TEXT = ("D1 (deployment, issue 13): work a client could observe as committed on the primary — an enqueue, "
-           "a terminal ack — survives a failover to the standby")
+D1_TEXT = (
+    "D1 (deployment, issue 13): work a client could observe as committed on the primary — an enqueue, "
+    "a terminal ack — survives a failover to the standby"
+)
 WATCH_SLACK = 2.0  # seconds before the partition from which commits are watched
 
 
@@ -55,13 +58,19 @@ def primary_settings(mode: str) -> dict[str, str]:
     # synchronous_standby_names is set by ALTER SYSTEM once the first standby streams (Replication.add_standby):
     # on the command line it would block the harness's own setup commits before any standby exists, and
     # it could not be changed later. pg_basebackup copies postgresql.auto.conf, so a promoted standby keeps it.
-    return {"wal_level": "replica", "max_wal_senders": "10", "wal_keep_size": "256MB", "hot_standby": "on",
-            "synchronous_commit": "on"}
+    return {
+        "wal_level": "replica",
+        "max_wal_senders": "10",
+        "wal_keep_size": "256MB",
+        "hot_standby": "on",
+        "synchronous_commit": "on",
+    }
 
 
 class Replication:
-    def __init__(self, primary: EmbeddedCluster, proxy: Proxy, history: History, mode: str, *,
-                 lag: float = 1.0) -> None:
+    def __init__(
+        self, primary: EmbeddedCluster, proxy: Proxy, history: History, mode: str, *, lag: float = 1.0
+    ) -> None:
         self.primary = primary
         self.proxy = proxy
         self.history = history
@@ -83,8 +92,21 @@ class Replication:
         data.mkdir(mode=0o700)
         standby._chown(data)
         conninfo = f"host=127.0.0.1 port={self.repl_port} user=postgres application_name=belay_standby"
-        standby._run([str(standby.bindir / "pg_basebackup"), "-D", str(data), "-R", "-X", "stream",
-                      "-c", "fast", "-d", conninfo], "pg_basebackup of the primary")
+        standby._run(
+            [
+                str(standby.bindir / "pg_basebackup"),
+                "-D",
+                str(data),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-d",
+                conninfo,
+            ],
+            "pg_basebackup of the primary",
+        )
         standby.start()
         self.standby = standby
         self._wait_streaming(timeout, None)
@@ -118,7 +140,9 @@ class Replication:
         with psycopg.connect(self.primary.url, autocommit=True, connect_timeout=2) as c:
             rows = c.execute(
                 "SELECT id, worker, state, attempt, inserted_at, finished_at FROM belay_jobs "
-                "WHERE inserted_at >= %(s)s OR finished_at >= %(s)s ORDER BY id", {"s": since}).fetchall()
+                "WHERE inserted_at >= %(s)s OR finished_at >= %(s)s ORDER BY id",
+                {"s": since},
+            ).fetchall()
         return [[r[0], r[1], r[2], r[3], r[4].isoformat(), r[5].isoformat() if r[5] else None] for r in rows]
 
     def failover(self, *, replace_standby: bool = True) -> None:
@@ -147,8 +171,9 @@ class Replication:
             self.primary, self.standby = new, None
             old.destroy()
             self.failovers += 1
-            self.history.record("failover_end", mode=self.mode, took=round(time.monotonic() - t0, 3),
-                                watched=len(watched))
+            self.history.record(
+                "failover_end", mode=self.mode, took=round(time.monotonic() - t0, 3), watched=len(watched)
+            )
         if replace_standby:
             self.add_standby()
 
@@ -163,10 +188,17 @@ class Replication:
 
 class DurabilityResult(InvariantResult):
     def to_json(self) -> dict[str, Any]:
-        return {"contract": D1_TEXT, "verdict": self.verdict, "valid": self.verdict == "valid",
-                "checks": self.checks, "violations": self.violations,
-                "first_counterexample": self.counterexamples[0] if self.counterexamples else None,
-                "counterexamples": self.counterexamples, "notes": self.notes, "why_unknown": self.why_unknown}
+        return {
+            "contract": D1_TEXT,
+            "verdict": self.verdict,
+            "valid": self.verdict == "valid",
+            "checks": self.checks,
+            "violations": self.violations,
+            "first_counterexample": self.counterexamples[0] if self.counterexamples else None,
+            "counterexamples": self.counterexamples,
+            "notes": self.notes,
+            "why_unknown": self.why_unknown,
+        }
 
 
 def check_durability(state: Any, history: Sequence[Mapping[str, Any]]) -> DurabilityResult | None:
@@ -184,19 +216,30 @@ def check_durability(state: Any, history: Sequence[Mapping[str, Any]]) -> Durabi
             if job is None or job.inserted_at != datetime.fromisoformat(inserted):
                 lost_enqueues.append(job_id)
                 now_ = "is gone" if job is None else f"now holds a job inserted at {job.inserted_at.isoformat()}"
-                r.add([f"job {job_id} ({worker}, ledger job) was committed on the primary (inserted {inserted}) "
-                       f"before failover {n} and {now_}: the enqueue was lost"])
-            elif st in TERMINAL and (job.state != st or job.finished_at is None
-                                     or job.finished_at != datetime.fromisoformat(finished)):
+                r.add(
+                    [
+                        f"job {job_id} ({worker}, ledger job) was committed on the primary (inserted {inserted}) "
+                        f"before failover {n} and {now_}: the enqueue was lost"
+                    ]
+                )
+            elif st in TERMINAL and (
+                job.state != st or job.finished_at is None or job.finished_at != datetime.fromisoformat(finished)
+            ):
                 lost_acks.append(job_id)
-                r.add([f"job {job_id} ({worker}) was committed {st} (attempt {attempt}, finished {finished}) on the "
-                       f"primary before failover {n}; after it the row is {job.state} (attempt {job.attempt}, "
-                       f"finished {job.finished_at}): the ack was lost and the job ran again"])
+                r.add(
+                    [
+                        f"job {job_id} ({worker}) was committed {st} (attempt {attempt}, finished {finished}) on the "
+                        f"primary before failover {n}; after it the row is {job.state} (attempt {job.attempt}, "
+                        f"finished {job.finished_at}): the ack was lost and the job ran again"
+                    ]
+                )
     r.exercised = r.checks > 0
     if not r.exercised:
         r.why_unknown = "no commit was observed in any failover's watch window"
-    r.notes.append(f"{len(watches)} failover(s), {mode} replication; {r.checks} watched commits compared; "
-                   f"lost enqueues {len(lost_enqueues)} {lost_enqueues[:20]}, lost acks {len(lost_acks)} "
-                   f"{lost_acks[:20]}")
+    r.notes.append(
+        f"{len(watches)} failover(s), {mode} replication; {r.checks} watched commits compared; "
+        f"lost enqueues {len(lost_enqueues)} {lost_enqueues[:20]}, lost acks {len(lost_acks)} "
+        f"{lost_acks[:20]}"
+    )
     r.finish()
     return r

@@ -4,6 +4,7 @@ Thread-safe; kept in memory for the checker and appended to `history.jsonl` in t
 happens (so a killed harness still leaves its fault log behind). Secrets never enter it: callers pass
 URLs through `impl.provision.redact`.
 """
+
 from __future__ import annotations
 
 import json

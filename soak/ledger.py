@@ -3,6 +3,7 @@
 The driver writes `soak_ledger` / `soak_unique` rows in the same transaction as the jobs they describe
 (transactional enqueue), so the ledger and belay_jobs can never disagree, whatever crashes when.
 """
+
 from __future__ import annotations
 
 import psycopg
@@ -46,10 +47,18 @@ def read(conn: psycopg.Connection) -> SoakLedger:
     """The whole ledger, in one REPEATABLE READ transaction."""
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        entries = tuple(LedgerEntry(*r) for r in conn.execute(
-            "SELECT job_id, kind, expected, inserted_at, detail FROM soak_ledger ORDER BY job_id"))
-        observations = tuple(Observation(*r) for r in conn.execute(
-            "SELECT job_id, attempt, node, phase, observed, at FROM soak_observations ORDER BY id"))
-        unique = tuple(UniqueAttempt(*r) for r in conn.execute(
-            "SELECT grp, key, mode, outcome, job_id, at FROM soak_unique ORDER BY id"))
+        entries = tuple(
+            LedgerEntry(*r)
+            for r in conn.execute("SELECT job_id, kind, expected, inserted_at, detail FROM soak_ledger ORDER BY job_id")
+        )
+        observations = tuple(
+            Observation(*r)
+            for r in conn.execute(
+                "SELECT job_id, attempt, node, phase, observed, at FROM soak_observations ORDER BY id"
+            )
+        )
+        unique = tuple(
+            UniqueAttempt(*r)
+            for r in conn.execute("SELECT grp, key, mode, outcome, job_id, at FROM soak_unique ORDER BY id")
+        )
     return SoakLedger(entries, observations, unique)

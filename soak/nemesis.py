@@ -11,6 +11,7 @@ crash-restart (`cluster.crash()` then `cluster.restart()`). Every fault is recor
 with its time *before* it takes effect (kill, stop, crash) or *after* it ended (cont, restarted), so
 the intervals the checker derives are conservative.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,8 +71,16 @@ class Slot:
 
 
 class Workers:
-    def __init__(self, cmd: str, n: int, env: dict[str, str], cwd: Path, log_dir: Path, history: History,
-                 skew: dict[int, float] | None = None) -> None:
+    def __init__(
+        self,
+        cmd: str,
+        n: int,
+        env: dict[str, str],
+        cwd: Path,
+        log_dir: Path,
+        history: History,
+        skew: dict[int, float] | None = None,
+    ) -> None:
         self.cmd = cmd
         self.env = env
         self.cwd = cwd
@@ -104,12 +113,19 @@ class Workers:
             if skew:  # PROTOCOL.md §1: the worker adds BELAY_CLOCK_OFFSET to every `now` it sends
                 env["BELAY_CLOCK_OFFSET"] = f"{skew:.3f}"
             log = open(self.log_dir / f"{slot.node}.log", "ab")
-            self.history.record("worker_start", node=slot.node, slot=slot.index,
-                                **({"clock_skew": skew} if skew else {}))
+            self.history.record(
+                "worker_start", node=slot.node, slot=slot.index, **({"clock_skew": skew} if skew else {})
+            )
             slot.started_at = time.monotonic()
-            slot.proc = subprocess.Popen(["/bin/sh", "-c", shell_command(self.cmd)], cwd=self.cwd, env=env,
-                                         stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            slot.proc = subprocess.Popen(
+                ["/bin/sh", "-c", shell_command(self.cmd)],
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             log.close()
             proc, node = slot.proc, slot.node
             self.pgids.add(proc.pid)
@@ -119,8 +135,12 @@ class Workers:
         """Did the worker record an `exit` observation (a kind asked it to exit) before it died?"""
         try:
             with psycopg.connect(self.env["BELAY_DATABASE_URL"], autocommit=True, connect_timeout=3) as c:
-                return c.execute("SELECT 1 FROM soak_observations WHERE node = %s AND phase = 'exit' LIMIT 1",
-                                 (node,)).fetchone() is not None
+                return (
+                    c.execute(
+                        "SELECT 1 FROM soak_observations WHERE node = %s AND phase = 'exit' LIMIT 1", (node,)
+                    ).fetchone()
+                    is not None
+                )
         except (psycopg.Error, KeyError):
             return False
 
@@ -137,12 +157,20 @@ class Workers:
             if lived < FAST_FAILURE_S and not self._deliberate(node):
                 slot.fast_failures += 1
                 if slot.fast_failures >= MAX_FAST_FAILURES:
-                    self.fatal = (f"worker slot {slot.index} could not stay up: {slot.fast_failures} exits in a row "
-                                  f"within {FAST_FAILURE_S:.0f}s of starting (last: {node}, exit status {code}, restarted "
-                                  f"with exponential backoff); last lines of {node}.log:\n"
-                                  f"{tail(self.log_dir / f'{node}.log')}")
-                    self.history.record("worker_unstable", node=node, slot=slot.index, failures=slot.fast_failures,
-                                        code=code, message=self.fatal)
+                    self.fatal = (
+                        f"worker slot {slot.index} could not stay up: {slot.fast_failures} exits in a row "
+                        f"within {FAST_FAILURE_S:.0f}s of starting (last: {node}, exit status {code}, restarted "
+                        f"with exponential backoff); last lines of {node}.log:\n"
+                        f"{tail(self.log_dir / f'{node}.log')}"
+                    )
+                    self.history.record(
+                        "worker_unstable",
+                        node=node,
+                        slot=slot.index,
+                        failures=slot.fast_failures,
+                        code=code,
+                        message=self.fatal,
+                    )
                     return
                 delay = min(0.25 * 2 ** (slot.fast_failures - 1), 8.0)  # exponential backoff
             else:
@@ -165,8 +193,11 @@ class Workers:
     # --- faults -----------------------------------------------------------------------------------------
 
     def running_slots(self) -> list[Slot]:
-        return [s for s in self.slots if s.proc is not None and s.proc.poll() is None and not s.stopped
-                and not s.expected_end]
+        return [
+            s
+            for s in self.slots
+            if s.proc is not None and s.proc.poll() is None and not s.stopped and not s.expected_end
+        ]
 
     def kill(self, slot: Slot) -> None:
         """kill -9 the worker's process group; its watcher starts the next incarnation."""
@@ -229,8 +260,13 @@ class Workers:
 
         self.reaped += reap_orphans(self.pgids, {s.proc.pid for s in self.slots if s.proc is not None})
         alive = sum(1 for s in self.slots if s.proc is not None and s.proc.poll() is None)
-        return {"alive": alive, "stopped": sum(1 for s in self.slots if s.stopped), "kills": self.kills,
-                "stops": self.stops, "exits": self.exits}
+        return {
+            "alive": alive,
+            "stopped": sum(1 for s in self.slots if s.stopped),
+            "kills": self.kills,
+            "stops": self.stops,
+            "exits": self.exits,
+        }
 
     def terminate(self, grace: float = 20.0) -> None:
         """SIGTERM every worker (after SIGCONT), wait up to `grace`, then SIGKILL what is left."""
@@ -256,16 +292,31 @@ class Workers:
 class Nemesis:
     """Faults on schedules (seconds; None = off), with ±25% jitter from the run's seeded RNG."""
 
-    def __init__(self, workers: Workers, history: History, rng: random.Random, *, url: str, cluster: Any | None,
-                 kill_every: float | None, stop_every: float | None, db_restart_every: float | None,
-                 stop_for: float, term_every: float | None = None) -> None:
+    def __init__(
+        self,
+        workers: Workers,
+        history: History,
+        rng: random.Random,
+        *,
+        url: str,
+        cluster: Any | None,
+        kill_every: float | None,
+        stop_every: float | None,
+        db_restart_every: float | None,
+        stop_for: float,
+        term_every: float | None = None,
+    ) -> None:
         self.workers = workers
         self.history = history
         self.rng = rng
         self.url = url
         self.cluster = cluster
-        self.every = {"kill": kill_every, "stop": stop_every, "db": db_restart_every if cluster else None,
-                      "term": term_every}
+        self.every = {
+            "kill": kill_every,
+            "stop": stop_every,
+            "db": db_restart_every if cluster else None,
+            "term": term_every,
+        }
         self.stop_for = stop_for
         self.halt = threading.Event()
         self.db_restarts = 0
@@ -298,9 +349,14 @@ class Nemesis:
         """Nodes running a `slow` attempt that still holds a live lease (it is in its sleep)."""
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
-                return {r[0] for r in c.execute(
-                    "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
-                    "AND lease_until > %s", (datetime.now(UTC),))}
+                return {
+                    r[0]
+                    for r in c.execute(
+                        "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
+                        "AND lease_until > %s",
+                        (datetime.now(UTC),),
+                    )
+                }
         except psycopg.Error:
             return set()
 
@@ -326,8 +382,11 @@ class Nemesis:
     def _running_by_node(self) -> dict[str, list]:
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
-                rows = c.execute("SELECT leased_by, id, attempt, worker FROM belay_jobs WHERE state = 'running' "
-                                 "AND lease_until > %s", (datetime.now(UTC),)).fetchall()
+                rows = c.execute(
+                    "SELECT leased_by, id, attempt, worker FROM belay_jobs WHERE state = 'running' "
+                    "AND lease_until > %s",
+                    (datetime.now(UTC),),
+                ).fetchall()
         except psycopg.Error:
             return {}
         out: dict[str, list] = {}

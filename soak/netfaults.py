@@ -16,6 +16,7 @@ The checker (soak/checker.py Timeline) treats a partitioned or stalled *slot* li
 (its leases may expire) and a failover like a database outage; D1 (soak/failover.py) checks durability.
 At least one worker slot is always left unisolated and not stopped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,25 +33,43 @@ from soak.proxy import Proxy
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("network faults and failover (issue 13; all off by default)")
     g.add_argument("--partition-every", type=float, default=0, help="partition a worker from PostgreSQL every S s")
-    g.add_argument("--partition-for", type=float, default=None, help="seconds a partition lasts "
-                   "(default: lease ttl + 5)")
+    g.add_argument(
+        "--partition-for", type=float, default=None, help="seconds a partition lasts (default: lease ttl + 5)"
+    )
     g.add_argument("--stall-every", type=float, default=0, help="stall every connection of a worker every S s")
     g.add_argument("--stall-for", type=float, default=None, help="seconds a stall lasts (default: lease ttl + 5)")
-    g.add_argument("--stall-conn-every", type=float, default=0, help="stall ONE connection of a worker for "
-                   "1.5 × lease ttl every S s (its other leases must survive)")
-    g.add_argument("--latency-every", type=float, default=0, help="add 50-200 ms latency to a worker for 10 s "
-                   "every S s")
-    g.add_argument("--failover-every", type=float, default=0, help="kill the primary and promote the streaming "
-                   "standby every S s (embedded cluster only)")
-    g.add_argument("--replication", choices=MODES, default="sync", help="standby replication for --failover-every "
-                   "(default %(default)s; async can lose committed work, which check D1 reports)")
-    g.add_argument("--replication-lag", type=float, default=1.0, help="seconds the primary-standby link is "
-                   "partitioned before each failover (default %(default)s)")
+    g.add_argument(
+        "--stall-conn-every",
+        type=float,
+        default=0,
+        help="stall ONE connection of a worker for 1.5 × lease ttl every S s (its other leases must survive)",
+    )
+    g.add_argument(
+        "--latency-every", type=float, default=0, help="add 50-200 ms latency to a worker for 10 s every S s"
+    )
+    g.add_argument(
+        "--failover-every",
+        type=float,
+        default=0,
+        help="kill the primary and promote the streaming standby every S s (embedded cluster only)",
+    )
+    g.add_argument(
+        "--replication",
+        choices=MODES,
+        default="sync",
+        help="standby replication for --failover-every "
+        "(default %(default)s; async can lose committed work, which check D1 reports)",
+    )
+    g.add_argument(
+        "--replication-lag",
+        type=float,
+        default=1.0,
+        help="seconds the primary-standby link is partitioned before each failover (default %(default)s)",
+    )
 
 
 def wanted(args: argparse.Namespace) -> bool:
-    return any((args.partition_every, args.stall_every, args.stall_conn_every, args.latency_every,
-                args.failover_every))
+    return any((args.partition_every, args.stall_every, args.stall_conn_every, args.latency_every, args.failover_every))
 
 
 def cluster_settings(args: argparse.Namespace) -> dict[str, str]:
@@ -58,8 +77,9 @@ def cluster_settings(args: argparse.Namespace) -> dict[str, str]:
 
 
 class NetFaults:
-    def __init__(self, args: argparse.Namespace, db_url: str, cluster: Any | None, history: History,
-                 rng: random.Random) -> None:
+    def __init__(
+        self, args: argparse.Namespace, db_url: str, cluster: Any | None, history: History, rng: random.Random
+    ) -> None:
         if args.failover_every and cluster is None:
             raise SystemExit("--failover-every needs the embedded cluster (not --database-url)")
         parts = urllib.parse.urlsplit(db_url)
@@ -70,11 +90,19 @@ class NetFaults:
         self.db_url = db_url
         self.harness_url = self.proxy.url("harness", db_url)
         ttl = args.lease_ttl
-        self.every = {"partition": args.partition_every, "stall": args.stall_every,
-                      "stall_conn": args.stall_conn_every, "latency": args.latency_every,
-                      "failover": args.failover_every}
-        self.durations = {"partition": args.partition_for or ttl + 5, "stall": args.stall_for or ttl + 5,
-                          "stall_conn": 1.5 * ttl, "latency": 10.0}
+        self.every = {
+            "partition": args.partition_every,
+            "stall": args.stall_every,
+            "stall_conn": args.stall_conn_every,
+            "latency": args.latency_every,
+            "failover": args.failover_every,
+        }
+        self.durations = {
+            "partition": args.partition_for or ttl + 5,
+            "stall": args.stall_for or ttl + 5,
+            "stall_conn": 1.5 * ttl,
+            "latency": 10.0,
+        }
         self.counts = {k: 0 for k in self.every}
         self.replication: Replication | None = None
         if args.failover_every:
@@ -93,8 +121,10 @@ class NetFaults:
 
     def summary(self) -> str:
         c = self.counts
-        return (f"partition {c['partition']}, stall {c['stall']}, conn-stall {c['stall_conn']}, "
-                f"latency {c['latency']}, failover {c['failover']}")
+        return (
+            f"partition {c['partition']}, stall {c['stall']}, conn-stall {c['stall_conn']}, "
+            f"latency {c['latency']}, failover {c['failover']}"
+        )
 
     def start(self, workers: Any, nemesis: Any) -> None:
         self.workers, self.nemesis = workers, nemesis

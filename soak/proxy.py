@@ -25,6 +25,7 @@ latency would need tc/netem (root, kernel modules — unavailable in containers 
 proxy that does all four, in-process and tested (tests/test_soak_proxy.py), is the simpler honest choice.
 Throughput through it is ample for a soak (tens of MB/s on one core); it is not a production proxy.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -69,8 +70,9 @@ class _Listener:
 class Proxy:
     """Thread-safe facade over the event loop; every public method blocks until the loop applied it."""
 
-    def __init__(self, target_host: str, target_port: int, *, host: str = "127.0.0.1",
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, target_host: str, target_port: int, *, host: str = "127.0.0.1", rng: random.Random | None = None
+    ) -> None:
         self.host = host
         self.target = (target_host, target_port)
         self.rng = rng or random.Random()
@@ -114,6 +116,7 @@ class Proxy:
 
     def retarget(self, host: str, port: int) -> None:
         """Send every route to a new server; connections to the old one are reset."""
+
         async def go() -> None:
             self.target = (host, port)
             for lst in self.listeners.values():
@@ -126,6 +129,7 @@ class Proxy:
 
     def partition(self, name: str) -> int:
         """Reset every connection of `name` and refuse new ones until heal; returns how many were cut."""
+
         async def go() -> int:
             lst = self.listeners[name]
             lst.partitioned = True
@@ -138,6 +142,7 @@ class Proxy:
 
     def stall(self, name: str) -> int:
         """Stop forwarding on every connection of `name`, new ones included, until heal."""
+
         async def go() -> int:
             lst = self.listeners[name]
             lst.stalled = True
@@ -149,6 +154,7 @@ class Proxy:
 
     def stall_one(self, name: str) -> bool:
         """Stop forwarding on one open connection of `name` (random) until heal; False if none is open."""
+
         async def go() -> bool:
             lst = self.listeners[name]
             open_ = sorted((c for c in lst.conns if c.flowing.is_set()), key=id)
@@ -169,6 +175,7 @@ class Proxy:
 
     def heal(self, name: str) -> None:
         """End every fault on `name`: accept again, forward again (stalled bytes flow now), no latency."""
+
         async def go() -> None:
             lst = self.listeners[name]
             lst.partitioned = lst.stalled = False
@@ -181,9 +188,18 @@ class Proxy:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         async def go() -> dict[str, dict[str, Any]]:
-            return {n: {"port": lst.port, "open": len(lst.conns), "accepted": lst.accepted, "refused": lst.refused,
-                        "partitioned": lst.partitioned, "stalled": lst.stalled, "latency": lst.latency}
-                    for n, lst in self.listeners.items()}
+            return {
+                n: {
+                    "port": lst.port,
+                    "open": len(lst.conns),
+                    "accepted": lst.accepted,
+                    "refused": lst.refused,
+                    "partitioned": lst.partitioned,
+                    "stalled": lst.stalled,
+                    "latency": lst.latency,
+                }
+                for n, lst in self.listeners.items()
+            }
 
         return self._call(go())
 

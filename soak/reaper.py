@@ -7,6 +7,7 @@ waited for, stays a zombie. Over an hour of kill -9 every few seconds that is hu
 PIDs leaking without bound. `reap_orphans` waits for the exited children of this process that belong
 to one of the worker process groups (and are not a `Popen` the harness waits for itself).
 """
+
 from __future__ import annotations
 
 import os
@@ -18,7 +19,7 @@ def _stat(pid: str) -> tuple[str, int, int] | None:
             data = f.read().decode(errors="replace")
     except OSError:
         return None
-    rest = data[data.rfind(")") + 2:].split()
+    rest = data[data.rfind(")") + 2 :].split()
     return rest[0], int(rest[1]), int(rest[2])  # state, ppid, pgrp
 
 

@@ -11,6 +11,7 @@ Evidence for the checker lands in the database (PROTOCOL.md §2–§4): every re
 that produced it, step values carry fresh random tokens, `slow` records the row it saw before its ack,
 and a telemetry sink records the outcome of stale acks and of every `slow` ack in soak_observations.
 """
+
 from __future__ import annotations
 
 import logging
@@ -68,9 +69,11 @@ def die(ctx: JobContext, reason: str) -> None:
     while True:
         try:
             with psycopg.connect(os.environ["BELAY_DATABASE_URL"], autocommit=True, connect_timeout=3) as c:
-                c.execute("INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) "
-                          "VALUES (%s, %s, %s, 'exit', %s, %s)",
-                          (ctx.id, ctx.attempt, os.environ.get("BELAY_NODE"), Jsonb({"reason": reason}), utc_now()))
+                c.execute(
+                    "INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) "
+                    "VALUES (%s, %s, %s, 'exit', %s, %s)",
+                    (ctx.id, ctx.attempt, os.environ.get("BELAY_NODE"), Jsonb({"reason": reason}), utc_now()),
+                )
             break
         except psycopg.Error:
             if time.monotonic() > deadline:
@@ -205,7 +208,9 @@ class AckObserver:
                         self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=3)
                     self.conn.execute(
                         "INSERT INTO soak_observations (job_id, attempt, node, phase, observed, at) "
-                        "VALUES (%s, %s, %s, %s, %s, %s)", row)
+                        "VALUES (%s, %s, %s, %s, %s, %s)",
+                        row,
+                    )
                     return
                 except psycopg.Error as exc:
                     log.warning("soak observation lost (%s)", exc)
@@ -215,8 +220,13 @@ class AckObserver:
 # --- entry point ----------------------------------------------------------------------------------------
 
 
-def build(env: dict[str, str], *, store_class: type[PgStore] = PgStore, worker_class: type[Worker] = Worker,
-          reg: Registry = registry) -> Worker:
+def build(
+    env: dict[str, str],
+    *,
+    store_class: type[PgStore] = PgStore,
+    worker_class: type[Worker] = Worker,
+    reg: Registry = registry,
+) -> Worker:
     """A Worker configured from the soak environment (PROTOCOL.md §1); `store_class` lets a test
     fixture swap in a patched store."""
     url = env["BELAY_DATABASE_URL"]
@@ -225,32 +235,42 @@ def build(env: dict[str, str], *, store_class: type[PgStore] = PgStore, worker_c
     ttl = float(env.get("BELAY_LEASE_TTL", "10"))
     limit = int(env.get("BELAY_SOAK_CONCURRENCY", "10"))
     opts = QueueOpts.parse({"limit": {"min": limit, "max": limit}})
-    config = WorkerConfig(node=node, queues=tuple(QueueConfig(q, opts) for q in queues), lease_ttl=ttl,
-                          shutdown_grace=10.0, notify=True)
+    config = WorkerConfig(
+        node=node, queues=tuple(QueueConfig(q, opts) for q in queues), lease_ttl=ttl, shutdown_grace=10.0, notify=True
+    )
     offset = timedelta(seconds=float(env.get("BELAY_CLOCK_OFFSET") or 0))  # PROTOCOL.md §1: simulated skew
-    worker = worker_class(url, reg, config, clock=lambda: utc_now() + offset,
-                          telemetry=(default_logger, AckObserver(url, node)))
+    worker = worker_class(
+        url, reg, config, clock=lambda: utc_now() + offset, telemetry=(default_logger, AckObserver(url, node))
+    )
     if store_class is not PgStore:
         original = worker.store
-        worker.store = store_class(url, schema=original.schema, pool_size=original.pool.max_size,
-                                   notify=original.notify)
+        worker.store = store_class(
+            url, schema=original.schema, pool_size=original.pool.max_size, notify=original.notify
+        )
         original.close()
     return worker
 
 
-def main(*, store_class: type[PgStore] = PgStore, worker_class: type[Worker] = Worker,
-         reg: Registry = registry) -> None:
+def main(
+    *, store_class: type[PgStore] = PgStore, worker_class: type[Worker] = Worker, reg: Registry = registry
+) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     worker = build(dict(os.environ), store_class=store_class, worker_class=worker_class, reg=reg)
     termination = Termination()
     worker.start()
-    print(f"soak worker {worker.config.node} pid {os.getpid()} running queues "
-          f"{', '.join(q.name for q in worker.config.queues)} (lease ttl {worker.config.lease_ttl}s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"soak worker {worker.config.node} pid {os.getpid()} running queues "
+        f"{', '.join(q.name for q in worker.config.queues)} (lease ttl {worker.config.lease_ttl}s)",
+        file=sys.stderr,
+        flush=True,
+    )
     termination.wait()
     drained = worker.stop()
-    print(f"soak worker {worker.config.node} stopped ({'drained' if drained else 'grace expired'})",
-          file=sys.stderr, flush=True)
+    print(
+        f"soak worker {worker.config.node} stopped ({'drained' if drained else 'grace expired'})",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Soak reports: `reports/<run-id>/` with results.json, summary.md, report.html (throughput over time
 with fault windows shaded, latency quantiles, as embedded PNGs), history.jsonl and worker logs, and a
 `latest` link to the newest run. Nothing written here contains a password (`redact`)."""
+
 from __future__ import annotations
 
 import base64
@@ -38,8 +39,9 @@ def figures(state: State, history: list[dict], t0: float) -> dict[str, Any]:
         done[second] += 1
         if job.state == "succeeded":
             lat = (job.finished_at - job.inserted_at).total_seconds()
-            kind = ("cron" if job.cron_name else "child" if job.parent_id else
-                    "unique" if job.unique_key else job.worker)  # unique-key inserts are scheduled +20 s
+            kind = (
+                "cron" if job.cron_name else "child" if job.parent_id else "unique" if job.unique_key else job.worker
+            )  # unique-key inserts are scheduled +20 s
             latencies[kind].append(lat)
             if kind == "echo":
                 echo_over_time[second // 10 * 10].append(lat)
@@ -49,8 +51,11 @@ def figures(state: State, history: list[dict], t0: float) -> dict[str, Any]:
         quantiles[kind] = {"n": len(values), **{f"p{int(q * 100)}": round(_quantile(values, q), 4) for q in QUANTILES}}
     span = max(done, default=0)
     per_second = [done.get(s, 0) for s in range(0, span + 1)]
-    return {"per_second": per_second, "latency": quantiles,
-            "echo_over_time": {k: sorted(v) for k, v in sorted(echo_over_time.items())}}
+    return {
+        "per_second": per_second,
+        "latency": quantiles,
+        "echo_over_time": {k: sorted(v) for k, v in sorted(echo_over_time.items())},
+    }
 
 
 def _windows(history: list[dict], t0: float) -> dict[str, list]:
@@ -113,8 +118,7 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
     net_colours = {"partition": "#8a2be2", "stall": "#d4a017", "stall_conn": "#4682b4", "latency": "#999999"}
     for a, b, fault in w["net"]:  # issue 13: network fault windows, one band (row) per kind of fault
         row = list(net_colours).index(fault) if fault in net_colours else len(net_colours)
-        ax.axvspan(a, b, ymin=0.04 * row, ymax=0.04 * (row + 1), color=net_colours.get(fault, "grey"), alpha=0.6,
-                   lw=0)
+        ax.axvspan(a, b, ymin=0.04 * row, ymax=0.04 * (row + 1), color=net_colours.get(fault, "grey"), alpha=0.6, lw=0)
     for a, b in w["failover"]:
         ax.axvspan(a, max(b, a + 0.5), color="darkred", alpha=0.25, lw=0, hatch="//")
     for t in w["kills"]:
@@ -126,15 +130,26 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
         ax.text(t, ax.get_ylim()[1] * 0.95, f" {name}", color="green", fontsize=8, va="top")
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    ax.legend(handles=[Line2D([], [], color="#1f5f99", label="jobs finished / s"),
-                       Patch(color="orange", alpha=0.3, label="SIGSTOP window"),
-                       Patch(color="red", alpha=0.4, label="PostgreSQL down"),
-                       Line2D([], [], color="black", alpha=0.5, label="kill -9"),
-                       Line2D([], [], color="purple", linestyle=":", label="worker exited itself")]
-              + [Patch(color=c, alpha=0.6, label=f"net {f.replace('_', ' ')} (bottom bands)")
-                 for f, c in net_colours.items() if any(x[2] == f for x in w["net"])]
-              + ([Patch(color="darkred", alpha=0.3, label="failover → standby ready")] if w["failover"] else []),
-              loc="upper center", bbox_to_anchor=(0.5, -0.15), fontsize=7, ncol=5)
+
+    ax.legend(
+        handles=[
+            Line2D([], [], color="#1f5f99", label="jobs finished / s"),
+            Patch(color="orange", alpha=0.3, label="SIGSTOP window"),
+            Patch(color="red", alpha=0.4, label="PostgreSQL down"),
+            Line2D([], [], color="black", alpha=0.5, label="kill -9"),
+            Line2D([], [], color="purple", linestyle=":", label="worker exited itself"),
+        ]
+        + [
+            Patch(color=c, alpha=0.6, label=f"net {f.replace('_', ' ')} (bottom bands)")
+            for f, c in net_colours.items()
+            if any(x[2] == f for x in w["net"])
+        ]
+        + ([Patch(color="darkred", alpha=0.3, label="failover → standby ready")] if w["failover"] else []),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.15),
+        fontsize=7,
+        ncol=5,
+    )
     ax.set_xlabel("seconds since run start")
     ax.set_ylabel("jobs / s")
     ax.set_title("Throughput over time (fault windows shaded)")
@@ -146,8 +161,12 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
         kinds = list(lat)
         for i, q in enumerate(("p50", "p90", "p99", "p100")):
-            ax1.bar([k + i * 0.2 for k in range(len(kinds))], [max(lat[k][q], 1e-3) for k in kinds], width=0.2,
-                    label=q if q != "p100" else "max")
+            ax1.bar(
+                [k + i * 0.2 for k in range(len(kinds))],
+                [max(lat[k][q], 1e-3) for k in kinds],
+                width=0.2,
+                label=q if q != "p100" else "max",
+            )
         ax1.set_yscale("log")
         ax1.set_xticks([k + 0.3 for k in range(len(kinds))], kinds, rotation=30, fontsize=8)
         ax1.set_ylabel("seconds (inserted → finished)")
@@ -170,11 +189,24 @@ def charts(fig_data: dict[str, Any], history: list[dict], t0: float) -> dict[str
 
 def _fault_counts(history: list[dict]) -> dict[str, int]:
     c = Counter(e["type"] for e in history)
-    return {"kill -9": c["worker_kill"], "SIGSTOP": c["worker_stop"], "worker exited itself": c["worker_exit"],
-            "PostgreSQL crash-restart": c["db_restarted"], "nemesis errors": c["nemesis_error"],
-            **{k: c[t] for k, t in (("partition", "net_partition"), ("stall", "net_stall"),  # issue 13
-                                    ("connection stall", "net_stall_conn"), ("latency", "net_latency"),
-                                    ("failover", "failover_end")) if c[t]}}
+    return {
+        "kill -9": c["worker_kill"],
+        "SIGSTOP": c["worker_stop"],
+        "worker exited itself": c["worker_exit"],
+        "PostgreSQL crash-restart": c["db_restarted"],
+        "nemesis errors": c["nemesis_error"],
+        **{
+            k: c[t]
+            for k, t in (
+                ("partition", "net_partition"),
+                ("stall", "net_stall"),  # issue 13
+                ("connection stall", "net_stall_conn"),
+                ("latency", "net_latency"),
+                ("failover", "failover_end"),
+            )
+            if c[t]
+        },
+    }
 
 
 def write(run_dir: Path, result: CheckResult, state: State, history: list[dict], meta: dict[str, Any]) -> dict:
@@ -183,40 +215,59 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
     fig_data = figures(state, history, t0)
     faults = _fault_counts(history)
     results = {
-        "run_id": meta["run_id"], "verdict": result.verdict, "exit_code": result.exit_code,
+        "run_id": meta["run_id"],
+        "verdict": result.verdict,
+        "exit_code": result.exit_code,
         "invariants": {k: v.to_json() for k, v in result.invariants.items()},
         "duties": {k: v.to_json() for k, v in result.duties.items()},  # issue 11: worker duties P1 …
         "coverage": result.coverage,  # issue 11: duty · scenarios · count · verdict
-        "stats": result.stats, "faults": faults, "meta": meta,
-        "throughput": {"peak_per_s": max(fig_data["per_second"], default=0),
-                       "mean_per_s_during_faults": meta.get("mean_throughput_faults")},
+        "stats": result.stats,
+        "faults": faults,
+        "meta": meta,
+        "throughput": {
+            "peak_per_s": max(fig_data["per_second"], default=0),
+            "mean_per_s_during_faults": meta.get("mean_throughput_faults"),
+        },
         "latency_seconds": fig_data["latency"],
     }
     text = redact(json.dumps(results, indent=2, default=str))
     (run_dir / "results.json").write_text(text + "\n")
 
-    lines = [f"# Soak run {meta['run_id']}: **{result.verdict.upper()}** (exit {result.exit_code})", "",
-             f"- worker: `{meta['worker']}` × {meta['workers']}; lease ttl {meta['lease_ttl']} s; seed {meta['seed']}",
-             f"- phases: faults {meta['duration']} s, heal {meta['heal']} s, drain {meta.get('drain_seconds')} s "
-             f"(drained: {result.stats['drained']})",
-             f"- database: {meta['database']}; database faults: {meta['db_faults']}",
-             f"- jobs checked: {result.stats['jobs_checked']} ({result.stats['ledger_jobs']} in the ledger); "
-             f"steps {result.stats['steps']}; signals {result.stats['signals']}",
-             "- faults: " + ", ".join(f"{k} {v}" for k, v in faults.items()), "",
-             "| invariant | verdict | checks | violations | first counterexample / why |", "|---|---|---|---|---|"]
+    lines = [
+        f"# Soak run {meta['run_id']}: **{result.verdict.upper()}** (exit {result.exit_code})",
+        "",
+        f"- worker: `{meta['worker']}` × {meta['workers']}; lease ttl {meta['lease_ttl']} s; seed {meta['seed']}",
+        f"- phases: faults {meta['duration']} s, heal {meta['heal']} s, drain {meta.get('drain_seconds')} s "
+        f"(drained: {result.stats['drained']})",
+        f"- database: {meta['database']}; database faults: {meta['db_faults']}",
+        f"- jobs checked: {result.stats['jobs_checked']} ({result.stats['ledger_jobs']} in the ledger); "
+        f"steps {result.stats['steps']}; signals {result.stats['signals']}",
+        "- faults: " + ", ".join(f"{k} {v}" for k, v in faults.items()),
+        "",
+        "| invariant | verdict | checks | violations | first counterexample / why |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in {**result.invariants, **result.duties}.items():
         why = r.counterexamples[0] if r.counterexamples else (r.why_unknown or "; ".join(r.notes[:1]))
         lines.append(f"| {name} | {r.verdict} | {r.checks} | {r.violations} | {why.replace('|', '/')} |")
     from soak import coverage as cov
 
     lines += cov.markdown(result.coverage)
-    lines += ["", "Latency (seconds, inserted → finished, succeeded jobs):", "",
-              "| kind | n | p50 | p90 | p99 | max |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Latency (seconds, inserted → finished, succeeded jobs):",
+        "",
+        "| kind | n | p50 | p90 | p99 | max |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind, q in fig_data["latency"].items():
         lines.append(f"| {kind} | {q['n']} | {q['p50']} | {q['p90']} | {q['p99']} | {q['p100']} |")
     if result.stats.get("outcome_mismatch_examples"):
-        lines += ["", f"Outcome mismatches vs. the ledger (informational, explained by faults): "
-                  f"{result.stats['outcome_mismatches']}"]
+        lines += [
+            "",
+            f"Outcome mismatches vs. the ledger (informational, explained by faults): "
+            f"{result.stats['outcome_mismatches']}",
+        ]
         lines += [f"- {x}" for x in result.stats["outcome_mismatch_examples"]]
     lines += ["", "Notes:"] + [f"- {n}: {note}" for n, r in result.invariants.items() for note in r.notes]
     summary = redact("\n".join(lines) + "\n")
@@ -231,20 +282,24 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
         f"<tr class='{r.verdict}'><td>{n}</td><td>{r.verdict}</td><td>{r.checks}</td><td>{r.violations}</td>"
         f"<td>{html.escape(r.counterexamples[0] if r.counterexamples else (r.why_unknown or ''))}</td>"
         f"<td>{html.escape(' '.join(r.notes))}</td></tr>"
-        for n, r in {**result.invariants, **result.duties}.items())
+        for n, r in {**result.invariants, **result.duties}.items()
+    )
     coverage_rows = "".join(
         f"<tr class='{row['verdict']}'><td>{row['row']}</td><td>{row['verdict']}</td><td>"
-        + "<br>".join(html.escape(f"{s['scenario']}: {s['count']}") for s in row["scenarios"]) + "</td></tr>"
-        for row in result.coverage)
+        + "<br>".join(html.escape(f"{s['scenario']}: {s['count']}") for s in row["scenarios"])
+        + "</td></tr>"
+        for row in result.coverage
+    )
     imgs = "".join(f"<h2>{k}</h2><img alt='{k}' src='data:image/png;base64,{v}'/>" for k, v in images.items())
-    logs = "".join(f"<li><a href='workers/{p.name}'>{p.name}</a></li>"
-                   for p in sorted((run_dir / "workers").glob("*.log")))
-    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Belay soak {meta['run_id']}</title>
+    logs = "".join(
+        f"<li><a href='workers/{p.name}'>{p.name}</a></li>" for p in sorted((run_dir / "workers").glob("*.log"))
+    )
+    page = f"""<!doctype html><html><head><meta charset="utf-8"><title>Belay soak {meta["run_id"]}</title>
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:4px;
 font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:nth-child(2){{color:green}}
 .invalid td:nth-child(2){{color:#b00;font-weight:bold}} .unknown td:nth-child(2){{color:#a60}} img{{max-width:100%}}
-</style></head><body><h1>Belay soak {meta['run_id']}: {result.verdict.upper()}</h1>
-<pre>{html.escape(summary.split('| invariant')[0])}</pre>
+</style></head><body><h1>Belay soak {meta["run_id"]}: {result.verdict.upper()}</h1>
+<pre>{html.escape(summary.split("| invariant")[0])}</pre>
 <table><tr><th>invariant</th><th>verdict</th><th>checks</th><th>violations</th>
 <th>first counterexample / why unknown</th>
 <th>notes</th></tr>{rows}</table>

@@ -10,6 +10,7 @@ Phases (Jepsen style — generator, nemesis and checker kept apart):
      written to <report>/<run-id>/ and <report>/latest points at it.
 Exit 0 valid, 1 invalid, 2 unknown (3: the harness itself failed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,15 @@ DEFAULT_WORKER = "soak/reference-worker"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="soak/run.sh", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--worker", default=DEFAULT_WORKER, help="worker command, run via /bin/sh -c from the repo root "
-                   "(default: %(default)s, the reference worker; see soak/PROTOCOL.md)")
+    p = argparse.ArgumentParser(
+        prog="soak/run.sh", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--worker",
+        default=DEFAULT_WORKER,
+        help="worker command, run via /bin/sh -c from the repo root "
+        "(default: %(default)s, the reference worker; see soak/PROTOCOL.md)",
+    )
     p.add_argument("--workers", type=int, default=3, help="worker processes (default %(default)s)")
     p.add_argument("--duration", type=float, default=60, help="seconds of the faults phase (default %(default)s)")
     p.add_argument("--heal", type=float, default=10, help="seconds of load without faults (default %(default)s)")
@@ -57,22 +63,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kill-every", type=float, default=10, help="kill -9 a worker every S seconds; 0 = off")
     p.add_argument("--stop-every", type=float, default=20, help="SIGSTOP a worker past its lease every S s; 0 = off")
     p.add_argument("--db-restart-every", type=float, default=30, help="crash-restart PostgreSQL every S s; 0 = off")
-    p.add_argument("--term-every", type=float, default=20, help="SIGTERM a worker running short jobs every S s and "
-                   "check that it drains (duty P4); 0 = off (default %(default)s)")
-    p.add_argument("--clock-skew", type=float, default=0.5, help="seconds the clock of worker slot 2 runs ahead "
-                   "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
-                   "(default %(default)s)")
+    p.add_argument(
+        "--term-every",
+        type=float,
+        default=20,
+        help="SIGTERM a worker running short jobs every S s and "
+        "check that it drains (duty P4); 0 = off (default %(default)s)",
+    )
+    p.add_argument(
+        "--clock-skew",
+        type=float,
+        default=0.5,
+        help="seconds the clock of worker slot 2 runs ahead "
+        "(BELAY_CLOCK_OFFSET, PROTOCOL.md §1; the contract tolerates small skew); 0 = off "
+        "(default %(default)s)",
+    )
     p.add_argument("--stop-for", type=float, default=None, help="seconds a SIGSTOP lasts (default: lease ttl + 5)")
     p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
     p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
     p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
-    p.add_argument("--report", default=str(ROOT / "reports"), help="reports folder (default: reports/); the run "
-                   "writes <report>/<run-id>/ and points <report>/latest at it")
-    p.add_argument("--database-url", default=None, help="use this PostgreSQL server (a fresh database is created "
-                   "on it; needs CREATEDB) instead of an embedded cluster: database faults are then skipped")
+    p.add_argument(
+        "--report",
+        default=str(ROOT / "reports"),
+        help="reports folder (default: reports/); the run writes <report>/<run-id>/ and points <report>/latest at it",
+    )
+    p.add_argument(
+        "--database-url",
+        default=None,
+        help="use this PostgreSQL server (a fresh database is created "
+        "on it; needs CREATEDB) instead of an embedded cluster: database faults are then skipped",
+    )
     p.add_argument("--no-progress", action="store_true", help="plain progress lines instead of the live display")
-    p.add_argument("--no-history", action="store_true", help="do not capture and check the committed history "
-                   "(logical replication; soak/commits/) — e.g. to measure its cost")
+    p.add_argument(
+        "--no-history",
+        action="store_true",
+        help="do not capture and check the committed history "
+        "(logical replication; soak/commits/) — e.g. to measure its cost",
+    )
     netfaults.add_arguments(p)  # issue 13
     args = p.parse_args(argv)
     if args.workers < 1 or args.duration <= 0 or args.lease_ttl <= 0:
@@ -86,8 +113,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 class Database:
     """An embedded cluster the soak owns (crash-restartable, fsync on), or a fresh database on a server."""
 
-    def __init__(self, external: str | None, run_id: str, settings: dict[str, str] | None = None,
-                 logical: bool = False) -> None:
+    def __init__(
+        self, external: str | None, run_id: str, settings: dict[str, str] | None = None, logical: bool = False
+    ) -> None:
         self.cluster: EmbeddedCluster | None = None
         self.external_admin = external
         self.dbname: str | None = None
@@ -134,8 +162,9 @@ class Progress:
         try:
             if self.conn is None or self.conn.closed or self.conn.broken:
                 self.conn = psycopg.connect(self.url, autocommit=True, connect_timeout=2)
-            row = self.conn.execute("SELECT count(*) FILTER (WHERE state IN ('succeeded','failed','cancelled')), "
-                                    "count(*) FROM belay_jobs").fetchone()
+            row = self.conn.execute(
+                "SELECT count(*) FILTER (WHERE state IN ('succeeded','failed','cancelled')), count(*) FROM belay_jobs"
+            ).fetchone()
             self.samples.append((time.monotonic(), row[0], row[1]))
             return row[0], row[1]
         except psycopg.Error:
@@ -197,10 +226,13 @@ def run(args: argparse.Namespace) -> int:
     run_dir = Path(args.report).resolve() / run_id
     (run_dir / "workers").mkdir(parents=True)
     history = History(run_dir / "history.jsonl")
-    print(f"soak {run_id}: worker `{args.worker}` × {args.workers}, faults {args.duration:.0f}s "
-          f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
-          f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
-          f"seed {seed}; report {run_dir}", flush=True)
+    print(
+        f"soak {run_id}: worker `{args.worker}` × {args.workers}, faults {args.duration:.0f}s "
+        f"(kill -9 every {args.kill_every or '-'}s, SIGSTOP every {args.stop_every or '-'}s, "
+        f"PostgreSQL crash-restart every {(args.db_restart_every if not args.database_url else 0) or '-'}s), "
+        f"seed {seed}; report {run_dir}",
+        flush=True,
+    )
     # The history's replication slot lives on the primary only: a failover would lose it mid-run.
     history_on = not args.no_history and not args.failover_every
     db = Database(args.database_url, run_id, netfaults.cluster_settings(args), logical=history_on)
@@ -208,63 +240,123 @@ def run(args: argparse.Namespace) -> int:
     # --- issue 12: capture the committed history from here on (before any worker or driver writes) ---
     hist = None
     try:
-        hist = HistoryCheck.begin(db.url, run_dir, run_id, enabled=history_on,
-                                  why_off="turned off (--no-history)" if args.no_history else
-                                  "not with --failover-every (a logical slot lives on the old primary only)")
+        hist = HistoryCheck.begin(
+            db.url,
+            run_dir,
+            run_id,
+            enabled=history_on,
+            why_off="turned off (--no-history)"
+            if args.no_history
+            else "not with --failover-every (a logical slot lives on the old primary only)",
+        )
     finally:
         if hist is None:
             db.close()
-    print(f"history capture: {'slot ' + hist.capture.slot if hist.capture else 'skipped — ' + str(hist.skipped)}",
-          flush=True)
+    print(
+        f"history capture: {'slot ' + hist.capture.slot if hist.capture else 'skipped — ' + str(hist.skipped)}",
+        flush=True,
+    )
     # --- issue 13: with network faults or failover, everyone reaches PostgreSQL through the harness's proxy
-    net = netfaults.NetFaults(args, db.url, db.cluster, history, random.Random(rng.random())) \
-        if netfaults.wanted(args) else None
+    net = (
+        netfaults.NetFaults(args, db.url, db.cluster, history, random.Random(rng.random()))
+        if netfaults.wanted(args)
+        else None
+    )
     harness_url = net.harness_url if net else db.url
     # ---
     password = urllib.parse.urlsplit(db.url).password
-    env = {**os.environ, "BELAY_DATABASE_URL": db.url, "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": str(args.lease_ttl),
-           "BELAY_SOAK_PYTHON": sys.executable, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT),
-                                                                                           os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "BELAY_DATABASE_URL": db.url,
+        "BELAY_QUEUES": "soak",
+        "BELAY_LEASE_TTL": str(args.lease_ttl),
+        "BELAY_SOAK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     stop_for = args.stop_for if args.stop_for is not None else args.lease_ttl + 5
-    history.record("run_start", run_id=run_id, lease_ttl=args.lease_ttl, workers=args.workers, seed=seed,
-                   worker=args.worker, duration=args.duration, kill_every=args.kill_every, stop_every=args.stop_every,
-                   db_restart_every=args.db_restart_every if db.cluster else None, stop_for=stop_for,
-                   database=redact(db.url), db_faults=db.db_faults,
-                   net={k: v for k, v in vars(args).items() if k.split("_")[0] in ("partition", "stall", "latency",
-                                                                                  "failover", "replication")})
+    history.record(
+        "run_start",
+        run_id=run_id,
+        lease_ttl=args.lease_ttl,
+        workers=args.workers,
+        seed=seed,
+        worker=args.worker,
+        duration=args.duration,
+        kill_every=args.kill_every,
+        stop_every=args.stop_every,
+        db_restart_every=args.db_restart_every if db.cluster else None,
+        stop_for=stop_for,
+        database=redact(db.url),
+        db_faults=db.db_faults,
+        net={
+            k: v
+            for k, v in vars(args).items()
+            if k.split("_")[0] in ("partition", "stall", "latency", "failover", "replication")
+        },
+    )
     skew_slot = 2 if args.workers >= 2 else 1
     skew = {skew_slot: args.clock_skew} if args.clock_skew else {}
     history.record("clock_skew", slot=skew_slot if skew else None, seconds=args.clock_skew or 0.0)
     workers = Workers(args.worker, args.workers, env, ROOT, run_dir / "workers", history, skew=skew)
     if net:
         workers.slot_env = net.slot_env(args.workers)
-    driver = Driver(harness_url, history, random.Random(rng.random()),
-                    DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2))
-    nemesis = Nemesis(workers, history, random.Random(rng.random()), url=harness_url, cluster=db.cluster,
-                      kill_every=args.kill_every or None, stop_every=args.stop_every or None,
-                      db_restart_every=args.db_restart_every or None, stop_for=stop_for,
-                      term_every=args.term_every or None)
+    driver = Driver(
+        harness_url,
+        history,
+        random.Random(rng.random()),
+        DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2),
+    )
+    nemesis = Nemesis(
+        workers,
+        history,
+        random.Random(rng.random()),
+        url=harness_url,
+        cluster=db.cluster,
+        kill_every=args.kill_every or None,
+        stop_every=args.stop_every or None,
+        db_restart_every=args.db_restart_every or None,
+        stop_for=stop_for,
+        term_every=args.term_every or None,
+    )
     progress = Progress(harness_url, args.no_progress)
-    meta = {"run_id": run_id, "worker": args.worker, "workers": args.workers, "lease_ttl": args.lease_ttl,
-            "seed": seed, "duration": args.duration, "heal": args.heal, "database": db.description,
-            "db_faults": db.db_faults, "kill_every": args.kill_every, "stop_every": args.stop_every,
-            "db_restart_every": args.db_restart_every if db.cluster else None, "rate": args.rate,
-            "term_every": args.term_every, "clock_skew": args.clock_skew,
-            "fsync": "on" if db.cluster else "server's own setting",
-            "network_faults": net.summary() if net else "off"}
+    meta = {
+        "run_id": run_id,
+        "worker": args.worker,
+        "workers": args.workers,
+        "lease_ttl": args.lease_ttl,
+        "seed": seed,
+        "duration": args.duration,
+        "heal": args.heal,
+        "database": db.description,
+        "db_faults": db.db_faults,
+        "kill_every": args.kill_every,
+        "stop_every": args.stop_every,
+        "db_restart_every": args.db_restart_every if db.cluster else None,
+        "rate": args.rate,
+        "term_every": args.term_every,
+        "clock_skew": args.clock_skew,
+        "fsync": "on" if db.cluster else "server's own setting",
+        "network_faults": net.summary() if net else "off",
+    }
     started = time.monotonic()
 
     def tick(phase: str, until: float, extra: dict | None = None) -> None:
         counts = progress.poll()
         st = workers.status()
-        info = {"run_id": run_id, "phase": phase, "elapsed": f"{time.monotonic() - started:.0f}s",
-                "phase left": f"{max(until - time.monotonic(), 0):.0f}s",
-                "jobs terminal / total": f"{counts[0]} / {counts[1]}" if counts else "(database unreachable)",
-                "throughput": f"{progress.rate():.1f} jobs/s", **driver.counters(),
-                "workers alive / stopped": f"{st['alive']} / {st['stopped']}",
-                "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
-                          f"PG crash-restarts {nemesis.db_restarts}",
-                "last fault": nemesis.last or "-", **(extra or {})}
+        info = {
+            "run_id": run_id,
+            "phase": phase,
+            "elapsed": f"{time.monotonic() - started:.0f}s",
+            "phase left": f"{max(until - time.monotonic(), 0):.0f}s",
+            "jobs terminal / total": f"{counts[0]} / {counts[1]}" if counts else "(database unreachable)",
+            "throughput": f"{progress.rate():.1f} jobs/s",
+            **driver.counters(),
+            "workers alive / stopped": f"{st['alive']} / {st['stopped']}",
+            "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
+            f"PG crash-restarts {nemesis.db_restarts}",
+            "last fault": nemesis.last or "-",
+            **(extra or {}),
+        }
         if net:  # issue 13
             info["network faults"] = net.summary()
             info["last network fault"] = net.last or "-"
@@ -360,8 +452,9 @@ def run(args: argparse.Namespace) -> int:
         workers.terminate(grace=5)
         history.close()
         if not hist.close():  # issue 12: a forgotten slot pins WAL forever
-            print(f"WARNING: could not drop replication slot {hist.capture.slot}: {hist.capture.last_error}",
-                  flush=True)
+            print(
+                f"WARNING: could not drop replication slot {hist.capture.slot}: {hist.capture.last_error}", flush=True
+            )
         if net:
             net.close()
         db.close()
@@ -385,14 +478,20 @@ def print_verdict(result, results: dict, run_dir: Path) -> None:
     for col in ("row", "scenarios (count)", "verdict"):
         c.add_column(col, overflow="fold")
     for row in result.coverage:
-        c.add_row(row["row"], "; ".join(f"{s['scenario']} ({s['count']})" for s in row["scenarios"]),
-                  f"[{colour[row['verdict']]}]{row['verdict']}[/]")
+        c.add_row(
+            row["row"],
+            "; ".join(f"{s['scenario']} ({s['count']})" for s in row["scenarios"]),
+            f"[{colour[row['verdict']]}]{row['verdict']}[/]",
+        )
     console.print(c)
     s = result.stats
-    console.print(f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}; "
-                  f"faults {results['faults']}")
-    console.print(f"verdict [{colour[result.verdict]}]{result.verdict}[/] → exit {result.exit_code}; "
-                  f"report {run_dir}/report.html")
+    console.print(
+        f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}; "
+        f"faults {results['faults']}"
+    )
+    console.print(
+        f"verdict [{colour[result.verdict]}]{result.verdict}[/] → exit {result.exit_code}; report {run_dir}/report.html"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,6 +18,7 @@ Each scenario exists so that a worker duty or an invariant can be *exposed* in a
 
 Everything is recorded in the history; the SQL uses harness-side `now` parameters (no now()).
 """
+
 from __future__ import annotations
 
 import threading
@@ -37,13 +38,28 @@ TERMINAL = ("succeeded", "failed", "cancelled")
 class Scenarios:
     """Attached to a `soak.driver.Driver` (uses its store, enqueue, cancel, deliver, rng and history)."""
 
-    def __init__(self, driver: Any, *, lost_wakeup_every: float = 6.0, park_cancel_every: float = 10.0,
-                 cancel_at_park_every: float = 8.0, sleeper_every: float = 4.0, priority_every: float = 15.0,
-                 priority_batch: int = 60, sample_every: float = 0.5, held_cancel_every: float = 15.0) -> None:
+    def __init__(
+        self,
+        driver: Any,
+        *,
+        lost_wakeup_every: float = 6.0,
+        park_cancel_every: float = 10.0,
+        cancel_at_park_every: float = 8.0,
+        sleeper_every: float = 4.0,
+        priority_every: float = 15.0,
+        priority_batch: int = 60,
+        sample_every: float = 0.5,
+        held_cancel_every: float = 15.0,
+    ) -> None:
         self.d = driver
-        self.every = {"lost_wakeup": lost_wakeup_every, "park_cancel": park_cancel_every,
-                      "cancel_at_park": cancel_at_park_every, "sleeper": sleeper_every, "priority": priority_every,
-                      "held_cancel": held_cancel_every}
+        self.every = {
+            "lost_wakeup": lost_wakeup_every,
+            "park_cancel": park_cancel_every,
+            "cancel_at_park": cancel_at_park_every,
+            "sleeper": sleeper_every,
+            "priority": priority_every,
+            "held_cancel": held_cancel_every,
+        }
         self.priority_batch = priority_batch
         self.sample_every = sample_every
         self.requested: dict[int, float] = {}  # awaiter cancel_at_park: job → time its cancel was requested
@@ -68,18 +84,36 @@ class Scenarios:
                 last[name] = now
         plans = []
         if due["lost_wakeup"]:
-            plans.append(Plan(self._spec("parent", {"children": self.d.rng.randint(2, 3), "queue": EXTERNAL_QUEUE}),
-                              "parent", "succeeded", {"plan": "lost_wakeup"}))
+            plans.append(
+                Plan(
+                    self._spec("parent", {"children": self.d.rng.randint(2, 3), "queue": EXTERNAL_QUEUE}),
+                    "parent",
+                    "succeeded",
+                    {"plan": "lost_wakeup"},
+                )
+            )
         if due["park_cancel"]:
-            plans.append(Plan(self._spec("parent", {"children": 2, "queue": EXTERNAL_QUEUE}), "parent", "cancelled",
-                              {"plan": "park_cancel"}))
+            plans.append(
+                Plan(
+                    self._spec("parent", {"children": 2, "queue": EXTERNAL_QUEUE}),
+                    "parent",
+                    "cancelled",
+                    {"plan": "park_cancel"},
+                )
+            )
             plans.append(Plan(self._spec("sleeper", {"seconds": 60}), "sleeper", "cancelled", {"plan": "park_cancel"}))
         if due["sleeper"]:
             plans.append(Plan(self._spec("sleeper", {"seconds": round(self.d.rng.uniform(1.0, 3.0), 2)}), "sleeper"))
         if due["cancel_at_park"]:
             name = f"cp-{self.d.rng.randrange(1 << 30)}"
-            plans.append(Plan(self._spec("awaiter", {"signal": name, "pause_ms": 2500}), "awaiter", "cancelled",
-                              {"plan": "cancel_at_park", "signal": name}))
+            plans.append(
+                Plan(
+                    self._spec("awaiter", {"signal": name, "pause_ms": 2500}),
+                    "awaiter",
+                    "cancelled",
+                    {"plan": "cancel_at_park", "signal": name},
+                )
+            )
         if plans:
             self.d.enqueue(plans)
         if due["priority"]:
@@ -95,13 +129,24 @@ class Scenarios:
             batch = self.batch_seq
         when = utc_now() + timedelta(seconds=1.5)
         half = self.priority_batch // 2
-        plans = [Plan(self._spec("steps", {"n": 1, "raise_after": None, "pause_ms": 600}, priority=p,
-                                 scheduled_at=when), "steps", "succeeded", {"batch": batch, "priority": p})
-                 for p in [5] * half + [0] * half]
+        plans = [
+            Plan(
+                self._spec("steps", {"n": 1, "raise_after": None, "pause_ms": 600}, priority=p, scheduled_at=when),
+                "steps",
+                "succeeded",
+                {"batch": batch, "priority": p},
+            )
+            for p in [5] * half + [0] * half
+        ]
         ids = self.d.enqueue(plans)
         if ids:
-            self.d.history.record("priority_batch", batch=batch, ids=ids, due=when.timestamp(),
-                                  priorities={str(i): p.detail["priority"] for i, p in zip(ids, plans)})
+            self.d.history.record(
+                "priority_batch",
+                batch=batch,
+                ids=ids,
+                due=when.timestamp(),
+                priorities={str(i): p.detail["priority"] for i, p in zip(ids, plans)},
+            )
             threading.Thread(target=self._sample_batch, args=(batch, ids, when.timestamp()), daemon=True).start()
 
     def _sample_batch(self, batch: int, ids: list[int], due: float) -> None:
@@ -110,8 +155,11 @@ class Scenarios:
             with psycopg.connect(self.d.url, autocommit=True, connect_timeout=3) as c:
                 while time.time() < end and not self.d.halt.is_set():
                     t = time.time()
-                    rows = c.execute("SELECT id, priority, state, attempt FROM belay_jobs WHERE id = ANY(%s) "
-                                     "AND state IN ('ready', 'running')", (ids,)).fetchall()
+                    rows = c.execute(
+                        "SELECT id, priority, state, attempt FROM belay_jobs WHERE id = ANY(%s) "
+                        "AND state IN ('ready', 'running')",
+                        (ids,),
+                    ).fetchall()
                     self.d.history.record("priority_sample", batch=batch, at=t, due=due, rows=[list(r) for r in rows])
                     if not rows and t > due:
                         break
@@ -152,8 +200,11 @@ class Scenarios:
                         elif (kind == "parent" and state == "awaiting") or (state not in TERMINAL and age > 40):
                             self.d.cancel(job_id, state=state, kind=kind, plan=plan)
                         elif state in TERMINAL and live_kids:  # the cancelled parent's children: not needed any more
-                            for (child,) in c.execute("SELECT id FROM belay_jobs WHERE parent_id = %s AND state NOT IN "
-                                                      "('succeeded', 'failed', 'cancelled')", (job_id,)).fetchall():
+                            for (child,) in c.execute(
+                                "SELECT id FROM belay_jobs WHERE parent_id = %s AND state NOT IN "
+                                "('succeeded', 'failed', 'cancelled')",
+                                (job_id,),
+                            ).fetchall():
                                 self.d.cancel(child, state="ready", kind="child", plan="orphan")
                     elif plan == "cancel_at_park":
                         self._cancel_at_park(job_id, state, age)
@@ -170,8 +221,13 @@ class Scenarios:
             "UPDATE belay_jobs SET state = 'succeeded', attempt = attempt + 1, started_at = %(now)s, "
             "finished_at = %(now)s, result = %(result)s, ready_at = %(now)s "
             "WHERE parent_id = %(parent)s AND queue = %(queue)s AND state = 'ready' RETURNING id",
-            {"now": now, "result": encode({"echo": "external", "attempt": 1}), "parent": parent,
-             "queue": EXTERNAL_QUEUE}).fetchall()
+            {
+                "now": now,
+                "result": encode({"echo": "external", "attempt": 1}),
+                "parent": parent,
+                "queue": EXTERNAL_QUEUE,
+            },
+        ).fetchall()
         if rows:
             self.d.history.record("lost_wakeup", parent=parent, children=[r[0] for r in rows])
 
@@ -196,9 +252,12 @@ class Scenarios:
     def _signal_name(self, job_id: int) -> str | None:
         try:
             with psycopg.connect(self.d.url, autocommit=True, connect_timeout=3) as c:
-                row = c.execute("SELECT l.detail->>'signal', EXISTS (SELECT 1 FROM belay_signals s WHERE "
-                                "s.scope = 'job:' || l.job_id AND s.name = l.detail->>'signal') "
-                                "FROM soak_ledger l WHERE job_id = %s", (job_id,)).fetchone()
+                row = c.execute(
+                    "SELECT l.detail->>'signal', EXISTS (SELECT 1 FROM belay_signals s WHERE "
+                    "s.scope = 'job:' || l.job_id AND s.name = l.detail->>'signal') "
+                    "FROM soak_ledger l WHERE job_id = %s",
+                    (job_id,),
+                ).fetchone()
         except psycopg.Error:
             return None
         if row is None or row[1]:
@@ -223,14 +282,21 @@ class Scenarios:
                 if conn is None or conn.closed or conn.broken:
                     conn = psycopg.connect(self.d.url, autocommit=True, connect_timeout=2)
                 t = time.time()
-                rows = conn.execute("SELECT id, attempt, leased_by, extract(epoch FROM lease_until)::float8, worker "
-                                    "FROM belay_jobs WHERE state = 'running'").fetchall()
+                rows = conn.execute(
+                    "SELECT id, attempt, leased_by, extract(epoch FROM lease_until)::float8, worker "
+                    "FROM belay_jobs WHERE state = 'running'"
+                ).fetchall()
                 # Parents parked on $children whose children (all run by workers) are all terminal: a correct
                 # worker wakes the parent in the last child's terminal transaction (§7 step 2), so one
                 # consistent read never sees this; the reconciler only repairs it later (duty P10).
                 parked = conn.execute(self.PARKED_PARENTS).fetchall()
-                self.d.history.record("lease_sample", at=t, rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
-                                      parked=[r[0] for r in parked], stranded=[r[0] for r in parked if r[1]])
+                self.d.history.record(
+                    "lease_sample",
+                    at=t,
+                    rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
+                    parked=[r[0] for r in parked],
+                    stranded=[r[0] for r in parked if r[1]],
+                )
             except psycopg.Error:
                 conn = None
         if conn is not None:

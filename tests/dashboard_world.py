@@ -4,6 +4,7 @@ member, an ignore flag and a doomed member, and a job whose input and error carr
 
 Everything goes through the store's operations with an explicit `now` (the clock rule).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,35 +37,72 @@ def claim_one(store: PgStore, now: datetime, queue: str, node: str = "test-node"
 
 def build(store: PgStore, now: datetime) -> World:
     t = lambda s: now + timedelta(seconds=s)  # noqa: E731
-    store.apply(ops.PutQueue(t(0), "llm", {"global_limit": 5, "rate": {"allowed": 60, "period": 60},
-                                             "partition": {"field": "input", "key": "tenant"}}))
+    store.apply(
+        ops.PutQueue(
+            t(0),
+            "llm",
+            {
+                "global_limit": 5,
+                "rate": {"allowed": 60, "period": 60},
+                "partition": {"field": "input", "key": "tenant"},
+            },
+        )
+    )
     store.apply(ops.PutQueue(t(0), "emails", {"limit": 4}))
 
     # queue "llm": the journal job with budgets, retried twice, with steps, an event and children
-    journal = store.apply(ops.Enqueue(t(1), (ops.JobSpec("llm", "summarize", {"url": "https://example.com/a", "tenant": "t1"},
-                                                         max_attempts=5, budget_usd_micros=50_000, budget_tokens=3000),))).ids[0]
+    journal = store.apply(
+        ops.Enqueue(
+            t(1),
+            (
+                ops.JobSpec(
+                    "llm",
+                    "summarize",
+                    {"url": "https://example.com/a", "tenant": "t1"},
+                    max_attempts=5,
+                    budget_usd_micros=50_000,
+                    budget_tokens=3000,
+                ),
+            ),
+        )
+    ).ids[0]
     for attempt, error in ((1, "timeout"), (2, "rate_limited")):
         job = claim_one(store, t(2 * attempt), "llm")
         assert job.id == journal
-        store.apply(w.Ack(t(2 * attempt + 1), journal, attempt, w.Fail(error, f"attempt {attempt} detail", retry_at=t(2 * attempt + 1))))
+        store.apply(
+            w.Ack(
+                t(2 * attempt + 1),
+                journal,
+                attempt,
+                w.Fail(error, f"attempt {attempt} detail", retry_at=t(2 * attempt + 1)),
+            )
+        )
     job = claim_one(store, t(10), "llm")
     store.apply(w.RecordStep(t(11), journal, "fetch", {"bytes": 5120}, 0, 0))
     store.apply(w.RecordStep(t(12), journal, "llm", {"summary": "short text"}, 30_000, 1800))
     store.apply(w.RecordStep(t(13), journal, "refine", {"summary": "shorter"}, 25_000, 1500))
     store.apply(w.EmitEvent(t(13), journal, {"progress": 0.5}))
-    store.apply(ops.Enqueue(t(14), tuple(ops.JobSpec("llm", "page", {"n": i, "tenant": "t1"}, parent_id=journal)
-                                         for i in range(3))))
+    store.apply(
+        ops.Enqueue(
+            t(14), tuple(ops.JobSpec("llm", "page", {"n": i, "tenant": "t1"}, parent_id=journal) for i in range(3))
+        )
+    )
     store.apply(ops.DeliverSignal(t(14), f"job:{journal}", "approve", {"by": "ops"}))
     store.apply(w.Ack(t(15), journal, job.attempt, w.Succeed({"summary": "shorter", "pages": 3})))
 
     # queue "emails": succeeded, failed, the XSS job, a ready one, a running one, a held one
-    ids = store.apply(ops.Enqueue(t(20), tuple(ops.JobSpec("emails", "send", {"to": f"u{i}@example.com"}, max_attempts=1)
-                                               for i in range(3)))).ids
+    ids = store.apply(
+        ops.Enqueue(
+            t(20), tuple(ops.JobSpec("emails", "send", {"to": f"u{i}@example.com"}, max_attempts=1) for i in range(3))
+        )
+    ).ids
     for i, jid in enumerate(ids):
         job = claim_one(store, t(21 + i), "emails")
         outcome = w.Succeed({"sent": True}) if i < 2 else w.Fail("smtp_refused", "550 mailbox unavailable")
         store.apply(w.Ack(t(21 + i), job.id, job.attempt, outcome))
-    xss = store.apply(ops.Enqueue(t(30), (ops.JobSpec("emails", "render", {"template": XSS_INPUT}, max_attempts=1),))).ids[0]
+    xss = store.apply(
+        ops.Enqueue(t(30), (ops.JobSpec("emails", "render", {"template": XSS_INPUT}, max_attempts=1),))
+    ).ids[0]
     job = claim_one(store, t(31), "emails")
     assert job.id == xss
     store.apply(w.Ack(t(31), xss, job.attempt, w.Fail(XSS_ERROR, XSS_ERROR)))
@@ -90,7 +128,16 @@ def build(store: PgStore, now: datetime) -> World:
         else:
             store.apply(w.Ack(t(42), job.id, job.attempt, w.Succeed("parsed")))
     # a held member: it waits on a gate nobody runs (queue "manual" has no worker)
-    held = dict(store.apply(ops.EnqueueWorkflow(t(43), "wf-waiting", (
-        ops.WorkflowMember("gate", ops.JobSpec("manual", "gate")),
-        ops.WorkflowMember("later", ops.JobSpec("etl", "later"), deps=("gate",)),))).ids)["later"]
+    held = dict(
+        store.apply(
+            ops.EnqueueWorkflow(
+                t(43),
+                "wf-waiting",
+                (
+                    ops.WorkflowMember("gate", ops.JobSpec("manual", "gate")),
+                    ops.WorkflowMember("later", ops.JobSpec("etl", "later"), deps=("gate",)),
+                ),
+            )
+        ).ids
+    )["later"]
     return World(journal, xss, ready, running, held, wf, names)

@@ -15,6 +15,7 @@ Notation: A = allowed, D = demand, E = estimate, C = count(w), P = count(w - per
 Ts = period in seconds, T = Ts * 10**6 (µs), e = elapsed µs since w (0 <= e < T),
 R(e) = round_half_away(P * (T - e) / T), used = C + R(e).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -99,8 +100,9 @@ def test_current_window_count_is_added_unweighted():
 def test_hand_computed_rate_example():
     # allowed 100 per 60 s, 15 s into the window: weight 3/4; prev 50 -> 37.5 -> 38 (half away)
     w_us = (29_000_000 // 60) * 60 * US_PER_S
-    rate = RateInput(allowed=100, period_s=60, estimate=1, epoch_us=w_us + 15 * US_PER_S,
-                     count_current=30, count_previous=50)
+    rate = RateInput(
+        allowed=100, period_s=60, estimate=1, epoch_us=w_us + 15 * US_PER_S, count_current=30, count_previous=50
+    )
     assert rate.window * US_PER_S == w_us
     assert rate.used == 30 + 38
     assert admit(1000, rate=rate) == 32
@@ -125,8 +127,9 @@ def test_estimate_zero_divides_by_one_and_debits_nothing():
 def test_bankers_rounding_would_change_the_admitted_count():
     # prev 5 at exactly half the window: 2.5 -> PostgreSQL 3, Python round() 2
     w_us = 100 * 10 * US_PER_S
-    rate = RateInput(allowed=10, period_s=10, estimate=1, epoch_us=w_us + 5 * US_PER_S,
-                     count_current=0, count_previous=5)
+    rate = RateInput(
+        allowed=10, period_s=10, estimate=1, epoch_us=w_us + 5 * US_PER_S, count_current=0, count_previous=5
+    )
     assert rate.used == 3
     assert admit(100, rate=rate) == 7
     python_used = 0 + round(5 * (1 - Fraction(5, 10)))
@@ -224,8 +227,9 @@ def proved(claim, *assuming, timeout_ms: int = 15_000) -> None:
     s.add(*assuming)
     s.add(z3.Not(claim))
     result = s.check()
-    assert result == z3.unsat, (f"counterexample: {s.model()}" if result == z3.sat
-                                else f"z3 gave {result}: {s.reason_unknown()}")
+    assert result == z3.unsat, (
+        f"counterexample: {s.model()}" if result == z3.sat else f"z3 gave {result}: {s.reason_unknown()}"
+    )
 
 
 def witness(*constraints, timeout_ms: int = 15_000) -> z3.ModelRef:
@@ -247,10 +251,20 @@ class Claim:
         self.C = C if C is not None else z3.Int(f"C{tag}")
         self.T = self.Ts * US_PER_S
         self.ranges = [
-            self.D >= 0, self.D <= MAX_DEMAND, self.A >= 1, self.A <= MAX_ALLOWED,
-            self.E >= 1, self.E <= MAX_ESTIMATE, self.C >= 0, self.C <= MAX_COUNT,
-            self.P >= 0, self.P <= MAX_COUNT, self.Ts >= 1, self.Ts <= MAX_PERIOD,
-            self.e >= 0, self.e < self.T,
+            self.D >= 0,
+            self.D <= MAX_DEMAND,
+            self.A >= 1,
+            self.A <= MAX_ALLOWED,
+            self.E >= 1,
+            self.E <= MAX_ESTIMATE,
+            self.C >= 0,
+            self.C <= MAX_COUNT,
+            self.P >= 0,
+            self.P <= MAX_COUNT,
+            self.Ts >= 1,
+            self.Ts <= MAX_PERIOD,
+            self.e >= 0,
+            self.e < self.T,
         ]
         self.R = z_weighted(self.P, self.T, self.e)
         self.used = self.C + self.R
@@ -397,8 +411,7 @@ def test_proof_sliding_estimate_overshoots_allowed_by_less_than_half_a_unit():
     A=1, P=1, e = T/2 + 1 µs gives estimate 1 + 1/2 - 1/T with 1 job admitted, although the
     unrounded formula floor(A - C - P*(T-e)/T) would admit 0."""
     c = Claim()
-    proved(z3.Implies(c.n >= 1, 2 * c.after * c.T + 2 * c.P * (c.T - c.e) < 2 * c.A * c.T + c.T),
-           *c.ranges, c.C <= c.A)
+    proved(z3.Implies(c.n >= 1, 2 * c.after * c.T + 2 * c.P * (c.T - c.e) < 2 * c.A * c.T + c.T), *c.ranges, c.C <= c.A)
     # The rounding really does admit past the unrounded estimate:
     T = 1 * US_PER_S
     e = T // 2 + 1
@@ -499,10 +512,18 @@ def test_z3_encodings_agree_with_the_python_functions():
     both = z_rate_admit(z_global_admit(c.D, L, live), c.A, c.used, c.E)
 
     @settings(max_examples=150, deadline=None)
-    @given(D=st.integers(0, MAX_DEMAND), A=st.integers(1, MAX_ALLOWED), E=st.integers(1, MAX_ESTIMATE),
-           C=st.integers(0, MAX_COUNT), P=st.integers(0, MAX_COUNT), Ts=st.integers(1, MAX_PERIOD),
-           frac=st.fractions(0, 1).filter(lambda f: f < 1), k=st.integers(-10**6, 10**6),
-           Lv=st.integers(1, MAX_LIMIT), lv=st.integers(0, MAX_COUNT))
+    @given(
+        D=st.integers(0, MAX_DEMAND),
+        A=st.integers(1, MAX_ALLOWED),
+        E=st.integers(1, MAX_ESTIMATE),
+        C=st.integers(0, MAX_COUNT),
+        P=st.integers(0, MAX_COUNT),
+        Ts=st.integers(1, MAX_PERIOD),
+        frac=st.fractions(0, 1).filter(lambda f: f < 1),
+        k=st.integers(-(10**6), 10**6),
+        Lv=st.integers(1, MAX_LIMIT),
+        lv=st.integers(0, MAX_COUNT),
+    )
     def check(D, A, E, C, P, Ts, frac, k, Lv, lv):
         T = Ts * US_PER_S
         e = math.floor(frac * T)
@@ -543,14 +564,14 @@ def ref_used(epoch_us: int, period_s: int, cc: int, cp: int) -> int:
 
 
 @settings(max_examples=400, deadline=None)
-@given(a=st.integers(-10**18, 10**18), b=st.integers(1, 10**12))
+@given(a=st.integers(-(10**18), 10**18), b=st.integers(1, 10**12))
 def test_round_half_away_matches_decimal_and_nearest_references(a, b):
     x = Fraction(a, b)
     assert round_half_away(x) == ref_round_decimal(x) == ref_round_nearest(x)
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(-10**9, 10**9))
+@given(n=st.integers(-(10**9), 10**9))
 def test_round_half_away_on_exact_halves(n):
     x = Fraction(2 * n + 1, 2)
     assert round_half_away(x) == (n + 1 if n >= 0 else n)  # away from zero
@@ -558,9 +579,15 @@ def test_round_half_away_on_exact_halves(n):
 
 
 @settings(max_examples=400, deadline=None)
-@given(epoch_us=st.integers(-10**17, 10**17) | st.integers(1_700_000_000 * US_PER_S, 1_900_000_000 * US_PER_S),
-       period_s=st.integers(1, MAX_PERIOD), cc=st.integers(0, MAX_COUNT), cp=st.integers(0, MAX_COUNT),
-       demand=st.integers(0, MAX_DEMAND), allowed=st.integers(1, MAX_ALLOWED), est=st.integers(1, MAX_ESTIMATE))
+@given(
+    epoch_us=st.integers(-(10**17), 10**17) | st.integers(1_700_000_000 * US_PER_S, 1_900_000_000 * US_PER_S),
+    period_s=st.integers(1, MAX_PERIOD),
+    cc=st.integers(0, MAX_COUNT),
+    cp=st.integers(0, MAX_COUNT),
+    demand=st.integers(0, MAX_DEMAND),
+    allowed=st.integers(1, MAX_ALLOWED),
+    est=st.integers(1, MAX_ESTIMATE),
+)
 def test_rate_functions_match_a_fraction_reference(epoch_us, period_s, cc, cp, demand, allowed, est):
     epoch = Fraction(epoch_us, US_PER_S)
     assert window_start(epoch_us, period_s) == math.floor(epoch / period_s) * period_s
@@ -588,8 +615,12 @@ KEYS = st.sampled_from(["", "a", "b", "c", "tenant-7"])
 
 
 @settings(max_examples=400, deadline=None)
-@given(keys=st.lists(KEYS, max_size=40), running=st.dictionaries(KEYS, st.integers(0, 6)),
-       per_key_limit=st.integers(0, 5), take=st.integers(0, 45))
+@given(
+    keys=st.lists(KEYS, max_size=40),
+    running=st.dictionaries(KEYS, st.integers(0, 6)),
+    per_key_limit=st.integers(0, 5),
+    take=st.integers(0, 45),
+)
 def test_partition_take_matches_a_row_number_reference(keys, running, per_key_limit, take):
     candidates = [(k, ("job", i)) for i, k in enumerate(keys)]
     got = partition_take(candidates, running, per_key_limit, take)
@@ -604,9 +635,13 @@ def test_partition_take_matches_a_row_number_reference(keys, running, per_key_li
 
 
 @settings(max_examples=150, deadline=None)
-@given(allowed=st.integers(1, 30), period_s=st.integers(1, 5),
-       steps=st.lists(st.tuples(st.integers(1, 3 * US_PER_S), st.integers(0, 12), st.integers(1, 4)),
-                      min_size=1, max_size=25))
+@given(
+    allowed=st.integers(1, 30),
+    period_s=st.integers(1, 5),
+    steps=st.lists(
+        st.tuples(st.integers(1, 3 * US_PER_S), st.integers(0, 12), st.integers(1, 4)), min_size=1, max_size=25
+    ),
+)
 def test_replayed_claims_obey_the_proved_bounds(allowed, period_s, steps):
     """Random claim timelines through the Python functions: every window count <= allowed, the true
     sliding count <= 2*allowed, and right after an admitting claim <= A + ceil(P*e/T - 1/2)."""

@@ -9,6 +9,7 @@ observed, not guessed: every case runs on the in-memory model through a recordin
 coverage is read from properties/stateful.py with `ast`: the operation classes each @rule (or
 @initialize) method names, following the machine's own helper methods it calls.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,12 @@ def _members(tp: object) -> set[type]:
 
 def vocabulary() -> set[type]:
     classes = {
-        obj for module in (ops, w) for name, obj in vars(module).items()
-        if inspect.isclass(obj) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
+        obj
+        for module in (ops, w)
+        for name, obj in vars(module).items()
+        if inspect.isclass(obj)
+        and dataclasses.is_dataclass(obj)
+        and obj.__module__ == module.__name__
         and not name.startswith("_")
     }
     results: set[type] = set()
@@ -44,8 +49,13 @@ def vocabulary() -> set[type]:
         results |= _members(typing.get_type_hints(handler, vars(model_store)).get("return"))
     grown = True
     while grown:  # a result's fields hold results too (Enqueued holds Inserted | Duplicate)
-        inner = {m for r in results if dataclasses.is_dataclass(r)
-                 for hint in typing.get_type_hints(r, vars(inspect.getmodule(r))).values() for m in _members(hint)}
+        inner = {
+            m
+            for r in results
+            if dataclasses.is_dataclass(r)
+            for hint in typing.get_type_hints(r, vars(inspect.getmodule(r))).values()
+            for m in _members(hint)
+        }
         grown = not inner <= results
         results |= inner
     candidates = classes - results
@@ -54,7 +64,9 @@ def vocabulary() -> set[type]:
         for hint in typing.get_type_hints(op, vars(inspect.getmodule(op))).values():
             inputs |= _members(hint)
     # an input value carries no `now` of its own (JobSpec, Backoff, Succeed…); Ack inside AckMany does
-    return candidates - {i for i in inputs if dataclasses.is_dataclass(i) and "now" not in {f.name for f in dataclasses.fields(i)}}
+    return candidates - {
+        i for i in inputs if dataclasses.is_dataclass(i) and "now" not in {f.name for f in dataclasses.fields(i)}
+    }
 
 
 class _Recorder:
@@ -119,8 +131,7 @@ def stateful_coverage(source: str) -> set[str]:
 def test_the_vocabulary_is_found_from_the_dataclasses():
     vocab = vocabulary()
     assert {ops.Enqueue, ops.Cancel, w.Claim, w.Ack, w.RecordStep, w.Prune, ops.ReadJob} <= vocab
-    assert not {ops.JobSpec, ops.WorkflowMember, w.Backoff, w.Succeed, w.Fail, ops.Inserted, w.Stale,
-                w.Claimed} & vocab
+    assert not {ops.JobSpec, ops.WorkflowMember, w.Backoff, w.Succeed, w.Fail, ops.Inserted, w.Stale, w.Claimed} & vocab
 
 
 def test_every_operation_has_a_model_handler_a_store_handler_a_conformance_case_and_a_stateful_rule():
@@ -129,18 +140,21 @@ def test_every_operation_has_a_model_handler_a_store_handler_a_conformance_case_
     covered_by_rules = stateful_coverage((ROOT / "properties" / "stateful.py").read_text())
     missing = {
         op.__name__: [
-            what for what, ok in (
+            what
+            for what, ok in (
                 ("model handler (model/store.py HANDLERS)", op in model_store.HANDLERS),
                 ("store handler (impl/store.py _HANDLERS)", op in pg_store._HANDLERS),
                 ("conformance case (properties/conformance/)", op in covered_by_cases),
                 ("stateful rule (properties/stateful.py)", op.__name__ in covered_by_rules),
-            ) if not ok
+            )
+            if not ok
         ]
         for op in sorted(vocab, key=lambda c: c.__name__)
     }
     missing = {k: v for k, v in missing.items() if v}
     assert not missing, "operations missing a piece of docs/architecture.md's checklist:\n" + "\n".join(
-        f"  {name}: {', '.join(v)}" for name, v in sorted(missing.items()))
+        f"  {name}: {', '.join(v)}" for name, v in sorted(missing.items())
+    )
 
 
 def test_the_stateful_scan_follows_helpers_and_ignores_undecorated_methods():

@@ -1,4 +1,5 @@
 """bench.peers runs end to end on a tiny workload (the figures themselves belong to bench runs)."""
+
 from __future__ import annotations
 
 import importlib.util

@@ -7,6 +7,7 @@ running" is checked exactly, even with other PostgreSQL clusters running on the 
 Asserted for each case: the exit status (1 failure, 2 usage), a short message on stderr naming the
 problem, no "Traceback", and no process left behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,15 @@ def _env(**extra: str) -> dict[str, str]:
 def reaped(argv: list[str], tmp_path: Path, *, timeout: float = 60, env: dict[str, str] | None = None) -> Run:
     report = tmp_path / f"reaper-{uuid.uuid4().hex[:6]}.json"
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", REAPER, *argv], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env={**(env or _env()), "REAPER_REPORT": str(report)}, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, "-c", REAPER, *argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**(env or _env()), "REAPER_REPORT": str(report)},
+        stdin=subprocess.DEVNULL,
+    )
     result = json.loads(report.read_text())
     return Run(result["rc"], done.stdout, done.stderr, result["left"], time.monotonic() - started)
 
@@ -131,10 +139,13 @@ def password_user(server: str) -> Iterator[str]:
         if not os.access(hba, os.W_OK):
             pytest.skip(f"cannot add a password rule to {hba} on this server")
         name = f"pw_{uuid.uuid4().hex[:6]}"
-        c.execute(psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'right-password'").format(psycopg.sql.Identifier(name)))
+        c.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD 'right-password'").format(psycopg.sql.Identifier(name))
+        )
         original = Path(hba).read_text()
-        Path(hba).write_text(f"host all {name} 127.0.0.1/32 scram-sha-256\nhost all {name} ::1/128 scram-sha-256\n"
-                             + original)
+        Path(hba).write_text(
+            f"host all {name} 127.0.0.1/32 scram-sha-256\nhost all {name} ::1/128 scram-sha-256\n" + original
+        )
         c.execute("SELECT pg_reload_conf()")
     try:
         yield name
@@ -150,8 +161,10 @@ def bad_databases(server: str, password_user: str, blank_db_url: str) -> dict[st
     """name → (URL, patterns the message must contain)."""
     return {
         "refused": (REFUSED, [r"cannot connect to postgresql://belay:\*\*\*@127\.0\.0\.1:1/belay", "refused"]),
-        "wrong password": (_with(server, user=password_user, password="wrong-password"),
-                           [r"refused the user name or password", re.escape(password_user)]),
+        "wrong password": (
+            _with(server, user=password_user, password="wrong-password"),
+            [r"refused the user name or password", re.escape(password_user)],
+        ),
         "missing database": (_with(server, path="/no_such_db_here"), [r"'no_such_db_here' does not exist"]),
         "malformed": ("postgresql://belay:s3cret-pw@[::1", [r"malformed database URL"]),
         "no schema": (blank_db_url, [r"no Belay schema|incompatible Belay schema", r"belay migrate"]),
@@ -246,8 +259,10 @@ def _lines(text: str, pattern: str) -> list[str]:
 
 
 def test_worker_gives_up_only_when_asked_and_says_so_once(tmp_path):
-    run = reaped(belay("worker", "--app", "tests.apps.runtime_app", "--database-url", REFUSED,
-                       "--exit-on-unreachable", "3"), tmp_path)
+    run = reaped(
+        belay("worker", "--app", "tests.apps.runtime_app", "--database-url", REFUSED, "--exit-on-unreachable", "3"),
+        tmp_path,
+    )
     assert_clean_failure(run, 1, "gave up after")
     assert len(_lines(run.stderr, "waiting for the database")) == 1, run  # one line per change, not per attempt
     assert run.seconds >= 3, run  # it waited for the limit before giving up
@@ -275,9 +290,18 @@ def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
         log = tmp_path / "worker.log"
         report = tmp_path / "reaper.json"
         with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, "-c", REAPER, *belay(
-                "worker", "--app", "tests.apps.runtime_app", "--database-url", url, "--lease-ttl", "3")],
-                stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env={**_env(), "REAPER_REPORT": str(report)})
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    REAPER,
+                    *belay("worker", "--app", "tests.apps.runtime_app", "--database-url", url, "--lease-ttl", "3"),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=ROOT,
+                env={**_env(), "REAPER_REPORT": str(report)},
+            )
             try:
                 _wait_for(lambda: "waiting for the database" in log.read_text(), 30, "the waiting line")
                 cluster.start()
@@ -312,8 +336,14 @@ def _spawn_reaped(argv: list[str], tmp_path: Path, env: dict[str, str] | None = 
     log = tmp_path / f"out-{uuid.uuid4().hex[:6]}.log"
     report = tmp_path / f"reaper-{uuid.uuid4().hex[:6]}.json"
     out = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-c", REAPER, *argv], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env={**(env or _env()), "REAPER_REPORT": str(report)}, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", REAPER, *argv],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env={**(env or _env()), "REAPER_REPORT": str(report)},
+        stdin=subprocess.DEVNULL,
+    )
     return proc, log, report, out
 
 
@@ -340,15 +370,31 @@ def test_belay_db_stops_its_cluster_on_a_signal(signum, tmp_path):
 
 def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
     test_file = tmp_path / "test_blocks.py"
-    test_file.write_text(textwrap.dedent("""
+    test_file.write_text(
+        textwrap.dedent("""
         import time
         def test_blocks(db_url):
             print("READY", flush=True)
             time.sleep(120)
-    """))
+    """)
+    )
     proc, log, report, out = _spawn_reaped(
-        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", "-p", "conftest", str(test_file),
-         "--rootdir", str(ROOT)], tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-s",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "conftest",
+            str(test_file),
+            "--rootdir",
+            str(ROOT),
+        ],
+        tmp_path,
+    )
     try:
         _wait_for(lambda: "READY" in log.read_text(), 120, "the test to start")
         os.kill(_child_pid(report), signal.SIGTERM)
@@ -369,21 +415,45 @@ def _soak_env() -> dict[str, str]:
 
 
 def test_the_soak_on_a_refused_database_says_so_in_one_line_and_checks_nothing(tmp_path):
-    run = reaped([str(ROOT / "soak" / "run.sh"), "--database-url", REFUSED, "--report", str(tmp_path / "reports"),
-                  "--no-progress"], tmp_path, env=_soak_env())
+    run = reaped(
+        [
+            str(ROOT / "soak" / "run.sh"),
+            "--database-url",
+            REFUSED,
+            "--report",
+            str(tmp_path / "reports"),
+            "--no-progress",
+        ],
+        tmp_path,
+        env=_soak_env(),
+    )
     assert run.rc == 3, run  # soak/run.sh's documented code for "the harness could not run"
     assert "Traceback" not in run.stderr + run.stdout, run
     assert run.left == [], run
-    assert re.search(r"soak: error: cannot connect to postgresql://belay:\*\*\*@127\.0\.0\.1:1/belay: connection refused",
-                     run.stderr), run
+    assert re.search(
+        r"soak: error: cannot connect to postgresql://belay:\*\*\*@127\.0\.0\.1:1/belay: connection refused", run.stderr
+    ), run
     assert "s3cret-pw" not in run.stderr + run.stdout
 
 
 def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path):
     reports = tmp_path / "reports"
     proc, log, report, out = _spawn_reaped(
-        [str(ROOT / "soak" / "run.sh"), "--workers", "2", "--duration", "120", "--no-progress",
-         "--report", str(reports), "--seed", "1"], tmp_path, env=_soak_env())
+        [
+            str(ROOT / "soak" / "run.sh"),
+            "--workers",
+            "2",
+            "--duration",
+            "120",
+            "--no-progress",
+            "--report",
+            str(reports),
+            "--seed",
+            "1",
+        ],
+        tmp_path,
+        env=_soak_env(),
+    )
     try:
         # the faults phase: workers are running and have logged
         _wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")

@@ -3,6 +3,7 @@ its --json output, and its refusal paths — unknown ids, retrying a non-termina
 clear message, the documented exit code (1 refused, 2 usage) and nothing changed (a whole-database
 snapshot compared before and after).
 """
+
 from __future__ import annotations
 
 import json
@@ -114,7 +115,10 @@ def test_jobs_show_prints_the_journal_with_attempts_costs_events_children_and_si
     shown = out(belay(db_url, "jobs", "show", str(ran_pipeline), "--json"))
     assert shown["job"]["state"] == "succeeded" and shown["job"]["result"] == {"total": 42, "children": 2}
     assert [(s["name"], s["usd_micros"], s["tokens"]) for s in shown["steps"]] == [
-        ("fetch", 100, 7), ("$spawn:pages", 0, 0), ("summarize", 150, 10)]
+        ("fetch", 100, 7),
+        ("$spawn:pages", 0, 0),
+        ("summarize", 150, 10),
+    ]
     assert shown["cost"] == {"usd_micros": 250, "tokens": 17}
     assert shown["attempts"][-1] == {"attempt": len(shown["attempts"]), "ended": "succeeded", "errors": []}
     assert {e["payload"]["progress"] for e in shown["events"]} == {0.5}
@@ -131,8 +135,10 @@ def test_reading_an_unknown_job_is_refused_with_exit_1(pipeline_db):
         assert result.exit_code == 1 and "job 999 does not exist" in result.stderr, args
     refused = belay(db_url, "steps", "999", "--json")
     assert refused.exit_code == 1
-    assert json.loads(refused.stdout) == {"error": "job 999 does not exist (it may have been pruned)",
-                                              "refused": "not_found"}
+    assert json.loads(refused.stdout) == {
+        "error": "job 999 does not exist (it may have been pruned)",
+        "refused": "not_found",
+    }
 
 
 def test_usage_errors_exit_2(pipeline_db):
@@ -179,8 +185,9 @@ def test_retry_re_readies_a_failed_job_and_refuses_a_non_terminal_one(db_url, cl
     with unchanged(db_url):
         again = belay(db_url, "retry", str(job_id))
         assert again.exit_code == 1
-        assert f"job {job_id} is ready: only failed or cancelled jobs can be retried; nothing was changed" \
-            in again.stderr
+        assert (
+            f"job {job_id} is ready: only failed or cancelled jobs can be retried; nothing was changed" in again.stderr
+        )
         assert belay(db_url, "retry", "999").exit_code == 1
         refused = belay(db_url, "retry", str(job_id), "--json")
         assert refused.exit_code == 1 and json.loads(refused.stdout)["refused"] == "not_retryable"
@@ -226,10 +233,31 @@ def test_steer_sends_a_steer_message_and_refuses_unknown_jobs_and_bad_json(db_ur
 
 def test_queue_put_show_pause_and_resume_keep_each_others_options(db_url, client):
     client.enqueue("ai", "k")
-    put = out(belay(db_url, "queue", "put", "ai", "--limit", "20", "--limit-min", "2", "--global-limit", "5",
-                    "--rate", "100/60", "--partition", "input.tenant", "--json"))
-    opts = {"limit": {"min": 2, "max": 20}, "global_limit": 5, "rate": {"allowed": 100, "period": 60},
-            "partition": {"field": "input", "key": "tenant"}}
+    put = out(
+        belay(
+            db_url,
+            "queue",
+            "put",
+            "ai",
+            "--limit",
+            "20",
+            "--limit-min",
+            "2",
+            "--global-limit",
+            "5",
+            "--rate",
+            "100/60",
+            "--partition",
+            "input.tenant",
+            "--json",
+        )
+    )
+    opts = {
+        "limit": {"min": 2, "max": 20},
+        "global_limit": 5,
+        "rate": {"allowed": 100, "period": 60},
+        "partition": {"field": "input", "key": "tenant"},
+    }
     assert put == {"name": "ai", "opts": opts, "paused": False}
     assert out(belay(db_url, "queue", "pause", "ai", "--json"))["opts"] == {**opts, "paused": True}
     assert out(belay(db_url, "queue", "put", "ai", "--limit", "3", "--json"))["opts"] == {"limit": 3, "paused": True}
@@ -251,9 +279,14 @@ def test_prune_dry_run_reports_exactly_what_prune_then_deletes(db_url, client, r
     client.cancel(client.enqueue("p", "k").id)
     client.enqueue("p", "k")  # incomplete: never pruned
     # A terminal member of a workflow that is still settling is kept (its held dependent needs it).
-    wf = client.enqueue_workflow("wf", [WorkflowMember("a", JobSpec("p", "k")),
-                                        WorkflowMember("b", JobSpec("p", "k"), deps=("a",)),
-                                        WorkflowMember("c", JobSpec("p", "k"))])
+    wf = client.enqueue_workflow(
+        "wf",
+        [
+            WorkflowMember("a", JobSpec("p", "k")),
+            WorkflowMember("b", JobSpec("p", "k"), deps=("a",)),
+            WorkflowMember("c", JobSpec("p", "k")),
+        ],
+    )
     client.cancel(dict(wf.ids)["a"])  # a cancelled, b doomed (cancelled), c still ready
     assert client.job(dict(wf.ids)["b"]).state == "cancelled"
     with unchanged(db_url):

@@ -1,5 +1,6 @@
 """The Client SDK surface: clock injection, compatibility at startup, await_result (listening and
 polling), and the CLI commands."""
+
 from __future__ import annotations
 
 import json
@@ -25,10 +26,14 @@ def complete_like_a_worker(db_url: str, job_id: int, value, *, notify: bool, del
     def run() -> None:
         time.sleep(delay)  # let the waiter start waiting first; correctness does not depend on it
         with psycopg.connect(db_url, autocommit=True) as c, c.transaction():
-            c.execute("UPDATE belay_jobs SET state = 'succeeded', result = %s, finished_at = inserted_at WHERE id = %s",
-                      (encode(value), job_id))
+            c.execute(
+                "UPDATE belay_jobs SET state = 'succeeded', result = %s, finished_at = inserted_at WHERE id = %s",
+                (encode(value), job_id),
+            )
             if notify:
-                c.execute("SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), json.dumps({"t": "r", "id": job_id})))
+                c.execute(
+                    "SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), json.dumps({"t": "r", "id": job_id}))
+                )
 
     t = threading.Thread(target=run)
     t.start()
@@ -125,8 +130,9 @@ def test_cli_db_starts_an_embedded_cluster_prints_its_url_and_stops_on_sigterm()
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "impl.cli", "db"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "impl.cli", "db"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         ready = proc.stdout.readline()
         assert "embedded PostgreSQL ready" in ready, ready + proc.stderr.read()

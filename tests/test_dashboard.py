@@ -4,6 +4,7 @@ action endpoints (bearer token, sessions, CSRF, Origin), the bind rule, and inpu
 Served by uvicorn on a fresh database per test and read with httpx; the browser-level behaviour is
 in test_dashboard_browser.py.
 """
+
 from __future__ import annotations
 
 import re
@@ -86,26 +87,40 @@ def test_capped_tile_counts_equal_the_exact_counts_below_the_cap_and_are_marked_
         assert all(not t.capped for t in bounded)
         tight = {t.queue: t for t in q.tiles(conn, NOW, indexed=True, cap=2, terminal_cap=1)}
     emails = tight["emails"]
-    assert emails.counts == {s: min(n, 1 if s in ("succeeded", "failed", "cancelled") else 2)
-                             for s, n in exact["emails"].items()}
-    assert emails.capped == {s for s, n in exact["emails"].items() if n >= (1 if s in ("succeeded", "failed", "cancelled") else 2)}
+    assert emails.counts == {
+        s: min(n, 1 if s in ("succeeded", "failed", "cancelled") else 2) for s, n in exact["emails"].items()
+    }
+    assert emails.capped == {
+        s for s, n in exact["emails"].items() if n >= (1 if s in ("succeeded", "failed", "cancelled") else 2)
+    }
 
 
 def test_the_index_variants_are_additive_idempotent_and_used_by_the_tiles(db_url):
     q = DashboardQueries()
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, finished_at) "
-                     "SELECT 'q' || (g %% 3), 'w', CASE WHEN g %% 10 = 0 THEN 'ready' ELSE 'succeeded' END, %(t)s, %(t)s, "
-                     "%(t)s - make_interval(secs => g) FROM generate_series(1, 20000) g", {"t": SEEDED})
+        conn.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, finished_at) "
+            "SELECT 'q' || (g %% 3), 'w', CASE WHEN g %% 10 = 0 THEN 'ready' ELSE 'succeeded' END, %(t)s, %(t)s, "
+            "%(t)s - make_interval(secs => g) FROM generate_series(1, 20000) g",
+            {"t": SEEDED},
+        )
         assert sorted(q.ensure_indexes(conn)) == sorted(INDEXES)
         assert q.ensure_indexes(conn) == []
         conn.execute("ANALYZE belay_jobs")
         assert conn.execute("SELECT version FROM belay_meta").fetchone()[0] == 3
-        plan = "\n".join(r[0] for r in conn.execute(
-            psycopg.sql.SQL("EXPLAIN ") + q.q("dash_pair_counts"), {"cap": 10, "terminal_cap": 10}))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                psycopg.sql.SQL("EXPLAIN ") + q.q("dash_pair_counts"), {"cap": 10, "terminal_cap": 10}
+            )
+        )
         assert "belay_jobs_dash_queue_state_idx" in plan and "Seq Scan" not in plan, plan
-        plan = "\n".join(r[0] for r in conn.execute(
-            psycopg.sql.SQL("EXPLAIN ") + q.q("dash_finished_since"), {"since": SEEDED - timedelta(minutes=1)}))
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                psycopg.sql.SQL("EXPLAIN ") + q.q("dash_finished_since"), {"since": SEEDED - timedelta(minutes=1)}
+            )
+        )
         assert "belay_jobs_prune_idx" in plan and "Seq Scan" not in plan, plan
         query, params = q.jobs_page_query(JobFilter(state="held"), None)
         plan = "\n".join(r[0] for r in conn.execute(psycopg.sql.SQL("EXPLAIN ") + query, {**params, "limit": 51}))
@@ -119,8 +134,11 @@ def test_actions_with_the_bearer_token_apply_the_client_operations(db_url, world
         assert r.status_code == 303 and "cancelled" in r.headers["location"]
         r = http.post(f"/jobs/{world.held_job}/retry", headers=auth)
         assert r.status_code == 303 and "retried" in r.headers["location"]
-        r = http.post("/signals", headers=auth, data={"scope": "orders", "name": "paid", "payload": '{"amount": 3}',
-                                                       "back": "//evil.example/x"})
+        r = http.post(
+            "/signals",
+            headers=auth,
+            data={"scope": "orders", "name": "paid", "payload": '{"amount": 3}', "back": "//evil.example/x"},
+        )
         assert r.status_code == 303 and r.headers["location"].startswith("/?msg=")  # never an open redirect
         r = http.post(f"/jobs/{world.ready_job}/steer", headers=auth, data={"payload": '{"hint": "<shorter>"}'})
         assert r.status_code == 303
@@ -143,7 +161,9 @@ def test_a_session_acts_only_with_its_csrf_token_and_from_its_own_origin(db_url,
         assert http.post("/login", data={"token": TOKEN}).status_code == 303
         page = http.get(f"/jobs/{world.held_job}").text
         csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
-        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf}, headers={"Origin": "http://evil.example"})
+        r = http.post(
+            f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf}, headers={"Origin": "http://evil.example"}
+        )
         assert r.status_code == 403 and "cross-origin" in r.text
         r = http.post(f"/jobs/{world.held_job}/cancel", data={})
         assert r.status_code == 403 and "CSRF" in r.text

@@ -7,6 +7,7 @@ what the database holds. Screenshots of each page go to reports/screenshots/dash
 like every run's artifacts; override with $BELAY_SCREENSHOTS); tests/artifacts/dashboard/ holds the
 screenshots of one run, committed for reference.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,9 +30,19 @@ playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright i
 expect = playwright_api.expect
 
 CHROMIUM = os.environ.get("BELAY_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SHOTS = Path(os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent.parent / "reports" / "screenshots" / "dashboard"))
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SHOTS = Path(
+    os.environ.get("BELAY_SCREENSHOTS", Path(__file__).parent.parent / "reports" / "screenshots" / "dashboard")
+)
 SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 NOW = SEEDED + timedelta(seconds=60)  # the dashboard's clock: the seeded jobs finished within the last minute
 TOKEN = "s3cret-dashboard-token"
@@ -82,7 +93,9 @@ def shot(page, name: str) -> None:
 
 def db_counts(db_url, queue: str) -> dict[str, int]:
     with psycopg.connect(db_url) as c:
-        return dict(c.execute("SELECT state, count(*) FROM belay_jobs WHERE queue = %s GROUP BY state", (queue,)).fetchall())
+        return dict(
+            c.execute("SELECT state, count(*) FROM belay_jobs WHERE queue = %s GROUP BY state", (queue,)).fetchall()
+        )
 
 
 def db_state(db_url, job_id: int) -> tuple[str, bool]:
@@ -121,9 +134,13 @@ def test_tiles_show_the_database_counts_and_update_when_a_job_finishes(db_url, w
 def test_filtering_the_job_list_by_state_lists_exactly_the_jobs_in_that_state(db_url, world, page):
     with serve(db_url) as base:
         page.goto(base + "/jobs")
-        expect(page.locator("tr.job-row")).to_have_count(sum(db_counts(db_url, q).get(s, 0) for q in ("emails", "llm", "etl", "manual")
-                                                             for s in ("ready", "running", "awaiting", "held", "paused",
-                                                                       "succeeded", "failed", "cancelled")))
+        expect(page.locator("tr.job-row")).to_have_count(
+            sum(
+                db_counts(db_url, q).get(s, 0)
+                for q in ("emails", "llm", "etl", "manual")
+                for s in ("ready", "running", "awaiting", "held", "paused", "succeeded", "failed", "cancelled")
+            )
+        )
         page.select_option('select[name="state"]', "failed")
         page.click('form#filters button[type="submit"]')
         page.wait_for_url("**/jobs?*state=failed*")
@@ -170,18 +187,24 @@ def test_a_workflow_renders_as_an_svg_with_one_node_per_member_in_its_state(db_u
         page.locator("tr.job-row a", has_text=world.workflow_id).first.click()
         nodes = page.locator("#dag g.node")
         with psycopg.connect(db_url) as c:
-            members = dict(c.execute("SELECT wf_name, state FROM belay_jobs WHERE workflow_id = %s",
-                                     (world.workflow_id,)).fetchall())
+            members = dict(
+                c.execute(
+                    "SELECT wf_name, state FROM belay_jobs WHERE workflow_id = %s", (world.workflow_id,)
+                ).fetchall()
+            )
         expect(nodes).to_have_count(len(members))
         shown = dict(nodes.evaluate_all("ns => ns.map(n => [n.dataset.member, n.dataset.state])"))
         assert shown == members
-        fills = dict(nodes.evaluate_all("ns => ns.map(n => [n.dataset.member, n.querySelector('rect').getAttribute('fill')])"))
+        fills = dict(
+            nodes.evaluate_all("ns => ns.map(n => [n.dataset.member, n.querySelector('rect').getAttribute('fill')])")
+        )
         assert fills == {m: STATE_COLOURS[s] for m, s in members.items()}
         doomed = set(nodes.evaluate_all("ns => ns.filter(n => n.dataset.doomed === 'yes').map(n => n.dataset.member)"))
         assert doomed == {"notify", "archive"}  # fetch failed and neither ignores it
         expect(page.locator('#dag g.node[data-member="report"]')).to_contain_text("ignores failed")
         expect(page.locator('#dag path.edge[data-source="fetch"][data-target="report"]')).to_have_attribute(
-            "stroke-dasharray", "5 4")
+            "stroke-dasharray", "5 4"
+        )
         expect(page.locator("h1")).to_contain_text("wf-<b>nightly</b>")  # the id is text, not markup
         shot(page, "workflow")
         page.locator('#dag g.node[data-member="fetch"]').click()
@@ -194,15 +217,21 @@ def test_a_tokenless_dashboard_has_no_controls_and_refuses_a_forged_post(db_url,
         page.goto(f"{base}/jobs/{world.held_job}")
         expect(page.locator("#mode")).to_have_text("read-only (no token)")
         expect(page.locator("#actions")).to_have_count(0)
-        expect(page.locator("form[action$='/cancel'], form[action$='/retry'], form[action='/signals']")).to_have_count(0)
+        expect(page.locator("form[action$='/cancel'], form[action$='/retry'], form[action='/signals']")).to_have_count(
+            0
+        )
         # a cross-site page auto-submitting a form at the dashboard
         page.goto("about:blank")
-        page.set_content(f'<form id="f" method="post" action="{base}/jobs/{world.held_job}/cancel">'
-                         f'<input name="csrf_token" value="guess"></form>')
+        page.set_content(
+            f'<form id="f" method="post" action="{base}/jobs/{world.held_job}/cancel">'
+            f'<input name="csrf_token" value="guess"></form>'
+        )
         with page.expect_navigation():
             page.evaluate("document.getElementById('f').submit()")
         expect(page.locator("body")).to_contain_text("read-only")
-        response = page.request.post(f"{base}/jobs/{world.held_job}/cancel", headers={"Authorization": "Bearer anything"})
+        response = page.request.post(
+            f"{base}/jobs/{world.held_job}/cancel", headers={"Authorization": "Bearer anything"}
+        )
         assert response.status == 403
         assert "started without a token" in response.text()
         assert db_state(db_url, world.held_job) == ("held", False)
@@ -262,9 +291,11 @@ def test_html_in_a_jobs_input_and_error_is_shown_as_text_and_never_runs(db_url, 
 def test_the_reports_page_lists_soak_runs_and_links_each_report(db_url, page, tmp_path):
     run = tmp_path / "20261130-120000-abc"
     run.mkdir()
-    (run / "results.json").write_text('{"run_id": "20261130-120000-abc", "verdict": "valid", "exit_code": 0, '
-                                      '"stats": {"jobs_in_database": 1234}, "faults": {"kill -9": 7, "SIGSTOP": 0}, '
-                                      '"meta": {"elapsed_seconds": 93.5, "worker": "soak/reference-worker", "workers": 3}}')
+    (run / "results.json").write_text(
+        '{"run_id": "20261130-120000-abc", "verdict": "valid", "exit_code": 0, '
+        '"stats": {"jobs_in_database": 1234}, "faults": {"kill -9": 7, "SIGSTOP": 0}, '
+        '"meta": {"elapsed_seconds": 93.5, "worker": "soak/reference-worker", "workers": 3}}'
+    )
     (run / "report.html").write_text("<html><body><h1>Belay soak 20261130-120000-abc: VALID</h1></body></html>")
     with serve(db_url, reports_dir=tmp_path) as base:
         page.goto(base + "/reports")

@@ -1,5 +1,6 @@
 """§5 enqueueing: batch insert, the required defaults, uniqueness modes, duplicates, transactional
 enqueue and the pg_notify wake-up, and bad input refused with nothing changed."""
+
 from __future__ import annotations
 
 import threading
@@ -269,9 +270,18 @@ def test_a_naive_now_is_refused():
 
 
 def test_queue_options_are_validated_and_unknown_ones_refused(store, conn, now):
-    store.apply(ops.PutQueue(now, "ai", {"limit": {"min": 2, "max": 50}, "global_limit": 10,
-                                          "rate": {"allowed": 100, "period": 60, "estimate": 2},
-                                          "partition": {"field": "input", "key": "tenant"}}))
+    store.apply(
+        ops.PutQueue(
+            now,
+            "ai",
+            {
+                "limit": {"min": 2, "max": 50},
+                "global_limit": 10,
+                "rate": {"allowed": 100, "period": 60, "estimate": 2},
+                "partition": {"field": "input", "key": "tenant"},
+            },
+        )
+    )
     assert conn.execute("SELECT opts->'limit'->>'max' FROM belay_queues WHERE name = 'ai'").fetchone()[0] == "50"
     for bad, message in [
         ({"global_limt": 5}, r"unknown queue options \['global_limt'\]"),
@@ -317,11 +327,15 @@ def test_a_workflow_of_ten_thousand_members_enqueues_in_one_call(store, conn, no
     from model.ops import EnqueueWorkflow, WorkflowMember
 
     members = [WorkflowMember("m0", JobSpec(queue="wf", worker="noop"))]
-    members += [WorkflowMember(f"m{i}", JobSpec(queue="wf", worker="noop"), deps=(f"m{i - 1}",), ignore=("failed",))
-                for i in range(1, 10_000)]
+    members += [
+        WorkflowMember(f"m{i}", JobSpec(queue="wf", worker="noop"), deps=(f"m{i - 1}",), ignore=("failed",))
+        for i in range(1, 10_000)
+    ]
     result = store.apply(EnqueueWorkflow(now, "big", tuple(members)))
     assert len(result.ids) == 10_000
-    states = dict(conn.execute("SELECT state, count(*) FROM belay_jobs WHERE workflow_id = 'big' GROUP BY 1").fetchall())
+    states = dict(
+        conn.execute("SELECT state, count(*) FROM belay_jobs WHERE workflow_id = 'big' GROUP BY 1").fetchall()
+    )
     assert states == {"ready": 1, "held": 9_999}
     deps, ignore = conn.execute("SELECT wf_deps, wf_ignore FROM belay_jobs WHERE wf_name = 'm7'").fetchone()
     assert deps == ["m6"] and ignore == ["failed"]

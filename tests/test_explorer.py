@@ -5,6 +5,7 @@ Shortest is checked independently of the explorer's breadth-first search: by a d
 of every schedule up to one statement shorter (safety and deadlock), and by networkx's own shortest
 paths over the state graph (liveness).
 """
+
 from __future__ import annotations
 
 import networkx as nx
@@ -104,8 +105,12 @@ def test_the_r1_counterexample_is_both_last_children_counting_each_other_incompl
     cx = result.counterexample
     assert [(t.actor, t.statement, t.note) for t in cx.trace] == R1_TRACE
     assert cx.stuck_from == 3  # after the second count, no schedule can wake P any more
-    assert dict(cx.trace[-1].committed) == {"P": "awaiting", "C1": "succeeded", "C2": "succeeded",
-                                            "sig(job:P,$children)": "absent"}
+    assert dict(cx.trace[-1].committed) == {
+        "P": "awaiting",
+        "C1": "succeeded",
+        "C2": "succeeded",
+        "sig(job:P,$children)": "absent",
+    }
     text = format_trace(cx)
     assert "✗4  C2     count_siblings  count = 1 → not the last: no signal" in text
     assert "liveness violation of i9_awaiters_eventually_run" in text
@@ -161,8 +166,9 @@ def _violates_within(s: Scenario, depth: int) -> bool:
     return dfs(s.initial, depth)
 
 
-@pytest.mark.parametrize("key", [k for k, v in SHORTEST.items() if v[0] != "liveness"],
-                         ids=lambda k: "/".join(map(str, k)))
+@pytest.mark.parametrize(
+    "key", [k for k, v in SHORTEST.items() if v[0] != "liveness"], ids=lambda k: "/".join(map(str, k))
+)
 def test_safety_and_deadlock_counterexamples_are_the_shortest_possible(key):
     name, variant, size = key
     s = scenario(name, variant, size)
@@ -263,8 +269,9 @@ def _two_lockers(reverse: bool) -> Scenario:
         return p.build(name)
 
     actors = (locker(0, 1, "A"), locker(1, 0, "B") if reverse else locker(0, 1, "B"))
-    return Scenario("planted", "reverse" if reverse else "ordered", "two lockers", "", layout,
-                    layout.initial({"x": 0}), actors)
+    return Scenario(
+        "planted", "reverse" if reverse else "ordered", "two lockers", "", layout, layout.initial({"x": 0}), actors
+    )
 
 
 def test_a_planted_lock_cycle_is_found_as_a_deadlock_and_the_ordered_version_is_valid():
@@ -297,8 +304,16 @@ def _waiter(with_waker: bool, daemon_waker: bool = False) -> Scenario:
             q = Program().sql("set", "UPDATE x", lambda tx: tx.write(0, 1)).commit(then="start")
         actors.append(q.build("waker", daemon=daemon_waker))
     actors.append(noise)
-    return Scenario("planted", "waiter", "waiter", "", layout, layout.initial({"x": 0}), tuple(actors),
-                    liveness=(Liveness("w_runs", "W eventually runs", lambda v: v.pc("W") == 1),))
+    return Scenario(
+        "planted",
+        "waiter",
+        "waiter",
+        "",
+        layout,
+        layout.initial({"x": 0}),
+        tuple(actors),
+        liveness=(Liveness("w_runs", "W eventually runs", lambda v: v.pc("W") == 1),),
+    )
 
 
 def test_liveness_flags_a_waiter_nobody_wakes_even_while_a_daemon_keeps_moving():
@@ -314,8 +329,16 @@ def test_liveness_holds_when_a_waker_is_always_still_possible(daemon):
 
 def test_a_safety_violation_in_the_initial_state_is_reported_with_an_empty_trace():
     s = _two_lockers(reverse=False)
-    s = Scenario(s.name, s.variant, s.title, "", s.layout, s.initial, s.actors,
-                 invariants=(Invariant("never", "never holds", lambda v: "always false"),))
+    s = Scenario(
+        s.name,
+        s.variant,
+        s.title,
+        "",
+        s.layout,
+        s.initial,
+        s.actors,
+        invariants=(Invariant("never", "never holds", lambda v: "always false"),),
+    )
     result = explore(s)
     assert result.verdict == "invalid" and result.counterexample.trace == ()
 

@@ -4,6 +4,7 @@ Faults are real where that is cheap: errors raised by the server with the SQLSTA
 backend terminated under its client, a port nobody listens on. `with_retries` runs on an injected
 clock and sleep, so its backoff and give-up arithmetic is checked exactly and without waiting.
 """
+
 from __future__ import annotations
 
 import socket
@@ -32,26 +33,32 @@ def server_error(conn: psycopg.Connection, sqlstate: str) -> psycopg.Error:
 # --- is_transient ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sqlstate, cls", [
-    ("40001", errors.SerializationFailure),
-    ("40P01", errors.DeadlockDetected),
-    ("57P01", errors.AdminShutdown),
-    ("57P02", errors.CrashShutdown),
-    ("57P03", errors.CannotConnectNow),
-    ("08006", errors.ConnectionFailure),
-    ("53300", errors.TooManyConnections),
-])
+@pytest.mark.parametrize(
+    "sqlstate, cls",
+    [
+        ("40001", errors.SerializationFailure),
+        ("40P01", errors.DeadlockDetected),
+        ("57P01", errors.AdminShutdown),
+        ("57P02", errors.CrashShutdown),
+        ("57P03", errors.CannotConnectNow),
+        ("08006", errors.ConnectionFailure),
+        ("53300", errors.TooManyConnections),
+    ],
+)
 def test_faults_that_go_away_by_themselves_are_transient(conn, sqlstate, cls):
     exc = server_error(conn, sqlstate)
     assert isinstance(exc, cls) and exc.sqlstate == sqlstate
     assert is_transient(exc)
 
 
-@pytest.mark.parametrize("statement, cls", [
-    ("SELECT * FROM no_such_table", errors.UndefinedTable),
-    ("SELEC 1", errors.SyntaxError),
-    ("SELECT 1 / 0", errors.DivisionByZero),
-])
+@pytest.mark.parametrize(
+    "statement, cls",
+    [
+        ("SELECT * FROM no_such_table", errors.UndefinedTable),
+        ("SELEC 1", errors.SyntaxError),
+        ("SELECT 1 / 0", errors.DivisionByZero),
+    ],
+)
 def test_permanent_server_errors_are_not_transient(conn, statement, cls):
     exc = raised(conn, statement)
     assert isinstance(exc, cls)

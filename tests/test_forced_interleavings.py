@@ -19,6 +19,7 @@ variant fails is what shows the schedule actually reaches the race.
 The notebooks (notebooks/*.ipynb) import this module to show the same reproductions next to the
 explorer's traces.
 """
+
 from __future__ import annotations
 
 import threading
@@ -172,8 +173,11 @@ def _said(client: Client) -> str:
 
 
 def _errors(clients: dict[str, Client]) -> dict[str, str]:
-    return {n: f"{type(c.error).__name__}: {str(c.error).strip().splitlines()[0]}"
-            for n, c in clients.items() if c.error is not None}
+    return {
+        n: f"{type(c.error).__name__}: {str(c.error).strip().splitlines()[0]}"
+        for n, c in clients.items()
+        if c.error is not None
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -190,7 +194,8 @@ class CountGatedStore(PgStore):
                 continue
             incomplete = tx.cur.execute(
                 "SELECT count(*) AS n FROM belay_jobs WHERE parent_id = %s AND id <> %s "
-                "AND state NOT IN ('succeeded', 'failed', 'cancelled')", (parent, child),
+                "AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+                (parent, child),
             ).fetchone()["n"]
             if incomplete == 0:
                 last.append((child, parent))
@@ -310,10 +315,12 @@ def reproduce_r1(url: str, variant: str) -> Outcome:
     observer = psycopg.connect(url, autocommit=True)
     observed = []
     try:
-        with Pause("ack.after_update", thread="C1") as c1_acked, \
-             Pause("ack.after_update", thread="C2") as c2_acked, \
-             Pause("store.before_commit", thread="C1") as c1_commit, \
-             Pause("store.before_commit", thread="C2") as c2_commit:
+        with (
+            Pause("ack.after_update", thread="C1") as c1_acked,
+            Pause("ack.after_update", thread="C2") as c2_acked,
+            Pause("store.before_commit", thread="C1") as c1_commit,
+            Pause("store.before_commit", thread="C2") as c2_commit,
+        ):
             clients["C1"].start(_ack(c1))
             reached(c1_acked, clients["C1"])
             clients["C2"].start(_ack(c2))
@@ -335,9 +342,11 @@ def reproduce_r1(url: str, variant: str) -> Outcome:
     # I9 checked as if quiescent with no reconcile pass: the wake protocol alone must not strand anyone
     violations = [str(v) for v in i9_awaiters_eventually_run(state, quiescent=True)]
     observed.append("I9 checked with no reconcile pass: the wake protocol alone")
-    observed.append(f"parent {state.jobs[parent].state}, children "
-                    f"{', '.join(state.jobs[c].state for c in (c1, c2))}, "
-                    f"$children signal {'present' if (f'job:{parent}', '$children') in state.signals else 'absent'}")
+    observed.append(
+        f"parent {state.jobs[parent].state}, children "
+        f"{', '.join(state.jobs[c].state for c in (c1, c2))}, "
+        f"$children signal {'present' if (f'job:{parent}', '$children') in state.signals else 'absent'}"
+    )
     errs = _errors(clients)
     return Outcome("r1", variant, not violations and not errs, violations, observed, errs)
 
@@ -416,8 +425,7 @@ def reproduce_park_wake(url: str, variant: str) -> Outcome:
         observer.close()
         _close(clients)
     violations = [str(v) for v in i9_awaiters_eventually_run(state, quiescent=True)]
-    observed.append(f"W {state.jobs[job.id].state}, signal "
-                    f"{'present' if ('s', 'n') in state.signals else 'absent'}")
+    observed.append(f"W {state.jobs[job.id].state}, signal {'present' if ('s', 'n') in state.signals else 'absent'}")
     errs = _errors(clients)
     return Outcome("park_wake", variant, not violations and not errs, violations, observed, errs)
 
@@ -429,10 +437,19 @@ def _members_and_children(url: str) -> dict[str, int]:
     """Workflow wf (running roots m1, m2; held d with deps m1, m2) and a parent P awaiting its two
     running children k1, k2 — what two chunk workers' AckMany calls finish together."""
     with PgStore(url, notify=False) as store:
-        wf = dict(store.apply(ops.EnqueueWorkflow(NOW, "wf", (
-            WorkflowMember("m1", JobSpec("q", "member")), WorkflowMember("m2", JobSpec("q", "member")),
-            WorkflowMember("d", JobSpec("q", "dependent"), deps=("m1", "m2")),
-        ))).ids)
+        wf = dict(
+            store.apply(
+                ops.EnqueueWorkflow(
+                    NOW,
+                    "wf",
+                    (
+                        WorkflowMember("m1", JobSpec("q", "member")),
+                        WorkflowMember("m2", JobSpec("q", "member")),
+                        WorkflowMember("d", JobSpec("q", "dependent"), deps=("m1", "m2")),
+                    ),
+                )
+            ).ids
+        )
         store.apply(w.Claim(NOW, "q", "setup", 2))
     parent, (k1, k2) = _parent_with_children(url, 2, park=True)
     return {"m1": wf["m1"], "m2": wf["m2"], "d": wf["d"], "P": parent, "k1": k1, "k2": k2}
@@ -480,9 +497,18 @@ def reproduce_settlement(url: str, variant: str) -> Outcome:
     while its dep a is still failed. Here with a's retry racing: it waits on the workflow lock, then
     stops before its own commit, so a is still failed when the worker claims."""
     with PgStore(url, notify=False) as store:
-        wf = dict(store.apply(ops.EnqueueWorkflow(NOW, "wf", (
-            WorkflowMember("a", JobSpec("q", "a")), WorkflowMember("d", JobSpec("q", "d"), deps=("a",)),
-        ))).ids)
+        wf = dict(
+            store.apply(
+                ops.EnqueueWorkflow(
+                    NOW,
+                    "wf",
+                    (
+                        WorkflowMember("a", JobSpec("q", "a")),
+                        WorkflowMember("d", JobSpec("q", "d"), deps=("a",)),
+                    ),
+                )
+            ).ids
+        )
         store.apply(w.Claim(NOW, "q", "setup", 1))
         store.apply(w.Ack(NOW, wf["a"], 1, w.Fail("boom")))  # a failed → d doomed (cancelled)
     a, d = wf["a"], wf["d"]
@@ -490,8 +516,10 @@ def reproduce_settlement(url: str, variant: str) -> Outcome:
     observer = psycopg.connect(url, autocommit=True)
     observed = []
     try:
-        with Pause("retry.before_settle", thread="retry_d") as d_rewritten, \
-             Pause("retry.before_settle", thread="retry_a") as a_rewritten:
+        with (
+            Pause("retry.before_settle", thread="retry_d") as d_rewritten,
+            Pause("retry.before_settle", thread="retry_a") as a_rewritten,
+        ):
             clients["retry_d"].start(lambda s: s.apply(ops.Retry(NOW, d)))
             reached(d_rewritten, clients["retry_d"])
             observed.append("Retry(d) rewrote d and stopped before settlement (workflow lock held)")
@@ -522,9 +550,18 @@ def reproduce_cancel_ack(url: str, variant: str) -> Outcome:
     """Explorer trace cancel_ack/impl: ack c1 (row lock) · Cancel(c1): workflow lock, FOR UPDATE on c1
     (waits) · the ack's settlement waits for the workflow lock — a deadlock."""
     with PgStore(url, notify=False) as store:
-        wf = dict(store.apply(ops.EnqueueWorkflow(NOW, "wf", (
-            WorkflowMember("c1", JobSpec("q", "c1")), WorkflowMember("d", JobSpec("q", "d"), deps=("c1",)),
-        ))).ids)
+        wf = dict(
+            store.apply(
+                ops.EnqueueWorkflow(
+                    NOW,
+                    "wf",
+                    (
+                        WorkflowMember("c1", JobSpec("q", "c1")),
+                        WorkflowMember("d", JobSpec("q", "d"), deps=("c1",)),
+                    ),
+                )
+            ).ids
+        )
         store.apply(w.Claim(NOW, "q", "setup", 1))
     c1, d = wf["c1"], wf["d"]
     clients = _clients(url, ack=PgStore, cancel=CANCEL_ACK_VARIANTS[variant])
@@ -656,8 +693,10 @@ def test_cancel_taking_the_workflow_lock_before_a_running_row_deadlocks_with_its
 def test_a_paused_thread_that_is_never_released_fails_instead_of_hanging():
     from impl.failpoints import FailpointTimeout
 
-    with Pause("nowhere", timeout=0.05) as pause, \
-         pytest.raises(FailpointTimeout, match="never reached failpoint 'nowhere'"):
+    with (
+        Pause("nowhere", timeout=0.05) as pause,
+        pytest.raises(FailpointTimeout, match="never reached failpoint 'nowhere'"),
+    ):
         pause.wait_arrived()
 
 

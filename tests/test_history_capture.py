@@ -2,6 +2,7 @@
 the model's State, surviving a PostgreSQL crash mid-capture, and always dropping the slot.
 
 Runs its own embedded cluster with wal_level = logical (the session's server may not allow capture)."""
+
 from __future__ import annotations
 
 import os
@@ -48,7 +49,9 @@ def url(cluster):
 
 def slots(url: str) -> list[str]:
     with psycopg.connect(url, autocommit=True) as c:
-        return [r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()")]
+        return [
+            r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()")
+        ]
 
 
 def wait_for(cond, timeout=90.0):
@@ -63,8 +66,9 @@ def test_a_captured_history_replays_into_the_final_snapshot_with_every_transitio
     try:
         with PgStore(url) as store, Client(url) as client:
             big = secrets.token_hex(8000)  # an incompressible, TOASTed input: updates carry it as "unchanged"
-            ids = [client.enqueue("q", "k", {"i": i, "big": big if i == 0 else None}, max_attempts=2).id
-                   for i in range(4)]
+            ids = [
+                client.enqueue("q", "k", {"i": i, "big": big if i == 0 else None}, max_attempts=2).id for i in range(4)
+            ]
             now = datetime.now(UTC)
             claimed = store.apply(w.Claim(now, "q", "n1", 4, timedelta(seconds=30))).jobs
             assert len(claimed) == 4
@@ -84,8 +88,9 @@ def test_a_captured_history_replays_into_the_final_snapshot_with_every_transitio
     assert not slots(url)
     decoder = Decoder(lazy_old=True)
     changes = [decoder.decode(m) for tx in read_transactions(tmp_path / "history.bin") for m in tx.messages]
-    assert any(isinstance(ch, Change) and ch.new and UNCHANGED in ch.new.values() for ch in changes), \
+    assert any(isinstance(ch, Change) and ch.new and UNCHANGED in ch.new.values() for ch in changes), (
         "the TOASTed input never arrived as unchanged: the fill-in path is untested"
+    )
     writers = {t.writer for ts in result.timelines.values() for t in ts}
     assert {"insert", "claim", "spend", "renew", "ack", "wake"} <= writers, writers
 
@@ -101,8 +106,11 @@ def test_an_illegal_write_in_the_history_is_reported_with_its_lsn_and_preceding_
             store.apply(w.Claim(now, "q", "n1", 1, timedelta(seconds=30)))
             store.apply(w.Ack(now, job, 1, w.Succeed(1)))
             with psycopg.connect(url, autocommit=True) as c:  # the stale reclaim pass (River #1302)
-                c.execute("UPDATE belay_jobs SET state='ready', finished_at=NULL, errors = errors || "
-                          "'[{\"attempt\":1,\"error\":\"lease_expired\"}]' WHERE id=%s", (job,))
+                c.execute(
+                    "UPDATE belay_jobs SET state='ready', finished_at=NULL, errors = errors || "
+                    '\'[{"attempt":1,"error":"lease_expired"}]\' WHERE id=%s',
+                    (job,),
+                )
             store.apply(w.Claim(now, "q", "n2", 1, timedelta(seconds=30)))
             store.apply(w.Ack(now, job, 2, w.Succeed(2)))
         result = hist.finish()
@@ -185,8 +193,21 @@ def test_the_soak_drops_its_slot_when_the_run_itself_fails(cluster, tmp_path, mo
         raise RuntimeError("driver failed to start")
 
     monkeypatch.setattr(Driver, "start", boom)
-    args = soak_run.parse_args(["--database-url", cluster.url, "--duration", "1", "--workers", "1",
-                                "--report", str(tmp_path), "--no-progress", "--worker", "sleep 30"])
+    args = soak_run.parse_args(
+        [
+            "--database-url",
+            cluster.url,
+            "--duration",
+            "1",
+            "--workers",
+            "1",
+            "--report",
+            str(tmp_path),
+            "--no-progress",
+            "--worker",
+            "sleep 30",
+        ]
+    )
     with pytest.raises(RuntimeError, match="driver failed"):
         soak_run.run(args)
     assert "history capture: slot belay_history_" in capsys.readouterr().out  # the capture was really on
@@ -275,8 +296,9 @@ def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_
     hist = HistoryCheck.begin(url, tmp_path, "b3")
     try:
         with Client(url) as client:
-            client.enqueue_workflow("wf", [WorkflowMember("a", JobSpec("q", "k")),
-                                           WorkflowMember("b", JobSpec("q", "k"), deps=("a",))])
+            client.enqueue_workflow(
+                "wf", [WorkflowMember("a", JobSpec("q", "k")), WorkflowMember("b", JobSpec("q", "k"), deps=("a",))]
+            )
         now = datetime.now(UTC)
         with SettleAfterCommitStore(url) as broken:
             (a,) = broken.apply(w.Claim(now, "q", "n1", 5, timedelta(seconds=30))).jobs
@@ -292,7 +314,9 @@ def test_settlement_after_the_commit_is_invisible_in_the_final_state_but_not_in_
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to soak the variants (~10 min)")
+@pytest.mark.skipif(
+    not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to soak the variants (~10 min)"
+)
 @pytest.mark.parametrize("variant", ["stale_reclaim", "ack_keeps_lease", "settle_after_commit"])
 def test_each_history_only_broken_worker_passes_the_final_state_and_fails_the_history(variant, tmp_path):
     from soak.broken.history_only import HISTORY_ONLY, soak

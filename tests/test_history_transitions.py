@@ -1,5 +1,6 @@
 """model/transitions.py: the §4 transition relation judged on hand-built row changes — every legal
 writer accepted, and one illegal history per rule (each named by the rule it breaks)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -17,12 +18,41 @@ CTX = tr.TxContext(commit_time=T)
 
 
 def row(**kw) -> Job:
-    base = dict(id=1, queue="q", worker="k", input={}, meta={}, state="ready", priority=0, attempt=0,
-                max_attempts=3, ready_at=T - timedelta(seconds=1), inserted_at=T - timedelta(minutes=1),
-                started_at=None, finished_at=None, lease_until=None, leased_by=None, errors=[], result=None,
-                cancel_requested=False, unique_key=None, unique_mode=None, cron_name=None, cron_slot=None,
-                workflow_id=None, wf_name=None, wf_deps=None, wf_ignore=None, parent_id=None, await_scope=None,
-                await_name=None, budget_usd_micros=None, budget_tokens=None, spent_usd_micros=0, spent_tokens=0)
+    base = dict(
+        id=1,
+        queue="q",
+        worker="k",
+        input={},
+        meta={},
+        state="ready",
+        priority=0,
+        attempt=0,
+        max_attempts=3,
+        ready_at=T - timedelta(seconds=1),
+        inserted_at=T - timedelta(minutes=1),
+        started_at=None,
+        finished_at=None,
+        lease_until=None,
+        leased_by=None,
+        errors=[],
+        result=None,
+        cancel_requested=False,
+        unique_key=None,
+        unique_mode=None,
+        cron_name=None,
+        cron_slot=None,
+        workflow_id=None,
+        wf_name=None,
+        wf_deps=None,
+        wf_ignore=None,
+        parent_id=None,
+        await_scope=None,
+        await_name=None,
+        budget_usd_micros=None,
+        budget_tokens=None,
+        spent_usd_micros=0,
+        spent_tokens=0,
+    )
     base.update(kw)
     return Job(**base)
 
@@ -56,29 +86,49 @@ def test_every_legal_writer_of_section_4_is_accepted_and_attributed():
     assert legal(RUNNING, replace(RUNNING, cancel_requested=True)) == "cancel_request"
     assert legal(RUNNING, DONE) == "ack"
     assert (tr.judge_job(RUNNING, DONE, CTX).node, tr.judge_job(RUNNING, DONE, CTX).attempt) == ("w1-1", 1)
-    retry = replace(RUNNING, state="ready", errors=[ERR], ready_at=T + timedelta(seconds=2), lease_until=None,
-                    leased_by=None)
+    retry = replace(
+        RUNNING, state="ready", errors=[ERR], ready_at=T + timedelta(seconds=2), lease_until=None, leased_by=None
+    )
     assert legal(RUNNING, retry) == "ack"
     snooze = replace(retry, errors=[], max_attempts=4)
     assert legal(RUNNING, snooze) == "ack"
-    park = replace(RUNNING, state="awaiting", await_scope="s", await_name="n", ready_at=None, lease_until=None,
-                   leased_by=None, max_attempts=4)  # a park may raise max_attempts by one, like a snooze
+    park = replace(
+        RUNNING,
+        state="awaiting",
+        await_scope="s",
+        await_name="n",
+        ready_at=None,
+        lease_until=None,
+        leased_by=None,
+        max_attempts=4,
+    )  # a park may raise max_attempts by one, like a snooze
     assert legal(RUNNING, park) == "ack"
     expired = replace(RUNNING, lease_until=T - timedelta(seconds=1))
-    reclaimed = replace(expired, state="ready", lease_until=None, leased_by=None, errors=[
-        {"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}], ready_at=T)
+    reclaimed = replace(
+        expired,
+        state="ready",
+        lease_until=None,
+        leased_by=None,
+        errors=[{"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}],
+        ready_at=T,
+    )
     assert legal(expired, reclaimed) in ("ack", "reclaim")
-    assert legal(replace(park, max_attempts=3), replace(park, state="ready", ready_at=T, await_scope=None,
-                                                          await_name=None, max_attempts=3)) == "wake"
+    assert (
+        legal(
+            replace(park, max_attempts=3),
+            replace(park, state="ready", ready_at=T, await_scope=None, await_name=None, max_attempts=3),
+        )
+        == "wake"
+    )
     held = row(state="held", workflow_id="wf", wf_name="b", wf_deps=("a",))
     assert legal(held, replace(held, state="ready")) == "settle"
     assert legal(held, replace(held, state="cancelled", finished_at=T)) == "settle"
-    failed = replace(RUNNING, state="failed", errors=[ERR], finished_at=T, lease_until=None, leased_by=None,
-                     max_attempts=1)
+    failed = replace(
+        RUNNING, state="failed", errors=[ERR], finished_at=T, lease_until=None, leased_by=None, max_attempts=1
+    )
     assert legal(failed, replace(failed, state="ready", finished_at=None, ready_at=T, max_attempts=2)) == "retry"
     assert legal(READY, replace(READY, state="cancelled", finished_at=T)) == "cancel"
-    assert legal(RUNNING, replace(RUNNING, spent_usd_micros=5, spent_tokens=2),
-                 tr.TxContext(T, {1: (5, 2)})) == "spend"
+    assert legal(RUNNING, replace(RUNNING, spent_usd_micros=5, spent_tokens=2), tr.TxContext(T, {1: (5, 2)})) == "spend"
     assert legal(DONE, None) == "prune"
 
 
@@ -99,8 +149,12 @@ def test_rule_writer_a_state_change_no_writer_makes():
 
 def test_rule_terminal_exit_a_terminal_row_rewritten_by_a_stale_reclaim():
     """River #1302's shape: a reclaim pass writes a row it read while running, after it went terminal."""
-    stale = replace(DONE, state="ready", finished_at=None, errors=[
-        {"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}])
+    stale = replace(
+        DONE,
+        state="ready",
+        finished_at=None,
+        errors=[{"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}],
+    )
     j = broken(DONE, stale)
     assert j.rule == "terminal_exit" and "succeeded→ready" in j.why
 
@@ -116,8 +170,15 @@ def test_rule_claim_due_a_claim_of_a_future_row():
 
 
 def test_rule_fence_a_stale_ack_names_another_attempt():
-    stale = replace(RUNNING, state="failed", finished_at=T, lease_until=None, leased_by=None,
-                    errors=[{**ERR, "attempt": 0}], attempt=1)
+    stale = replace(
+        RUNNING,
+        state="failed",
+        finished_at=T,
+        lease_until=None,
+        leased_by=None,
+        errors=[{**ERR, "attempt": 0}],
+        attempt=1,
+    )
     assert broken(RUNNING, stale).rule == "fence"
 
 
@@ -133,8 +194,15 @@ def test_rule_lease_forward_a_renewal_never_moves_the_lease_back():
 
 def test_rule_reclaim_expired_a_reclaim_of_a_live_lease():
     live = replace(RUNNING, lease_until=T + timedelta(seconds=30))
-    reclaimed = replace(live, state="failed", finished_at=T, lease_until=None, leased_by=None, errors=[
-        {"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}], max_attempts=1)
+    reclaimed = replace(
+        live,
+        state="failed",
+        finished_at=T,
+        lease_until=None,
+        leased_by=None,
+        errors=[{"attempt": 1, "at": T.isoformat(), "error": "lease_expired", "detail": None}],
+        max_attempts=1,
+    )
     j = tr.judge_job(replace(live, max_attempts=1), reclaimed, CTX)
     # an ack may fail a job with any error, so a "lease_expired" failure reads as an ack unless the
     # lease was live AND the writer did not hold it: the reclaim rule still names the early reclaim
@@ -150,8 +218,9 @@ def test_rule_max_attempts_grows_only_on_snooze_or_park():
 def test_rule_columns_a_writer_changes_only_its_columns():
     assert broken(RUNNING, replace(DONE, priority=0, input={"x": 1})).rule == "immutable"
     woken = row(state="awaiting", await_scope="s", await_name="n")
-    assert broken(woken, replace(woken, state="ready", await_scope=None, await_name=None,
-                                 errors=[ERR])).rule == "columns"
+    assert (
+        broken(woken, replace(woken, state="ready", await_scope=None, await_name=None, errors=[ERR])).rule == "columns"
+    )
 
 
 def test_rule_spend_only_grows_with_a_step_in_the_same_transaction():
@@ -196,8 +265,7 @@ def test_every_rule_has_an_illegal_history_above():
     import sys
 
     text = inspect.getsource(sys.modules[__name__])
-    missing = [r for r in tr.RULES if f"rule == \"{r}\"" not in text and f"== \"{r}\"" not in text
-               and f"\"{r}\"" not in text]
+    missing = [r for r in tr.RULES if f'rule == "{r}"' not in text and f'== "{r}"' not in text and f'"{r}"' not in text]
     assert not missing, missing
 
 
@@ -238,8 +306,16 @@ def test_the_models_own_transitions_are_all_legal_in_the_relation():
 
     opts = QueueOpts()
     apply(Enqueue(now, [JobSpec("q", "k", max_attempts=2)]))
-    apply(EnqueueWorkflow(now, "wf", (WorkflowMember("a", JobSpec("q", "k", max_attempts=1)),
-                                      WorkflowMember("b", JobSpec("q", "k"), deps=("a",)))))
+    apply(
+        EnqueueWorkflow(
+            now,
+            "wf",
+            (
+                WorkflowMember("a", JobSpec("q", "k", max_attempts=1)),
+                WorkflowMember("b", JobSpec("q", "k"), deps=("a",)),
+            ),
+        )
+    )
     for _ in range(3):
         claimed = apply(w.Claim(now, "q", "n1", 5, timedelta(seconds=10), opts)).jobs
         for job in claimed:

@@ -3,6 +3,7 @@
 Each hole of the public implementation has a test here that would fail on it (see the names).
 The clock is a FakeClock the test moves; the sweeper is driven with `api.belay.sweep_once()`.
 """
+
 from __future__ import annotations
 
 import threading
@@ -70,8 +71,13 @@ def test_queue_is_a_belay_queues_row_and_a_duplicate_is_409(api, db_url):
     make_queue(api, "orders", task_ttl_seconds=60)
     assert_error(api.post("/queues", json={"name": "orders"}), 409, "QUEUE_EXISTS")
     listed = api.get("/queues").json()["queues"]
-    assert listed == [{"name": "orders", "created_at": "2026-11-30T12:00:00Z",
-                       "cleanup": {"task_ttl_seconds": 60, "event_ttl_seconds": 259200}}]
+    assert listed == [
+        {
+            "name": "orders",
+            "created_at": "2026-11-30T12:00:00Z",
+            "cleanup": {"task_ttl_seconds": 60, "event_ttl_seconds": 259200},
+        }
+    ]
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT name FROM belay_queues").fetchall() == [("orders",)]
 
@@ -107,8 +113,13 @@ def test_queue_stats_count_runs_and_report_the_oldest_pending_age(api, clock):
     api.post(f"/runs/{run['run_id']}/complete", json={"result": 1})
     claim(api)
     stats = api.get("/queues/q/stats").json()
-    assert stats == {"queue_name": "q", "pending_runs": 1, "claimed_runs": 1, "completed_runs": 1,
-                     "oldest_pending_run_age_seconds": 10.0}
+    assert stats == {
+        "queue_name": "q",
+        "pending_runs": 1,
+        "claimed_runs": 1,
+        "completed_runs": 1,
+        "oldest_pending_run_age_seconds": 10.0,
+    }
     assert_error(api.get("/queues/nope/stats"), 404)
 
 
@@ -117,15 +128,32 @@ def test_queue_stats_count_runs_and_report_the_oldest_pending_age(api, clock):
 
 def test_task_is_a_job_with_kind_input_meta_and_max_attempts(api, db_url):
     make_queue(api)
-    task = make_task(api, params={"n": 1}, headers={"region": "eu"}, max_attempts=3,
-                     retry_strategy={"kind": "fixed", "base_seconds": 5})
+    task = make_task(
+        api,
+        params={"n": 1},
+        headers={"region": "eu"},
+        max_attempts=3,
+        retry_strategy={"kind": "fixed", "base_seconds": 5},
+    )
     row = job_row(db_url, task["task_id"])
     assert (row["queue"], row["worker"], row["input"], row["meta"], row["max_attempts"]) == (
-        "q", "work", {"n": 1}, {"region": "eu"}, 3)
+        "q",
+        "work",
+        {"n": 1},
+        {"region": "eu"},
+        3,
+    )
     [claimed] = claim(api, timeout=45)
-    assert claimed == {"run_id": task["run_id"], "task_id": task["task_id"], "attempt": 1, "task_name": "work",
-                       "params": {"n": 1}, "headers": {"region": "eu"}, "max_attempts": 3,
-                       "retry_strategy": {"kind": "fixed", "base_seconds": 5}}
+    assert claimed == {
+        "run_id": task["run_id"],
+        "task_id": task["task_id"],
+        "attempt": 1,
+        "task_name": "work",
+        "params": {"n": 1},
+        "headers": {"region": "eu"},
+        "max_attempts": 3,
+        "retry_strategy": {"kind": "fixed", "base_seconds": 5},
+    }
     row = job_row(db_url, task["task_id"])
     assert row["state"] == "running" and row["lease_until"] == row["started_at"] + timedelta(seconds=45)
 
@@ -139,8 +167,11 @@ def test_stale_run_complete_is_409_and_the_task_is_unchanged(api, clock, db_url)
     new = claim(api)[0]["run_id"]
     assert new != old
     before = job_row(db_url, task["task_id"])
-    for verb, body in (("complete", {"result": "late"}), ("fail", {"error": "late"}),
-                       ("schedule", {"run_at": iso(clock())})):
+    for verb, body in (
+        ("complete", {"result": "late"}),
+        ("fail", {"error": "late"}),
+        ("schedule", {"run_at": iso(clock())}),
+    ):
         assert_error(api.post(f"/runs/{old}/{verb}", json=body), 409, "STALE_RUN")
     assert job_row(db_url, task["task_id"]) == before
     assert api.post(f"/runs/{new}/complete", json={"result": "ok"}).status_code == 200
@@ -171,16 +202,21 @@ def test_failing_a_run_twice_schedules_one_retry(api, db_url):
 
 def test_a_retried_tasks_next_run_id_and_next_attempt_at_match_the_strategy(api, clock):
     make_queue(api)
-    make_task(api, max_attempts=5, retry_strategy={"kind": "exponential", "base_seconds": 2, "factor": 3,
-                                                   "max_seconds": 30})
+    make_task(
+        api, max_attempts=5, retry_strategy={"kind": "exponential", "base_seconds": 2, "factor": 3, "max_seconds": 30}
+    )
     expected = [2, 6, 18, 30]  # 2·3^(n−1), capped at max_seconds
     for n, delay in enumerate(expected, start=1):
         run = claim(api)[0]
         assert run["attempt"] == n
         r = api.post(f"/runs/{run['run_id']}/fail", json={"error": f"failure {n}"}).json()
-        assert r == {"run_id": run["run_id"], "status": "failed", "attempt": n,
-                     "next_run_id": f"run_{run['task_id'][5:]}_{n + 1}",
-                     "next_attempt_at": iso(clock() + timedelta(seconds=delay))}
+        assert r == {
+            "run_id": run["run_id"],
+            "status": "failed",
+            "attempt": n,
+            "next_run_id": f"run_{run['task_id'][5:]}_{n + 1}",
+            "next_attempt_at": iso(clock() + timedelta(seconds=delay)),
+        }
         assert claim(api) == []  # not before next_attempt_at
         clock.advance(delay)
     last = claim(api)[0]
@@ -188,7 +224,8 @@ def test_a_retried_tasks_next_run_id_and_next_attempt_at_match_the_strategy(api,
     assert r == {"run_id": last["run_id"], "status": "failed", "attempt": 5}  # attempts exhausted
     runs = api.get("/runs", params={"task_id": last["task_id"]}).json()["runs"]
     assert [(x["status"], x["error"]) for x in runs] == [("failed", f"failure {n}") for n in range(1, 5)] + [
-        ("failed", "final")]
+        ("failed", "final")
+    ]
 
 
 def test_a_fixed_strategy_waits_base_seconds_every_time(api, clock):
@@ -207,7 +244,9 @@ def test_schedule_snoozes_the_run_and_spends_no_attempt(api, clock, db_url):
     run = claim(api)[0]["run_id"]
     at = clock() + timedelta(seconds=60)
     assert api.post(f"/runs/{run}/schedule", json={"run_at": iso(at)}).json() == {
-        "run_id": run, "scheduled_at": iso(at)}
+        "run_id": run,
+        "scheduled_at": iso(at),
+    }
     assert claim(api) == []
     clock.advance(60)
     again = claim(api)[0]
@@ -272,8 +311,7 @@ def test_execution_timeout_cancels_a_running_task_and_fences_its_run(api, clock,
 
 def test_execution_timeout_is_enforced_by_the_sweeper_across_retries(api, clock, db_url):
     make_queue(api)
-    task = make_task(api, execution_timeout=100, max_attempts=10,
-                     retry_strategy={"kind": "fixed", "base_seconds": 60})
+    task = make_task(api, execution_timeout=100, max_attempts=10, retry_strategy={"kind": "fixed", "base_seconds": 60})
     run = claim(api)[0]["run_id"]
     api.post(f"/runs/{run}/fail", json={"error": "x"})
     clock.advance(100)
@@ -286,8 +324,9 @@ def test_execution_timeout_is_enforced_by_the_sweeper_across_retries(api, clock,
 
 def step_names(db_url: str, task_id: str) -> list[str]:
     with psycopg.connect(db_url) as c:
-        return [n for (n,) in c.execute("SELECT name FROM belay_steps WHERE job_id = %s ORDER BY seq",
-                                        (int(task_id[5:]),))]
+        return [
+            n for (n,) in c.execute("SELECT name FROM belay_steps WHERE job_id = %s ORDER BY seq", (int(task_id[5:]),))
+        ]
 
 
 def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_state(api, clock, db_url):
@@ -306,7 +345,11 @@ def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_sta
     clock.advance(1)
     assert put({"state": {"done": 6}, "owner_run": run}).json()["updated_at"] == iso(clock())
     assert api.get(f"/tasks/{tid}/checkpoints/step1").json() == {
-        "task_id": tid, "step_name": "step1", "state": {"done": 6}, "updated_at": iso(clock())}
+        "task_id": tid,
+        "step_name": "step1",
+        "state": {"done": 6},
+        "updated_at": iso(clock()),
+    }
     clock.advance(120)
     api.belay.sweep_once()
     new = claim(api)[0]["run_id"]
@@ -315,8 +358,12 @@ def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_sta
     assert api.get(f"/tasks/{tid}/checkpoints/step2").status_code == 404
     assert api.get(f"/tasks/{tid}/checkpoints/step1").json()["state"] == {"done": 6}, "the stale write changed nothing"
     assert put({"state": 2, "owner_run": new}, "step2").status_code == 200
-    assert step_names(db_url, tid) == ["$http:task", "$checkpoint:step1#1", "$checkpoint:step1#2",
-                                       "$checkpoint:step2#1"]
+    assert step_names(db_url, tid) == [
+        "$http:task",
+        "$checkpoint:step1#1",
+        "$checkpoint:step1#2",
+        "$checkpoint:step2#1",
+    ]
     assert api.get(f"/tasks/{tid}/checkpoints/$http:task").status_code == 404  # reserved: not a checkpoint
 
 
@@ -335,8 +382,10 @@ def test_checkpointed_steps_resume_from_the_last_checkpoint_after_a_crash(api, c
         completed = r.json()["state"]["completed"] if r.status_code == 200 else 0
         for step in range(completed + 1, task["params"]["steps"] + 1):
             done.append((step, task["run_id"]))
-            r = api.put(f"/tasks/{tid}/checkpoints/progress", json={
-                "state": {"completed": step}, "owner_run": task["run_id"], "extend_claim_by": 30})
+            r = api.put(
+                f"/tasks/{tid}/checkpoints/progress",
+                json={"state": {"completed": step}, "owner_run": task["run_id"], "extend_claim_by": 30},
+            )
             assert r.status_code == 200, r.text
             if step == stop_after:
                 return task["run_id"]
@@ -352,8 +401,11 @@ def test_checkpointed_steps_resume_from_the_last_checkpoint_after_a_crash(api, c
     row = job_row(db_url, tid)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
     assert api.get(f"/tasks/{tid}/checkpoints/progress").json()["state"] == {"completed": 3}
-    assert_error(api.put(f"/tasks/{tid}/checkpoints/progress", json={"state": {"completed": 0}, "owner_run": first}),
-                 409, "STALE_RUN")
+    assert_error(
+        api.put(f"/tasks/{tid}/checkpoints/progress", json={"state": {"completed": 0}, "owner_run": first}),
+        409,
+        "STALE_RUN",
+    )
     assert api.get(f"/tasks/{tid}/checkpoints/progress").json()["state"] == {"completed": 3}
 
 
@@ -362,8 +414,10 @@ def test_a_plain_step_from_an_earlier_server_reads_as_the_checkpoints_first_vers
     task = make_task(api)
     run = claim(api)[0]["run_id"]
     with psycopg.connect(db_url) as c:
-        c.execute("INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 9, 'old', %s, now())",
-                  (int(task["task_id"][5:]), b'{"v": 0}'))
+        c.execute(
+            "INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 9, 'old', %s, now())",
+            (int(task["task_id"][5:]), b'{"v": 0}'),
+        )
     assert api.get(f"/tasks/{task['task_id']}/checkpoints/old").json()["state"] == {"v": 0}
     api.put(f"/tasks/{task['task_id']}/checkpoints/old", json={"state": {"v": 1}, "owner_run": run})
     assert api.get(f"/tasks/{task['task_id']}/checkpoints/old").json()["state"] == {"v": 1}
@@ -384,14 +438,24 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
     api.post(f"/runs/{done['run_id']}/complete", json={})
     listing = api.get("/tasks", params={"queue": "q"}).json()
     assert [(t["task_id"], t["status"]) for t in listing["tasks"]] == [
-        (a["task_id"], "sleeping"), (b["task_id"], "completed"), (c["task_id"], "pending")]
+        (a["task_id"], "sleeping"),
+        (b["task_id"], "completed"),
+        (c["task_id"], "pending"),
+    ]
     first = listing["tasks"][0]
     assert {k: first[k] for k in ("queue_name", "task_name", "attempt", "max_attempts", "params", "headers")} == {
-        "queue_name": "q", "task_name": "work", "attempt": 1, "max_attempts": 2, "params": {"i": 0},
-        "headers": {"h": "v"}}, "the effective budget: the schedule gave its attempt back"
+        "queue_name": "q",
+        "task_name": "work",
+        "attempt": 1,
+        "max_attempts": 2,
+        "params": {"i": 0},
+        "headers": {"h": "v"},
+    }, "the effective budget: the schedule gave its attempt back"
     assert listing["tasks"][1]["completed_at"] == iso(clock())
     assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
-        c["task_id"], elsewhere["task_id"]]
+        c["task_id"],
+        elsewhere["task_id"],
+    ]
     page = api.get("/tasks", params={"limit": 2}).json()
     assert [t["task_id"] for t in page["tasks"]] == [a["task_id"], b["task_id"]]
     rest = api.get("/tasks", params={"limit": 2, "cursor": page["next_cursor"]}).json()
@@ -406,8 +470,10 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
 
 
 def wait(api, run: dict, event: str, timeout: int = 60, step: str = "w") -> httpx.Response:
-    return api.post(f"/runs/{run['run_id']}/wait-for-event", json={
-        "event_name": event, "timeout_seconds": timeout, "task_id": run["task_id"], "step_name": step})
+    return api.post(
+        f"/runs/{run['run_id']}/wait-for-event",
+        json={"event_name": event, "timeout_seconds": timeout, "task_id": run["task_id"], "step_name": step},
+    )
 
 
 def test_wait_for_an_existing_event_answers_200_with_its_payload(api):
@@ -560,8 +626,13 @@ def test_cleanup_removes_expired_tasks_and_events_and_nothing_else(api, clock, d
         assert job_row(db_url, kept["task_id"]) is not None
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM belay_jobs WHERE id = %s", (foreign,)).fetchone()[0] == 1
-        assert c.execute("SELECT count(*) FROM belay_steps WHERE job_id = ANY(%s)",
-                         ([int(done_a["task_id"][5:]), int(failed_a["task_id"][5:])],)).fetchone()[0] == 0
+        assert (
+            c.execute(
+                "SELECT count(*) FROM belay_steps WHERE job_id = ANY(%s)",
+                ([int(done_a["task_id"][5:]), int(failed_a["task_id"][5:])],),
+            ).fetchone()[0]
+            == 0
+        )
         signals = sorted(c.execute("SELECT scope, name FROM belay_signals").fetchall())
     assert signals == [("http:events", "young"), ("http:workflow-runs", wf), ("user-scope", "sig")]
 
@@ -572,7 +643,9 @@ def test_cleanup_removes_expired_tasks_and_events_and_nothing_else(api, clock, d
 def test_bad_input_is_400_with_the_error_schema_never_500(api):
     make_queue(api)
     cases = [
-        ("post", "/queues", {"name": ""}), ("post", "/queues", {"name": 5}), ("post", "/queues", [1]),
+        ("post", "/queues", {"name": ""}),
+        ("post", "/queues", {"name": 5}),
+        ("post", "/queues", [1]),
         ("post", "/queues", {"name": "x", "cleanup": {"task_ttl_seconds": -1}}),
         ("post", "/queues/q/tasks", {"task_name": "t", "max_attempts": 0}),
         ("post", "/queues/q/tasks", {"task_name": "t", "headers": {"a": 1}}),
@@ -594,15 +667,22 @@ def test_bad_input_is_400_with_the_error_schema_never_500(api):
 
 def test_unknown_ids_are_404_never_500(api):
     for method, url, body in [
-        ("post", "/runs/run_999_1/complete", {}), ("post", "/runs/nonsense/fail", {"error": "x"}),
+        ("post", "/runs/run_999_1/complete", {}),
+        ("post", "/runs/nonsense/fail", {"error": "x"}),
         ("post", "/runs/run_99999999999999999999_1/schedule", {"run_at": "2026-01-01T00:00:00Z"}),
-        ("post", "/runs/run_5_1/wait-for-event", {"event_name": "e", "timeout_seconds": 1, "task_id": "task_5",
-                                                  "step_name": "s"}),
-        ("get", "/tasks/task_7/checkpoints/s", None), ("get", "/tasks/bogus/checkpoints/s", None),
+        (
+            "post",
+            "/runs/run_5_1/wait-for-event",
+            {"event_name": "e", "timeout_seconds": 1, "task_id": "task_5", "step_name": "s"},
+        ),
+        ("get", "/tasks/task_7/checkpoints/s", None),
+        ("get", "/tasks/bogus/checkpoints/s", None),
         ("put", "/tasks/task_7/checkpoints/s", {"state": 1, "owner_run": "run_7_1"}),
-        ("delete", "/queues/nope", None), ("get", "/queues/nope/stats", None),
+        ("delete", "/queues/nope", None),
+        ("get", "/queues/nope/stats", None),
         ("post", "/queues/nope/tasks/claim", {"limit": 1, "claim_timeout": 1}),
-        ("patch", "/workflow-runs/wfr_0123456789abcdef0123456789abcdef", {}), ("get", "/no/such/route", None),
+        ("patch", "/workflow-runs/wfr_0123456789abcdef0123456789abcdef", {}),
+        ("get", "/no/such/route", None),
     ]:
         assert_error(api.request(method, url, json=body), 404)
 
@@ -628,8 +708,9 @@ def test_without_a_token_the_server_binds_loopback_only():
         with pytest.raises(BindRefused):
             check_bind(host, None)
         check_bind(host, "token")
-    result = CliRunner().invoke(main, ["serve", "--database-url", "postgresql://unused", "--host", "0.0.0.0"],
-                                env={"BELAY_HTTP_TOKEN": ""})
+    result = CliRunner().invoke(
+        main, ["serve", "--database-url", "postgresql://unused", "--host", "0.0.0.0"], env={"BELAY_HTTP_TOKEN": ""}
+    )
     assert result.exit_code != 0 and "loopback" in result.output
 
 
@@ -637,6 +718,7 @@ def test_long_poll_claim_is_woken_by_pg_notify_from_another_client(db_url):
     with serve_api(db_url, poll_interval=30) as api:  # the polling floor is out of reach: only a wake-up helps
         make_queue(api)
         started = time.monotonic()
+
         def enqueue_elsewhere() -> None:
             with Client(db_url) as sdk:
                 sdk.enqueue("q", "work")

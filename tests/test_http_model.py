@@ -6,6 +6,7 @@ must agree (200 ↔ Acked, 409 ↔ Stale, the claimed runs, the retry time) and 
 row afterwards. Tasks are matched by the ids each side returned, so the examples can share one server
 and database (each example has its own queues and starts a day later on the shared clock).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -23,8 +24,11 @@ from model import ops
 from model import worker_ops as w
 from model.store import ModelStore
 
-STRATEGIES = [None, {"kind": "fixed", "base_seconds": 5},
-              {"kind": "exponential", "base_seconds": 2, "factor": 2, "max_seconds": 10}]
+STRATEGIES = [
+    None,
+    {"kind": "fixed", "base_seconds": 5},
+    {"kind": "exponential", "base_seconds": 2, "factor": 2, "max_seconds": 10},
+]
 COMPARED = ("state", "attempt", "max_attempts", "ready_at", "lease_until", "leased_by", "finished_at")
 
 
@@ -123,11 +127,18 @@ class HttpVersusModel(RuleBasedStateMachine):
         self.waits += 1
         name = f"{self.prefix}-e{self.waits}"  # events are API-wide: unique across examples
         self.waited.append(name)
-        r = self.api.post(f"/runs/{run}/wait-for-event", json={
-            "event_name": name, "timeout_seconds": timeout, "task_id": run.rsplit("_", 1)[0].replace("run", "task"),
-            "step_name": name})
-        result = self.model.apply(w.ParkAwait(self.now(), mid, attempt, EVENT_SCOPE, name,
-                                              self.now() + timedelta(seconds=timeout)))
+        r = self.api.post(
+            f"/runs/{run}/wait-for-event",
+            json={
+                "event_name": name,
+                "timeout_seconds": timeout,
+                "task_id": run.rsplit("_", 1)[0].replace("run", "task"),
+                "step_name": name,
+            },
+        )
+        result = self.model.apply(
+            w.ParkAwait(self.now(), mid, attempt, EVENT_SCOPE, name, self.now() + timedelta(seconds=timeout))
+        )
         if isinstance(result, w.Stale):
             assert r.status_code == 409 and r.json()["code"] == "STALE_RUN", r.text
         else:
@@ -173,6 +184,12 @@ def test_http_api_and_model_agree_on_the_task_lifecycle(db_url):
     clock = FakeClock()
     with serve_api(db_url, clock=clock) as api:
         HttpVersusModel.api, HttpVersusModel.clock = api, clock
-        run_state_machine_as_test(HttpVersusModel, settings=settings(
-            max_examples=20, stateful_step_count=30, deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]))
+        run_state_machine_as_test(
+            HttpVersusModel,
+            settings=settings(
+                max_examples=20,
+                stateful_step_count=30,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+            ),
+        )

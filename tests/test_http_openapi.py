@@ -1,4 +1,5 @@
 """The served document: the spec verbatim plus the documented overlay, and the 14+ operations routed."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ deferred import) and checked with networkx. `from pkg import name` points at `pk
 is a module of ours, else at `pkg`. The builder is a plain function of a {module: source} mapping,
 so a planted cycle proves it catches what it claims to.
 """
+
 from __future__ import annotations
 
 import ast
@@ -84,7 +85,7 @@ def test_the_project_has_no_import_cycle():
 def test_the_graph_sees_the_modules_and_the_layering():
     graph = project_graph()
     assert graph.has_edge("impl.store", "impl.worker_store")
-    assert graph.has_edge("impl.store", "model.ops")          # `from model import ops`
+    assert graph.has_edge("impl.store", "model.ops")  # `from model import ops`
     assert graph.has_edge("model.ops", "model.validate")
     # the layers: nothing in model/ imports impl/, properties/, soak/ or bench/
     upward = [(a, b) for a, b in graph.edges if a.startswith("model") and not b.startswith("model")]

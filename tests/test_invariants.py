@@ -6,6 +6,7 @@ drives random operation sequences through the model, acting as a conformant work
 and checks every invariant after every step, the history-based ones (I2, I3) over the whole run, and
 I1's "all reach a terminal state" after draining.
 """
+
 from __future__ import annotations
 
 import ast
@@ -94,8 +95,11 @@ def states_of(store: ModelStore) -> list[State]:
 
 def rows(snapshot: State, **changes) -> dict:
     """The rows of a snapshot as from_rows arguments, with whole tables replaced by `changes`."""
-    tables = {"jobs": list(snapshot.jobs.values()), "steps": list(snapshot.steps.values()),
-              "signals": list(snapshot.signals.values())}
+    tables = {
+        "jobs": list(snapshot.jobs.values()),
+        "steps": list(snapshot.steps.values()),
+        "signals": list(snapshot.signals.values()),
+    }
     tables.update(changes)
     return tables
 
@@ -115,9 +119,14 @@ def messages(violations: list[Violation]) -> list[str]:
 
 
 INVARIANTS = {
-    "I1": inv.i1_no_job_lost, "I2": inv.i2_stale_acks_change_nothing, "I3": inv.i3_steps_immutable,
-    "I4": inv.i4_budget_fails_on_crossing_step, "I5": inv.i5_settlement_consistent,
-    "I6": inv.i6_cron_slots_once, "I7": inv.i7_unique_keys, "I8": inv.i8_children_as_declared,
+    "I1": inv.i1_no_job_lost,
+    "I2": inv.i2_stale_acks_change_nothing,
+    "I3": inv.i3_steps_immutable,
+    "I4": inv.i4_budget_fails_on_crossing_step,
+    "I5": inv.i5_settlement_consistent,
+    "I6": inv.i6_cron_slots_once,
+    "I7": inv.i7_unique_keys,
+    "I8": inv.i8_children_as_declared,
     "I9": inv.i9_awaiters_eventually_run,
 }
 
@@ -243,7 +252,10 @@ def test_stale_fenced_writes_after_a_reclaim_change_nothing():
         assert isinstance(store.apply(op), w.Stale)
     observed = stale_acks_from_history(replay(op for op, _ in store.history))
     assert [(o.kind, o.attempt) for o in observed] == [
-        ("ack", 1), ("await park", 1), ("sleep", 1), ("await-children", 1)
+        ("ack", 1),
+        ("await park", 1),
+        ("sleep", 1),
+        ("await-children", 1),
     ]
     assert i2_stale_acks_change_nothing(observed) == []
     assert store.state.jobs[1] == second
@@ -254,7 +266,9 @@ def test_a_stale_member_of_a_batched_ack_changes_nothing_while_the_rest_of_the_b
     reclaimed_job(store)
     enqueue(store, spec(), now=at(120))
     (other,) = claim(store, at(121))
-    batch = w.AckMany(at(130), (w.Ack(at(130), 1, 1, w.Succeed("late")), w.Ack(at(130), other.id, other.attempt, w.Succeed())))
+    batch = w.AckMany(
+        at(130), (w.Ack(at(130), 1, 1, w.Succeed("late")), w.Ack(at(130), other.id, other.attempt, w.Succeed()))
+    )
     assert [type(r) for r in store.apply(batch).results] == [w.Stale, w.Acked]
     (observed,) = stale_acks_from_history(replay(op for op, _ in store.history))
     assert (observed.job_id, observed.kind) == (1, "batched ack")
@@ -358,7 +372,9 @@ def test_duplicate_step_rows_in_a_database_snapshot_are_reported():
 def test_two_steps_sharing_a_seq_are_reported():
     store = ModelStore()
     journaled_twice(store)
-    broken = from_rows(**rows(store.state, steps=[store.state.steps[(1, "a")], replace(store.state.steps[(1, "b")], seq=1)]))
+    broken = from_rows(
+        **rows(store.state, steps=[store.state.steps[(1, "a")], replace(store.state.steps[(1, "b")], seq=1)])
+    )
     assert messages(i3_steps_immutable([broken])) == [
         "I3 job 1: steps 'a', 'b' share seq 1; seq is the per-job insertion order"
     ]
@@ -370,9 +386,10 @@ def test_a_step_journaled_with_a_seq_before_existing_ones_is_reported():
     earlier = store.state
     late = Step(1, 1, "c", b"3", 0, 0, at(200))
     broken = from_rows(**rows(earlier, steps=[*earlier.steps.values(), late]))
-    assert "I3 job 1: step 'c' was journaled with seq 1, not after the existing seq 2" in messages(
-        i3_steps_immutable([earlier, broken])
-    )[-1]
+    assert (
+        "I3 job 1: step 'c' was journaled with seq 1, not after the existing seq 2"
+        in messages(i3_steps_immutable([earlier, broken]))[-1]
+    )
 
 
 def test_a_value_handed_to_a_worker_that_differs_from_the_journal_is_reported():
@@ -486,7 +503,9 @@ def test_a_budget_failure_without_a_crossing_step_is_reported():
 def test_spend_that_disagrees_with_the_journaled_step_costs_is_reported():
     store = ModelStore()
     crossed_budget(store)
-    assert messages(i4_budget_fails_on_crossing_step(with_job(store.state, 1, spent_usd_micros=170, spent_tokens=2))) == [
+    assert messages(
+        i4_budget_fails_on_crossing_step(with_job(store.state, 1, spent_usd_micros=170, spent_tokens=2))
+    ) == [
         "I4 job 1: spent_usd_micros is 170 but its 2 journaled steps cost 110",
         "I4 job 1: spent_tokens is 2 but its 2 journaled steps cost 0",
     ]
@@ -640,8 +659,17 @@ def test_a_cron_slot_that_is_not_a_whole_minute_is_reported():
 def test_unique_keys_admit_one_live_holder_and_one_row_ever():
     store = ModelStore()
     enqueue(store, spec(unique_key="k"), spec(unique_key="k"))  # the second is a duplicate
-    enqueue(store, spec(unique_key="once", unique_mode="always"), spec(unique_key="w", unique_mode="window", unique_window=60))
-    enqueue(store, spec(unique_key="once", unique_mode="always"), spec(unique_key="w", unique_mode="window", unique_window=60), now=at(30))
+    enqueue(
+        store,
+        spec(unique_key="once", unique_mode="always"),
+        spec(unique_key="w", unique_mode="window", unique_window=60),
+    )
+    enqueue(
+        store,
+        spec(unique_key="once", unique_mode="always"),
+        spec(unique_key="w", unique_mode="window", unique_window=60),
+        now=at(30),
+    )
     (job,) = claim(store)
     ack(store, job, w.Succeed())
     enqueue(store, spec(unique_key="k"), now=at(40))  # the first holder is terminal: a new one is admitted
@@ -805,8 +833,7 @@ def test_a_job_awaiting_a_signal_that_was_delivered_is_a_lost_wake_up():
     store.apply(w.ParkAwait(T0, job.id, job.attempt, "s", "go"))
     lost = from_rows(**rows(store.state, signals=[Signal("s", "go", None, at(1))]))
     assert messages(i9_awaiters_eventually_run(lost, quiescent=False)) == [
-        "I9 job 1: is awaiting (s, go) although that signal was delivered at 2026-11-30T12:00:01+00:00 "
-        "(a lost wake-up)"
+        "I9 job 1: is awaiting (s, go) although that signal was delivered at 2026-11-30T12:00:01+00:00 (a lost wake-up)"
     ]
 
 
@@ -882,7 +909,7 @@ def test_retention_never_strands_a_held_workflow_member():
 def test_retrying_a_member_whose_dep_was_pruned_is_refused_not_stranded():
     store = ModelStore()
     workflow(store, member("a"), member("b", "a"))
-    a, = claim(store, demand=1)
+    (a,) = claim(store, demand=1)
     ack(store, a, w.Fail("boom"), at(1))  # a fails; b is doomed; the workflow is finished
     store.apply(w.Prune(at(600), {"failed": 60, "cancelled": 60}, limit=1))  # only a goes
     b = next(j for j in store.state.jobs.values() if j.wf_name == "b")
@@ -968,15 +995,33 @@ class ModelRun(RuleBasedStateMachine):
     def advance(self, seconds):
         self.now += timedelta(seconds=seconds)
 
-    @rule(key=st.sampled_from([None, "k1", "k2"]), mode=st.sampled_from(["incomplete", "window", "always"]),
-          usd=st.sampled_from([None, 0, 30, 60]), tokens=st.sampled_from([None, 3]), attempts=st.integers(1, 3),
-          delay=st.sampled_from([None, 0, 30]))
+    @rule(
+        key=st.sampled_from([None, "k1", "k2"]),
+        mode=st.sampled_from(["incomplete", "window", "always"]),
+        usd=st.sampled_from([None, 0, 30, 60]),
+        tokens=st.sampled_from([None, 3]),
+        attempts=st.integers(1, 3),
+        delay=st.sampled_from([None, 0, 30]),
+    )
     def enqueue(self, key, mode, usd, tokens, attempts, delay):
-        self.apply(Enqueue(self.now, (JobSpec(
-            QUEUE, "w", max_attempts=attempts, unique_key=key, unique_mode=mode if key else None,
-            unique_window=60 if key and mode == "window" else None, budget_usd_micros=usd, budget_tokens=tokens,
-            scheduled_at=None if delay is None else self.now + timedelta(seconds=delay),
-        ),)))
+        self.apply(
+            Enqueue(
+                self.now,
+                (
+                    JobSpec(
+                        QUEUE,
+                        "w",
+                        max_attempts=attempts,
+                        unique_key=key,
+                        unique_mode=mode if key else None,
+                        unique_window=60 if key and mode == "window" else None,
+                        budget_usd_micros=usd,
+                        budget_tokens=tokens,
+                        scheduled_at=None if delay is None else self.now + timedelta(seconds=delay),
+                    ),
+                ),
+            )
+        )
 
     @rule(shape=st.sampled_from(SHAPES))
     def enqueue_workflow(self, shape):
@@ -990,8 +1035,12 @@ class ModelRun(RuleBasedStateMachine):
         self.apply(w.FireCrons(self.now, self.fired_until - timedelta(minutes=2), (TICK,)))
         self.fired_until = self.now
 
-    @rule(kind=st.sampled_from(["deliver", "steer", "clear"]), scope=st.sampled_from((*SCOPES, "job")),
-          name=st.sampled_from((*SIGNALS, "$children")), pick=PICK)
+    @rule(
+        kind=st.sampled_from(["deliver", "steer", "clear"]),
+        scope=st.sampled_from((*SCOPES, "job")),
+        name=st.sampled_from((*SIGNALS, "$children")),
+        pick=PICK,
+    )
     def client_signal(self, kind, scope, name, pick):
         """Deliver a signal, steer a job (`$steer` to job:<id>), or clear a signal (even a `$children`)."""
         job_id = self.any_job(pick) or 1
@@ -1066,10 +1115,16 @@ class ModelRun(RuleBasedStateMachine):
         got = self.live(pick)
         if got is None:
             return
-        self.finish(*got, {
-            "succeed": w.Succeed({"ok": True}), "retry": w.Fail("boom", None, self.now + timedelta(seconds=5)),
-            "fail": w.Fail("boom"), "cancel": w.CancelSelf(), "snooze": w.Snooze(self.now + timedelta(seconds=20)),
-        }[outcome])
+        self.finish(
+            *got,
+            {
+                "succeed": w.Succeed({"ok": True}),
+                "retry": w.Fail("boom", None, self.now + timedelta(seconds=5)),
+                "fail": w.Fail("boom"),
+                "cancel": w.CancelSelf(),
+                "snooze": w.Snooze(self.now + timedelta(seconds=20)),
+            }[outcome],
+        )
 
     @precondition(lambda self: bool(self.stale))
     @rule(pick=PICK, kind=st.sampled_from(["ack", "batch", "park", "sleep", "await"]))
@@ -1121,13 +1176,25 @@ class ModelRun(RuleBasedStateMachine):
         self.apply(w.Sleep(self.now, got[0], got[1], name, self.now + timedelta(seconds=seconds)))
 
     @precondition(lambda self: bool(self.running))
-    @rule(pick=PICK, scope=st.sampled_from((*SCOPES, "own")), name=st.sampled_from((*SIGNALS, "$steer")),
-          deadline=st.sampled_from([None, 30, 120]))
+    @rule(
+        pick=PICK,
+        scope=st.sampled_from((*SCOPES, "own")),
+        name=st.sampled_from((*SIGNALS, "$steer")),
+        deadline=st.sampled_from([None, 30, 120]),
+    )
     def park(self, pick, scope, name, deadline):
         got = self.live(pick)
         if got is not None:
-            self.apply(w.ParkAwait(self.now, got[0], got[1], f"job:{got[0]}" if scope == "own" else scope, name,
-                                   None if deadline is None else self.now + timedelta(seconds=deadline)))
+            self.apply(
+                w.ParkAwait(
+                    self.now,
+                    got[0],
+                    got[1],
+                    f"job:{got[0]}" if scope == "own" else scope,
+                    name,
+                    None if deadline is None else self.now + timedelta(seconds=deadline),
+                )
+            )
 
     @precondition(lambda self: bool(self.running))
     @rule(pick=PICK, name=st.sampled_from(["fan", "more"]), n=st.integers(0, 3), then_await=st.booleans())
@@ -1144,8 +1211,11 @@ class ModelRun(RuleBasedStateMachine):
     def await_children(self, pick, deadline):
         got = self.live(pick)
         if got is not None:
-            self.apply(w.AwaitChildren(self.now, got[0], got[1],
-                                       None if deadline is None else self.now + timedelta(seconds=deadline)))
+            self.apply(
+                w.AwaitChildren(
+                    self.now, got[0], got[1], None if deadline is None else self.now + timedelta(seconds=deadline)
+                )
+            )
 
     # --- checks -----------------------------------------------------------------------------------
 
@@ -1163,8 +1233,13 @@ class ModelRun(RuleBasedStateMachine):
             self.now += timedelta(hours=2)
             self.apply(w.Reclaim(self.now, w.Backoff(1, 2, 60)))
             # Clients deliver what jobs wait for; `$children` is the system's own business (§7, §8.4).
-            for key in sorted({(j.await_scope, j.await_name) for j in self.store.state.jobs.values()
-                               if j.state == "awaiting" and j.await_scope is not None and j.await_name != "$children"}):
+            for key in sorted(
+                {
+                    (j.await_scope, j.await_name)
+                    for j in self.store.state.jobs.values()
+                    if j.state == "awaiting" and j.await_scope is not None and j.await_name != "$children"
+                }
+            ):
                 self.apply(ops.DeliverSignal(self.now, *key, None))
             self.apply(w.Reconcile(self.now))
             for queue in (QUEUE, KIDS):

@@ -2,6 +2,7 @@
 tools are listed and called against real PostgreSQL; mutations are refused (a tool error, nothing
 changed) unless the server runs with --allow-mutations or an --authorizer that allows the call.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,11 @@ MUTATING = {"retry_job", "cancel_job", "signal", "steer", "queue_put"}
 def session(url: str, *flags: str, calls) -> list:
     """Start `belay mcp` over stdio, run `calls(session)` (async), return what it returns."""
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "impl.cli", "mcp", "--database-url", url, *flags],
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=str(ROOT))
+        command=sys.executable,
+        args=["-m", "impl.cli", "mcp", "--database-url", url, *flags],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
 
     async def run():
         async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
@@ -66,31 +70,42 @@ def test_a_server_without_flags_answers_read_only_tools_and_refuses_every_mutati
     failed = failed_job(db_url)
     latest = tmp_path / "latest"
     latest.mkdir()
-    (latest / "results.json").write_text(json.dumps({"run_id": "r1", "verdict": "valid", "exit_code": 0,
-                                                     "invariants": {"I1": {"verdict": "valid", "checks": 3}}}))
+    (latest / "results.json").write_text(
+        json.dumps(
+            {
+                "run_id": "r1",
+                "verdict": "valid",
+                "exit_code": 0,
+                "invariants": {"I1": {"verdict": "valid", "checks": 3}},
+            }
+        )
+    )
     with psycopg.connect(db_url, autocommit=True) as c:
         before = snapshot(c)
 
     async def calls(s):
         tools = await s.list_tools()
-        reads = [await s.call_tool("stats", {}),
-                 await s.call_tool("list_jobs", {"state": ["succeeded"], "limit": 2}),
-                 await s.call_tool("get_job", {"job_id": job_id}),
-                 await s.call_tool("steps", {"job_id": job_id}),
-                 await s.call_tool("events", {"job_id": job_id}),
-                 await s.call_tool("replay_dry_run", {"job_id": job_id}),
-                 await s.call_tool("soak_verdict", {}),
-                 await s.call_tool("get_job", {"job_id": 999}),
-                 await s.call_tool("workflow", {"workflow_id": "nope"})]
-        writes = [await s.call_tool("retry_job", {"job_id": failed}),
-                  await s.call_tool("cancel_job", {"job_id": failed}),
-                  await s.call_tool("signal", {"scope": "x", "name": "y", "payload": {"a": 1}}),
-                  await s.call_tool("steer", {"job_id": failed, "payload": 1}),
-                  await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}})]
+        reads = [
+            await s.call_tool("stats", {}),
+            await s.call_tool("list_jobs", {"state": ["succeeded"], "limit": 2}),
+            await s.call_tool("get_job", {"job_id": job_id}),
+            await s.call_tool("steps", {"job_id": job_id}),
+            await s.call_tool("events", {"job_id": job_id}),
+            await s.call_tool("replay_dry_run", {"job_id": job_id}),
+            await s.call_tool("soak_verdict", {}),
+            await s.call_tool("get_job", {"job_id": 999}),
+            await s.call_tool("workflow", {"workflow_id": "nope"}),
+        ]
+        writes = [
+            await s.call_tool("retry_job", {"job_id": failed}),
+            await s.call_tool("cancel_job", {"job_id": failed}),
+            await s.call_tool("signal", {"scope": "x", "name": "y", "payload": {"a": 1}}),
+            await s.call_tool("steer", {"job_id": failed, "payload": 1}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}}),
+        ]
         return tools, reads, writes
 
-    tools, reads, writes = session(db_url, "--reports", str(tmp_path), "--app", "tests.apps.replay_app",
-                                   calls=calls)
+    tools, reads, writes = session(db_url, "--reports", str(tmp_path), "--app", "tests.apps.replay_app", calls=calls)
     stats, jobs, job, steps, events, replay, verdict, unknown, no_wf = reads
     listed = {t.name: t for t in tools.tools}
     assert set(listed) == READ_ONLY | MUTATING
@@ -118,10 +133,12 @@ def test_an_authorizer_decides_each_mutation_and_its_refusal_is_a_clear_tool_err
     job_id = failed_job(db_url)
 
     async def calls(s):
-        return [await s.call_tool("cancel_job", {"job_id": job_id}),
-                await s.call_tool("steer", {"job_id": job_id, "payload": 1}),
-                await s.call_tool("retry_job", {"job_id": job_id}),
-                await s.call_tool("retry_job", {"job_id": job_id})]
+        return [
+            await s.call_tool("cancel_job", {"job_id": job_id}),
+            await s.call_tool("steer", {"job_id": job_id, "payload": 1}),
+            await s.call_tool("retry_job", {"job_id": job_id}),
+            await s.call_tool("retry_job", {"job_id": job_id}),
+        ]
 
     cancel, steer, retry, again = session(db_url, "--authorizer", "tests.apps.mcp_guard:only_retry", calls=calls)
     assert "refused by the authorizer: cancel_job" in error(cancel) and "needs a human" in error(cancel)
@@ -136,12 +153,14 @@ def test_allow_mutations_enables_every_mutating_tool(db_url):
     job_id = failed_job(db_url)
 
     async def calls(s):
-        return [await s.call_tool("retry_job", {"job_id": job_id}),
-                await s.call_tool("steer", {"job_id": job_id, "payload": {"hint": "h"}}),
-                await s.call_tool("signal", {"scope": "orders", "name": "paid", "payload": 3}),
-                await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}}),
-                await s.call_tool("queue_put", {"name": "m", "opts": {"limt": 2}}),
-                await s.call_tool("cancel_job", {"job_id": job_id})]
+        return [
+            await s.call_tool("retry_job", {"job_id": job_id}),
+            await s.call_tool("steer", {"job_id": job_id, "payload": {"hint": "h"}}),
+            await s.call_tool("signal", {"scope": "orders", "name": "paid", "payload": 3}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 2}}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"limt": 2}}),
+            await s.call_tool("cancel_job", {"job_id": job_id}),
+        ]
 
     retry, steer, signal, put, bad_put, cancel = session(db_url, "--allow-mutations", calls=calls)
     assert payload(retry)["state"] == "ready" and payload(steer)["steered"] is True

@@ -7,6 +7,7 @@ signals, §8.2 steps and budgets, events, §8.4 children, §8.5 cron, §8.6 canc
 retention, reads, and refused input. States a test needs that no operation produces directly (a
 `paused` job, a `ready_at` of NULL) are built with `dataclasses.replace` on the model's own rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -120,8 +121,16 @@ def enqueue(store: ModelStore, *specs: JobSpec, now: datetime = NOW) -> list[int
     return [o.id for o in result.outcomes]
 
 
-def claim(store: ModelStore, demand: int = 1, *, queue: str = "q", now: datetime = NOW, node: str = "n1",
-          ttl: timedelta = TTL, opts: QueueOpts = QueueOpts()) -> list[int]:
+def claim(
+    store: ModelStore,
+    demand: int = 1,
+    *,
+    queue: str = "q",
+    now: datetime = NOW,
+    node: str = "n1",
+    ttl: timedelta = TTL,
+    opts: QueueOpts = QueueOpts(),
+) -> list[int]:
     return [j.id for j in store.apply(Claim(now, queue, node, demand, ttl, opts)).jobs]
 
 
@@ -310,7 +319,12 @@ def test_claim_leases_the_job_and_counts_the_attempt():
     [row] = store.apply(Claim(at(1), "q", "n1", 5, timedelta(seconds=45))).jobs
     assert row == job(store, job_id)
     assert (row.state, row.attempt, row.lease_until, row.leased_by, row.started_at) == (
-        "running", 1, at(46), "n1", at(1))
+        "running",
+        1,
+        at(46),
+        "n1",
+        at(1),
+    )
 
 
 def test_a_reclaim_keeps_the_first_started_at():
@@ -324,13 +338,15 @@ def test_a_reclaim_keeps_the_first_started_at():
 
 def test_claim_orders_by_priority_then_ready_at_nulls_first_then_id():
     store = ModelStore()
-    ids = enqueue(store,
-                  spec(priority=1),                        # 1
-                  spec(priority=0, scheduled_at=at(-5)),   # 2
-                  spec(priority=0, scheduled_at=at(-10)),  # 3
-                  spec(priority=0, scheduled_at=at(-10)),  # 4: ties with 3, higher id
-                  spec(priority=0),                        # 5: ready_at set to NULL below
-                  spec(priority=2, scheduled_at=at(-99)))  # 6
+    ids = enqueue(
+        store,
+        spec(priority=1),  # 1
+        spec(priority=0, scheduled_at=at(-5)),  # 2
+        spec(priority=0, scheduled_at=at(-10)),  # 3
+        spec(priority=0, scheduled_at=at(-10)),  # 4: ties with 3, higher id
+        spec(priority=0),  # 5: ready_at set to NULL below
+        spec(priority=2, scheduled_at=at(-99)),
+    )  # 6
     patch(store, ids[4], ready_at=None)
     expected = [5, 3, 4, 2, 1, 6]
     assert sorted(store.state.jobs.values(), key=claim_order)[0].id == 5
@@ -339,12 +355,26 @@ def test_claim_orders_by_priority_then_ready_at_nulls_first_then_id():
 
 def test_claim_takes_ready_due_and_awaiting_due_jobs_only():
     store = ModelStore()
-    ids = dict(zip(
-        ["ready", "ready_null", "future", "awaiting_due", "awaiting_later", "awaiting_forever", "held", "paused",
-         "running", "succeeded", "failed", "cancelled"],
-        enqueue(store, *[spec() for _ in range(12)]),
-        strict=True,
-    ))
+    ids = dict(
+        zip(
+            [
+                "ready",
+                "ready_null",
+                "future",
+                "awaiting_due",
+                "awaiting_later",
+                "awaiting_forever",
+                "held",
+                "paused",
+                "running",
+                "succeeded",
+                "failed",
+                "cancelled",
+            ],
+            enqueue(store, *[spec() for _ in range(12)]),
+            strict=True,
+        )
+    )
     patch(store, ids["ready_null"], ready_at=None)
     patch(store, ids["future"], ready_at=at(1))
     patch(store, ids["awaiting_due"], state="awaiting", await_scope="s", await_name="n", ready_at=NOW)
@@ -381,7 +411,7 @@ def test_global_limit_counts_live_leases_only_so_an_expired_lease_frees_a_slot()
     enqueue(store, *[spec() for _ in range(8)], spec(queue="other"))
     limited = QueueOpts.parse({"global_limit": 3})
     assert claim(store, 2, ttl=timedelta(seconds=10), opts=limited) == [1, 2]  # leases end at(10)
-    assert claim(store, 1, ttl=timedelta(seconds=60), opts=limited) == [3]     # lease ends at(60)
+    assert claim(store, 1, ttl=timedelta(seconds=60), opts=limited) == [3]  # lease ends at(60)
     claim(store, 1, queue="other", ttl=timedelta(seconds=60))  # another queue's lease never counts
     assert claim(store, 5, now=at(5), opts=limited) == []
     assert claim(store, 5, now=at(10), opts=limited) == [4, 5]  # lease_until <= now is not live
@@ -437,8 +467,15 @@ def test_a_claim_that_admits_nothing_debits_nothing():
 
 def test_partitioned_claims_cannot_be_starved_by_a_heavy_key():
     store = ModelStore()
-    enqueue(store, *[spec(input={"tenant": "big"}) for _ in range(10)], spec(input={"tenant": "b"}),
-            spec(input={"tenant": "b"}), spec(input={"tenant": "b"}), spec(input={"tenant": "c"}), spec(input={}))
+    enqueue(
+        store,
+        *[spec(input={"tenant": "big"}) for _ in range(10)],
+        spec(input={"tenant": "b"}),
+        spec(input={"tenant": "b"}),
+        spec(input={"tenant": "b"}),
+        spec(input={"tenant": "c"}),
+        spec(input={}),
+    )
     opts = QueueOpts.parse({"limit": 2, "partition": {"field": "input", "key": "tenant"}})  # per key: local 2
     assert claim(store, 10, opts=opts) == [1, 2, 11, 12, 14, 15]  # the missing key partitions as ''
 
@@ -537,7 +574,11 @@ def test_ack_succeed_makes_the_job_succeeded_with_its_result_envelope():
     assert store.apply(Ack(at(5), job_id, 1, Succeed({"ok": [1, 2]}))) == Acked(job_id, "succeeded")
     row = job(store, job_id)
     assert (row.state, decode(row.result), row.result, row.finished_at) == (
-        "succeeded", {"ok": [1, 2]}, encode({"ok": [1, 2]}), at(5))
+        "succeeded",
+        {"ok": [1, 2]},
+        encode({"ok": [1, 2]}),
+        at(5),
+    )
 
 
 def test_ack_error_below_max_attempts_is_ready_at_the_sdks_retry_time_with_the_error_appended():
@@ -721,9 +762,13 @@ def test_a_stale_ack_after_reclaim_and_reclaim_changes_nothing():
     job_id = started(store, max_attempts=5)
     store.apply(Reclaim(at(31), Backoff(base_s=0)))
     run(store, job_id, now=at(31))  # attempt 2 is running now
-    for op in (Ack(at(40), job_id, 1, Succeed("old")), ParkAwait(at(40), job_id, 1, "s", "n"),
-               Sleep(at(40), job_id, 1, "nap", at(90)), AwaitChildren(at(40), job_id, 1),
-               Ack(at(40), job_id, 3, Succeed("future"))):
+    for op in (
+        Ack(at(40), job_id, 1, Succeed("old")),
+        ParkAwait(at(40), job_id, 1, "s", "n"),
+        Sleep(at(40), job_id, 1, "nap", at(90)),
+        AwaitChildren(at(40), job_id, 1),
+        Ack(at(40), job_id, 3, Succeed("future")),
+    ):
         assert_refused(store, op, Stale(job_id, op.attempt))
     assert store.apply(Ack(at(41), job_id, 2, Succeed("ok"))) == Acked(job_id, "succeeded")
 
@@ -830,8 +875,9 @@ def test_cancel_of_a_terminal_job_is_not_cancellable_and_changes_nothing():
 
 def test_cancelling_a_held_member_settles_its_workflow():
     store = ModelStore()
-    ids = workflow(store, "wf", member("a"), member("b", "a"), member("c", "b"),
-                   member("d", "b", ignore=("cancelled",)))
+    ids = workflow(
+        store, "wf", member("a"), member("b", "a"), member("c", "b"), member("d", "b", ignore=("cancelled",))
+    )
     assert store.apply(Cancel(at(5), ids["b"])) == Cancelled(ids["b"])
     assert wf_states(store, "wf") == {"a": "ready", "b": "cancelled", "c": "cancelled", "d": "ready"}
     assert job(store, ids["c"]).finished_at == at(5)
@@ -952,8 +998,16 @@ TARGETED = {
     Sleep: ({("running", "ready")}, set()),
     AwaitChildren: ({("running", "awaiting"), ("running", "ready")}, set()),
     Cancel: ({(s, "cancelled") for s in ("ready", "awaiting", "held", "paused")}, AFTER_TERMINAL),
-    Retry: ({("failed", "ready"), ("cancelled", "ready"), ("failed", "held"), ("cancelled", "held"),
-             ("failed", "cancelled")}, AFTER_TERMINAL),
+    Retry: (
+        {
+            ("failed", "ready"),
+            ("cancelled", "ready"),
+            ("failed", "held"),
+            ("cancelled", "held"),
+            ("failed", "cancelled"),
+        },
+        AFTER_TERMINAL,
+    ),
     Steer: (WAKE, WAKE),
     Spawn: (set(), set()),
 }
@@ -987,8 +1041,11 @@ def _draw_op(data, store: ModelStore, clock: datetime, serial: int):
         return Enqueue(clock, (spec(max_attempts=data.draw(st.integers(1, 3)), scheduled_at=sched),))
     if kind == "workflow":
         ignore = tuple(data.draw(st.sets(st.sampled_from(["failed", "cancelled"]))))
-        return EnqueueWorkflow(clock, f"wf{serial}", (member("a", max_attempts=1), member("b", "a", max_attempts=2),
-                                                      member("c", "a", "b", ignore=ignore)))
+        return EnqueueWorkflow(
+            clock,
+            f"wf{serial}",
+            (member("a", max_attempts=1), member("b", "a", max_attempts=2), member("c", "a", "b", ignore=ignore)),
+        )
     if kind == "claim":
         return Claim(clock, "q", data.draw(st.sampled_from(["n1", "n2"])), data.draw(st.integers(1, 3)), TTL)
     if kind == "reclaim":
@@ -1002,11 +1059,20 @@ def _draw_op(data, store: ModelStore, clock: datetime, serial: int):
         return ClearSignal(data.draw(st.sampled_from(["s1"] + [f"job:{j}" for j in sorted(jobs)[:5]])), "go")
     if kind == "cron":
         return FireCrons(clock, clock - timedelta(minutes=2), (CronDef("tick", "* * * * *", "w_tick", queue="q"),))
+
     def ack(job_id: int) -> Ack:
         attempt = max(1, jobs[job_id].attempt + data.draw(st.sampled_from([0, 0, 0, -1, 1])))
-        outcome = data.draw(st.sampled_from([
-            Succeed(serial), Fail("e", retry_at=later()), Fail("e"), CancelSelf(), Snooze(later()),
-        ]))
+        outcome = data.draw(
+            st.sampled_from(
+                [
+                    Succeed(serial),
+                    Fail("e", retry_at=later()),
+                    Fail("e"),
+                    CancelSelf(),
+                    Snooze(later()),
+                ]
+            )
+        )
         return Ack(clock, job_id, attempt, outcome)
 
     if kind == "ack_many":
@@ -1168,7 +1234,9 @@ def test_recording_steps_numbers_them_and_adds_their_spend():
     assert first == w.Recorded(True, encode(1), 10, 100, False)
     assert second == w.Recorded(True, encode(None), 15, 107, False)
     assert [(s.seq, s.name, s.usd_micros, s.tokens, s.inserted_at) for s in store.apply(ReadSteps(job_id))] == [
-        (1, "a", 10, 100, NOW), (2, "b", 5, 7, at(1))]
+        (1, "a", 10, 100, NOW),
+        (2, "b", 5, 7, at(1)),
+    ]
     assert (job(store, job_id).spent_usd_micros, job(store, job_id).spent_tokens) == (15, 107)
 
 
@@ -1224,7 +1292,10 @@ def test_events_are_numbered_per_job_in_emission_order():
     assert [store.apply(EmitEvent(at(i), a, {"i": i})) for i in range(3)] == [Emitted(1), Emitted(2), Emitted(3)]
     assert store.apply(EmitEvent(at(9), b, "x")) == Emitted(1)
     assert [(e.seq, e.payload, e.inserted_at) for e in store.apply(ReadEvents(a))] == [
-        (1, {"i": 0}, at(0)), (2, {"i": 1}, at(1)), (3, {"i": 2}, at(2))]
+        (1, {"i": 0}, at(0)),
+        (2, {"i": 1}, at(1)),
+        (3, {"i": 2}, at(2)),
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1239,7 +1310,12 @@ def test_spawn_inserts_keyed_children_and_journals_their_ids():
     for index, child in enumerate(result.child_ids):
         row = job(store, child)
         assert (row.parent_id, row.unique_key, row.unique_mode, row.state, row.input) == (
-            parent, f"$spawn:{parent}:kids:{index}", "always", "ready", index + 1)
+            parent,
+            f"$spawn:{parent}:kids:{index}",
+            "always",
+            "ready",
+            index + 1,
+        )
     assert decode(store.apply(ReadStep(parent, "$spawn:kids")).value) == list(result.child_ids)
 
 
@@ -1256,8 +1332,13 @@ def test_a_repeated_spawn_is_memoized_and_inserts_nothing():
 def test_spawn_after_a_crash_that_inserted_the_children_but_never_journaled_returns_the_existing_ids():
     store = ModelStore()
     parent = started(store)
-    crashed = enqueue(store, *[spec(queue="kids", unique_key=f"$spawn:{parent}:kids:{i}", unique_mode="always",
-                                    parent_id=parent) for i in range(2)])
+    crashed = enqueue(
+        store,
+        *[
+            spec(queue="kids", unique_key=f"$spawn:{parent}:kids:{i}", unique_mode="always", parent_id=parent)
+            for i in range(2)
+        ],
+    )
     result = store.apply(Spawn(at(1), parent, "kids", (spec(queue="kids"), spec(queue="kids"))))
     assert result == Spawned(tuple(crashed), False)
     assert len(store.state.children_of(parent)) == 2
@@ -1267,8 +1348,9 @@ def test_spawn_after_a_crash_that_inserted_the_children_but_never_journaled_retu
 def test_spawn_after_a_partial_insert_keeps_the_existing_child_and_adds_the_missing_one():
     store = ModelStore()
     parent = started(store)
-    [old] = enqueue(store, spec(queue="kids", unique_key=f"$spawn:{parent}:kids:0", unique_mode="always",
-                                parent_id=parent))
+    [old] = enqueue(
+        store, spec(queue="kids", unique_key=f"$spawn:{parent}:kids:0", unique_mode="always", parent_id=parent)
+    )
     next_id = store.state.next_id
     result = store.apply(Spawn(at(1), parent, "kids", (spec(queue="kids"), spec(queue="kids"))))
     assert result == Spawned((old, next_id + 1), False)  # the skipped row consumed next_id
@@ -1297,7 +1379,11 @@ def test_await_children_with_a_live_child_clears_the_stale_signal_and_parks():
     assert (f"job:{parent}", "$children") not in store.state.signals
     row = job(store, parent)
     assert (row.state, row.await_scope, row.await_name, row.ready_at) == (
-        "awaiting", f"job:{parent}", "$children", at(500))
+        "awaiting",
+        f"job:{parent}",
+        "$children",
+        at(500),
+    )
     succeed(store, second, now=at(3))
     assert (job(store, parent).state, job(store, parent).ready_at) == ("ready", at(3))
     attempt = run(store, parent, now=at(3))
@@ -1345,7 +1431,8 @@ def test_fire_crons_inserts_one_job_per_due_utc_minute_slot():
     assert [(f.cron_name, f.slot, f.inserted) for f in result.fired] == [("tick", s, True) for s in slots]
     rows = [job(store, f.job_id) for f in result.fired]
     assert [(r.cron_name, r.cron_slot, r.queue, r.worker, r.input, r.state) for r in rows] == [
-        ("tick", s, "cron", "w_tick", {}, "ready") for s in slots]
+        ("tick", s, "cron", "w_tick", {}, "ready") for s in slots
+    ]
 
 
 def test_a_cron_slot_fires_exactly_once():
@@ -1505,11 +1592,14 @@ def test_the_model_refuses_transactional_enqueue_loudly_and_changes_nothing():
     assert store.state == before and store.history == history
 
 
-@pytest.mark.parametrize("members, message", [
-    ((member("a", "c"), member("b", "a"), member("c", "b")), "dependency cycle"),
-    ((member("a"), member("b", "a", "nope")), r"depends on \['nope'\]"),
-    ((member("x"),), "already has members named"),
-])
+@pytest.mark.parametrize(
+    "members, message",
+    [
+        ((member("a", "c"), member("b", "a"), member("c", "b")), "dependency cycle"),
+        ((member("a"), member("b", "a", "nope")), r"depends on \['nope'\]"),
+        ((member("x"),), "already has members named"),
+    ],
+)
 def test_an_invalid_workflow_raises_and_leaves_the_whole_state_unchanged(members, message):
     store = ModelStore()
     workflow(store, "wf", member("x"))
@@ -1519,31 +1609,34 @@ def test_an_invalid_workflow_raises_and_leaves_the_whole_state_unchanged(members
     assert store.state == before and store.history == history
 
 
-@pytest.mark.parametrize("build", [
-    lambda: JobSpec("q", "w", priority=-1),
-    lambda: JobSpec("q", "w", priority=40000),
-    lambda: JobSpec("q", "w", max_attempts=0),
-    lambda: JobSpec("q", "w", unique_key="k", unique_mode="sometimes"),
-    lambda: JobSpec("q", "w", unique_key="k", unique_mode="window"),
-    lambda: JobSpec("q", "w", scheduled_at=datetime(2026, 1, 1)),
-    lambda: JobSpec("q", "w", cron_name="c", cron_slot=at(1)),
-    lambda: JobSpec("", "w"),
-    lambda: JobSpec("q", "w", input={"x": float("nan")}),
-    lambda: Enqueue(NOW, ()),
-    lambda: Enqueue(datetime(2026, 1, 1), (spec(),)),
-    lambda: Claim(NOW, "q", "n1", -1),
-    lambda: Claim(NOW, "q", "n1", 1, timedelta(0)),
-    lambda: Ack(NOW, 1, 0, Succeed(1)),
-    lambda: Ack(NOW, 1, 1, "done"),
-    lambda: RecordStep(NOW, 1, "$sleep:x", 1),
-    lambda: RecordStep(NOW, 1, "a", 1, usd_micros=-1),
-    lambda: Spawn(NOW, 1, "kids", (spec(unique_key="mine"),)),
-    lambda: Prune(NOW, {"ready": 10}),
-    lambda: PutQueue(NOW, "q", {"global_limt": 3}),
-    lambda: PutCron(NOW, "c", "not a cron", "w"),
-    lambda: DeliverSignal(NOW, "", "n"),
-    lambda: WorkflowMember("a", spec(unique_key="k")),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: JobSpec("q", "w", priority=-1),
+        lambda: JobSpec("q", "w", priority=40000),
+        lambda: JobSpec("q", "w", max_attempts=0),
+        lambda: JobSpec("q", "w", unique_key="k", unique_mode="sometimes"),
+        lambda: JobSpec("q", "w", unique_key="k", unique_mode="window"),
+        lambda: JobSpec("q", "w", scheduled_at=datetime(2026, 1, 1)),
+        lambda: JobSpec("q", "w", cron_name="c", cron_slot=at(1)),
+        lambda: JobSpec("", "w"),
+        lambda: JobSpec("q", "w", input={"x": float("nan")}),
+        lambda: Enqueue(NOW, ()),
+        lambda: Enqueue(datetime(2026, 1, 1), (spec(),)),
+        lambda: Claim(NOW, "q", "n1", -1),
+        lambda: Claim(NOW, "q", "n1", 1, timedelta(0)),
+        lambda: Ack(NOW, 1, 0, Succeed(1)),
+        lambda: Ack(NOW, 1, 1, "done"),
+        lambda: RecordStep(NOW, 1, "$sleep:x", 1),
+        lambda: RecordStep(NOW, 1, "a", 1, usd_micros=-1),
+        lambda: Spawn(NOW, 1, "kids", (spec(unique_key="mine"),)),
+        lambda: Prune(NOW, {"ready": 10}),
+        lambda: PutQueue(NOW, "q", {"global_limt": 3}),
+        lambda: PutCron(NOW, "c", "not a cron", "w"),
+        lambda: DeliverSignal(NOW, "", "n"),
+        lambda: WorkflowMember("a", spec(unique_key="k")),
+    ],
+)
 def test_invalid_input_is_refused_with_invalid_input_before_any_store_sees_it(build):
     with pytest.raises(InvalidInput):
         build()

@@ -4,6 +4,7 @@ Checked statically: every .py file under model/ is parsed and walked for imports
 and for calls that read a clock. The checker is a plain function of source text, so a planted bad
 source proves it actually catches what it claims to.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,10 +18,15 @@ FORBIDDEN_MODULES = frozenset(
     {"time", "random", "psycopg", "os", "threading", "subprocess", "socket", "secrets", "uuid"}
 )
 # Fully qualified clock reads; also matched as written when the receiver's import is not visible.
-FORBIDDEN_CALLS = frozenset({
-    "datetime.datetime.now", "datetime.datetime.utcnow", "datetime.datetime.today", "datetime.date.today",
-    "time.time",
-})
+FORBIDDEN_CALLS = frozenset(
+    {
+        "datetime.datetime.now",
+        "datetime.datetime.utcnow",
+        "datetime.datetime.today",
+        "datetime.date.today",
+        "time.time",
+    }
+)
 UNRESOLVED_CALLS = frozenset({"datetime.now", "datetime.utcnow", "datetime.today", "date.today", "time.time"})
 
 
@@ -69,8 +75,11 @@ def impurities(source: str, filename: str = "<source>") -> list[str]:
             report(node, f"calls {name}()")
         if qualified in ("__import__", "importlib.import_module") and node.args:
             target = node.args[0]
-            if (isinstance(target, ast.Constant) and isinstance(target.value, str)
-                    and target.value.split(".")[0] in FORBIDDEN_MODULES):
+            if (
+                isinstance(target, ast.Constant)
+                and isinstance(target.value, str)
+                and target.value.split(".")[0] in FORBIDDEN_MODULES
+            ):
                 report(node, f"imports {target.value} dynamically")
     return found
 
@@ -89,24 +98,27 @@ def test_no_model_module_imports_an_impure_module_or_reads_a_clock():
     assert problems == [], "the model must stay pure:\n" + "\n".join(problems)
 
 
-@pytest.mark.parametrize("source, what", [
-    ("import time\n", "imports time"),
-    ("import os.path\n", "imports os.path"),
-    ("import random as r\n", "imports random"),
-    ("from uuid import uuid4\n", "imports from uuid"),
-    ("from psycopg import sql\n", "imports from psycopg"),
-    ("import threading, subprocess\n", "imports threading"),
-    ("import socket\n", "imports socket"),
-    ("from secrets import token_hex\n", "imports from secrets"),
-    ("from datetime import datetime\nx = datetime.now()\n", "calls datetime.now()"),
-    ("import datetime\nx = datetime.datetime.utcnow()\n", "calls datetime.datetime.utcnow()"),
-    ("from datetime import datetime as dt\nx = dt.now(tz=None)\n", "calls dt.now()"),
-    ("from datetime import date\nx = date.today()\n", "calls date.today()"),
-    ("def f(time):\n    return time.time()\n", "calls time.time()"),
-    ("def f():\n    return datetime.now()\n", "calls datetime.now()"),
-    ("m = __import__('random')\n", "imports random dynamically"),
-    ("import importlib\nm = importlib.import_module('os')\n", "imports os dynamically"),
-])
+@pytest.mark.parametrize(
+    "source, what",
+    [
+        ("import time\n", "imports time"),
+        ("import os.path\n", "imports os.path"),
+        ("import random as r\n", "imports random"),
+        ("from uuid import uuid4\n", "imports from uuid"),
+        ("from psycopg import sql\n", "imports from psycopg"),
+        ("import threading, subprocess\n", "imports threading"),
+        ("import socket\n", "imports socket"),
+        ("from secrets import token_hex\n", "imports from secrets"),
+        ("from datetime import datetime\nx = datetime.now()\n", "calls datetime.now()"),
+        ("import datetime\nx = datetime.datetime.utcnow()\n", "calls datetime.datetime.utcnow()"),
+        ("from datetime import datetime as dt\nx = dt.now(tz=None)\n", "calls dt.now()"),
+        ("from datetime import date\nx = date.today()\n", "calls date.today()"),
+        ("def f(time):\n    return time.time()\n", "calls time.time()"),
+        ("def f():\n    return datetime.now()\n", "calls datetime.now()"),
+        ("m = __import__('random')\n", "imports random dynamically"),
+        ("import importlib\nm = importlib.import_module('os')\n", "imports os dynamically"),
+    ],
+)
 def test_the_checker_catches_a_planted_impurity(source, what):
     found = impurities(source, "planted.py")
     assert any(what in f for f in found), found

@@ -13,6 +13,7 @@ impl/ (properties/mutants/catalogue.py, `peer_*`), killed by this file.
     pg_boss_592           unschedule + schedule: one cron slot fires twice
     pg_boss_613           two schedules of one queue due in the same minute collapse into one job
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -41,15 +42,25 @@ def _enqueue(url: str, n: int = 1, queue: str = "q") -> list[int]:
 
 def _row(url: str, job_id: int) -> dict:
     with psycopg.connect(url) as c:
-        r = c.execute("SELECT state, attempt, leased_by, errors, result IS NOT NULL FROM belay_jobs WHERE id = %s",
-                      (job_id,)).fetchone()
+        r = c.execute(
+            "SELECT state, attempt, leased_by, errors, result IS NOT NULL FROM belay_jobs WHERE id = %s", (job_id,)
+        ).fetchone()
     return {"state": r[0], "attempt": r[1], "leased_by": r[2], "errors": r[3], "has_result": r[4]}
 
 
 def _variants(broken: type[PgStore]) -> list:
-    return [pytest.param(PgStore, id="belay"),
-            pytest.param(broken, id="broken_like_the_peer", marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-                "the broken variant has the peer's bug; the test must catch it")))]
+    return [
+        pytest.param(PgStore, id="belay"),
+        pytest.param(
+            broken,
+            id="broken_like_the_peer",
+            marks=pytest.mark.xfail(
+                strict=True,
+                raises=AssertionError,
+                reason=("the broken variant has the peer's bug; the test must catch it"),
+            ),
+        ),
+    ]
 
 
 # --- River #1302 --------------------------------------------------------------------------------------
@@ -60,14 +71,19 @@ class RescuerWithoutGuard(PgStore):
 
     def _reclaim(self, op: w.Reclaim, conn) -> w.Reclaimed:
         with self.transaction(op.now) as tx:
-            rows = tx.cur.execute("SELECT id, attempt FROM belay_jobs WHERE state = 'running' AND lease_until <= %s "
-                                  "ORDER BY id", (op.now,)).fetchall()
+            rows = tx.cur.execute(
+                "SELECT id, attempt FROM belay_jobs WHERE state = 'running' AND lease_until <= %s ORDER BY id",
+                (op.now,),
+            ).fetchall()
         failpoint("reclaim.after_read")
         with self.transaction(op.now) as tx:
             for row in rows:
                 entry = Jsonb([w.error_entry(row["attempt"], op.now, "lease_expired", None)])
-                tx.cur.execute("UPDATE belay_jobs SET state = 'ready', ready_at = %s, errors = errors || %s, "
-                               "lease_until = NULL, leased_by = NULL WHERE id = %s", (op.now, entry, row["id"]))
+                tx.cur.execute(
+                    "UPDATE belay_jobs SET state = 'ready', ready_at = %s, errors = errors || %s, "
+                    "lease_until = NULL, leased_by = NULL WHERE id = %s",
+                    (op.now, entry, row["id"]),
+                )
         return w.Reclaimed(tuple(r["id"] for r in rows), ())
 
 
@@ -119,7 +135,8 @@ class LifelineByElapsedTime(PgStore):
             rows = tx.cur.execute(
                 "UPDATE belay_jobs SET state = 'ready', ready_at = %(now)s, lease_until = NULL, leased_by = NULL "
                 "WHERE state = 'running' AND started_at <= %(horizon)s RETURNING id",
-                {"now": op.now, "horizon": op.now - TTL}).fetchall()
+                {"now": op.now, "horizon": op.now - TTL},
+            ).fetchall()
         return w.Reclaimed(tuple(r["id"] for r in rows), ())
 
 
@@ -155,14 +172,15 @@ class HeartbeatPerWorkerId(PgStore):
 
     def _renew(self, op: w.Renew, conn) -> w.Renewed:
         with self.transaction(op.now) as tx:
-            tx.cur.execute("UPDATE belay_jobs SET lease_until = %s WHERE state = 'running' AND leased_by = %s",
-                           (op.lease_until, op.node))
+            tx.cur.execute(
+                "UPDATE belay_jobs SET lease_until = %s WHERE state = 'running' AND leased_by = %s",
+                (op.lease_until, op.node),
+            )
         return w.Renewed(tuple(sorted(op.job_ids)), ())
 
 
 @pytest.mark.parametrize("store_class", _variants(HeartbeatPerWorkerId))
-def test_procrastinate_1518_a_lost_workers_job_is_reclaimed_even_when_a_restart_reuses_its_node_id(
-        db_url, store_class):
+def test_procrastinate_1518_a_lost_workers_job_is_reclaimed_even_when_a_restart_reuses_its_node_id(db_url, store_class):
     """procrastinate #1518 (procrastinate-org/procrastinate, open): jobs stay `doing` forever after a
     worker is lost. Stalled jobs are found through the worker's heartbeat row: (1) once the dead worker's
     row is pruned, the LEFT JOIN finds nothing and the job is invisible to retry logic; (2) a Kubernetes
@@ -202,8 +220,9 @@ class SlotKeyPerRegistration(PgStore):
             plan = cron_plan(op.static, rows, op.since, op.now)
             specs = [replace(cron_job(c, slot), cron_name=f"{c.name}#{version[c.name]}") for c, slot in plan]
             outcomes = self._insert(tx, [self._row(spec, op.now) for spec in specs])
-            return w.CronsFired(tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
-                                      for (c, slot), o in zip(plan, outcomes)))
+            return w.CronsFired(
+                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+            )
 
 
 class SlotKeyPerQueue(PgStore):
@@ -215,14 +234,17 @@ class SlotKeyPerQueue(PgStore):
             plan = cron_plan(op.static, rows, op.since, op.now)
             specs = [replace(cron_job(c, slot), cron_name=c.queue) for c, slot in plan]
             outcomes = self._insert(tx, [self._row(spec, op.now) for spec in specs])
-            return w.CronsFired(tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
-                                      for (c, slot), o in zip(plan, outcomes)))
+            return w.CronsFired(
+                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+            )
 
 
 def _cron_jobs(url: str) -> list[tuple]:
     with psycopg.connect(url) as c:
-        return c.execute("SELECT cron_name, cron_slot, worker FROM belay_jobs WHERE cron_slot IS NOT NULL "
-                         "ORDER BY cron_slot, cron_name").fetchall()
+        return c.execute(
+            "SELECT cron_name, cron_slot, worker FROM belay_jobs WHERE cron_slot IS NOT NULL "
+            "ORDER BY cron_slot, cron_name"
+        ).fetchall()
 
 
 @pytest.mark.parametrize("store_class", _variants(SlotKeyPerRegistration))

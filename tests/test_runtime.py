@@ -7,6 +7,7 @@ conditions by polling the database with a deadline; a job that must hold still b
 (rt_gate) that the test opens. Every test gets a fresh database, and every process and Worker a test
 starts is stopped by its fixtures, gates opened first so nothing outlives the test.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -138,9 +139,15 @@ def workers(db: str):
     """Start in-process Workers (fast polling by default); all are stopped at teardown."""
     started: list[tuple[str, Worker]] = []
 
-    def start(url: str = db, registry: Registry = app.registry, *, limit: int = 4,
-              clock: Callable[[], datetime] = utc_now, telemetry: tuple = (default_logger,),
-              **config: Any) -> Worker:
+    def start(
+        url: str = db,
+        registry: Registry = app.registry,
+        *,
+        limit: int = 4,
+        clock: Callable[[], datetime] = utc_now,
+        telemetry: tuple = (default_logger,),
+        **config: Any,
+    ) -> Worker:
         config = {**FAST, **config}
         config.setdefault("queues", (QueueConfig(Q, QueueOpts(limit_min=limit, limit_max=limit)),))
         worker = Worker(url, registry, WorkerConfig(**config), clock=clock, telemetry=telemetry)
@@ -173,9 +180,28 @@ def spawn_worker(db: str, tmp_path: Path):
         log = tmp_path / f"{node}.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [str(BELAY), "worker", "--app", APP, "--queues", Q, "--database-url", db, "--node", node,
-                 "--lease-ttl", str(lease_ttl), "--limit", str(limit), "--shutdown-grace", str(grace)],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=out, stderr=subprocess.STDOUT,
+                [
+                    str(BELAY),
+                    "worker",
+                    "--app",
+                    APP,
+                    "--queues",
+                    Q,
+                    "--database-url",
+                    db,
+                    "--node",
+                    node,
+                    "--lease-ttl",
+                    str(lease_ttl),
+                    "--limit",
+                    str(limit),
+                    "--shutdown-grace",
+                    str(grace),
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdout=out,
+                stderr=subprocess.STDOUT,
             )
         wp = WorkerProcess(node, proc, log)
         procs.append(wp)
@@ -199,13 +225,17 @@ def test_two_workers_never_run_the_same_attempt_at_once(db, pg, client, spawn_wo
     spawn_worker("node-b", limit=6)
     ids = client.enqueue_many([JobSpec(Q, "interval", {"ms": 15}) for _ in range(150)]).ids
 
-    wait_for(lambda: scalar(pg, "SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'") == 150, 40,
-             "all 150 jobs to succeed")
+    wait_for(
+        lambda: scalar(pg, "SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'") == 150,
+        40,
+        "all 150 jobs to succeed",
+    )
 
     runs: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
     nodes = set()
     for job_id, attempt, node, started, ended in pg.execute(
-            "SELECT job_id, attempt, node, started_ns, ended_ns FROM rt_exec WHERE what = 'body'"):
+        "SELECT job_id, attempt, node, started_ns, ended_ns FROM rt_exec WHERE what = 'body'"
+    ):
         runs[(job_id, attempt)].append((started, ended))
         nodes.add(node)
     for key, intervals in runs.items():
@@ -228,19 +258,26 @@ def test_a_stale_ack_after_reclaim_changes_nothing(db, now):
         [ghost] = store.apply(w.Claim(now, Q, "ghost", 1, timedelta(seconds=1))).jobs
         assert (ghost.id, ghost.attempt, ghost.leased_by) == (job_id, 1, "ghost")
 
-        assert store.apply(w.Reclaim(now + timedelta(milliseconds=500))) == w.Reclaimed((), ()), \
+        assert store.apply(w.Reclaim(now + timedelta(milliseconds=500))) == w.Reclaimed((), ()), (
             "a live lease is never reclaimed"
+        )
         assert store.apply(w.Reclaim(now + timedelta(seconds=2))) == w.Reclaimed((job_id,), ())
-        assert store.apply(w.Renew(now + timedelta(seconds=2), "ghost", (job_id,),
-                                   now + timedelta(seconds=3))).lost == (job_id,)
+        assert store.apply(
+            w.Renew(now + timedelta(seconds=2), "ghost", (job_id,), now + timedelta(seconds=3))
+        ).lost == (job_id,)
         later = now + timedelta(seconds=10)
         [live] = store.apply(w.Claim(later, Q, "live", 1, timedelta(seconds=30))).jobs
         assert (live.attempt, live.leased_by) == (2, "live")
 
         before = (store.apply(ops.ReadJob(job_id)), store.apply(ops.ReadSteps(job_id)))
         at = later + timedelta(seconds=1)
-        for outcome in (w.Succeed("zombie"), w.Fail("Boom", "retry me", at), w.Fail("Boom", "final", None),
-                        w.CancelSelf(), w.Snooze(at + timedelta(hours=1))):
+        for outcome in (
+            w.Succeed("zombie"),
+            w.Fail("Boom", "retry me", at),
+            w.Fail("Boom", "final", None),
+            w.CancelSelf(),
+            w.Snooze(at + timedelta(hours=1)),
+        ):
             assert store.apply(w.Ack(at, job_id, 1, outcome)) == w.Stale(job_id, 1), outcome
         assert store.apply(w.Sleep(at, job_id, 1, "nap", at + timedelta(hours=1))) == w.Stale(job_id, 1)
         assert store.apply(w.ParkAwait(at, job_id, 1, f"job:{job_id}", "go")) == w.Stale(job_id, 1)
@@ -254,7 +291,8 @@ def test_a_stale_ack_after_reclaim_changes_nothing(db, now):
 
 
 def test_a_runtime_ack_after_its_lease_was_reclaimed_is_discarded_with_a_stale_ack_warning(
-        db, pg, client, workers, caplog):
+    db, pg, client, workers, caplog
+):
     caplog.set_level(logging.WARNING, logger="belay")
     events: list[tuple[str, dict]] = []
     # A lease far longer than the test: this worker never renews it, as if cut off from the database.
@@ -265,8 +303,7 @@ def test_a_runtime_ack_after_its_lease_was_reclaimed_is_discarded_with_a_stale_a
     lease_until = job_row(pg, job_id)["lease_until"]
     with PgStore(db) as store:  # another node's sweeper, once the lease has expired, and another claimer
         assert store.apply(w.Reclaim(lease_until)).retried == (job_id,)
-        [other] = store.apply(w.Claim(lease_until + timedelta(seconds=5), Q, "other-node", 1,
-                                      timedelta(hours=2))).jobs
+        [other] = store.apply(w.Claim(lease_until + timedelta(seconds=5), Q, "other-node", 1, timedelta(hours=2))).jobs
     assert other.attempt == 2
     before = client.job(job_id)
 
@@ -299,7 +336,8 @@ def test_a_zombie_attempt_ending_on_the_same_node_leaves_the_live_attempt_leased
     def settled() -> dict | None:
         row = job_row(pg, job_id)
         renewed_past_expiry = row["lease_until"] is not None and row["lease_until"] > released + timedelta(
-            seconds=2 * ttl)
+            seconds=2 * ttl
+        )
         return row if row["attempt"] != 2 or row["state"] != "running" or renewed_past_expiry else None
 
     row = wait_for(settled, 4 * ttl, "attempt 2's lease to be renewed past its first expiry (or lost)")
@@ -310,8 +348,7 @@ def test_a_zombie_attempt_ending_on_the_same_node_leaves_the_live_attempt_leased
 # --- 3. kill -9 ------------------------------------------------------------------------------------
 
 
-def test_a_worker_killed_with_kill_9_has_its_jobs_retried_by_another_after_the_lease(
-        db, pg, client, spawn_worker):
+def test_a_worker_killed_with_kill_9_has_its_jobs_retried_by_another_after_the_lease(db, pg, client, spawn_worker):
     doomed = spawn_worker("doomed", lease_ttl=2)
     job_id = client.enqueue(Q, "block_first_attempt", {"gate": "never"}).id
     wait_for(lambda: executions(pg, job_id, "body"), 15, "attempt 1 to start")
@@ -326,8 +363,9 @@ def test_a_worker_killed_with_kill_9_has_its_jobs_retried_by_another_after_the_l
 
     assert final.state == "succeeded" and result_value(final) == {"attempt": 2}
     assert error_names(final) == [(1, "lease_expired")]
-    assert datetime.fromisoformat(final.errors[0]["at"]) >= orphan["lease_until"], \
+    assert datetime.fromisoformat(final.errors[0]["at"]) >= orphan["lease_until"], (
         "reclaimed only once the dead worker's last lease had expired"
+    )
     bodies = executions(pg, job_id, "body")
     assert [(r["attempt"], r["node"]) for r in bodies] == [(1, "doomed"), (2, "rescuer")]
     assert bodies[0]["pid"] == doomed.proc.pid != bodies[1]["pid"]
@@ -348,20 +386,24 @@ def test_step_values_survive_the_crash_and_are_not_re_executed(db, pg, client, s
 
     ran = [(r["what"], r["attempt"], r["node"], r["value"]) for r in executions(pg, job_id)]
     assert [(what, attempt, node) for what, attempt, node, _ in ran] == [
-        ("step:s1", 1, "crashy"), ("step:s2", 1, "crashy"), ("step:s3", 2, "survivor")], \
-        "steps 1 and 2 ran once, on attempt 1 only"
+        ("step:s1", 1, "crashy"),
+        ("step:s2", 1, "crashy"),
+        ("step:s3", 2, "survivor"),
+    ], "steps 1 and 2 ran once, on attempt 1 only"
     tokens = [value for *_, value in ran]
     assert result_value(final) == tokens, "the re-run used the journaled tokens of steps 1 and 2"
     assert [(s.seq, s.name, decode(s.value)) for s in client.steps(job_id)] == [
-        (1, "s1", tokens[0]), (2, "s2", tokens[1]), (3, "s3", tokens[2])]
+        (1, "s1", tokens[0]),
+        (2, "s2", tokens[1]),
+        (3, "s3", tokens[2]),
+    ]
     assert error_names(final) == [(1, "lease_expired")]
 
 
 # --- 5. budgets -------------------------------------------------------------------------------------
 
 
-def test_a_budget_crossing_fails_the_job_on_that_step_and_a_retry_runs_no_further_paid_step(
-        db, pg, client, workers):
+def test_a_budget_crossing_fails_the_job_on_that_step_and_a_retry_runs_no_further_paid_step(db, pg, client, workers):
     workers()
     job_id = client.enqueue(Q, "paid", {"steps": 5, "cost": 4}, budget_usd_micros=10).id
     final = client.await_result(job_id, timeout=10)
@@ -377,8 +419,9 @@ def test_a_budget_crossing_fails_the_job_on_that_step_and_a_retry_runs_no_furthe
     again = client.job(job_id)
     assert again.state == "failed"
     assert error_names(again) == [(1, "budget_exceeded"), (2, "budget_exceeded")]
-    assert [r["what"] for r in executions(pg, job_id)] == ["step:paid1", "step:paid2", "step:paid3"], \
+    assert [r["what"] for r in executions(pg, job_id)] == ["step:paid1", "step:paid2", "step:paid3"], (
         "the pre-flight check stopped the retry before a 4th paid step"
+    )
     assert len(client.steps(job_id)) == 3 and again.spent_usd_micros == 12
 
 
@@ -388,8 +431,9 @@ CRON = CronDef("every-minute", "* * * * *", "tick", {"from": "static"}, queue="c
 
 
 def cron_slots(pg: psycopg.Connection) -> list[tuple[datetime, int]]:
-    return pg.execute("SELECT cron_slot, count(*) FROM belay_jobs WHERE cron_name = %s GROUP BY 1 ORDER BY 1",
-                      (CRON.name,)).fetchall()
+    return pg.execute(
+        "SELECT cron_slot, count(*) FROM belay_jobs WHERE cron_name = %s GROUP BY 1 ORDER BY 1", (CRON.name,)
+    ).fetchall()
 
 
 def test_cron_slots_fire_exactly_once_with_three_workers_racing(db, pg, workers, caplog):
@@ -400,8 +444,10 @@ def test_cron_slots_fire_exactly_once_with_three_workers_racing(db, pg, workers,
     def clock() -> datetime:  # then two minutes of cron time per real second, shared by all three nodes
         return start + timedelta(seconds=(time.monotonic() - origin[0]) * 120 if origin else 0)
 
-    nodes = [workers(registry=Registry(), queues=(), node=f"cron-{i}", clock=clock, crons=(CRON,),
-                     sweep_interval=0.01) for i in range(3)]
+    nodes = [
+        workers(registry=Registry(), queues=(), node=f"cron-{i}", clock=clock, crons=(CRON,), sweep_interval=0.01)
+        for i in range(3)
+    ]
     origin.append(time.monotonic())
     wait_for(lambda: len(cron_slots(pg)) >= 6, 20, "six minute slots to fire")
     for node in nodes:
@@ -477,8 +523,9 @@ def test_sigterm_drains_running_jobs_within_the_grace_and_claims_nothing_new(db,
     states = dict(pg.execute("SELECT id, state FROM belay_jobs").fetchall())
     assert {i: states[i] for i in running} == {i: "succeeded" for i in running}, "running jobs completed"
     rest = sorted(set(ids) - set(running))
-    assert pg.execute("SELECT id, state, attempt FROM belay_jobs WHERE id = ANY(%s) ORDER BY id",
-                      (rest,)).fetchall() == [(i, "ready", 0) for i in rest], "nothing claimed after SIGTERM"
+    assert pg.execute(
+        "SELECT id, state, attempt FROM belay_jobs WHERE id = ANY(%s) ORDER BY id", (rest,)
+    ).fetchall() == [(i, "ready", 0) for i in rest], "nothing claimed after SIGTERM"
     assert sorted(scalar(pg, "SELECT array_agg(job_id) FROM rt_exec WHERE what = 'body'")) == running
 
 
@@ -503,8 +550,9 @@ def succeeded_count(url: str, ids: list[int]) -> int | None:
     """Succeeded jobs among ids, or None while the database cannot be reached."""
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=2) as c:
-            return c.execute("SELECT count(*) FROM belay_jobs WHERE id = ANY(%s) AND state = 'succeeded'",
-                             (ids,)).fetchone()[0]
+            return c.execute(
+                "SELECT count(*) FROM belay_jobs WHERE id = ANY(%s) AND state = 'succeeded'", (ids,)
+            ).fetchone()[0]
     except psycopg.OperationalError:
         return None
 
@@ -524,20 +572,24 @@ def test_a_postgres_restart_under_a_running_worker_loses_nothing_and_the_worker_
             ids = list(client.enqueue_many([JobSpec(Q, "work", {"n": n, "s": 0.02}) for n in range(200)]).ids)
         assert len(ids) == 200
 
-        done_before = wait_for(lambda: (n := succeeded_count(url, ids)) is not None and n >= 30 and n, 30,
-                               "30 jobs to succeed")
+        done_before = wait_for(
+            lambda: (n := succeeded_count(url, ids)) is not None and n >= 30 and n, 30, "30 jobs to succeed"
+        )
         cluster.crash()
         cluster.restart()
         assert done_before < 200, "the crash hit the middle of the batch"
         wait_for(lambda: "transient fault" in caplog.text, 10, "the worker to notice the crash")
 
-        wait_for(lambda: succeeded_count(url, ids) == 200, 60, "all 200 jobs to succeed after the restart",
-                 interval=0.1)
+        wait_for(
+            lambda: succeeded_count(url, ids) == 200, 60, "all 200 jobs to succeed after the restart", interval=0.1
+        )
         with psycopg.connect(url, autocommit=True) as c:
-            rows = c.execute("SELECT id, state, result FROM belay_jobs WHERE id = ANY(%s) ORDER BY id",
-                             (ids,)).fetchall()
+            rows = c.execute(
+                "SELECT id, state, result FROM belay_jobs WHERE id = ANY(%s) ORDER BY id", (ids,)
+            ).fetchall()
         assert [(i, state, decode(result)) for i, state, result in rows] == [
-            (i, "succeeded", 2 * n) for n, i in enumerate(ids)], "none lost, each with its own result"
+            (i, "succeeded", 2 * n) for n, i in enumerate(ids)
+        ], "none lost, each with its own result"
 
         assert not worker.stopping.is_set()
         assert all(p.thread.is_alive() for p in worker.producers.values()), "the producers survived"
@@ -591,8 +643,9 @@ def test_sleep_parks_the_job_and_resumes_it_after_the_time(db, pg, client, worke
     assert final.state == "succeeded"
 
     ran = executions(pg, job_id)
-    assert [r["what"] for r in ran] == ["body", "step:before", "body", "after_sleep"], \
+    assert [r["what"] for r in ran] == ["body", "step:before", "body", "after_sleep"], (
         "the body re-ran from the top after the sleep; the step before it did not"
+    )
     assert ran[3]["started_ns"] - ran[0]["started_ns"] >= 0.4e9
     assert result_value(final) == ran[1]["value"]
     until = decode(next(s.value for s in client.steps(job_id) if s.name == "$sleep:nap"))
@@ -608,8 +661,7 @@ def test_spawned_children_run_and_await_children_returns_them_all_terminal(db, p
     children = [i for (i,) in pg.execute("SELECT id FROM belay_jobs WHERE parent_id = %s ORDER BY id", (job_id,))]
     assert result_value(final) == {"ids": children, "results": [10, 20, 30], "states": ["succeeded"] * 3}
     assert decode(next(s.value for s in client.steps(job_id) if s.name == "$spawn:kids")) == children
-    keys = [k for (k,) in pg.execute("SELECT unique_key FROM belay_jobs WHERE parent_id = %s ORDER BY id",
-                                     (job_id,))]
+    keys = [k for (k,) in pg.execute("SELECT unique_key FROM belay_jobs WHERE parent_id = %s ORDER BY id", (job_id,))]
     assert keys == [f"$spawn:{job_id}:kids:{i}" for i in range(3)]
 
 
@@ -628,7 +680,10 @@ def test_emitted_events_are_appended_to_the_job_stream_in_order(db, client, work
     final = client.await_result(job_id, timeout=10)
     assert result_value(final) == [1, 2, 3]
     assert [(e.seq, e.payload) for e in client.events(job_id)] == [
-        (1, {"progress": 0.25}), (2, {"progress": 0.5}), (3, {"progress": 1.0})]
+        (1, {"progress": 0.25}),
+        (2, {"progress": 0.5}),
+        (3, {"progress": 1.0}),
+    ]
 
 
 def test_a_cancel_request_is_honoured_at_the_next_step_boundary(db, pg, client, workers):
@@ -652,10 +707,13 @@ def test_an_exception_is_retried_per_the_backoff_then_fails_at_max_attempts(db, 
 
     assert final.state == "failed"
     assert [(e["attempt"], e["error"], e["detail"]) for e in final.errors] == [
-        (k, "RuntimeError", f"RuntimeError: boom on attempt {k}") for k in (1, 2, 3)]
+        (k, "RuntimeError", f"RuntimeError: boom on attempt {k}") for k in (1, 2, 3)
+    ]
     bodies = executions(pg, job_id, "body")
     assert [r["attempt"] for r in bodies] == [1, 2, 3]
-    for error, retry in zip(final.errors, bodies[1:], strict=False):  # the last error has no retry. Backoff(base_s=1, factor=1): 1 s between attempts
+    for error, retry in zip(
+        final.errors, bodies[1:], strict=False
+    ):  # the last error has no retry. Backoff(base_s=1, factor=1): 1 s between attempts
         # retry_at is computed a moment before the ack stamps `at`: allow that moment, not the second
         assert retry["started_ns"] >= ns(datetime.fromisoformat(error["at"]) + timedelta(seconds=0.95))
 

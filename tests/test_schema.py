@@ -1,4 +1,5 @@
 """Migrations 1–3, the normative index names and predicates, and the §1 compatibility rules."""
+
 from __future__ import annotations
 
 import ast
@@ -16,8 +17,14 @@ from model.ops import InvalidInput
 ROOT = Path(__file__).resolve().parents[1]
 
 TABLES = {
-    "belay_jobs", "belay_steps", "belay_events", "belay_signals", "belay_rate", "belay_queues",
-    "belay_crons", "belay_meta",
+    "belay_jobs",
+    "belay_steps",
+    "belay_events",
+    "belay_signals",
+    "belay_rate",
+    "belay_queues",
+    "belay_crons",
+    "belay_meta",
 }
 
 # §3, with docs/decisions.md's decisions for the indexes whose columns the contract leaves open.
@@ -107,7 +114,9 @@ def test_a_database_at_an_older_revision_is_migrated_forward_additively(blank_db
     q = SchemaSQL()
     with psycopg.connect(blank_db_url, autocommit=True) as c:
         c.execute(q.migration(0))
-        c.execute("INSERT INTO belay_jobs (queue, worker, state, inserted_at) VALUES ('q', 'w', 'ready', '2026-01-01Z')")
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, inserted_at) VALUES ('q', 'w', 'ready', '2026-01-01Z')"
+        )
         assert c.execute("SELECT version FROM belay_meta").fetchone()[0] == 1
         with pytest.raises(IncompatibleSchema, match="run `belay migrate`"):
             check_compat(c)
@@ -230,12 +239,19 @@ def test_the_claim_order_has_an_index_variant_with_nulls_first(conn):
 def test_a_claim_over_a_deep_backlog_walks_the_index_instead_of_sorting(conn, now):
     from impl.queries import SchemaSQL
 
-    conn.execute("INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
-                 "SELECT 'q', 'w', 'ready', %s, %s FROM generate_series(1, 20000)", (now, now))
+    conn.execute(
+        "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
+        "SELECT 'q', 'w', 'ready', %s, %s FROM generate_series(1, 20000)",
+        (now, now),
+    )
     conn.execute("ANALYZE belay_jobs")
     query = SchemaSQL().q("claim_plain")
-    plan = "\n".join(r[0] for r in conn.execute(
-        psycopg.sql.SQL("EXPLAIN ") + query,  # EXPLAIN without ANALYZE: nothing is claimed
-        {"queue": "q", "now": now, "take": 10, "node": "n", "lease_until": now}).fetchall())
+    plan = "\n".join(
+        r[0]
+        for r in conn.execute(
+            psycopg.sql.SQL("EXPLAIN ") + query,  # EXPLAIN without ANALYZE: nothing is claimed
+            {"queue": "q", "now": now, "take": 10, "node": "n", "lease_until": now},
+        ).fetchall()
+    )
     assert "belay_jobs_claim_order_idx" in plan, plan
     assert "Seq Scan on belay_jobs" not in plan, plan

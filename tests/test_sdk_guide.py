@@ -6,6 +6,7 @@ or `path::name` (a function in that file, found with `ast`, so a parametrized te
 stateful machine counts). The checker is a plain function of the guide's text, and a planted bad
 reference proves it fails.
 """
+
 from __future__ import annotations
 
 import ast
@@ -43,7 +44,7 @@ def broken_references(text: str, root: Path = ROOT) -> list[str]:
     problems = []
     for ref in REFERENCE.findall(text):
         if ref.startswith("conformance: "):
-            if ref[len("conformance: "):] not in case_ids:
+            if ref[len("conformance: ") :] not in case_ids:
                 problems.append(f"no conformance case {ref!r}")
             continue
         path, name = ref.split("::")
@@ -84,9 +85,14 @@ def test_a_planted_bad_reference_or_an_uncited_section_is_reported():
 
 
 def _waiting_on_a_lock(conn: psycopg.Connection, pid_to_skip: int) -> bool:
-    return conn.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s "
-        "AND wait_event_type = 'Lock' AND query LIKE %s", (pid_to_skip, "%FOR UPDATE%")).fetchone()[0] > 0
+    return (
+        conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> %s "
+            "AND wait_event_type = 'Lock' AND query LIKE %s",
+            (pid_to_skip, "%FOR UPDATE%"),
+        ).fetchone()[0]
+        > 0
+    )
 
 
 def test_a_step_journaled_while_another_transaction_holds_the_job_row_takes_the_next_seq(store, db_url, now):
@@ -97,10 +103,14 @@ def test_a_step_journaled_while_another_transaction_holds_the_job_row_takes_the_
     with psycopg.connect(db_url) as stale, psycopg.connect(db_url, autocommit=True) as observer:
         # A stale execution's journal write, mid-transaction: it holds the row and has taken seq 2.
         stale.execute("SELECT id FROM belay_jobs WHERE id = %s FOR UPDATE", (inserted.id,))
-        stale.execute("INSERT INTO belay_steps (job_id, seq, name, value, usd_micros, tokens, inserted_at) "
-                      "VALUES (%s, 2, 'stale', %s, 0, 0, %s)", (inserted.id, b"2", now))
-        writer = threading.Thread(target=lambda: result.append(
-            store.apply(w.RecordStep(now + timedelta(seconds=1), inserted.id, "live", 3))))
+        stale.execute(
+            "INSERT INTO belay_steps (job_id, seq, name, value, usd_micros, tokens, inserted_at) "
+            "VALUES (%s, 2, 'stale', %s, 0, 0, %s)",
+            (inserted.id, b"2", now),
+        )
+        writer = threading.Thread(
+            target=lambda: result.append(store.apply(w.RecordStep(now + timedelta(seconds=1), inserted.id, "live", 3)))
+        )
         writer.start()
         deadline = threading.Event()
         for _ in range(400):  # until the live write waits on the row lock (or finished without waiting)
@@ -119,9 +129,11 @@ def test_nothing_in_the_repository_points_at_documents_outside_it():
     offenders = [
         f"{path.relative_to(ROOT)}:{n}"
         for path in sorted(ROOT.rglob("*"))
-        if path.is_file() and path.suffix in {".py", ".md", ".sh", ".toml", ".txt", ".yaml", ".ipynb"}
+        if path.is_file()
+        and path.suffix in {".py", ".md", ".sh", ".toml", ".txt", ".yaml", ".ipynb"}
         and not {".git", ".venv", "reports", "node_modules"} & set(path.relative_to(ROOT).parts)
         and path != Path(__file__).resolve()
-        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1) if outside.search(line)
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if outside.search(line)
     ]
     assert not offenders, offenders

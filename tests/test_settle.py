@@ -5,6 +5,7 @@ fixpoint (re-settling is a no-op)." Workflows are random DAGs from networkx (a G
 every edge oriented from the lower to the higher index, so it is acyclic by construction), with
 random member states and ignore flags; a few hand-made workflows pin the named cases.
 """
+
 from __future__ import annotations
 
 import networkx as nx
@@ -168,8 +169,7 @@ def test_a_diamond_releases_both_middles_and_holds_the_sink_until_they_finish():
 
 
 def test_a_diamond_with_both_middles_succeeded_releases_the_sink():
-    result = settle([m("a", "succeeded"), m("b", "succeeded", "a"), m("c", "succeeded", "a"),
-                     m("d", "held", "b", "c")])
+    result = settle([m("a", "succeeded"), m("b", "succeeded", "a"), m("c", "succeeded", "a"), m("d", "held", "b", "c")])
     assert result == Settlement(frozenset({"d"}), frozenset())
 
 
@@ -195,8 +195,12 @@ def test_a_release_against_name_order_through_a_tolerated_doom():
 
 
 def test_ignoring_cancelled_tolerates_a_dep_doomed_in_the_same_settlement():
-    members = [m("a", "failed"), m("b", "held", "a"), m("c", "held", "b", ignore=("cancelled",)),
-               m("d", "held", "b", ignore=("failed",))]
+    members = [
+        m("a", "failed"),
+        m("b", "held", "a"),
+        m("c", "held", "b", ignore=("cancelled",)),
+        m("d", "held", "b", ignore=("failed",)),
+    ]
     # b is doomed (cancelled, not failed): c tolerates that, d only tolerates a failed dep
     assert settle(members) == Settlement(frozenset({"c"}), frozenset({"b", "d"}))
 

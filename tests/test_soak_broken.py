@@ -3,6 +3,7 @@
 Fast, in CI: the catalogue's shape, `--worker /bin/false` ending INVALID within a minute with a clear
 message, and the CI subset of variants (`fast=True`) each caught with its expected row. The full matrix
 is `python -m soak.broken` (~20 min; set BELAY_SOAK_TESTS=1 to run it here)."""
+
 from __future__ import annotations
 
 import importlib
@@ -30,8 +31,13 @@ def test_the_catalogue_has_at_least_16_variants_each_expecting_a_known_row_and_i
 
 
 def soak(tmp_path: Path, worker: str, *options: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict]:
-    out = subprocess.run([sys.executable, "-m", "soak.run", "--worker", worker, "--report", str(tmp_path),
-                          "--no-progress", *options], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    out = subprocess.run(
+        [sys.executable, "-m", "soak.run", "--worker", worker, "--report", str(tmp_path), "--no-progress", *options],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     results = tmp_path / "latest" / "results.json"
     assert results.exists(), out.stdout[-3000:] + out.stderr[-3000:]
     return out, json.loads(results.read_text())
@@ -47,8 +53,24 @@ def test_a_worker_that_cannot_stay_up_ends_the_run_invalid_within_a_minute(tmp_p
     assert len(list((tmp_path / "latest" / "workers").glob("*.log"))) < 40  # backoff, not thousands of restarts
 
 
-FAST = {"exits_on_db_loss": ("--duration", "14", "--db-restart-every", "4", "--kill-every", "0",
-                             "--stop-every", "0", "--term-every", "0", "--heal", "2", "--drain-timeout", "10")}
+FAST = {
+    "exits_on_db_loss": (
+        "--duration",
+        "14",
+        "--db-restart-every",
+        "4",
+        "--kill-every",
+        "0",
+        "--stop-every",
+        "0",
+        "--term-every",
+        "0",
+        "--heal",
+        "2",
+        "--drain-timeout",
+        "10",
+    )
+}
 
 
 @pytest.mark.parametrize("name", sorted(FAST))
@@ -62,6 +84,11 @@ def test_a_fast_broken_variant_is_caught_with_its_row(tmp_path: Path, name: str)
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to run the ~20 min matrix")
 def test_every_broken_variant_is_caught(tmp_path: Path):
-    out = subprocess.run([sys.executable, "-m", "soak.broken", "--report", str(tmp_path)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=3600)
+    out = subprocess.run(
+        [sys.executable, "-m", "soak.broken", "--report", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert out.returncode == 0, out.stdout

@@ -4,6 +4,7 @@ invariant flags its own violation (and only reports `valid` when its scenario wa
 Pure and fast: no database. The baseline `Run` holds one job of every soak kind, a workflow, a cron,
 a unique-key group and the fault log of two workers, one of which was SIGSTOPped past its lease.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,12 +33,39 @@ def at(seconds: float) -> datetime:
 
 def job(id: int, worker: str = "echo", *, result: Any = None, **kw: Any) -> Job:
     base = dict(
-        id=id, queue="soak", worker=worker, input={}, meta={}, state="succeeded", priority=0, attempt=1,
-        max_attempts=10, ready_at=at(0), inserted_at=at(0), started_at=at(1), finished_at=at(2),
-        lease_until=None, leased_by=None, errors=[], result=None, cancel_requested=False, unique_key=None,
-        unique_mode=None, cron_name=None, cron_slot=None, workflow_id=None, wf_name=None, wf_deps=None,
-        wf_ignore=None, parent_id=None, await_scope=None, await_name=None, budget_usd_micros=None,
-        budget_tokens=None, spent_usd_micros=0, spent_tokens=0,
+        id=id,
+        queue="soak",
+        worker=worker,
+        input={},
+        meta={},
+        state="succeeded",
+        priority=0,
+        attempt=1,
+        max_attempts=10,
+        ready_at=at(0),
+        inserted_at=at(0),
+        started_at=at(1),
+        finished_at=at(2),
+        lease_until=None,
+        leased_by=None,
+        errors=[],
+        result=None,
+        cancel_requested=False,
+        unique_key=None,
+        unique_mode=None,
+        cron_name=None,
+        cron_slot=None,
+        workflow_id=None,
+        wf_name=None,
+        wf_deps=None,
+        wf_ignore=None,
+        parent_id=None,
+        await_scope=None,
+        await_name=None,
+        budget_usd_micros=None,
+        budget_tokens=None,
+        spent_usd_micros=0,
+        spent_tokens=0,
     )
     base.update(kw)
     if result is None and base["state"] == "succeeded":
@@ -74,31 +102,57 @@ class Run:
 
     def check(self):
         state = from_rows(self.jobs.values(), self.steps, self.events, self.signals)
-        return check(state, SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique)),
-                     self.history)
+        return check(state, SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique)), self.history)
 
 
 def baseline() -> Run:
     r = Run()
     r.add(job(1), "echo")
     # steps: attempt 1 journaled s1, s2 then raised; attempt 2 replayed both.
-    r.add(job(2, "steps", input={"n": 2, "raise_after": 2}, attempt=2, errors=[err(1, "Planned", 1.8)],
-              result={"tokens": ["a", "b"], "attempt": 2}, finished_at=at(5)), "steps")
+    r.add(
+        job(
+            2,
+            "steps",
+            input={"n": 2, "raise_after": 2},
+            attempt=2,
+            errors=[err(1, "Planned", 1.8)],
+            result={"tokens": ["a", "b"], "attempt": 2},
+            finished_at=at(5),
+        ),
+        "steps",
+    )
     r.steps += [step(2, 1, "s1", {"token": "a", "attempt": 1}), step(2, 2, "s2", {"token": "b", "attempt": 1})]
     # costed: budget 100, costs 60, 60, 10: crosses on c2 and fails there.
     # (attempt 1 crashed right after journaling the crossing step; attempt 2's pre-flight failed it)
-    r.add(job(3, "costed", input={"costs": [60, 60, 10], "crash_at_crossing": True}, state="failed",
-              budget_usd_micros=100, attempt=2, spent_usd_micros=120,
-              errors=[err(1, "lease_expired", 1.9), err(2, "budget_exceeded", 2)]),
-          "costed", "failed:budget_exceeded", crossing="c2")
-    r.steps += [step(3, 1, "c1", {"token": "x", "attempt": 1}, usd=60),
-                step(3, 2, "c2", {"token": "y", "attempt": 1}, usd=60)]
+    r.add(
+        job(
+            3,
+            "costed",
+            input={"costs": [60, 60, 10], "crash_at_crossing": True},
+            state="failed",
+            budget_usd_micros=100,
+            attempt=2,
+            spent_usd_micros=120,
+            errors=[err(1, "lease_expired", 1.9), err(2, "budget_exceeded", 2)],
+        ),
+        "costed",
+        "failed:budget_exceeded",
+        crossing="c2",
+    )
+    r.steps += [
+        step(3, 1, "c1", {"token": "x", "attempt": 1}, usd=60),
+        step(3, 2, "c2", {"token": "y", "attempt": 1}, usd=60),
+    ]
     # awaiter with a delivered signal
     r.add(job(4, "awaiter", input={"signal": "go"}, attempt=2, result={"payload": {"x": 1}, "attempt": 2}), "awaiter")
     r.signals.append(Signal("job:4", "go", {"x": 1}, at(1)))
     # parent with two spawned children
-    r.add(job(5, "parent", input={"children": 2}, result={"children": [6, 7], "attempt": 2}, attempt=2,
-              finished_at=at(9)), "parent")
+    r.add(
+        job(
+            5, "parent", input={"children": 2}, result={"children": [6, 7], "attempt": 2}, attempt=2, finished_at=at(9)
+        ),
+        "parent",
+    )
     r.steps.append(Step(5, 1, "$spawn:kids", encode([6, 7]), 0, 0, at(1)))
     for i, cid in enumerate((6, 7)):
         r.add(job(cid, parent_id=5, unique_key=f"$spawn:5:kids:{i}", unique_mode="always", finished_at=at(8)))
@@ -106,12 +160,25 @@ def baseline() -> Run:
     # workflow: a fails, b (deps a) is doomed, c (deps a, ignores failed) runs
     wf = dict(workflow_id="wf1")
     r.add(job(8, "member", state="failed", wf_name="a", errors=[err(1, "Fail", 2)], **wf), "member", "failed")
-    r.add(job(9, "member", state="cancelled", attempt=0, wf_name="b", wf_deps=("a",), wf_ignore=(), **wf),
-          "member", "cancelled")
+    r.add(
+        job(9, "member", state="cancelled", attempt=0, wf_name="b", wf_deps=("a",), wf_ignore=(), **wf),
+        "member",
+        "cancelled",
+    )
     r.add(job(10, "member", wf_name="c", wf_deps=("a",), wf_ignore=("failed",), **wf), "member")
     # slow: attempt 1 on w1-1 was SIGSTOPped past its lease, reclaimed, and came back stale
-    r.add(job(11, "slow", input={"seconds": 12}, attempt=2, errors=[err(1, "lease_expired", 20)],
-              result={"token": "t", "node": "w2-1", "attempt": 2}, finished_at=at(40)), "slow")
+    r.add(
+        job(
+            11,
+            "slow",
+            input={"seconds": 12},
+            attempt=2,
+            errors=[err(1, "lease_expired", 20)],
+            result={"token": "t", "node": "w2-1", "attempt": 2},
+            finished_at=at(40),
+        ),
+        "slow",
+    )
     r.events.append(Event(11, 1, {"phase": "start", "attempt": 1, "node": "w1-1"}, at(2)))
     r.events.append(Event(11, 2, {"phase": "start", "attempt": 2, "node": "w2-1"}, at(22)))
     r.steps.append(step(11, 1, "begin", {"token": "t", "attempt": 1}))
@@ -124,8 +191,10 @@ def baseline() -> Run:
         r.add(job(jid, cron_name="soak_cron", cron_slot=at(60 * minute), inserted_at=at(60 * minute + 1)))
     # unique group: two concurrent inserts of an incomplete key, one admitted
     r.add(job(15, unique_key="u1", unique_mode="incomplete"), "echo")
-    r.unique += [UniqueAttempt(1, "u1", "incomplete", "inserted", 15, at(1)),
-                 UniqueAttempt(1, "u1", "incomplete", "duplicate", 15, at(1))]
+    r.unique += [
+        UniqueAttempt(1, "u1", "incomplete", "inserted", 15, at(1)),
+        UniqueAttempt(1, "u1", "incomplete", "duplicate", 15, at(1)),
+    ]
     r.history += [
         {"t": E0 - 2, "type": "run_start", "lease_ttl": 10},
         {"t": E0 - 1, "type": "worker_start", "node": "w1-1"},
@@ -168,7 +237,8 @@ def assert_only(result, name: str, *, contains: str = "") -> None:
 def test_a_consistent_run_is_valid_on_every_invariant():
     result = baseline().check()
     assert verdicts(result) == {f"I{i}": "valid" for i in range(1, 10)}, {
-        k: v.to_json() for k, v in result.invariants.items() if v.verdict != "valid"}
+        k: v.to_json() for k, v in result.invariants.items() if v.verdict != "valid"
+    }
     assert all(r.checks > 0 for r in result.invariants.values())
     # …but the worker duties' scenarios (SIGTERM drains, priority batches, …) did not occur: never valid overall
     assert result.verdict == "unknown" and result.exit_code == 2
@@ -200,8 +270,9 @@ def test_i1_a_job_waiting_for_a_future_deadline_makes_the_verdict_unknown():
 def test_i1_a_lease_lost_while_its_node_ran_means_no_renewal():
     r = baseline()
     # the SIGSTOP hit another node, later: w1-1 ran the whole time it held the lease
-    r.history = [{**e, "node": "w2-1", "t": e["t"] + 45} if e["type"] in ("worker_stop", "worker_cont") else e
-                 for e in r.history]
+    r.history = [
+        {**e, "node": "w2-1", "t": e["t"] + 45} if e["type"] in ("worker_stop", "worker_cont") else e for e in r.history
+    ]
     assert_only(r.check(), "I1", contains="not renewed")
 
 
@@ -274,8 +345,13 @@ def test_i3_a_result_naming_an_unjournaled_step_is_flagged():
 def test_i4_a_step_run_past_the_budget_is_flagged():
     r = baseline()
     r.steps.append(step(3, 3, "c3", {"token": "z", "attempt": 1}, usd=10))
-    r.jobs[3] = replace(r.jobs[3], state="succeeded", errors=[err(1, "lease_expired", 1.9)], spent_usd_micros=130,
-                        result=encode({"tokens": ["x", "y", "z"], "attempt": 2}))
+    r.jobs[3] = replace(
+        r.jobs[3],
+        state="succeeded",
+        errors=[err(1, "lease_expired", 1.9)],
+        spent_usd_micros=130,
+        result=encode({"tokens": ["x", "y", "z"], "attempt": 2}),
+    )
     assert_only(r.check(), "I4", contains="crossed the budget")
 
 
@@ -386,8 +462,9 @@ def test_i8_a_parent_finishing_before_its_children_is_flagged():
 
 def test_i9_an_awaiter_parked_despite_its_delivered_signal_is_flagged():
     r = baseline()
-    r.jobs[4] = replace(r.jobs[4], state="awaiting", await_scope="job:4", await_name="go", ready_at=None,
-                        result=None, finished_at=None)
+    r.jobs[4] = replace(
+        r.jobs[4], state="awaiting", await_scope="job:4", await_name="go", ready_at=None, result=None, finished_at=None
+    )
     result = r.check()
     assert result.invariants["I9"].verdict == "invalid"
     assert any("lost wake-up" in c for c in result.invariants["I9"].counterexamples)
@@ -395,8 +472,15 @@ def test_i9_an_awaiter_parked_despite_its_delivered_signal_is_flagged():
 
 def test_i9_a_parent_stranded_on_children_is_flagged():
     r = baseline()
-    r.jobs[5] = replace(r.jobs[5], state="awaiting", await_scope="job:5", await_name="$children", ready_at=None,
-                        result=None, finished_at=None)
+    r.jobs[5] = replace(
+        r.jobs[5],
+        state="awaiting",
+        await_scope="job:5",
+        await_name="$children",
+        ready_at=None,
+        result=None,
+        finished_at=None,
+    )
     r.signals = [s for s in r.signals if s.name != "$children"]
     result = r.check()
     assert result.invariants["I9"].verdict == "invalid"
@@ -419,10 +503,30 @@ def test_a_mini_soak_of_the_reference_worker_finds_no_violation(tmp_path: Path):
     verdict may be unknown — but never invalid."""
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, "-m", "soak.run", "--duration", "30", "--workers", "3", "--kill-every", "8",
-         "--stop-every", "10", "--db-restart-every", "15", "--report", str(tmp_path), "--seed", "7",
-         "--no-progress"],
-        cwd=root, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "soak.run",
+            "--duration",
+            "30",
+            "--workers",
+            "3",
+            "--kill-every",
+            "8",
+            "--stop-every",
+            "10",
+            "--db-restart-every",
+            "15",
+            "--report",
+            str(tmp_path),
+            "--seed",
+            "7",
+            "--no-progress",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert out.returncode in (0, 2), out.stdout[-4000:] + out.stderr[-4000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
@@ -437,11 +541,24 @@ def test_workflow_expectations_follow_settlement_semantics():
     from soak.driver import WORKFLOW_SHAPES, workflow_outcomes
 
     assert workflow_outcomes(WORKFLOW_SHAPES["chain"]) == {
-        "a": "failed", "b": "cancelled", "c": "succeeded", "d": "succeeded"}
+        "a": "failed",
+        "b": "cancelled",
+        "c": "succeeded",
+        "d": "succeeded",
+    }
     assert workflow_outcomes(WORKFLOW_SHAPES["diamond"]) == {
-        "a": "succeeded", "b": "succeeded", "c": "failed", "d": "succeeded", "e": "cancelled"}
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "failed",
+        "d": "succeeded",
+        "e": "cancelled",
+    }
     assert workflow_outcomes(WORKFLOW_SHAPES["cancel"]) == {
-        "a": "succeeded", "b": "cancelled", "c": "succeeded", "d": "cancelled"}
+        "a": "succeeded",
+        "b": "cancelled",
+        "c": "succeeded",
+        "d": "cancelled",
+    }
 
 
 def test_every_workflow_shape_exercises_a_doom_or_an_ignore_flag_except_the_plain_one():
@@ -460,8 +577,18 @@ def test_reports_never_contain_a_password(tmp_path: Path):
     result = r.check()
     state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
     url = "postgresql://soak:s3cret-pw@127.0.0.1:5432/belay_soak"
-    meta = {"run_id": "r1", "worker": "soak/reference-worker", "workers": 2, "lease_ttl": 10, "seed": 1,
-            "duration": 60, "heal": 10, "database": f"external server {url}", "db_faults": "skipped", "url": url}
+    meta = {
+        "run_id": "r1",
+        "worker": "soak/reference-worker",
+        "workers": 2,
+        "lease_ttl": 10,
+        "seed": 1,
+        "duration": 60,
+        "heal": 10,
+        "database": f"external server {url}",
+        "db_faults": "skipped",
+        "url": url,
+    }
     run_dir = tmp_path / "r1"
     (run_dir / "workers").mkdir(parents=True)
     (run_dir / "history.jsonl").write_text("")

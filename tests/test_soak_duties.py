@@ -2,6 +2,7 @@
 each duty flags its own violation, and a duty whose scenario did not occur is `unknown`, never `valid`.
 
 Pure and fast (no database): the baseline run of tests/test_soak_checker.py plus fault-log evidence."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -25,18 +26,24 @@ def test_a_duty_whose_scenario_did_not_occur_is_unknown_with_the_scenario_named(
 
 def test_p1_a_self_exit_after_a_database_crash_without_an_exit_observation_is_flagged():
     r = baseline()
-    r.history += [{"t": E0 + 40, "type": "db_crash"}, {"t": E0 + 40.2, "type": "db_restarted"},
-                  {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
-                  {"t": E0 + 41, "type": "worker_exit", "node": "w4-1", "code": 1}]
+    r.history += [
+        {"t": E0 + 40, "type": "db_crash"},
+        {"t": E0 + 40.2, "type": "db_restarted"},
+        {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
+        {"t": E0 + 41, "type": "worker_exit", "node": "w4-1", "code": 1},
+    ]
     p1 = duty(r.check(), "P1")
     assert p1.verdict == "invalid" and "after a PostgreSQL crash" in p1.counterexamples[0]
 
 
 def test_p1_an_exit_a_kind_asked_for_is_not_a_violation():
     r = baseline()
-    r.history += [{"t": E0 + 40, "type": "db_crash"}, {"t": E0 + 40.2, "type": "db_restarted"},
-                  {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
-                  {"t": E0 + 41, "type": "worker_exit", "node": "w4-1", "code": 75}]
+    r.history += [
+        {"t": E0 + 40, "type": "db_crash"},
+        {"t": E0 + 40.2, "type": "db_restarted"},
+        {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
+        {"t": E0 + 41, "type": "worker_exit", "node": "w4-1", "code": 75},
+    ]
     r.observations.append(Observation(1, 1, "w4-1", "exit", {"reason": "flaky exit"}, at(41)))
     r.observations.append(Observation(1, 1, "w5-1", "exit", {"reason": "flaky exit"}, at(42)))
     p1 = duty(r.check(), "P1")
@@ -45,8 +52,14 @@ def test_p1_an_exit_a_kind_asked_for_is_not_a_violation():
 
 def test_p1_a_worker_that_cannot_stay_up_ends_the_run_invalid_with_its_message():
     r = baseline()
-    r.history.append({"t": E0 + 5, "type": "worker_unstable", "node": "w1-6", "message": "worker slot 1 could not "
-                      "stay up: 6 exits in a row"})
+    r.history.append(
+        {
+            "t": E0 + 5,
+            "type": "worker_unstable",
+            "node": "w1-6",
+            "message": "worker slot 1 could not stay up: 6 exits in a row",
+        }
+    )
     result = r.check()
     assert result.verdict == "invalid" and "could not stay up" in duty(result, "P1").counterexamples[0]
 
@@ -57,26 +70,40 @@ def lease_sample(t, rows, **kw):
 
 def test_p2_a_lease_lost_while_its_node_ran_is_a_renewal_failure():
     r = baseline()
-    r.jobs[1] = replace(r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 20)],
-                        result=encode({"echo": 1, "attempt": 2}))
-    r.history += [lease_sample(3, [[1, 1, "w2-1", E0 + 13, "echo"]]), lease_sample(8, [[1, 1, "w2-1", E0 + 13, "echo"]])]
+    r.jobs[1] = replace(
+        r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 20)], result=encode({"echo": 1, "attempt": 2})
+    )
+    r.history += [
+        lease_sample(3, [[1, 1, "w2-1", E0 + 13, "echo"]]),
+        lease_sample(8, [[1, 1, "w2-1", E0 + 13, "echo"]]),
+    ]
     p2 = duty(r.check(), "P2")
     assert p2.verdict == "invalid" and "job 1: attempt 1 on node w2-1" in p2.counterexamples[0]
 
 
 def test_p2_a_lease_lost_while_its_node_was_stopped_is_not_blamed():
     r = baseline()
-    r.jobs[1] = replace(r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 20)],
-                        result=encode({"echo": 1, "attempt": 2}))
+    r.jobs[1] = replace(
+        r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 20)], result=encode({"echo": 1, "attempt": 2})
+    )
     r.history += [lease_sample(3, [[1, 1, "w1-1", E0 + 13, "echo"]])]  # w1-1 was SIGSTOPped 5 … 25
     assert duty(r.check(), "P2").violations == 0
 
 
 def test_p3_a_job_that_succeeded_after_a_cancel_requested_before_its_await_is_flagged():
     r = baseline()
-    r.history += [{"t": E0 + 1, "type": "cancel", "job_id": 4, "result": "CancelRequested", "plan": "cancel_at_park",
-                   "kind": "awaiter", "state_before": "running"},
-                  {"t": E0 + 2.5, "type": "signal", "job_id": 4, "when": "after-cancel", "woken": [4]}]
+    r.history += [
+        {
+            "t": E0 + 1,
+            "type": "cancel",
+            "job_id": 4,
+            "result": "CancelRequested",
+            "plan": "cancel_at_park",
+            "kind": "awaiter",
+            "state_before": "running",
+        },
+        {"t": E0 + 2.5, "type": "signal", "job_id": 4, "when": "after-cancel", "woken": [4]},
+    ]
     r.history = [e for e in r.history if not (e["type"] == "signal" and e["t"] < E0 + 2)]
     p3 = duty(r.check(), "P3")
     assert p3.verdict == "invalid" and "job 4" in p3.counterexamples[0]
@@ -85,16 +112,20 @@ def test_p3_a_job_that_succeeded_after_a_cancel_requested_before_its_await_is_fl
 def test_p4_a_job_abandoned_by_a_sigterm_exit_is_flagged():
     r = baseline()
     r.jobs[2] = replace(r.jobs[2], errors=[err(1, "lease_expired", 30)])
-    r.history += [{"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
-                  {"t": E0 + 10.1, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 0.1}]
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
+        {"t": E0 + 10.1, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 0.1},
+    ]
     p4 = duty(r.check(), "P4")
     assert p4.verdict == "invalid" and "job 2 (steps) attempt 1" in p4.counterexamples[0]
 
 
 def test_p4_a_clean_drain_is_valid():
     r = baseline()
-    r.history += [{"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[1, 1, "echo"]]},
-                  {"t": E0 + 11, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 1.0}]
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[1, 1, "echo"]]},
+        {"t": E0 + 11, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 1.0},
+    ]
     assert duty(r.check(), "P4").verdict == "valid"
 
 
@@ -104,16 +135,20 @@ def priority_sample(t, rows, due=E0 + 100):
 
 def test_p5_a_priority_5_job_running_while_a_due_priority_0_job_waits_is_flagged():
     r = baseline()
-    r.history += [priority_sample(101, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
-                  priority_sample(101.5, [[50, 5, "running", 1], [51, 0, "ready", 0]])]
+    r.history += [
+        priority_sample(101, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+        priority_sample(101.5, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+    ]
     p5 = duty(r.check(), "P5")
     assert p5.verdict == "invalid" and "priority 0" in p5.counterexamples[0]
 
 
 def test_p5_priority_0_first_is_valid():
     r = baseline()
-    r.history += [priority_sample(101, [[51, 0, "running", 1], [50, 5, "ready", 0]]),
-                  priority_sample(101.5, [[51, 0, "running", 1], [50, 5, "ready", 0]])]
+    r.history += [
+        priority_sample(101, [[51, 0, "running", 1], [50, 5, "ready", 0]]),
+        priority_sample(101.5, [[51, 0, "running", 1], [50, 5, "ready", 0]]),
+    ]
     assert duty(r.check(), "P5").verdict == "valid"
 
 
@@ -124,8 +159,9 @@ def test_p6_a_cron_job_in_another_queue_than_its_row_says_is_flagged():
     r = baseline()
     r.jobs[12] = replace(r.jobs[12], queue="default")
     state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
-    state = replace(state, crons={"soak_cron": CronRow("soak_cron", "* * * * *", "echo", {}, {"queue": "soak"},
-                                                        False, at(0))})
+    state = replace(
+        state, crons={"soak_cron": CronRow("soak_cron", "* * * * *", "echo", {}, {"queue": "soak"}, False, at(0))}
+    )
     from soak.checker import SoakLedger, check
 
     result = check(state, SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique)), r.history)
@@ -134,8 +170,19 @@ def test_p6_a_cron_job_in_another_queue_than_its_row_says_is_flagged():
 
 def test_p7_a_sleeper_resumed_without_a_journaled_sleep_is_flagged():
     r = baseline()
-    r.add(job(40, "sleeper", input={"seconds": 2}, state="ready", attempt=3, result=None, finished_at=None,
-              ready_at=at(10_000)), "sleeper")
+    r.add(
+        job(
+            40,
+            "sleeper",
+            input={"seconds": 2},
+            state="ready",
+            attempt=3,
+            result=None,
+            finished_at=None,
+            ready_at=at(10_000),
+        ),
+        "sleeper",
+    )
     assert duty(r.check(), "P7").verdict == "invalid"
 
 

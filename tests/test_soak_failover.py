@@ -5,6 +5,7 @@ CI runs: the focused asynchronous failover (committed work is lost and check D1 
 soak with partitions, stalls, a connection stall, SIGSTOP and synchronous failovers that must not be
 invalid (D1 valid). BELAY_SOAK_TESTS=1 adds the asynchronous failover as a whole soak (exit 1, D1 invalid).
 """
+
 from __future__ import annotations
 
 import json
@@ -91,16 +92,23 @@ def test_an_asynchronous_failover_loses_committed_work_and_d1_names_it():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 (the sync soak below "
-                    "covers synchronous failover in CI)")
+@pytest.mark.skipif(
+    not os.environ.get("BELAY_SOAK_TESTS"),
+    reason="set BELAY_SOAK_TESTS=1 (the sync soak below covers synchronous failover in CI)",
+)
 def test_a_synchronous_failover_loses_nothing():
     result, _ = _failover_once("sync")
     assert result.verdict == "valid", result.to_json()
 
 
 def _soak(tmp_path: Path, *args: str) -> tuple[int, dict, list[dict]]:
-    out = subprocess.run([sys.executable, "-m", "soak.run", "--report", str(tmp_path), "--no-progress", *args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "soak.run", "--report", str(tmp_path), "--no-progress", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode != 3, out.stdout[-4000:] + out.stderr[-4000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
     history = [json.loads(line) for line in (tmp_path / "latest" / "history.jsonl").read_text().splitlines()]
@@ -111,10 +119,36 @@ def test_a_soak_with_partitions_stalls_and_synchronous_failovers_finds_no_violat
     """Reduced form of the issue's acceptance run: the verdict may be `unknown` (20 s is too short to
     be sure of a cron minute) but never invalid, and D1 must be valid."""
     code, results, history = _soak(
-        tmp_path, "--duration", "16", "--heal", "3", "--workers", "4", "--lease-ttl", "4", "--rate", "20",
-        "--kill-every", "0", "--stop-every", "7", "--db-restart-every", "0", "--partition-every", "5",
-        "--stall-every", "6", "--stall-conn-every", "8", "--failover-every", "8", "--replication", "sync",
-        "--seed", "11")
+        tmp_path,
+        "--duration",
+        "16",
+        "--heal",
+        "3",
+        "--workers",
+        "4",
+        "--lease-ttl",
+        "4",
+        "--rate",
+        "20",
+        "--kill-every",
+        "0",
+        "--stop-every",
+        "7",
+        "--db-restart-every",
+        "0",
+        "--partition-every",
+        "5",
+        "--stall-every",
+        "6",
+        "--stall-conn-every",
+        "8",
+        "--failover-every",
+        "8",
+        "--replication",
+        "sync",
+        "--seed",
+        "11",
+    )
     kinds = Counter(e["type"] for e in history)
     assert kinds["net_partition"] >= 1 and kinds["net_stall"] >= 1 and kinds["failover_end"] >= 1, kinds
     assert code in (0, 2), results["invariants"]
@@ -127,9 +161,30 @@ def test_a_soak_with_partitions_stalls_and_synchronous_failovers_finds_no_violat
 @pytest.mark.skipif(not os.environ.get("BELAY_SOAK_TESTS"), reason="set BELAY_SOAK_TESTS=1 to run a ~1 min soak")
 def test_a_soak_with_asynchronous_failovers_is_invalid_and_names_the_lost_work(tmp_path):
     code, results, _ = _soak(
-        tmp_path, "--duration", "20", "--heal", "4", "--workers", "3", "--lease-ttl", "4", "--rate", "20",
-        "--kill-every", "0", "--stop-every", "0", "--db-restart-every", "0", "--failover-every", "8",
-        "--replication", "async", "--seed", "12")
+        tmp_path,
+        "--duration",
+        "20",
+        "--heal",
+        "4",
+        "--workers",
+        "3",
+        "--lease-ttl",
+        "4",
+        "--rate",
+        "20",
+        "--kill-every",
+        "0",
+        "--stop-every",
+        "0",
+        "--db-restart-every",
+        "0",
+        "--failover-every",
+        "8",
+        "--replication",
+        "async",
+        "--seed",
+        "12",
+    )
     assert code == 1
     d1 = results["invariants"]["D1"]
     assert d1["verdict"] == "invalid" and "was lost" in d1["first_counterexample"], d1

@@ -1,6 +1,7 @@
 """The checker's hooks for network faults and failover (issue 13): a partitioned or stalled worker slot is
 excused from lease renewal like a SIGSTOPped worker, a single-connection stall is not, a failover is a
 database outage; check D1 (soak/failover.py) names lost enqueues and lost acks. Pure: synthetic runs."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,46 +19,66 @@ def _without_stop(r):
 
 def test_a_lease_lost_while_the_workers_route_was_partitioned_is_not_blamed_on_it():
     r = _without_stop(baseline())
-    r.history += [{"t": E0 + 5, "type": "net_partition", "slot": 1, "node": "w1-1", "seconds": 15},
-                  {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "partition"}]
+    r.history += [
+        {"t": E0 + 5, "type": "net_partition", "slot": 1, "node": "w1-1", "seconds": 15},
+        {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "partition"},
+    ]
     assert r.check().invariants["I1"].verdict == "valid"
 
 
 def test_a_stall_of_the_whole_route_excuses_it_but_a_single_connection_stall_does_not():
     r = _without_stop(baseline())
-    r.history += [{"t": E0 + 5, "type": "net_stall", "slot": 1, "node": "w1-1", "seconds": 15},
-                  {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall"}]
+    r.history += [
+        {"t": E0 + 5, "type": "net_stall", "slot": 1, "node": "w1-1", "seconds": 15},
+        {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall"},
+    ]
     assert r.check().invariants["I1"].verdict == "valid"
     r = _without_stop(baseline())
-    r.history += [{"t": E0 + 5, "type": "net_stall_conn", "slot": 1, "node": "w1-1", "seconds": 15},
-                  {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall_conn"}]
+    r.history += [
+        {"t": E0 + 5, "type": "net_stall_conn", "slot": 1, "node": "w1-1", "seconds": 15},
+        {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall_conn"},
+    ]
     assert_only(r.check(), "I1", contains="not renewed")
 
 
 def test_an_isolation_of_another_slot_does_not_excuse_the_worker():
     r = _without_stop(baseline())
-    r.history += [{"t": E0 + 5, "type": "net_partition", "slot": 2, "node": "w2-1", "seconds": 15},
-                  {"t": E0 + 25, "type": "net_heal", "slot": 2, "node": "w2-1", "fault": "partition"}]
+    r.history += [
+        {"t": E0 + 5, "type": "net_partition", "slot": 2, "node": "w2-1", "seconds": 15},
+        {"t": E0 + 25, "type": "net_heal", "slot": 2, "node": "w2-1", "fault": "partition"},
+    ]
     assert_only(r.check(), "I1", contains="not renewed")
 
 
 def test_a_failover_counts_as_a_database_outage_until_the_new_standby_streams():
     r = _without_stop(baseline())
-    r.history += [{"t": E0 + 10, "type": "failover_begin", "mode": "sync"},
-                  {"t": E0 + 12, "type": "failover_watch", "jobs": []},
-                  {"t": E0 + 13, "type": "failover_end"}, {"t": E0 + 15, "type": "standby_ready"}]
+    r.history += [
+        {"t": E0 + 10, "type": "failover_begin", "mode": "sync"},
+        {"t": E0 + 12, "type": "failover_watch", "jobs": []},
+        {"t": E0 + 13, "type": "failover_end"},
+        {"t": E0 + 15, "type": "standby_ready"},
+    ]
     assert r.check().invariants["I1"].verdict == "valid"
 
 
 def _watch(r, *rows):
-    r.history += [{"t": E0 + 10, "type": "failover_begin", "mode": "async"},
-                  {"t": E0 + 12, "type": "failover_watch", "jobs": [list(x) for x in rows]},
-                  {"t": E0 + 13, "type": "failover_end"}, {"t": E0 + 15, "type": "standby_ready"}]
+    r.history += [
+        {"t": E0 + 10, "type": "failover_begin", "mode": "async"},
+        {"t": E0 + 12, "type": "failover_watch", "jobs": [list(x) for x in rows]},
+        {"t": E0 + 13, "type": "failover_end"},
+        {"t": E0 + 15, "type": "standby_ready"},
+    ]
 
 
 def _fp(j):
-    return [j.id, j.worker, j.state, j.attempt, j.inserted_at.isoformat(),
-            j.finished_at.isoformat() if j.finished_at else None]
+    return [
+        j.id,
+        j.worker,
+        j.state,
+        j.attempt,
+        j.inserted_at.isoformat(),
+        j.finished_at.isoformat() if j.finished_at else None,
+    ]
 
 
 def test_d1_is_valid_when_every_watched_commit_survived_and_absent_without_failover():

@@ -1,6 +1,7 @@
 """The soak's fault-injecting proxy (soak/proxy.py) and the client-side call deadline (impl/deadline.py)
 on a real PostgreSQL: partition, stall, single-connection stall, latency, heal, retarget — and a worker
 whose renewal connection stalls keeps its other leases (spec/belay-operations.txt §6, issue 13)."""
+
 from __future__ import annotations
 
 import threading
@@ -104,8 +105,10 @@ def test_stall_one_freezes_a_single_connection_of_the_route(proxy, db_url):
     c2 = psycopg.connect(url, autocommit=True, connect_timeout=5)
     assert proxy.stall_one("w1")
     results: dict[int, object] = {}
-    threads = [threading.Thread(target=lambda i=i, c=c: results.__setitem__(i, c.execute("SELECT 1").fetchone()),
-                                daemon=True) for i, c in enumerate((c1, c2))]
+    threads = [
+        threading.Thread(target=lambda i=i, c=c: results.__setitem__(i, c.execute("SELECT 1").fetchone()), daemon=True)
+        for i, c in enumerate((c1, c2))
+    ]
     for t in threads:
         t.start()
     _wait_until(lambda: len(results) == 1)
@@ -179,9 +182,15 @@ def test_a_stalled_connection_does_not_freeze_lease_renewal(proxy, db_url, now, 
 
         def renew() -> None:
             from impl.faults import with_retries
-            result.append(with_retries(lambda: store.apply(
-                w.Renew(now + timedelta(seconds=3), "n1", tuple(ids), now + timedelta(seconds=13))),
-                what="renew"))
+
+            result.append(
+                with_retries(
+                    lambda: store.apply(
+                        w.Renew(now + timedelta(seconds=3), "n1", tuple(ids), now + timedelta(seconds=13))
+                    ),
+                    what="renew",
+                )
+            )
             done.set()
 
         threading.Thread(target=renew, daemon=True).start()

@@ -3,6 +3,7 @@ extension, on real PostgreSQL with in-process Workers: the default logger's one 
 attempt, Prometheus metrics served over HTTP (and by `belay worker --metrics-port`), OpenTelemetry
 spans, and a paused belay_queues row stopping a node's claims without resetting its limits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -76,12 +77,16 @@ def test_the_default_logger_writes_one_line_per_job_attempt(db_url, worker, capl
         assert telemetry.detach("belay-default-logger")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"belay job={ok} ")]
     assert len(lines) == 1, caplog.text
-    assert re.fullmatch(rf"belay job={ok} kind=ok queue=tq state=succeeded attempt=1 duration=\d+ms node=tnode",
-                        lines[0])
+    assert re.fullmatch(
+        rf"belay job={ok} kind=ok queue=tq state=succeeded attempt=1 duration=\d+ms node=tnode", lines[0]
+    )
     line = next(r for r in caplog.records if r.getMessage().startswith(f"belay job={boom} "))
     assert line.levelno == logging.WARNING
-    assert re.match(rf"belay job={boom} kind=boom queue=tq state=failed attempt=1 duration=\d+ms node=tnode "
-                    r"error='Fail: boom'$", line.getMessage())
+    assert re.match(
+        rf"belay job={boom} kind=boom queue=tq state=failed attempt=1 duration=\d+ms node=tnode "
+        r"error='Fail: boom'$",
+        line.getMessage(),
+    )
 
 
 def test_job_events_carry_duration_queue_kind_id_attempt_node_and_outcome(db_url, worker):
@@ -107,8 +112,11 @@ def test_prometheus_metrics_count_outcomes_claims_and_read_queue_depth(db_url, w
         try:
             worker((metrics,))
             with Client(db_url) as client:
-                ids = [client.enqueue(app.QUEUE, "ok").id, client.enqueue(app.QUEUE, "ok").id,
-                       client.enqueue(app.QUEUE, "boom").id]
+                ids = [
+                    client.enqueue(app.QUEUE, "ok").id,
+                    client.enqueue(app.QUEUE, "ok").id,
+                    client.enqueue(app.QUEUE, "boom").id,
+                ]
                 client.enqueue("elsewhere", "ok")
                 wait_for(lambda: finished(client, *ids), 30, "the jobs to finish")
             # job.stop is emitted after the ack commits; wait for the third outcome to be counted
@@ -125,8 +133,12 @@ def test_prometheus_metrics_count_outcomes_claims_and_read_queue_depth(db_url, w
     metrics("lease.lost", {"job_id": 1, "attempt": 1, "node": "n"})
     metrics("reclaim", {"node": "n", "retried": 2, "failed": 1})
     text = metrics.exposition()
-    for line in ("belay_stale_acks_total 1.0", "belay_lease_losses_total 1.0",
-                 'belay_reclaims_total{outcome="retried"} 2.0', 'belay_reclaims_total{outcome="failed"} 1.0'):
+    for line in (
+        "belay_stale_acks_total 1.0",
+        "belay_lease_losses_total 1.0",
+        'belay_reclaims_total{outcome="retried"} 2.0',
+        'belay_reclaims_total{outcome="failed"} 1.0',
+    ):
         assert line in text
 
 
@@ -142,8 +154,9 @@ def test_opentelemetry_spans_cover_each_job_attempt(db_url, worker):
     worker((telemetry.OpenTelemetrySpans(provider),))
     with Client(db_url) as client:
         ok, boom = client.enqueue(app.QUEUE, "ok").id, client.enqueue(app.QUEUE, "boom").id
-        spans = wait_for(lambda: len(exporter.get_finished_spans()) == 2 and exporter.get_finished_spans(), 30,
-                         "two spans")
+        spans = wait_for(
+            lambda: len(exporter.get_finished_spans()) == 2 and exporter.get_finished_spans(), 30, "two spans"
+        )
     by_job = {s.attributes["belay.job_id"]: s for s in spans}
     assert by_job[ok].name == "belay.job ok" and by_job[ok].attributes["belay.state"] == "succeeded"
     assert by_job[ok].attributes["belay.node"] == "tnode" and by_job[ok].attributes["belay.queue"] == "tq"
@@ -171,8 +184,7 @@ def test_a_queue_row_merges_over_static_options_key_by_key():
     assert merge_opts(static, {"limit": 4, "global_limit": None}) == QueueOpts(4, 4)
 
 
-def test_pausing_a_queue_stops_a_nodes_claims_without_resetting_its_limits_and_resume_restarts_them(
-        db_url, worker):
+def test_pausing_a_queue_stops_a_nodes_claims_without_resetting_its_limits_and_resume_restarts_them(db_url, worker):
     node = worker(limit=7)
     producer = node.producers[app.QUEUE]
     with Operator(db_url) as op, Client(db_url) as client:
@@ -199,9 +211,26 @@ def test_belay_worker_serves_metrics_and_logs_a_line_per_job(db_url, tmp_path):
     log = tmp_path / "worker.log"
     with open(log, "w") as sink:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "impl.cli", "worker", "--app", "tests.apps.telemetry_app", "--database-url",
-             db_url, "--metrics-port", str(port), "--node", "cli-node", "--no-notify"],
-            stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+            [
+                sys.executable,
+                "-m",
+                "impl.cli",
+                "worker",
+                "--app",
+                "tests.apps.telemetry_app",
+                "--database-url",
+                db_url,
+                "--metrics-port",
+                str(port),
+                "--node",
+                "cli-node",
+                "--no-notify",
+            ],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+        )
     try:
         with Client(db_url) as client:
             job_id = client.enqueue(app.QUEUE, "ok").id
@@ -217,8 +246,11 @@ def test_belay_worker_serves_metrics_and_logs_a_line_per_job(db_url, tmp_path):
         assert 'belay_jobs_total{kind="ok",outcome="succeeded",queue="tq"} 1.0' in text
         assert 'belay_queue_depth{queue="tq",state="succeeded"} 1.0' in text
         wait_for(lambda: f"belay job={job_id} kind=ok" in log.read_text(), 10, "the log line")
-        assert re.search(rf"belay job={job_id} kind=ok queue=tq state=succeeded attempt=1 duration=\d+ms "
-                         "node=cli-node", log.read_text())
+        assert re.search(
+            rf"belay job={job_id} kind=ok queue=tq state=succeeded attempt=1 duration=\d+ms "
+            "node=cli-node",
+            log.read_text(),
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -3,6 +3,7 @@
 Dropping the template databases at the end of a session is best effort, but a failure must be visible:
 it used to be swallowed silently (a leaked template, a broken server, even a typo in the drop code),
 and a programming error must still surface rather than be caught at all."""
+
 from __future__ import annotations
 
 import logging

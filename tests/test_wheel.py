@@ -11,6 +11,7 @@ plain path line in a `.pth` file. A plain path line adds that one directory; it 
 the `.pth` files inside it, so an editable install of the checkout living there stays inactive —
 the test asserts that `impl` and `model` are imported from the virtualenv's own site-packages.
 """
+
 from __future__ import annotations
 
 import os
@@ -47,18 +48,54 @@ def installed(tmp_path_factory) -> dict:
         shutil.copytree(ROOT / package, src / package, ignore=IGNORE)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-          "--wheel-dir", str(work / "dist"), str(src)], cwd=work, env=env)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(work / "dist"),
+            str(src),
+        ],
+        cwd=work,
+        env=env,
+    )
     (wheel,) = (work / "dist").glob("belay_toolkit-*.whl")
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=work, env=env)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index",
-          str(wheel)], cwd=work, env=env)
-    purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                        cwd=work, env=env).stdout.strip())
-    deps = [p for p in dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"],
-                                      sysconfig.get_paths()["platlib"]]) if Path(p).is_dir()]
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ],
+        cwd=work,
+        env=env,
+    )
+    purelib = Path(
+        _run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=work, env=env
+        ).stdout.strip()
+    )
+    deps = [
+        p
+        for p in dict.fromkeys(
+            [*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+        )
+        if Path(p).is_dir()
+    ]
     (purelib / "zz_belay_test_deps.pth").write_text("".join(f"{p}\n" for p in deps))
     return {"work": work, "wheel": wheel, "venv": venv, "python": python, "purelib": purelib, "env": env}
 
@@ -72,9 +109,15 @@ def test_the_wheel_holds_the_four_packages_and_the_sql_and_yaml_package_data(ins
 
 
 def test_the_installed_packages_come_from_the_virtualenv_not_the_checkout(installed):
-    out = _run([str(installed["python"]), "-c",
-                "import impl, model, impl.store, model.ops; print(impl.__file__); print(model.__file__)"],
-               cwd=installed["work"], env=installed["env"]).stdout.split()
+    out = _run(
+        [
+            str(installed["python"]),
+            "-c",
+            "import impl, model, impl.store, model.ops; print(impl.__file__); print(model.__file__)",
+        ],
+        cwd=installed["work"],
+        env=installed["env"],
+    ).stdout.split()
     for path in out:
         assert Path(path).is_relative_to(installed["purelib"]), path
         assert not Path(path).is_relative_to(ROOT), path
@@ -85,8 +128,12 @@ def test_belay_migrate_then_smoke_run_from_the_installed_wheel(installed, blank_
     env = {**installed["env"], "BELAY_DATABASE_URL": blank_db_url}
     migrated = _run([belay, "migrate"], cwd=installed["work"], env=env)
     with psycopg.connect(blank_db_url) as conn:
-        tables = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'belay_%'")}
+        tables = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename LIKE 'belay_%'"
+            )
+        }
     assert {"belay_jobs", "belay_steps", "belay_signals"} <= tables, (tables, migrated.stdout)
     smoke = _run([belay, "smoke"], cwd=installed["work"], env=env)
     assert smoke.stdout.startswith("provisioning: env"), smoke.stdout  # the test's database, not a new one
@@ -99,7 +146,13 @@ def test_a_foreign_model_package_ahead_on_the_path_is_a_clear_error_not_silently
     (foreign / "model").mkdir(parents=True, exist_ok=True)
     (foreign / "model" / "__init__.py").write_text("RAISED = 'someone else'\n")
     env = {**installed["env"], "PYTHONPATH": str(foreign)}
-    done = subprocess.run([str(installed["venv"] / "bin" / "belay"), "--help"], cwd=installed["work"], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(installed["venv"] / "bin" / "belay"), "--help"],
+        cwd=installed["work"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "another distribution or directory on sys.path provides a `model` package" in done.stderr, done.stderr

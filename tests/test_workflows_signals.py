@@ -1,6 +1,7 @@
 """Workflows (§8.3), cancel and retry (§8.6), signals and the await park rule (§7, §8.1), children
 notification (§8.4). States a worker would produce (a claim, a failed ack) are written with SQL here,
 marked as such; the operation under test always runs through the store."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -80,8 +81,9 @@ def test_bad_member_definitions_are_refused():
     with pytest.raises(InvalidInput, match="cannot carry a unique key"):
         WorkflowMember("a", JobSpec("q", "w", unique_key="k"))
     with pytest.raises(InvalidInput, match="names a member twice"):
-        EnqueueWorkflow(__import__("datetime").datetime.now(__import__("datetime").timezone.utc), "wf",
-                        (member("a"), member("a")))
+        EnqueueWorkflow(
+            __import__("datetime").datetime.now(__import__("datetime").timezone.utc), "wf", (member("a"), member("a"))
+        )
 
 
 def test_cancelling_a_dep_dooms_its_dependents_transitively(store, now):
@@ -132,8 +134,11 @@ def test_retry_clears_cancel_requested_raises_max_attempts_and_clears_lease(stor
     simulate_claim(conn, job_id, now)
     assert store.apply(ops.Cancel(now, job_id)) == ops.CancelRequested(job_id)
     # The worker honours the request at a step boundary (simulated ack: cancelled, flag survives).
-    conn.execute("UPDATE belay_jobs SET state = 'cancelled', finished_at = %s, lease_until = NULL, "
-                 "leased_by = NULL WHERE id = %s", (now, job_id))
+    conn.execute(
+        "UPDATE belay_jobs SET state = 'cancelled', finished_at = %s, lease_until = NULL, "
+        "leased_by = NULL WHERE id = %s",
+        (now, job_id),
+    )
     assert store.apply(ops.ReadJob(job_id)).cancel_requested is True
     later = now + timedelta(hours=1)
     assert store.apply(ops.Retry(later, job_id)) == ops.Retried(job_id, "ready")
@@ -203,7 +208,12 @@ def test_await_before_signal_parks_then_the_signal_wakes_the_job(store, conn, no
     assert store.apply(wops.ParkAwait(now, job_id, 1, "orders", "paid", deadline)) == wops.Parked(job_id, "awaiting")
     job = store.apply(ops.ReadJob(job_id))
     assert (job.state, job.await_scope, job.await_name, job.ready_at, job.lease_until) == (
-        "awaiting", "orders", "paid", deadline, None)
+        "awaiting",
+        "orders",
+        "paid",
+        deadline,
+        None,
+    )
     later = now + timedelta(seconds=5)
     assert store.apply(ops.DeliverSignal(later, "orders", "paid", {"amount": 3})) == ops.Signalled((job_id,))
     job = store.apply(ops.ReadJob(job_id))
@@ -216,7 +226,8 @@ def test_signal_before_await_parks_the_job_as_ready_at_once(store, conn, now):
     simulate_claim(conn, job_id, now)
     later = now + timedelta(seconds=1)
     assert store.apply(wops.ParkAwait(later, job_id, 1, "orders", "paid", now + timedelta(hours=1))) == wops.Parked(
-        job_id, "ready")
+        job_id, "ready"
+    )
     job = store.apply(ops.ReadJob(job_id))
     assert (job.state, job.ready_at, job.await_scope, job.await_name) == ("ready", later, None, None)
 
@@ -301,11 +312,16 @@ def test_steps_and_events_read_back_in_order_with_their_envelopes(store, conn, n
         "(%s, 1, 'fetch', %s, 5, 7, %s), (%s, 2, 'elixir', %s, 0, 0, %s)",
         (job_id, encode({"rows": [1, 2]}), now, job_id, etf, now),
     )
-    conn.execute("INSERT INTO belay_events (job_id, seq, payload, inserted_at) VALUES (%s, 1, '{\"p\": 1}', %s), "
-                 "(%s, 2, '\"two\"', %s)", (job_id, now, job_id, now))
+    conn.execute(
+        "INSERT INTO belay_events (job_id, seq, payload, inserted_at) VALUES (%s, 1, '{\"p\": 1}', %s), "
+        "(%s, 2, '\"two\"', %s)",
+        (job_id, now, job_id, now),
+    )
     steps = store.apply(ops.ReadSteps(job_id))
     assert [(s.seq, s.name, decode(s.value), s.usd_micros, s.tokens) for s in steps] == [
-        (1, "fetch", {"rows": [1, 2]}, 5, 7), (2, "elixir", {"a": 1}, 0, 0)]
+        (1, "fetch", {"rows": [1, 2]}, 5, 7),
+        (2, "elixir", {"a": 1}, 0, 0),
+    ]
     assert [e.payload for e in store.apply(ops.ReadEvents(job_id))] == [{"p": 1}, "two"]
 
 
@@ -314,5 +330,7 @@ def test_the_database_refuses_a_step_value_over_1_mib_from_any_sdk(store, conn, 
 
     job_id = store.apply(Enqueue(now, (JobSpec("q", "w"),))).ids[0]
     with pytest.raises(psycopg.errors.CheckViolation):
-        conn.execute("INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 1, 'big', %s, %s)",
-                     (job_id, b"x" * (1024 * 1024 + 1), now))
+        conn.execute(
+            "INSERT INTO belay_steps (job_id, seq, name, value, inserted_at) VALUES (%s, 1, 'big', %s, %s)",
+            (job_id, b"x" * (1024 * 1024 + 1), now),
+        )

@@ -6,6 +6,7 @@ Modules: app (routes, auth checks, actions through PgStore.apply), auth (token, 
 bind rule), queries (impl/sql/dashboard.sql, the optional index variants), views (previews, cost
 running totals, timelines, the layered DAG). Templates and static assets ship inside the package.
 """
+
 from impl.dashboard.app import create_app
 
 __all__ = ["create_app"]

@@ -6,6 +6,7 @@ Reads go through impl/dashboard/queries.py and the store's read operations; ever
 with `now` read from the server's clock once per request. Templates autoescape everything; the
 Content-Security-Policy allows scripts only from /static, so even a missed escape could not run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -38,8 +39,10 @@ from model.rows import STATES, TERMINAL
 
 log = logging.getLogger("belay.dashboard")
 HERE = Path(__file__).parent
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 REPORT_FILES = {"report.html", "results.json", "summary.md"}
@@ -71,8 +74,9 @@ def _when(value: datetime | None) -> str:
 
 
 def environment() -> jinja2.Environment:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
+    )
     env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty)
     env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP, TERMINAL_CAP=TERMINAL_CAP)
     return env
@@ -84,9 +88,16 @@ class Forbidden(Exception):
         self.message = message
 
 
-def create_app(conninfo: str, *, token: str | None = None, schema: str = "public",
-               reports_dir: str | Path = "reports", clock: Callable[[], datetime] = utc_now,
-               poll_ms: int = 1000, pool_size: int = 4) -> Starlette:
+def create_app(
+    conninfo: str,
+    *,
+    token: str | None = None,
+    schema: str = "public",
+    reports_dir: str | Path = "reports",
+    clock: Callable[[], datetime] = utc_now,
+    poll_ms: int = 1000,
+    pool_size: int = 4,
+) -> Starlette:
     """The dashboard app. `token` None makes it read-only (actions answer 403)."""
     auth = a.Auth(token)
     queries = DashboardQueries(schema)
@@ -102,9 +113,15 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
 
     def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         nonce = session_of(request)
-        base = {"request": request, "can_act": nonce is not None, "auth_enabled": auth.enabled,
-                "csrf": auth.csrf_for(nonce) if nonce else "", "schema": schema, "poll_ms": poll_ms,
-                "message": request.query_params.get("msg", "")}
+        base = {
+            "request": request,
+            "can_act": nonce is not None,
+            "auth_enabled": auth.enabled,
+            "csrf": auth.csrf_for(nonce) if nonce else "",
+            "schema": schema,
+            "poll_ms": poll_ms,
+            "message": request.query_params.get("msg", ""),
+        }
         return templates.TemplateResponse(request, name, {**base, **context}, status_code=status)
 
     # --- reads ---------------------------------------------------------------------------------
@@ -135,17 +152,28 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             rows, next_before = queries.jobs_page(conn, filters, before_id)
         active = filters.active()
         next_url = f"/jobs?{urlencode({**active, 'before': next_before})}" if next_before else None
-        return render(request, "jobs.html", {"rows": rows, "filters": active, "next_url": next_url,
-                                             "first_url": f"/jobs?{urlencode(active)}", "paged": before_id is not None,
-                                             "page_size": PAGE_SIZE, "filter_names": FILTERS})
+        return render(
+            request,
+            "jobs.html",
+            {
+                "rows": rows,
+                "filters": active,
+                "next_url": next_url,
+                "first_url": f"/jobs?{urlencode(active)}",
+                "paged": before_id is not None,
+                "page_size": PAGE_SIZE,
+                "filter_names": FILTERS,
+            },
+        )
 
     def job_page(request: Request) -> Response:
         job_id = request.path_params["job_id"]
         now = clock()
         found = store().apply(ops.ReadJob(job_id))
         if isinstance(found, ops.NotFound):
-            return render(request, "error.html", {"title": "Not found", "error": f"job {job_id} does not exist"},
-                          status=404)
+            return render(
+                request, "error.html", {"title": "Not found", "error": f"job {job_id} does not exist"}, status=404
+            )
         job = found
         steps = store().apply(ops.ReadSteps(job_id))
         events = store().apply(ops.ReadEvents(job_id))
@@ -161,28 +189,49 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             result = views.preview_envelope(job.result, limit=20_000)
         except Exception as exc:  # a preview must never take the page down
             result = f"(cannot preview: {exc})"
-        return render(request, "job.html", {
-            "job": job, "steps": views.step_rows(job, steps), "events": events, "signals": signals,
-            "scopes": scopes, "children": children, "n_children": n_children, "result": result,
-            "timeline": views.timeline(job, now), "now": now,
-            "over_budget": views.over_budget(job.spent_usd_micros, job.spent_tokens, job.budget_usd_micros,
-                                             job.budget_tokens)})
+        return render(
+            request,
+            "job.html",
+            {
+                "job": job,
+                "steps": views.step_rows(job, steps),
+                "events": events,
+                "signals": signals,
+                "scopes": scopes,
+                "children": children,
+                "n_children": n_children,
+                "result": result,
+                "timeline": views.timeline(job, now),
+                "now": now,
+                "over_budget": views.over_budget(
+                    job.spent_usd_micros, job.spent_tokens, job.budget_usd_micros, job.budget_tokens
+                ),
+            },
+        )
 
     def workflow_page(request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
         members = list(store().apply(ops.ReadWorkflow(workflow_id)))
         if not members:
-            return render(request, "error.html",
-                          {"title": "Not found", "error": f"workflow {workflow_id!r} has no members"}, status=404)
+            return render(
+                request,
+                "error.html",
+                {"title": "Not found", "error": f"workflow {workflow_id!r} has no members"},
+                status=404,
+            )
         dag = views.workflow_dag(members)
-        return render(request, "workflow.html", {"workflow_id": workflow_id, "members": members, "dag": dag,
-                                                 "colours": views.STATE_COLOURS})
+        return render(
+            request,
+            "workflow.html",
+            {"workflow_id": workflow_id, "members": members, "dag": dag, "colours": views.STATE_COLOURS},
+        )
 
     def reports_page(request: Request) -> Response:
         runs = []
         if reports.is_dir():
-            for d in sorted((p for p in reports.iterdir() if p.is_dir() and not p.is_symlink()),
-                            key=lambda p: p.name, reverse=True):
+            for d in sorted(
+                (p for p in reports.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name, reverse=True
+            ):
                 results = d / "results.json"
                 if not results.is_file() or not RUN_ID.match(d.name):
                     continue
@@ -192,13 +241,19 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
                     runs.append({"run_id": d.name, "error": f"unreadable results.json: {exc}"})
                     continue
                 meta, stats = data.get("meta") or {}, data.get("stats") or {}
-                runs.append({
-                    "run_id": d.name, "verdict": data.get("verdict", "?"), "error": None,
-                    "duration": meta.get("elapsed_seconds", meta.get("duration")),
-                    "worker": meta.get("worker"), "workers": meta.get("workers"),
-                    "jobs": stats.get("jobs_in_database", stats.get("jobs_checked")),
-                    "faults": {k: v for k, v in (data.get("faults") or {}).items() if v},
-                    "has_html": (d / "report.html").is_file()})
+                runs.append(
+                    {
+                        "run_id": d.name,
+                        "verdict": data.get("verdict", "?"),
+                        "error": None,
+                        "duration": meta.get("elapsed_seconds", meta.get("duration")),
+                        "worker": meta.get("worker"),
+                        "workers": meta.get("workers"),
+                        "jobs": stats.get("jobs_in_database", stats.get("jobs_checked")),
+                        "faults": {k: v for k, v in (data.get("faults") or {}).items() if v},
+                        "has_html": (d / "report.html").is_file(),
+                    }
+                )
         return render(request, "reports.html", {"runs": runs, "reports_dir": str(reports)})
 
     def report_file(request: Request) -> Response:
@@ -266,8 +321,12 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             now = clock()
             try:
                 if kind == "signal":
-                    op: Any = ops.DeliverSignal(now, form.get("scope", ""), form.get("name", ""),
-                                                _payload(form.get("payload", ""), "signal payload"))
+                    op: Any = ops.DeliverSignal(
+                        now,
+                        form.get("scope", ""),
+                        form.get("name", ""),
+                        _payload(form.get("payload", ""), "signal payload"),
+                    )
                     back = form.get("back", "/")
                 else:
                     job_id = request.path_params["job_id"]
@@ -285,6 +344,7 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             if not BACK.fullmatch(back):  # only our own pages: never an open redirect ("//evil", "/\\evil")
                 back = "/"
             return RedirectResponse(f"{back}?{urlencode({'msg': describe(kind, result)})}", status_code=303)
+
         return endpoint
 
     @contextlib.asynccontextmanager
@@ -294,8 +354,11 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
             with state["store"].pool.connection() as conn:
                 missing = set(INDEXES) - queries.index_names(conn)
             if missing:
-                log.warning("dashboard index variants missing (%s): tiles count by full scan; run "
-                            "`belay dashboard --create-indexes` for the bounded queries", ", ".join(sorted(missing)))
+                log.warning(
+                    "dashboard index variants missing (%s): tiles count by full scan; run "
+                    "`belay dashboard --create-indexes` for the bounded queries",
+                    ", ".join(sorted(missing)),
+                )
             yield
         finally:
             state["store"].close()
@@ -326,8 +389,9 @@ def create_app(conninfo: str, *, token: str | None = None, schema: str = "public
         Route("/logout", logout, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan,
-                     middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)])
+    return Starlette(
+        routes=routes, lifespan=lifespan, middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)]
+    )
 
 
 def describe(kind: str, result: Any) -> str:

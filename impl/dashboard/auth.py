@@ -12,6 +12,7 @@ is read-only; it binds 127.0.0.1 by default. Here:
 - sessions are stateless: cookie = nonce.HMAC(token, "session:" + nonce); CSRF = HMAC(token,
   "csrf:" + nonce). Changing the token invalidates every session.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,11 +23,15 @@ from impl.http.server import is_loopback
 
 COOKIE = "belay_dashboard_session"
 CSRF_FIELD = "csrf_token"
-READ_ONLY = ("this dashboard is read-only: it was started without a token. Restart it with --token "
-             "(or $BELAY_DASHBOARD_TOKEN) to enable retry, cancel, signal and steer.")
+READ_ONLY = (
+    "this dashboard is read-only: it was started without a token. Restart it with --token "
+    "(or $BELAY_DASHBOARD_TOKEN) to enable retry, cancel, signal and steer."
+)
 NOT_LOGGED_IN = "actions need the dashboard token: log in at /login (or send Authorization: Bearer <token>)."
-BAD_CSRF = ("the form's CSRF token is missing or wrong (a cross-site request, or a page older than your "
-            "session): reload the page and try again.")
+BAD_CSRF = (
+    "the form's CSRF token is missing or wrong (a cross-site request, or a page older than your "
+    "session): reload the page and try again."
+)
 
 
 class BindRefused(ValueError):
@@ -37,7 +42,8 @@ def check_bind(host: str, token: str | None) -> None:
     if not token and not is_loopback(host):
         raise BindRefused(
             f"refusing to bind {host}: a dashboard without a token binds loopback only (127.0.0.1, ::1, "
-            "localhost). Set a token (--token / $BELAY_DASHBOARD_TOKEN) to listen elsewhere.")
+            "localhost). Set a token (--token / $BELAY_DASHBOARD_TOKEN) to listen elsewhere."
+        )
 
 
 def _mac(token: str, purpose: str, nonce: str) -> str:

@@ -5,6 +5,7 @@ variant exists), the job list is keyset-paginated on id, and every filter is one
 (`dash_where_*`) joined with AND through psycopg.sql — user input only ever travels as a parameter.
 `ensure_indexes` creates the optional index variants of impl/sql/dashboard_indexes.sql.
 """
+
 from __future__ import annotations
 
 import re
@@ -116,8 +117,9 @@ class DashboardQueries:
     def q(self, name: str, **extra: sql.Composable) -> sql.Composed:
         return sql.SQL(dashboard_blocks()[name]).format(**self.sql.names, **extra)
 
-    def _all(self, conn: psycopg.Connection, name: str, params: dict | None = None, **extra: sql.Composable
-             ) -> list[dict]:
+    def _all(
+        self, conn: psycopg.Connection, name: str, params: dict | None = None, **extra: sql.Composable
+    ) -> list[dict]:
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(self.q(name, **extra), params or {})
             return cur.fetchall()
@@ -144,8 +146,15 @@ class DashboardQueries:
 
     # --- tiles --------------------------------------------------------------------------------
 
-    def tiles(self, conn: psycopg.Connection, now: datetime, *, indexed: bool, cap: int = COUNT_CAP,
-              terminal_cap: int = TERMINAL_CAP) -> list[Tile]:
+    def tiles(
+        self,
+        conn: psycopg.Connection,
+        now: datetime,
+        *,
+        indexed: bool,
+        cap: int = COUNT_CAP,
+        terminal_cap: int = TERMINAL_CAP,
+    ) -> list[Tile]:
         """Every queue that has jobs or a belay_queues row, with counts, options and freshness."""
         if indexed:
             pairs = self._all(conn, "dash_pair_counts", {"cap": cap, "terminal_cap": terminal_cap})
@@ -158,14 +167,20 @@ class DashboardQueries:
             if indexed and r["n"] >= (terminal_cap if r["state"] in TERMINAL else cap):
                 capped.setdefault(r["queue"], set()).add(r["state"])
         opts = {r["name"]: r["opts"] for r in self._all(conn, "dash_queue_rows")}
-        finished = {r["queue"]: r["n"] for r in self._all(conn, "dash_finished_since",
-                                                          {"since": now - timedelta(minutes=1)})}
+        finished = {
+            r["queue"]: r["n"] for r in self._all(conn, "dash_finished_since", {"since": now - timedelta(minutes=1)})
+        }
         oldest = {r["queue"]: r["oldest"] for r in self._all(conn, "dash_oldest_ready", {"now": now})}
         names = sorted(set(counts) | set(opts))
         return [
-            Tile(queue=name, counts=counts.get(name, {}), capped=frozenset(capped.get(name, ())),
-                 opts=opts.get(name) or {}, finished_last_minute=finished.get(name, 0),
-                 oldest_ready_age=(now - oldest[name]).total_seconds() if oldest.get(name) else None)
+            Tile(
+                queue=name,
+                counts=counts.get(name, {}),
+                capped=frozenset(capped.get(name, ())),
+                opts=opts.get(name) or {},
+                finished_last_minute=finished.get(name, 0),
+                oldest_ready_age=(now - oldest[name]).total_seconds() if oldest.get(name) else None,
+            )
             for name in names
         ]
 
@@ -183,11 +198,13 @@ class DashboardQueries:
         if "error" in params:
             params["error"] = like_pattern(params["error"])
         where = sql.SQL(" AND ").join(
-            sql.SQL(dashboard_blocks()[f]).format(**self.sql.names) for f in fragments or ["dash_where_true"])
+            sql.SQL(dashboard_blocks()[f]).format(**self.sql.names) for f in fragments or ["dash_where_true"]
+        )
         return self.q("dash_jobs_page", where=where), params
 
-    def jobs_page(self, conn: psycopg.Connection, filters: JobFilter, before: int | None = None,
-                  limit: int = PAGE_SIZE) -> tuple[list[dict], int | None]:
+    def jobs_page(
+        self, conn: psycopg.Connection, filters: JobFilter, before: int | None = None, limit: int = PAGE_SIZE
+    ) -> tuple[list[dict], int | None]:
         """One page (newest first) and the cursor of the next page (None on the last page)."""
         query, params = self.jobs_page_query(filters, before)
         params["limit"] = limit + 1  # one more row tells whether a next page exists

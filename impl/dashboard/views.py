@@ -4,6 +4,7 @@ against the budget (§8.2), the timeline of attempts, and the workflow DAG laid 
 Pure functions of their arguments (the caller passes `now`); the templates render the results with
 autoescaping, so nothing computed here is ever trusted as HTML.
 """
+
 from __future__ import annotations
 
 import json
@@ -69,9 +70,19 @@ def step_rows(job: Job, steps: tuple[Step, ...]) -> list[StepRow]:
     for s in sorted(steps, key=lambda s: s.seq):
         usd_total += s.usd_micros
         tokens_total += s.tokens
-        rows.append(StepRow(s.seq, s.name, preview_envelope(s.value), s.usd_micros, s.tokens, usd_total, tokens_total,
-                            over_budget(usd_total, tokens_total, job.budget_usd_micros, job.budget_tokens),
-                            s.inserted_at))
+        rows.append(
+            StepRow(
+                s.seq,
+                s.name,
+                preview_envelope(s.value),
+                s.usd_micros,
+                s.tokens,
+                usd_total,
+                tokens_total,
+                over_budget(usd_total, tokens_total, job.budget_usd_micros, job.budget_tokens),
+                s.inserted_at,
+            )
+        )
     return rows
 
 
@@ -112,8 +123,15 @@ def timeline(job: Job, now: datetime) -> list[Mark]:
 # --- workflow DAG ------------------------------------------------------------------------------
 
 STATE_COLOURS = {
-    "ready": "#3b82f6", "running": "#f59e0b", "awaiting": "#a855f7", "held": "#9ca3af", "paused": "#64748b",
-    "succeeded": "#16a34a", "failed": "#dc2626", "cancelled": "#78350f", "missing": "#ffffff",
+    "ready": "#3b82f6",
+    "running": "#f59e0b",
+    "awaiting": "#a855f7",
+    "held": "#9ca3af",
+    "paused": "#64748b",
+    "succeeded": "#16a34a",
+    "failed": "#dc2626",
+    "cancelled": "#78350f",
+    "missing": "#ffffff",
 }
 NODE_W, NODE_H, COL_GAP, ROW_GAP, MARGIN = 170, 54, 70, 22, 20
 
@@ -150,8 +168,9 @@ def _doomed(members: list[Job]) -> set[str]:
     """Held members settlement would cancel now, plus cancelled members that never ran whose dep ended
     failed/cancelled without the matching ignore flag (settlement cancelled them: §8.3 "doomed")."""
     states = {m.wf_name: m.state for m in members}
-    pending = settle(Member(m.wf_name, m.state, tuple(m.wf_deps or ()), tuple(m.wf_ignore or ()))
-                     for m in members).doomed
+    pending = settle(
+        Member(m.wf_name, m.state, tuple(m.wf_deps or ()), tuple(m.wf_ignore or ())) for m in members
+    ).doomed
     out = set(pending)
     for m in members:
         if m.state == "cancelled" and m.attempt == 0:
@@ -184,8 +203,18 @@ def workflow_dag(members: list[Job]) -> Dag:
         m = by_name.get(name)
         state = m.state if m else "missing"
         x, y = pos[name]
-        nodes.append(Node(name, m.id if m else None, state, tuple(m.wf_ignore or ()) if m else (), name in doomed,
-                          x, y, STATE_COLOURS.get(state, "#ffffff")))
+        nodes.append(
+            Node(
+                name,
+                m.id if m else None,
+                state,
+                tuple(m.wf_ignore or ()) if m else (),
+                name in doomed,
+                x,
+                y,
+                STATE_COLOURS.get(state, "#ffffff"),
+            )
+        )
     edges = []
     for source, target in graph.edges:
         (x0, y0), (x1, y1) = pos[source], pos[target]
@@ -193,8 +222,14 @@ def workflow_dag(members: list[Job]) -> Dag:
         mid = (sx + tx) / 2
         source_state = by_name[source].state if source in by_name else "missing"
         ignored = source_state in (by_name[target].wf_ignore or ())
-        edges.append(Edge(source, target, ignored, f"M{sx:.0f},{sy:.0f} C{mid:.0f},{sy:.0f} {mid:.0f},{ty:.0f} "
-                                                   f"{tx - 6:.0f},{ty:.0f}"))
+        edges.append(
+            Edge(
+                source,
+                target,
+                ignored,
+                f"M{sx:.0f},{sy:.0f} C{mid:.0f},{sy:.0f} {mid:.0f},{ty:.0f} {tx - 6:.0f},{ty:.0f}",
+            )
+        )
     width = MARGIN * 2 + max(len(layers), 1) * (NODE_W + COL_GAP) - COL_GAP
     height = MARGIN * 2 + max((len(layer) for layer in layers), default=1) * (NODE_H + ROW_GAP) - ROW_GAP
     return Dag(sorted(nodes, key=lambda n: (n.x, n.y)), edges, width, height)

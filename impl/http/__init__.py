@@ -27,6 +27,7 @@ Routes (all under /api/v1) and what each does to the store (impl/http/service.py
 The sweeper (every sweep_interval) runs Reclaim, cancels tasks past start/execution timeouts and
 applies each queue's cleanup policy. `GET /openapi.json` serves the document (impl/http/openapi.py).
 """
+
 from impl.http.app import create_app
 
 __all__ = ["create_app"]

@@ -5,6 +5,7 @@ background sweeper and pg_notify listener that run for the app's lifetime.
 request, in the handler (and once per long-poll round and sweeper pass, which are entry points of
 their own), and passed to the service as `now`; a test injects a fake clock.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -86,9 +87,20 @@ class Waker:
 class Belay:
     """What the app holds for its lifetime (app.state.belay)."""
 
-    def __init__(self, conninfo: str, *, schema: str, token: str | None, clock: Callable[[], datetime],
-                 pool_size: int, poll_interval: float, sweep_interval: float | None, notify: bool,
-                 node: str, max_long_poll: float | None) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        schema: str,
+        token: str | None,
+        clock: Callable[[], datetime],
+        pool_size: int,
+        poll_interval: float,
+        sweep_interval: float | None,
+        notify: bool,
+        node: str,
+        max_long_poll: float | None,
+    ) -> None:
         self.conninfo = conninfo
         self.max_long_poll = max_long_poll
         self.schema = schema
@@ -182,8 +194,12 @@ def _authorize(request: Request) -> None:
     given = request.headers.get("authorization", "")
     scheme, _, credentials = given.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), token.encode()):
-        raise ApiError(401, "UNAUTHORIZED", "a bearer token is required for this request",
-                       {"WWW-Authenticate": 'Bearer realm="belay"'})
+        raise ApiError(
+            401,
+            "UNAUTHORIZED",
+            "a bearer token is required for this request",
+            {"WWW-Authenticate": 'Bearer realm="belay"'},
+        )
 
 
 Handler = Callable[[Request, HttpService, datetime], Awaitable[Response]]
@@ -312,8 +328,11 @@ async def wait_for_event(request: Request, s: HttpService, now: datetime) -> Res
 
 
 async def set_checkpoint(request: Request, s: HttpService, now: datetime) -> Response:
-    return ok(await call(s.set_checkpoint, now, path(request, "task_id"), path(request, "step_name"),
-                         await json_body(request)))
+    return ok(
+        await call(
+            s.set_checkpoint, now, path(request, "task_id"), path(request, "step_name"), await json_body(request)
+        )
+    )
 
 
 async def get_checkpoint(request: Request, s: HttpService, now: datetime) -> Response:
@@ -347,7 +366,8 @@ async def api_error(request: Request, exc: ApiError) -> Response:
 async def http_error(request: Request, exc: HTTPException) -> Response:
     code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
     message = {404: f"no route for {request.url.path}", 405: f"{request.method} is not allowed here"}.get(
-        exc.status_code, str(exc.detail))
+        exc.status_code, str(exc.detail)
+    )
     return JSONResponse({"error": message, "code": code}, status_code=exc.status_code, headers=exc.headers)
 
 
@@ -358,8 +378,11 @@ async def invalid_input(request: Request, exc: ops.InvalidInput) -> Response:
 async def unexpected(request: Request, exc: Exception) -> Response:
     if isinstance(exc, psycopg.OperationalError):
         log.warning("belay http: database unavailable: %s", exc)
-        return JSONResponse({"error": "the database is unavailable; retry", "code": "DATABASE_UNAVAILABLE"},
-                            status_code=503, headers={"Retry-After": "1"})
+        return JSONResponse(
+            {"error": "the database is unavailable; retry", "code": "DATABASE_UNAVAILABLE"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
     log.exception("belay http: unexpected error on %s %s", request.method, request.url.path)
     return JSONResponse({"error": "internal error", "code": "INTERNAL_ERROR"}, status_code=500)
 
@@ -396,17 +419,27 @@ def create_app(
     `sweep_interval` None disables the background sweeper (tests call `app.state.belay.sweep_once`);
     `notify` enables the pg_notify accelerator for long polls; `poll_interval` is their floor;
     `max_long_poll` caps a long poll's hold in seconds (None: as the request asks, 5..30)."""
-    belay = Belay(conninfo, schema=schema, token=token, clock=clock, pool_size=pool_size,
-                  poll_interval=poll_interval, sweep_interval=sweep_interval, notify=notify, node=node,
-                  max_long_poll=max_long_poll)
+    belay = Belay(
+        conninfo,
+        schema=schema,
+        token=token,
+        clock=clock,
+        pool_size=pool_size,
+        poll_interval=poll_interval,
+        sweep_interval=sweep_interval,
+        notify=notify,
+        node=node,
+        max_long_poll=max_long_poll,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         belay.waker.loop = asyncio.get_running_loop()
         await run_in_threadpool(belay.open)
         await run_in_threadpool(belay.service._channel)  # resolved once, before the loop needs it
-        belay.async_pool = AsyncConnectionPool(conninfo, min_size=1, max_size=pool_size, open=False,
-                                               kwargs={"autocommit": True}, name="belay-http-loop")
+        belay.async_pool = AsyncConnectionPool(
+            conninfo, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}, name="belay-http-loop"
+        )
         await belay.async_pool.open()
         try:
             yield
@@ -429,17 +462,27 @@ def create_app(
         Route(f"{v1}/runs/{{run_id}}/fail", endpoint(("POST", fail_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/schedule", endpoint(("POST", schedule_run)), methods=["POST"]),
         Route(f"{v1}/runs/{{run_id}}/wait-for-event", endpoint(("POST", wait_for_event)), methods=["POST"]),
-        Route(f"{v1}/tasks/{{task_id}}/checkpoints/{{step_name}}",
-              endpoint(("PUT", set_checkpoint), ("GET", get_checkpoint)), methods=["PUT", "GET"]),
+        Route(
+            f"{v1}/tasks/{{task_id}}/checkpoints/{{step_name}}",
+            endpoint(("PUT", set_checkpoint), ("GET", get_checkpoint)),
+            methods=["PUT", "GET"],
+        ),
         Route(f"{v1}/events", endpoint(("POST", emit_event)), methods=["POST"]),
         Route(f"{v1}/workflow-runs", endpoint(("POST", create_workflow_run)), methods=["POST"]),
-        Route(f"{v1}/workflow-runs/{{workflow_run_id}}", endpoint(("PATCH", update_workflow_run)),
-              methods=["PATCH"]),
+        Route(f"{v1}/workflow-runs/{{workflow_run_id}}", endpoint(("PATCH", update_workflow_run)), methods=["PATCH"]),
         Route(f"{v1}/openapi.json", openapi_json, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={
-        ApiError: api_error, HTTPException: http_error, ops.InvalidInput: invalid_input, Exception: unexpected})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: http_error,
+            ops.InvalidInput: invalid_input,
+            Exception: unexpected,
+        },
+    )
     app.state.belay = belay
     app.add_middleware(_EncodedSlashes)
     return app

@@ -17,6 +17,7 @@ signals are pruned by their own TTL and would outlive or predecease the task), k
 cap every SDK is held to, and stay immutable — the history of a checkpoint is kept, nothing is
 overwritten in place.
 """
+
 from __future__ import annotations
 
 import re
@@ -43,6 +44,6 @@ def version_of(name: str, step: str) -> int | None:
     if step == name:
         return 0
     prefix = version_prefix(name)
-    if step.startswith(prefix) and _VERSION.fullmatch(step[len(prefix):]):
-        return int(step[len(prefix):])
+    if step.startswith(prefix) and _VERSION.fullmatch(step[len(prefix) :]):
+        return int(step[len(prefix) :])
     return None

@@ -4,6 +4,7 @@ Every failure the API reports is an `ApiError`: a status, a machine-readable cod
 Validation mirrors the OpenAPI request schemas (plus the served overlay's bounds, impl/http/openapi.py)
 and refuses bad input with 400 before any store operation runs — bad input is never a 500.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,16 +92,38 @@ def check_name(value: str, what: str) -> str:
 
 
 @overload
-def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: Literal[True],
-            default: int | None = None) -> int: ...
+def integer(
+    body: dict,
+    key: str,
+    *,
+    minimum: int,
+    maximum: int | None = INT32_MAX,
+    required: Literal[True],
+    default: int | None = None,
+) -> int: ...
 @overload
-def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
-            default: int) -> int: ...
+def integer(
+    body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False, default: int
+) -> int: ...
 @overload
-def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
-            default: int | None = None) -> int | None: ...
-def integer(body: dict, key: str, *, minimum: int, maximum: int | None = INT32_MAX, required: bool = False,
-            default: int | None = None) -> int | None:
+def integer(
+    body: dict,
+    key: str,
+    *,
+    minimum: int,
+    maximum: int | None = INT32_MAX,
+    required: bool = False,
+    default: int | None = None,
+) -> int | None: ...
+def integer(
+    body: dict,
+    key: str,
+    *,
+    minimum: int,
+    maximum: int | None = INT32_MAX,
+    required: bool = False,
+    default: int | None = None,
+) -> int | None:
     """A JSON Schema integer (an integral float such as 5.0 counts; a boolean does not); `maximum`
     None accepts any size (the caller clamps)."""
     if key not in body:
@@ -144,9 +167,7 @@ def string_map(body: dict, key: str) -> dict[str, str] | None:
     return value
 
 
-_RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
-)
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})")
 _MIN = datetime.min.replace(tzinfo=UTC)
 _MAX = datetime.max.replace(tzinfo=UTC)
 

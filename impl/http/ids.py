@@ -8,6 +8,7 @@ The run id carries the attempt the §7 fence compares (`WHERE id AND state='runn
 so a stale or foreign run id can never match the live row. An id that does not parse names no
 resource: callers answer 404, never 500.
 """
+
 from __future__ import annotations
 
 import base64

@@ -18,6 +18,7 @@ valid requests; it adds:
 - extensions the reference client uses, each marked `x-belay-extension: true`: `GET /tasks`
   (listTasks: queue / status filters, a limit, a cursor; the Error schema on every failure).
 """
+
 from __future__ import annotations
 
 import copy
@@ -49,8 +50,12 @@ _EXTRA_STATUSES = {
     "createWorkflowRun": ("400",),
     "updateWorkflowRun": ("400", "409"),
 }
-_DESCRIPTIONS = {"400": "Validation error", "401": "Missing or wrong bearer token", "404": "Resource not found",
-                 "409": "Conflict with current state (a stale or foreign run, a finished resource)"}
+_DESCRIPTIONS = {
+    "400": "Validation error",
+    "401": "Missing or wrong bearer token",
+    "404": "Resource not found",
+    "409": "Conflict with current state (a stale or foreign run, a finished resource)",
+}
 
 _LINKS = {
     ("createQueue", "201"): {
@@ -82,38 +87,74 @@ _TASK_STATUSES = ["pending", "running", "sleeping", "completed", "failed", "canc
 
 # Extensions: operations the spec does not have but the reference client calls (path → item).
 _EXTENSION_PATHS = {
-    "/tasks": {"get": {
-        "operationId": "listTasks",
-        "summary": "List tasks (extension)",
-        "description": (
-            "A Belay extension the reference client uses (not in the spec): tasks in creation order, "
-            "optionally of one queue and one status, at most `limit` (values above 1000 return 1000), with "
-            "`next_cursor` when more follow. Status: pending (claimable now, or held), running (claimed), "
-            "sleeping (scheduled, backing off before a retry, or waiting for an event), completed, failed, "
-            "canceled. 404 when the named queue does not exist."),
-        "tags": ["Tasks"],
-        "x-belay-extension": True,
-        "parameters": [
-            {"name": "queue", "in": "query", "required": False, "description": "Only tasks of this queue",
-             "schema": {"type": "string", "minLength": 1, "maxLength": 63}},
-            {"name": "status", "in": "query", "required": False, "description": "Only tasks in this status",
-             "schema": {"type": "string", "enum": _TASK_STATUSES}},
-            {"name": "cursor", "in": "query", "required": False,
-             "description": "Pagination cursor from a previous response",
-             "schema": {"type": "string", "pattern": CURSOR_PATTERN}},
-            {"name": "limit", "in": "query", "required": False, "description": "Maximum number of tasks to return",
-             "schema": {"type": "integer", "minimum": 1, "default": 50}},
-        ],
-        "responses": {
-            "200": {"description": "Tasks", "content": {"application/json": {"schema": {
-                "type": "object", "required": ["tasks"], "properties": {
-                    "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/TaskSummary"}},
-                    "next_cursor": {"type": "string", "description": "Pass as `cursor` for the next page. "
-                                                                     "Absent when there are no more results."}}}}}},
-            "400": {"description": "Validation error", "content": _ERROR},
-            "404": {"description": "Queue not found", "content": _ERROR},
-        },
-    }},
+    "/tasks": {
+        "get": {
+            "operationId": "listTasks",
+            "summary": "List tasks (extension)",
+            "description": (
+                "A Belay extension the reference client uses (not in the spec): tasks in creation order, "
+                "optionally of one queue and one status, at most `limit` (values above 1000 return 1000), with "
+                "`next_cursor` when more follow. Status: pending (claimable now, or held), running (claimed), "
+                "sleeping (scheduled, backing off before a retry, or waiting for an event), completed, failed, "
+                "canceled. 404 when the named queue does not exist."
+            ),
+            "tags": ["Tasks"],
+            "x-belay-extension": True,
+            "parameters": [
+                {
+                    "name": "queue",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only tasks of this queue",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 63},
+                },
+                {
+                    "name": "status",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only tasks in this status",
+                    "schema": {"type": "string", "enum": _TASK_STATUSES},
+                },
+                {
+                    "name": "cursor",
+                    "in": "query",
+                    "required": False,
+                    "description": "Pagination cursor from a previous response",
+                    "schema": {"type": "string", "pattern": CURSOR_PATTERN},
+                },
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Maximum number of tasks to return",
+                    "schema": {"type": "integer", "minimum": 1, "default": 50},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "Tasks",
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["tasks"],
+                                "properties": {
+                                    "tasks": {"type": "array", "items": {"$ref": "#/components/schemas/TaskSummary"}},
+                                    "next_cursor": {
+                                        "type": "string",
+                                        "description": "Pass as `cursor` for the next page. "
+                                        "Absent when there are no more results.",
+                                    },
+                                },
+                            }
+                        }
+                    },
+                },
+                "400": {"description": "Validation error", "content": _ERROR},
+                "404": {"description": "Queue not found", "content": _ERROR},
+            },
+        }
+    },
 }
 _EXTENSION_SCHEMAS = {
     "TaskSummary": {
@@ -121,18 +162,27 @@ _EXTENSION_SCHEMAS = {
         "required": ["task_id", "queue_name", "task_name", "status", "attempt", "max_attempts", "created_at"],
         "x-belay-extension": True,
         "properties": {
-            "task_id": {"type": "string"}, "queue_name": {"type": "string"}, "task_name": {"type": "string"},
+            "task_id": {"type": "string"},
+            "queue_name": {"type": "string"},
+            "task_name": {"type": "string"},
             "status": {"type": "string", "enum": _TASK_STATUSES},
             "attempt": {"type": "integer", "description": "Runs claimed so far"},
-            "max_attempts": {"type": "integer", "description": (
-                "The effective budget: as requested at creation, plus one for every schedule and wait so far "
-                "(neither spends an attempt)")},
+            "max_attempts": {
+                "type": "integer",
+                "description": (
+                    "The effective budget: as requested at creation, plus one for every schedule and wait so far "
+                    "(neither spends an attempt)"
+                ),
+            },
             "params": {"description": "Task parameters as provided when created"},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "workflow_run_id": {"type": "string"},
             "created_at": {"type": "string", "format": "date-time"},
-            "completed_at": {"type": "string", "format": "date-time",
-                             "description": "When the task finished (completed, failed or canceled)"},
+            "completed_at": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the task finished (completed, failed or canceled)",
+            },
         },
     },
 }
@@ -145,13 +195,21 @@ def spec_text() -> str:
 
 
 def _operations(doc: dict) -> dict[str, dict]:
-    return {op["operationId"]: op for item in doc["paths"].values() for method, op in item.items()
-            if method in ("get", "post", "put", "patch", "delete")}
+    return {
+        op["operationId"]: op
+        for item in doc["paths"].values()
+        for method, op in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    }
 
 
 def _methods(doc: dict) -> dict[str, str]:
-    return {op["operationId"]: method for item in doc["paths"].values() for method, op in item.items()
-            if method in ("get", "post", "put", "patch", "delete")}
+    return {
+        op["operationId"]: method
+        for item in doc["paths"].values()
+        for method, op in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    }
 
 
 def _body_schema(op: dict) -> dict:
@@ -169,7 +227,8 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
         "task_<n>, run_<n>_<attempt>, wfr_<hex>. A checkpoint PUT replaces its state (a new version; GET "
         "returns the latest) and only the task's live run may write (409 for a stale or foreign run). A run "
         "resumed after schedule or wait-for-event is the task's next run (a new run_id); neither spends an "
-        "attempt. Extensions (x-belay-extension): GET /tasks.\n")
+        "attempt. Extensions (x-belay-extension): GET /tasks.\n"
+    )
     ops = _operations(doc)
     methods = _methods(doc)
     schemas = doc["components"]["schemas"]
@@ -194,7 +253,8 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
         if param["name"] == "cursor":
             param["schema"]["pattern"] = CURSOR_PATTERN
     age = ops["getQueueStats"]["responses"]["200"]["content"]["application/json"]["schema"]["properties"][
-        "oldest_pending_run_age_seconds"]
+        "oldest_pending_run_age_seconds"
+    ]
     age.pop("nullable", None)
     age["type"] = ["number", "null"]
     # statuses
@@ -213,5 +273,6 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
     # links
     for (op_id, status), links in _LINKS.items():
         ops[op_id]["responses"][status]["links"] = {
-            name: {"operationId": target, "parameters": params} for name, (target, params) in links.items()}
+            name: {"operationId": target, "parameters": params} for name, (target, params) in links.items()
+        }
     return doc

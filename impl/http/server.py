@@ -3,6 +3,7 @@
 Without a bearer token anyone who can reach the port can claim, complete and delete, so a server with
 no token binds loopback only (`check_bind`).
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -33,7 +34,8 @@ def check_bind(host: str, token: str | None) -> None:
     if token is None and not is_loopback(host):
         raise BindRefused(
             f"refusing to bind {host}: with no bearer token configured the server binds loopback only "
-            "(127.0.0.1, ::1, localhost). Set a token (--token / $BELAY_HTTP_TOKEN) to listen elsewhere.")
+            "(127.0.0.1, ::1, localhost). Set a token (--token / $BELAY_HTTP_TOKEN) to listen elsewhere."
+        )
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -43,13 +45,11 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextmanager
-def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *, token: str | None = None
-            ) -> Iterator[str]:
+def running(app: Any, host: str = "127.0.0.1", port: int | None = None, *, token: str | None = None) -> Iterator[str]:
     """Serve `app` with uvicorn on a thread for the duration of the block; yields the base URL."""
     check_bind(host, token)
     port = port or free_port(host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="belay-http-server", daemon=True)
     thread.start()
@@ -83,8 +83,7 @@ def app_from_env() -> Any:
     return create_app(options.pop("conninfo"), **options)
 
 
-def serve(conninfo: str, host: str, port: int, *, workers: int = 1, access_log: bool = False,
-          **options: Any) -> None:
+def serve(conninfo: str, host: str, port: int, *, workers: int = 1, access_log: bool = False, **options: Any) -> None:
     """Serve the API with uvicorn until interrupted: in this process (workers=1), or in `workers`
     processes that share the listening socket, each with its own pool, sweeper and listener (sweepers
     are safe side by side: Reclaim, timeouts and cleanup lock with SKIP LOCKED or fence; a claim long

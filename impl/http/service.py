@@ -14,6 +14,7 @@ Mapping (see impl/http/__init__.py for the route table):
 Every method takes `now`: the request handler reads the clock once and passes it down (clock rule).
 Expected failures raise `ApiError` (the spec's Error schema); bad input never reaches the store.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,8 +81,10 @@ def cleanup_policy(opts: Any) -> dict[str, int]:
     """A queue's CleanupPolicy with the spec's defaults filled in."""
     given = opts.get("cleanup") if isinstance(opts, dict) else None
     given = given if isinstance(given, dict) else {}
-    return {"task_ttl_seconds": given.get("task_ttl_seconds", DEFAULT_TTL),
-            "event_ttl_seconds": given.get("event_ttl_seconds", DEFAULT_TTL)}
+    return {
+        "task_ttl_seconds": given.get("task_ttl_seconds", DEFAULT_TTL),
+        "event_ttl_seconds": given.get("event_ttl_seconds", DEFAULT_TTL),
+    }
 
 
 def admission_opts(opts: Any) -> QueueOpts:
@@ -114,8 +117,9 @@ class SweepReport:
 class HttpService:
     """The operations behind the routes; thread-safe (the store's pool hands out connections)."""
 
-    def __init__(self, store: PgStore, *, node: str = "http", on_ready: Callable[[str | None], None] | None = None
-                 ) -> None:
+    def __init__(
+        self, store: PgStore, *, node: str = "http", on_ready: Callable[[str | None], None] | None = None
+    ) -> None:
         self.store = store
         self.node = node  # leased_by of every HTTP claim: renewals and fences work across server processes
         self.on_ready = on_ready or (lambda queue: None)
@@ -148,8 +152,11 @@ class HttpService:
             return
         if ref.attempt == row["attempt"] + 1:
             raise e.conflict(f"run {ref} is pending: claim it before acting on it", "RUN_NOT_CLAIMED")
-        raise e.conflict(f"run {ref} is no longer the live run of task {task_id(ref.job_id)} (the task is "
-                         f"{row['state']}, at attempt {row['attempt']}): nothing was changed", "STALE_RUN")
+        raise e.conflict(
+            f"run {ref} is no longer the live run of task {task_id(ref.job_id)} (the task is "
+            f"{row['state']}, at attempt {row['attempt']}): nothing was changed",
+            "STALE_RUN",
+        )
 
     def _enforce_deadline(self, now: datetime, ref: RunRef, row: dict) -> TaskConfig:
         """A live run of a task past its execution_timeout is cancelled now, whatever the sweeper's
@@ -158,8 +165,9 @@ class HttpService:
         reason = config.expired(now, claimed_before=True)
         if reason is not None:
             self.cancel_task(now, ref.job_id, reason, state="running", attempt=ref.attempt)
-            raise e.conflict(f"task {task_id(ref.job_id)} passed its {reason.replace('_', ' ')} and was "
-                             "cancelled", reason.upper())
+            raise e.conflict(
+                f"task {task_id(ref.job_id)} passed its {reason.replace('_', ' ')} and was cancelled", reason.upper()
+            )
         return config
 
     def _stale(self, ref: RunRef) -> ApiError:
@@ -171,8 +179,9 @@ class HttpService:
         operator cancel of a task waiting to run. True when the task is now cancelled. A lost race
         changes nothing; the sweeper finds the task again while it is still past its deadline."""
         cancelled_run = attempt if state == "running" else attempt + 1
-        self.store.apply(w.RecordStep(now, job_id, CANCEL_STEP, {"reason": reason, "at": iso(now),
-                                                                 "attempt": cancelled_run}))
+        self.store.apply(
+            w.RecordStep(now, job_id, CANCEL_STEP, {"reason": reason, "at": iso(now), "attempt": cancelled_run})
+        )
         if state == "running":
             return isinstance(self.store.apply(w.Ack(now, job_id, attempt, w.CancelSelf())), w.Acked)
         return isinstance(self.store.apply(ops.Cancel(now, job_id)), ops.Cancelled)
@@ -208,8 +217,11 @@ class HttpService:
                 raise e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
             pinned = tx.one("http_queue_pinned", {"name": name})["n"]
             if pinned:
-                raise e.conflict(f"queue {name!r} still has {pinned} task(s) that are not finished (or belong "
-                                 "to a workflow still running): nothing was deleted", "QUEUE_NOT_EMPTY")
+                raise e.conflict(
+                    f"queue {name!r} still has {pinned} task(s) that are not finished (or belong "
+                    "to a workflow still running): nothing was deleted",
+                    "QUEUE_NOT_EMPTY",
+                )
             ids = [r["id"] for r in tx.all("http_queue_purge", {"name": name})]
             if ids:
                 tx.cur.execute(self.store.q.q("prune_steps"), {"ids": ids})
@@ -221,7 +233,9 @@ class HttpService:
         row = self._one("http_queue_stats", {"name": name, "now": now})
         oldest = row["oldest_pending"]
         return {
-            "queue_name": name, "pending_runs": row["pending"], "claimed_runs": row["claimed"],
+            "queue_name": name,
+            "pending_runs": row["pending"],
+            "claimed_runs": row["claimed"],
             "completed_runs": row["completed"],
             "oldest_pending_run_age_seconds": None if oldest is None else max((now - oldest).total_seconds(), 0.0),
         }
@@ -238,8 +252,12 @@ class HttpService:
             kind = e.string(rs, "kind", required=True)
             if kind not in ("exponential", "fixed"):
                 raise e.bad("retry_strategy.kind must be 'exponential' or 'fixed'")
-            strategy = RetryStrategy(kind, e.number(rs, "base_seconds", minimum=0, required=True),
-                                     e.number(rs, "factor", minimum=1), e.number(rs, "max_seconds", minimum=0))
+            strategy = RetryStrategy(
+                kind,
+                e.number(rs, "base_seconds", minimum=0, required=True),
+                e.number(rs, "factor", minimum=1),
+                e.number(rs, "max_seconds", minimum=0),
+            )
         max_attempts = e.integer(body, "max_attempts", minimum=1, maximum=1_000_000, default=1)
         start_timeout = e.integer(body, "start_timeout", minimum=0, default=0)
         execution_timeout = e.integer(body, "execution_timeout", minimum=0, default=0)
@@ -249,7 +267,8 @@ class HttpService:
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
         config = TaskConfig(
-            max_attempts=max_attempts, retry_strategy=strategy,
+            max_attempts=max_attempts,
+            retry_strategy=strategy,
             start_deadline=now + timedelta(seconds=start_timeout) if start_timeout else None,
             execution_deadline=now + timedelta(seconds=execution_timeout) if execution_timeout else None,
             workflow_run_id=workflow_run,
@@ -258,21 +277,32 @@ class HttpService:
             if cur.execute(self.store.q.q("http_queue_share"), {"name": queue}).fetchone() is None:
                 raise e.not_found(f"queue {queue!r} does not exist", "QUEUE_NOT_FOUND")
             if workflow_run is not None:
-                record = cur.execute(self.store.q.q("http_signal_lock"),
-                                     {"scope": WORKFLOW_RUN_SCOPE, "name": workflow_run}).fetchone()
+                record = cur.execute(
+                    self.store.q.q("http_signal_lock"), {"scope": WORKFLOW_RUN_SCOPE, "name": workflow_run}
+                ).fetchone()
                 if record is None:
                     raise e.not_found(f"workflow run {workflow_run!r} does not exist", "WORKFLOW_RUN_NOT_FOUND")
                 if record["payload"].get("status") in WORKFLOW_TERMINAL:
-                    raise e.conflict(f"workflow run {workflow_run!r} is {record['payload']['status']}: it takes "
-                                     "no new tasks", "WORKFLOW_RUN_FINISHED")
+                    raise e.conflict(
+                        f"workflow run {workflow_run!r} is {record['payload']['status']}: it takes no new tasks",
+                        "WORKFLOW_RUN_FINISHED",
+                    )
                 member = ops.WorkflowMember(f"task#{uuid.uuid4().hex}", spec)  # names only need be unique
                 done = self.store.apply(ops.EnqueueWorkflow(now, workflow_run, (member,)), conn=conn)
                 job_id = done.ids[0][1]
             else:
                 job_id = self.store.apply(ops.Enqueue(now, (spec,)), conn=conn).outcomes[0].id
-            cur.execute(self.store.q.q("insert_step"), {
-                "job_id": job_id, "name": TASK_STEP, "value": encode_step_value(config.as_json()),
-                "usd": 0, "tokens": 0, "now": now})
+            cur.execute(
+                self.store.q.q("insert_step"),
+                {
+                    "job_id": job_id,
+                    "name": TASK_STEP,
+                    "value": encode_step_value(config.as_json()),
+                    "usd": 0,
+                    "tokens": 0,
+                    "now": now,
+                },
+            )
         self.on_ready(queue)
         out = {"task_id": task_id(job_id), "run_id": run_id(job_id, 1)}
         if workflow_run is not None:
@@ -287,12 +317,13 @@ class HttpService:
             return []
         demand, out = min(limit, MAX_CLAIM), []
         for _ in range(8):  # each round only repeats for tasks it had to cancel
-            jobs = self.store.apply(w.Claim(now, queue, self.node, demand, timedelta(seconds=claim_timeout),
-                                            opts)).jobs
+            jobs = self.store.apply(w.Claim(now, queue, self.node, demand, timedelta(seconds=claim_timeout), opts)).jobs
             if not jobs:
                 break
-            configs = {r["job_id"]: r["value"] for r in self.store.statement(
-                "http_task_configs", {"ids": [j.id for j in jobs]})}
+            configs = {
+                r["job_id"]: r["value"]
+                for r in self.store.statement("http_task_configs", {"ids": [j.id for j in jobs]})
+            }
             expired = 0
             for job in jobs:
                 config = TaskConfig.from_step(configs.get(job.id), job.max_attempts)
@@ -310,8 +341,7 @@ class HttpService:
 
     # --- runs ---------------------------------------------------------------------------------------
 
-    def list_runs(self, now: datetime, task: str | None, status: str | None, cursor: str | None,
-                  limit: int) -> dict:
+    def list_runs(self, now: datetime, task: str | None, status: str | None, cursor: str | None, limit: int) -> dict:
         after = RunRef(0, 0)
         if cursor is not None:
             after = decode_cursor(cursor)
@@ -339,8 +369,7 @@ class HttpService:
             out["next_cursor"] = encode_cursor(found[limit - 1][0])
         return out
 
-    def list_tasks(self, now: datetime, queue: str | None, status: str | None, cursor: str | None,
-                   limit: int) -> dict:
+    def list_tasks(self, now: datetime, queue: str | None, status: str | None, cursor: str | None, limit: int) -> dict:
         """listTasks (an extension the reference client uses): tasks in id order, optionally of one
         queue (404 when it does not exist) and one status, at most `limit` (clamped to MAX_PAGE), with
         next_cursor when more follow."""
@@ -354,8 +383,9 @@ class HttpService:
             e.check_name(queue, "queue")
             self._queue(queue)
         limit = min(limit, MAX_PAGE)
-        rows = self.store.statement("http_tasks_page", {"now": now, "after": after, "queue": queue,
-                                                        "status": status, "limit": limit + 1})
+        rows = self.store.statement(
+            "http_tasks_page", {"now": now, "after": after, "queue": queue, "status": status, "limit": limit + 1}
+        )
         out: dict[str, Any] = {"tasks": [self._task_json(r) for r in rows[:limit]]}
         if len(rows) > limit:
             out["next_cursor"] = encode_cursor(RunRef(rows[limit - 1]["id"], 0))
@@ -365,9 +395,15 @@ class HttpService:
     def _task_json(row: dict) -> dict:
         config = TaskConfig.from_step(row["config"], row["max_attempts"])
         item: dict[str, Any] = {
-            "task_id": task_id(row["id"]), "queue_name": row["queue"], "task_name": row["worker"],
-            "status": row["status"], "attempt": row["attempt"], "max_attempts": row["max_attempts"],
-            "params": row["input"], "headers": headers_of(row["meta"]), "created_at": iso(row["inserted_at"]),
+            "task_id": task_id(row["id"]),
+            "queue_name": row["queue"],
+            "task_name": row["worker"],
+            "status": row["status"],
+            "attempt": row["attempt"],
+            "max_attempts": row["max_attempts"],
+            "params": row["input"],
+            "headers": headers_of(row["meta"]),
+            "created_at": iso(row["inserted_at"]),
         }
         workflow_run = config.workflow_run_id or row["workflow_id"]
         if workflow_run is not None:
@@ -386,8 +422,14 @@ class HttpService:
             result = encode(w.Succeed(body.get("result")).value)
         except ops.InvalidInput:
             return None
-        return {"id": ref.job_id, "attempt": ref.attempt, "now": now, "result": result,
-                "channel": self._channel(), "payload": result_payload(ref.job_id)}
+        return {
+            "id": ref.job_id,
+            "attempt": ref.attempt,
+            "now": now,
+            "result": result,
+            "channel": self._channel(),
+            "payload": result_payload(ref.job_id),
+        }
 
     async def complete_fast(self, now: datetime, run: str, body: Any, pool: Any) -> dict | None:
         """completeRun's fast path on the event loop (an async pool: no thread hop, one round trip):
@@ -476,8 +518,9 @@ class HttpService:
         step = self._step_name(e.string(body, "step_name", required=True))
         ref, row = self._run(run)
         if parse_task(task_text) != ref.job_id:
-            raise e.conflict(f"task_id {task_text!r} is not the task of run {ref}: nothing was changed",
-                             "TASK_MISMATCH")
+            raise e.conflict(
+                f"task_id {task_text!r} is not the task of run {ref}: nothing was changed", "TASK_MISMATCH"
+            )
         self._require_live(ref, row)
         self._enforce_deadline(now, ref, row)
         with self.store.transaction(now) as tx:
@@ -501,23 +544,34 @@ class HttpService:
             if memo is not None:
                 memo = decode(bytes(memo["value"]))
                 if memo["event_name"] != event_name:
-                    raise e.conflict(f"step {step!r} already waits for event {memo['event_name']!r}",
-                                     "WAIT_MISMATCH")
+                    raise e.conflict(f"step {step!r} already waits for event {memo['event_name']!r}", "WAIT_MISMATCH")
                 deadline = datetime.fromisoformat(memo["deadline"])
             else:
                 deadline = now + timedelta(seconds=timeout)
-                tx.one("insert_step", {"job_id": ref.job_id, "name": memo_name, "usd": 0, "tokens": 0, "now": now,
-                                       "value": encode_step_value({"event_name": event_name,
-                                                                   "deadline": deadline.isoformat()})})
+                tx.one(
+                    "insert_step",
+                    {
+                        "job_id": ref.job_id,
+                        "name": memo_name,
+                        "usd": 0,
+                        "tokens": 0,
+                        "now": now,
+                        "value": encode_step_value({"event_name": event_name, "deadline": deadline.isoformat()}),
+                    },
+                )
             if now >= deadline:
-                return 408, {"status": "timeout",
-                             "message": f"event {event_name!r} did not arrive before {iso(deadline)}"}
+                return 408, {
+                    "status": "timeout",
+                    "message": f"event {event_name!r} did not arrive before {iso(deadline)}",
+                }
             parked = self.store._park(tx, ref.job_id, ref.attempt, EVENT_SCOPE, event_name, deadline)
             if parked is None:
                 raise self._stale(ref)  # the park itself spends no attempt (model.store.max_attempts_after_park)
-            return 202, {"status": "sleeping",
-                         "message": f"run {ref} sleeps until event {event_name!r} or {iso(deadline)}; "
-                                    "claim again to resume the task"}
+            return 202, {
+                "status": "sleeping",
+                "message": f"run {ref} sleeps until event {event_name!r} or {iso(deadline)}; "
+                "claim again to resume the task",
+            }
 
     # --- checkpoints --------------------------------------------------------------------------------
 
@@ -536,17 +590,32 @@ class HttpService:
             return None
         return {**row, "version": cp.version_of(name, row["name"])}
 
-    def _write_checkpoint(self, tx: Any, now: datetime, job_id: int, name: str, value: bytes,
-                          latest: dict | bool | None = False) -> None:
+    def _write_checkpoint(
+        self, tx: Any, now: datetime, job_id: int, name: str, value: bytes, latest: dict | bool | None = False
+    ) -> None:
         """Journal the next version of checkpoint `name`. The caller holds the job row lock (the §7
         fence), so versions are written one at a time; `latest` saves a re-read when already known."""
         if latest is False:
             latest = self._latest_checkpoint(tx, job_id, name)
         version = (latest["version"] if latest else 0) + 1
-        if tx.one("insert_step", {"job_id": job_id, "name": cp.step_name(name, version), "value": value,
-                                  "usd": 0, "tokens": 0, "now": now}) is None:
-            raise e.conflict(f"checkpoint {name!r} version {version} was written concurrently: nothing was "
-                             "changed", "CHECKPOINT_CONFLICT")
+        if (
+            tx.one(
+                "insert_step",
+                {
+                    "job_id": job_id,
+                    "name": cp.step_name(name, version),
+                    "value": value,
+                    "usd": 0,
+                    "tokens": 0,
+                    "now": now,
+                },
+            )
+            is None
+        ):
+            raise e.conflict(
+                f"checkpoint {name!r} version {version} was written concurrently: nothing was changed",
+                "CHECKPOINT_CONFLICT",
+            )
 
     def set_checkpoint(self, now: datetime, task: str, step: str, body: Any) -> dict:
         """Replace the state of checkpoint `step` (journal its next version) and advance updated_at —
@@ -576,8 +645,10 @@ class HttpService:
                 raise self._stale(ref)
             self._write_checkpoint(tx, now, job_id, step, value)
             if extend is not None:
-                tx.one("http_extend_lease", {"id": job_id, "attempt": ref.attempt,
-                                             "until": now + timedelta(seconds=extend)})
+                tx.one(
+                    "http_extend_lease",
+                    {"id": job_id, "attempt": ref.attempt, "until": now + timedelta(seconds=extend)},
+                )
         return {"task_id": task, "step_name": step, "updated_at": iso(now)}
 
     def get_checkpoint(self, now: datetime, task: str, step: str) -> dict:
@@ -589,8 +660,12 @@ class HttpService:
             row = self._one("http_checkpoint", {"job_id": job_id, "name": step, "prefix": cp.version_prefix(step)})
         if row is None:
             raise e.not_found(f"task {task} has no checkpoint {step!r}", "CHECKPOINT_NOT_FOUND")
-        return {"task_id": task, "step_name": step, "state": _jsonable(decode(bytes(row["value"]))),
-                "updated_at": iso(row["inserted_at"])}
+        return {
+            "task_id": task,
+            "step_name": step,
+            "state": _jsonable(decode(bytes(row["value"]))),
+            "updated_at": iso(row["inserted_at"]),
+        }
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -611,18 +686,28 @@ class HttpService:
         body = e.obj(body)
         record = {
             "workflow_name": e.string(body, "workflow_name", required=True),
-            "workflow_version": e.string(body, "workflow_version"), "inputs": body.get("inputs"),
-            "created_by": e.string(body, "created_by"), "tags": e.string_map(body, "tags") or {},
-            "status": "pending", "result": None, "started_at": None, "completed_at": None,
-            "created_at": iso(now), "updated_at": iso(now),
+            "workflow_version": e.string(body, "workflow_version"),
+            "inputs": body.get("inputs"),
+            "created_by": e.string(body, "created_by"),
+            "tags": e.string_map(body, "tags") or {},
+            "status": "pending",
+            "result": None,
+            "started_at": None,
+            "completed_at": None,
+            "created_at": iso(now),
+            "updated_at": iso(now),
         }
         workflow_run = new_workflow_run_id()
         try:
             self.store.apply(ops.DeliverSignal(now, WORKFLOW_RUN_SCOPE, workflow_run, record))
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
-        return {"workflow_run_id": workflow_run, "workflow_name": record["workflow_name"], "status": "pending",
-                "created_at": record["created_at"]}
+        return {
+            "workflow_run_id": workflow_run,
+            "workflow_name": record["workflow_name"],
+            "status": "pending",
+            "created_at": record["created_at"],
+        }
 
     def update_workflow_run(self, now: datetime, workflow_run: str, body: Any) -> dict:
         """Set status/result/times. Consistency with the tasks: completed and failed need every task
@@ -652,8 +737,11 @@ class HttpService:
             if status is not None and current in WORKFLOW_TERMINAL and status != current:
                 raise e.conflict(f"workflow run {workflow_run} is already {current}", "WORKFLOW_RUN_FINISHED")
             if status in ("completed", "failed") and live:
-                raise e.conflict(f"workflow run {workflow_run} still has {len(live)} unfinished task(s): cancel "
-                                 "it, or wait for them", "TASKS_STILL_RUNNING")
+                raise e.conflict(
+                    f"workflow run {workflow_run} still has {len(live)} unfinished task(s): cancel "
+                    "it, or wait for them",
+                    "TASKS_STILL_RUNNING",
+                )
             if status is not None:
                 record["status"] = status
                 if status == "running" and record.get("started_at") is None:
@@ -665,15 +753,20 @@ class HttpService:
             for key, at in times.items():
                 record[key] = iso(at)
             record["updated_at"] = iso(now)
-            tx.cur.execute(self.store.q.q("upsert_signal"), {"scope": WORKFLOW_RUN_SCOPE, "name": workflow_run,
-                                                             "payload": Jsonb(record), "now": now})
+            tx.cur.execute(
+                self.store.q.q("upsert_signal"),
+                {"scope": WORKFLOW_RUN_SCOPE, "name": workflow_run, "payload": Jsonb(record), "now": now},
+            )
         if status == "canceled":
             for t in live:
                 if not self.cancel_task(now, t["id"], "workflow_run_canceled", state=t["state"], attempt=t["attempt"]):
                     self._cancel_again(now, t["id"], "workflow_run_canceled")
             tasks = self.store.statement("http_workflow_tasks", {"workflow_id": workflow_run})
-        return {"workflow_run_id": workflow_run, "status": self._workflow_status(record, tasks),
-                "updated_at": record["updated_at"]}
+        return {
+            "workflow_run_id": workflow_run,
+            "status": self._workflow_status(record, tasks),
+            "updated_at": record["updated_at"],
+        }
 
     def _cancel_again(self, now: datetime, job_id: int, reason: str) -> None:
         """A cancel that raced a claim or a run's end: re-read once and cancel what is now there."""
@@ -711,16 +804,22 @@ class HttpService:
         ttls = [p["event_ttl_seconds"] for _, p in policies] or [DEFAULT_TTL]
         if 0 not in ttls:  # events are API-wide: kept while any queue's policy still wants them
             with self.store.transaction(now) as tx:
-                report.pruned_events = tx.cur.execute(self.store.q.q("http_prune_events"), {
-                    "scope": EVENT_SCOPE, "before": now - timedelta(seconds=max(ttls))}).rowcount
+                report.pruned_events = tx.cur.execute(
+                    self.store.q.q("http_prune_events"),
+                    {"scope": EVENT_SCOPE, "before": now - timedelta(seconds=max(ttls))},
+                ).rowcount
         return report
 
     def _prune_tasks(self, now: datetime, queue: str, ttl: int, batch: int) -> list[int]:
         pruned: list[int] = []
         while True:
             with self.store.transaction(now) as tx:
-                ids = [r["id"] for r in tx.all("http_prune_tasks", {"queue": queue, "limit": batch,
-                                                                    "before": now - timedelta(seconds=ttl)})]
+                ids = [
+                    r["id"]
+                    for r in tx.all(
+                        "http_prune_tasks", {"queue": queue, "limit": batch, "before": now - timedelta(seconds=ttl)}
+                    )
+                ]
                 if ids:
                     tx.cur.execute(self.store.q.q("prune_steps"), {"ids": ids})
                     tx.cur.execute(self.store.q.q("prune_events"), {"ids": ids})

@@ -7,6 +7,7 @@ transaction as the job insert: steps are immutable (§8.2, invariant 3) and go w
 (start_timeout, execution_timeout, workflow_run_canceled), and `$http:wait:<step>` memoizes a
 wait-for-event's deadline so a retried task waits against the first deadline, as `$sleep:` does.
 """
+
 from __future__ import annotations
 
 import math
@@ -76,9 +77,11 @@ class TaskConfig:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "v": 1, "max_attempts": self.max_attempts,
+            "v": 1,
+            "max_attempts": self.max_attempts,
             "retry_strategy": self.retry_strategy.as_json() if self.retry_strategy else None,
-            "start_deadline": iso(self.start_deadline), "execution_deadline": iso(self.execution_deadline),
+            "start_deadline": iso(self.start_deadline),
+            "execution_deadline": iso(self.execution_deadline),
             "workflow_run_id": self.workflow_run_id,
         }
 
@@ -123,8 +126,12 @@ def claimed_task(job: Any, config: TaskConfig) -> dict[str, Any]:
     column): the requested value plus one for every schedule and wait so far, which spend no attempt —
     so `attempt == max_attempts` always means "this is the last run"."""
     out = {
-        "run_id": run_id(job.id, job.attempt), "task_id": task_id(job.id), "attempt": job.attempt,
-        "task_name": job.worker, "params": job.input, "headers": headers_of(job.meta),
+        "run_id": run_id(job.id, job.attempt),
+        "task_id": task_id(job.id),
+        "attempt": job.attempt,
+        "task_name": job.worker,
+        "params": job.input,
+        "headers": headers_of(job.meta),
         "max_attempts": job.max_attempts,
     }
     if config.retry_strategy is not None:
@@ -164,8 +171,13 @@ def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
         created[k] = at or created[k - 1]
 
     def summary(k: int, status: str, error: str | None = None, done: datetime | None = None) -> tuple:
-        item: dict[str, Any] = {"id": run_id(job_id, k), "task_id": task_id(job_id), "attempt": k,
-                                "status": status, "created_at": iso(created[k])}
+        item: dict[str, Any] = {
+            "id": run_id(job_id, k),
+            "task_id": task_id(job_id),
+            "attempt": k,
+            "status": status,
+            "created_at": iso(created[k]),
+        }
         if error is not None:
             item["error"] = error
         if done is not None:
@@ -185,8 +197,9 @@ def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
         at_run = min(max(at_run, 1), attempt + 1)
         if attempt >= 1 and at_run != attempt:
             e = errors.get(attempt)
-            out.append(summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e
-                       else summary(attempt, "sleeping"))
+            out.append(
+                summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e else summary(attempt, "sleeping")
+            )
         out.append(summary(max(at_run, 1), "failed", text, row["finished_at"]))
         return out
     if attempt >= 1:
@@ -198,8 +211,9 @@ def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
         elif state == "failed":
             out.append(summary(attempt, "failed", error_text(e) if e else "failed", row["finished_at"]))
         else:
-            out.append(summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e
-                       else summary(attempt, "sleeping"))
+            out.append(
+                summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e else summary(attempt, "sleeping")
+            )
     if state in ("ready", "awaiting", "held", "paused"):
         pending = claimable(state, row["ready_at"], now)
         out.append(summary(attempt + 1, "pending" if pending else "sleeping"))

@@ -1,9 +1,10 @@
 """Test support for the HTTP API: a settable clock and a served app with an httpx client.
 
-    with serve_api(db_url, clock=clock) as api:
-        api.post("/queues", json={"name": "q"})
-        api.belay.sweep_once()          # the sweeper, driven by the test (no background loop)
+with serve_api(db_url, clock=clock) as api:
+    api.post("/queues", json={"name": "q"})
+    api.belay.sweep_once()          # the sweeper, driven by the test (no background loop)
 """
+
 from __future__ import annotations
 
 import threading
@@ -58,6 +59,8 @@ def serve_api(db_url: str, *, token: str | None = None, **options: Any) -> Itera
     options.setdefault("sweep_interval", None)
     app = create_app(db_url, token=token, **options)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    with running(app, token=token) as base, httpx.Client(base_url=f"{base}/api/v1", headers=headers,
-                                                         timeout=60) as client:
+    with (
+        running(app, token=token) as base,
+        httpx.Client(base_url=f"{base}/api/v1", headers=headers, timeout=60) as client,
+    ):
         yield Api(base, client, app.state.belay)

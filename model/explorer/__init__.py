@@ -28,6 +28,7 @@ model/explorer/drawing.py, which imports matplotlib only when called.
 
 Pure like the rest of model/: no I/O, no clock, no randomness, no threads.
 """
+
 from __future__ import annotations
 
 from model.explorer.db import Layout, Tx, View

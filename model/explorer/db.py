@@ -29,6 +29,7 @@ Modelling choices (each one a simplification of PostgreSQL that the scenarios do
     commit. There is no abort: a deadlock is reported as such (PostgreSQL's detector would abort one
     victim after deadlock_timeout; the contract's lock order exists so that never happens).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
@@ -148,10 +149,20 @@ class Tx:
     @staticmethod
     def of(layout: Layout) -> type[Tx]:
         """The Tx class for one layout (offsets as class attributes keep statement steps cheap)."""
-        return type("Tx", (Tx,), {
-            "__slots__": (), "reg0": layout.reg0, "row0": layout.row0, "own0": layout.own0,
-            "pend0": layout.pend0, "adv0": layout.adv0, "nrows": len(layout.rows), "nlocks": len(layout.locks),
-        })
+        return type(
+            "Tx",
+            (Tx,),
+            {
+                "__slots__": (),
+                "reg0": layout.reg0,
+                "row0": layout.row0,
+                "own0": layout.own0,
+                "pend0": layout.pend0,
+                "adv0": layout.adv0,
+                "nrows": len(layout.rows),
+                "nlocks": len(layout.locks),
+            },
+        )
 
     # --- what a statement sees --------------------------------------------------------------------
 

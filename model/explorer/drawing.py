@@ -5,6 +5,7 @@ inside the drawing functions, so importing the explorer never loads it, and noth
     draw_state_graph(result)          # BFS layers left to right, the counterexample path in red
     draw_sequence(result.counterexample)
 """
+
 from __future__ import annotations
 
 from itertools import pairwise
@@ -45,19 +46,25 @@ def draw_state_graph(result: Result, ax: Any = None, *, title: str | None = None
     on_path = set(path)
     stuck = cx.stuck_states if cx is not None else frozenset()
     nx.draw_networkx_edges(g, pos, ax=ax, edge_color="#c8c8c8", arrows=False, width=0.6)
-    nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[k for k in g if k not in on_path and k != 0],
-                           node_size=14, node_color=["#ff9f1c" if k in stuck else "#4c72b0"
-                                                     for k in g if k not in on_path and k != 0])
+    nx.draw_networkx_nodes(
+        g,
+        pos,
+        ax=ax,
+        nodelist=[k for k in g if k not in on_path and k != 0],
+        node_size=14,
+        node_color=["#ff9f1c" if k in stuck else "#4c72b0" for k in g if k not in on_path and k != 0],
+    )
     nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[0], node_size=60, node_color="#2ca02c")
     if path:
-        nx.draw_networkx_edges(g, pos, ax=ax, edgelist=list(pairwise(path)), edge_color="#d62728",
-                               width=2.0, arrows=True, arrowsize=8)
+        nx.draw_networkx_edges(
+            g, pos, ax=ax, edgelist=list(pairwise(path)), edge_color="#d62728", width=2.0, arrows=True, arrowsize=8
+        )
         nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=path[1:-1], node_size=24, node_color="#d62728")
-        nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[path[-1]], node_size=80, node_color="#d62728",
-                               node_shape="s")
+        nx.draw_networkx_nodes(g, pos, ax=ax, nodelist=[path[-1]], node_size=80, node_color="#d62728", node_shape="s")
     s = result.scenario
-    ax.set_title(title or f"{s.key} (size {s.size}): {result.states} states, {result.transitions} transitions"
-                          f" — {result.verdict}")
+    ax.set_title(
+        title or f"{s.key} (size {s.size}): {result.states} states, {result.transitions} transitions — {result.verdict}"
+    )
     ax.set_xlabel("BFS depth (statements from the initial state)")
     ax.set_yticks([])
     return ax
@@ -81,9 +88,18 @@ def draw_sequence(cx: Counterexample, ax: Any = None, *, title: str | None = Non
             ax.axhspan(m.step - 0.5, m.step + 0.5, color="#fde0dd", zorder=-1)
         colour = KIND_COLOURS[m.kind]
         ax.plot([x[m.actor]], [m.step], marker="o", color=colour, ms=7, zorder=2)
-        ax.text(x[m.actor] + 0.06, m.step, m.label, va="center", ha="left", fontsize=8, color=colour,
-                style="italic" if m.kind == "wait" else "normal", zorder=3,
-                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.6})
+        ax.text(
+            x[m.actor] + 0.06,
+            m.step,
+            m.label,
+            va="center",
+            ha="left",
+            fontsize=8,
+            color=colour,
+            style="italic" if m.kind == "wait" else "normal",
+            zorder=3,
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.85, "pad": 0.6},
+        )
     ax.set_xlim(-0.3, len(lanes) - 0.1 + 1.2)
     ax.set_ylim(rows + 0.8, -0.3)
     ax.set_yticks(range(1, rows + 1))

@@ -15,6 +15,7 @@ Labels: `p.label("park")` names the next statement; every program also has "star
 statement) and "end" (finished). A daemon actor (a sweeper) loops forever: it is never required to
 finish, and liveness never waits on it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping

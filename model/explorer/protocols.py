@@ -20,6 +20,7 @@ Row values: a job row holds its state ("ready", "running", "awaiting", "held", "
 row holds "present" or "absent". Settlement reuses model/settle.py itself, so the explorer and the
 store cannot disagree about what settles.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -105,8 +106,12 @@ class Sql:
             done = [j for j, row in rows if tx.update(row, ("running",), "succeeded")]
             tx.note = f"{len(done)} rows"
 
-        p.sql("ack_succeed_many", f"UPDATE belay_jobs SET state='succeeded' WHERE id IN ({', '.join(jobs)}) "
-                                  "AND state='running' AND attempt=…", run)
+        p.sql(
+            "ack_succeed_many",
+            f"UPDATE belay_jobs SET state='succeeded' WHERE id IN ({', '.join(jobs)}) "
+            "AND state='running' AND attempt=…",
+            run,
+        )
 
     # --- advisory locks -------------------------------------------------------------------------
 
@@ -148,8 +153,7 @@ class Sql:
             woken = [j for j, row in rows if tx.update(row, ("awaiting",), "ready")]
             tx.note = f"woke {', '.join(woken)}" if woken else "0 rows"
 
-        p.sql("wake_awaiters", f"UPDATE belay_jobs SET state='ready' WHERE state='awaiting' AND await=({signal})",
-              run)
+        p.sql("wake_awaiters", f"UPDATE belay_jobs SET state='ready' WHERE state='awaiting' AND await=({signal})", run)
 
     def deliver(self, p: Program, signal: str, scope: str | None, awaiters: Sequence[str]) -> None:
         """§8.1 delivery: [lock_scope] → upsert_signal → wake_awaiters (scope None: without the lock)."""
@@ -218,8 +222,11 @@ class Sql:
             tx.note = f"claimed {job}"
             return then
 
-        p.sql("claim_plain", f"UPDATE belay_jobs SET state='running' WHERE id IN (… {job} ready … "
-                             "FOR UPDATE SKIP LOCKED) -- autocommit", run)
+        p.sql(
+            "claim_plain",
+            f"UPDATE belay_jobs SET state='running' WHERE id IN (… {job} ready … FOR UPDATE SKIP LOCKED) -- autocommit",
+            run,
+        )
 
     # --- §8.4 children ------------------------------------------------------------------------------
 
@@ -230,13 +237,16 @@ class Sql:
         def run(tx: Tx) -> str | None:
             states = [tx.read(row) for _, row in rows]
             done = all(_terminal(s) for s in states)
-            tx.note = ", ".join(f"{c}={s}" for (c, _), s in zip(rows, states, strict=True)) + (" → all terminal" if done else "")
+            tx.note = ", ".join(f"{c}={s}" for (c, _), s in zip(rows, states, strict=True)) + (
+                " → all terminal" if done else ""
+            )
             return if_done if done else None
 
         p.sql("children_states", f"SELECT id, state FROM belay_jobs WHERE parent_id={parent}", run)
 
-    def count_incomplete_siblings(self, p: Program, parent: str, me: str, siblings: Sequence[str], *,
-                                  if_any: str) -> None:
+    def count_incomplete_siblings(
+        self, p: Program, parent: str, me: str, siblings: Sequence[str], *, if_any: str
+    ) -> None:
         """The R1 anti-pattern: count the siblings still incomplete; jump to `if_any` if there are any."""
         rows = [(c, self.r[c]) for c in siblings if c != me]
 
@@ -245,8 +255,11 @@ class Sql:
             tx.note = f"count = {len(incomplete)}" + (" → not the last: no signal" if incomplete else " → last")
             return if_any if incomplete else None
 
-        p.sql("count_siblings", f"SELECT count(*) FROM belay_jobs WHERE parent_id={parent} AND id<>{me} "
-                                "AND state NOT IN (terminal)", run)
+        p.sql(
+            "count_siblings",
+            f"SELECT count(*) FROM belay_jobs WHERE parent_id={parent} AND id<>{me} AND state NOT IN (terminal)",
+            run,
+        )
 
     def reconcile_children(self, p: Program, parent: str, children: Sequence[str]) -> None:
         """§8.4 backstop (R2): an awaiting parent whose children all exist and are terminal → ready."""
@@ -259,8 +272,12 @@ class Sql:
             else:
                 tx.note = "0 rows"
 
-        p.sql("reconcile_children", f"UPDATE belay_jobs p SET state='ready' WHERE p.id={parent} AND "
-                                    "p.state='awaiting' AND all children terminal", run)
+        p.sql(
+            "reconcile_children",
+            f"UPDATE belay_jobs p SET state='ready' WHERE p.id={parent} AND "
+            "p.state='awaiting' AND all children terminal",
+            run,
+        )
 
     # --- §8.3 settlement -------------------------------------------------------------------------------
 
@@ -271,9 +288,12 @@ class Sql:
 
         def read(tx: Tx) -> str | None:
             verdict = settle(Member(m, tx.read(row), deps) for m, row, deps in members)
-            changes = tuple(sorted(
-                [(self.r[m], "ready") for m in verdict.released] + [(self.r[m], "cancelled") for m in verdict.doomed]
-            ))
+            changes = tuple(
+                sorted(
+                    [(self.r[m], "ready") for m in verdict.released]
+                    + [(self.r[m], "cancelled") for m in verdict.doomed]
+                )
+            )
             tx.reg = changes
             names = {self.r[m]: m for m, _, _ in members}
             tx.note = ", ".join(f"{names[r]}→{s}" for r, s in changes) or "nothing to settle"
@@ -285,8 +305,11 @@ class Sql:
             tx.note = ", ".join(done) or "0 rows"
 
         p.sql("workflow_members", "SELECT id, wf_name, state, wf_deps FROM belay_jobs WHERE workflow_id=wf", read)
-        p.sql("release_held/doom_held", "UPDATE belay_jobs SET state=ready|cancelled WHERE id=ANY(…) AND "
-                                        "state='held'", apply)
+        p.sql(
+            "release_held/doom_held",
+            "UPDATE belay_jobs SET state=ready|cancelled WHERE id=ANY(…) AND state='held'",
+            apply,
+        )
         p.label("settled")
 
     # --- §8.6 operator commands ------------------------------------------------------------------------
@@ -316,8 +339,11 @@ class Sql:
             tx.note = "0 rows (not retryable)"
             return if_not
 
-        p.sql("retry_job", f"UPDATE belay_jobs SET state='{state}', … WHERE id={job} AND state IN "
-                           "('failed','cancelled')", run)
+        p.sql(
+            "retry_job",
+            f"UPDATE belay_jobs SET state='{state}', … WHERE id={job} AND state IN ('failed','cancelled')",
+            run,
+        )
 
     def request_cancel(self, p: Program, job: str, *, if_running: str | None = None) -> None:
         """§8.6: a running job is cancelled cooperatively (UPDATE … WHERE state='running')."""
@@ -330,6 +356,4 @@ class Sql:
             tx.note = "0 rows (not running)"
             return None
 
-        p.sql("request_cancel", f"UPDATE belay_jobs SET cancel_requested=true WHERE id={job} AND state='running'",
-              run)
-
+        p.sql("request_cancel", f"UPDATE belay_jobs SET cancel_requested=true WHERE id={job} AND state='running'", run)

@@ -20,6 +20,7 @@ Three kinds of property, all named after the contract:
 
 Pure: no clock. A caller that wants states per second passes `clock` (e.g. time.perf_counter).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
@@ -158,8 +159,10 @@ class Result:
     def summary(self) -> str:
         s = self.scenario
         rate = f", {self.states_per_second:,.0f} states/s" if self.states_per_second else ""
-        head = (f"{s.key} (size {s.size}): {self.verdict} — {self.states:,} states, "
-                f"{self.transitions:,} transitions, depth {self.depth}{rate}")
+        head = (
+            f"{s.key} (size {s.size}): {self.verdict} — {self.states:,} states, "
+            f"{self.transitions:,} transitions, depth {self.depth}{rate}"
+        )
         cx = self.counterexample
         if cx is not None:
             head += f"\n  {cx.kind} counterexample ({cx.invariant}) in {cx.length} steps: {cx.message}"
@@ -178,7 +181,7 @@ def _deadlock(waits: dict[int, int]) -> list[int] | None:
             seen.append(a)
             a = waits[a]
         if a in seen:
-            return seen[seen.index(a):]
+            return seen[seen.index(a) :]
     return None
 
 
@@ -273,14 +276,21 @@ def explore(
         i += 1
     complete = i >= len(worlds)  # every reachable state was expanded
 
-    result = Result(scenario, len(worlds), len(src), max(depth), complete, None, None,
-                    worlds, parent, depth, (src, dst, act))
+    result = Result(
+        scenario, len(worlds), len(src), max(depth), complete, None, None, worlds, parent, depth, (src, dst, act)
+    )
     counterexample = None
     if found is not None:
         kind, name, message, k = found
         path = _path(parent, k)
-        counterexample = Counterexample(kind, name, message, tuple(_trace(result, path)),
-                                        blocked=blocked if kind == "deadlock" else (), states=tuple(path))
+        counterexample = Counterexample(
+            kind,
+            name,
+            message,
+            tuple(_trace(result, path)),
+            blocked=blocked if kind == "deadlock" else (),
+            states=tuple(path),
+        )
     elif complete and check_liveness and scenario.liveness:
         counterexample = _check_liveness(result)
     result.counterexample = counterexample
@@ -294,7 +304,9 @@ def _lock_name(layout: Layout, what: tuple[Any, ...]) -> str:
     return f"row {layout.rows[idx]}" if kind == "row" else f"lock {layout.locks[idx]}"
 
 
-def _describe_deadlock(layout: Layout, cycle: list[int], waits: dict[int, int], what: dict[int, tuple[Any, ...]]) -> str:
+def _describe_deadlock(
+    layout: Layout, cycle: list[int], waits: dict[int, int], what: dict[int, tuple[Any, ...]]
+) -> str:
     parts = [f"{layout.actors[a]} waits for {layout.actors[waits[a]]} ({_lock_name(layout, what[a])})" for a in cycle]
     return "; ".join(parts) + " — a lock cycle"
 
@@ -338,13 +350,18 @@ def _trace(result: Result, path: list[int], stuck: set[int] | None = None) -> li
         actor = result.scenario.actors[a]
         statement = actor.program[result.worlds[u][a]]
         view = result.view(v)
-        steps.append(TraceStep(
-            actor.name, statement.name, statement.sql, note,
-            tuple(view.committed().items()),
-            tuple((row, writer, value) for row, (writer, value) in view.uncommitted().items()),
-            tuple(view.held_locks().items()),
-            stuck=stuck is not None and v in stuck,
-        ))
+        steps.append(
+            TraceStep(
+                actor.name,
+                statement.name,
+                statement.sql,
+                note,
+                tuple(view.committed().items()),
+                tuple((row, writer, value) for row, (writer, value) in view.uncommitted().items()),
+                tuple(view.held_locks().items()),
+                stuck=stuck is not None and v in stuck,
+            )
+        )
     return steps
 
 
@@ -393,7 +410,15 @@ def _check_liveness(result: Result) -> Counterexample | None:
         trace = _trace(result, path + quiet[1:], set(bad))
         end = result.view(quiet[-1])
         message = f"{prop.doc} — unreachable from the state after step {len(path) - 1}; it ends with " + ", ".join(
-            f"{r}={v}" for r, v in end.committed().items())
-        return Counterexample("liveness", prop.name, message, tuple(trace), stuck_from=len(path) - 2,
-                              states=tuple(path + quiet[1:]), stuck_states=frozenset(bad))
+            f"{r}={v}" for r, v in end.committed().items()
+        )
+        return Counterexample(
+            "liveness",
+            prop.name,
+            message,
+            tuple(trace),
+            stuck_from=len(path) - 2,
+            states=tuple(path + quiet[1:]),
+            stuck_states=frozenset(bad),
+        )
     return None

@@ -13,6 +13,7 @@ them visible), uncommitted writes appearing, and locks taken or released. Livene
 the first step after which the goal can no longer be reached with `✗`; a deadlock ends with the
 statements left waiting, marked `⏸`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +60,10 @@ def format_trace(cx: Counterexample, initial: dict[str, Any] | None = None) -> s
     lines.append("")
     lines.append(f"{cx.kind} violation of {cx.invariant}: {cx.message}")
     if cx.stuck_from is not None:
-        lines.append(f"(✗ marks step {cx.stuck_from + 1}: from there on the goal is unreachable; "
-                     f"{len(cx.trace) - cx.stuck_from - 1} more steps show where it ends)")
+        lines.append(
+            f"(✗ marks step {cx.stuck_from + 1}: from there on the goal is unreachable; "
+            f"{len(cx.trace) - cx.stuck_from - 1} more steps show where it ends)"
+        )
     return "\n".join(lines)
 
 
@@ -69,7 +72,7 @@ def format_result(result: Result) -> str:
     s = result.scenario
     parts = [result.summary(), f"hypothesis: {s.hypothesis}"]
     if result.counterexample is not None:
-        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0:s.layout.own0], strict=True))
+        initial = dict(zip(s.layout.rows, s.initial[s.layout.row0 : s.layout.own0], strict=True))
         parts.append(format_trace(result.counterexample, initial))
     return "\n".join(parts)
 
@@ -93,12 +96,17 @@ def sequence(cx: Counterexample) -> tuple[list[str], list[Message]]:
         if step.actor not in lanes:
             lanes.append(step.actor)
         name = step.statement
-        kind = ("commit" if name == "commit" else "lock" if name.startswith("lock_") else
-                "read" if name in ("children_states", "signal_exists", "count_siblings", "workflow_members",
-                                   "job_header") else "write")
+        kind = (
+            "commit"
+            if name == "commit"
+            else "lock"
+            if name.startswith("lock_")
+            else "read"
+            if name in ("children_states", "signal_exists", "count_siblings", "workflow_members", "job_header")
+            else "write"
+        )
         label = f"{name}: {step.note}" if step.note else name
-        messages.append(Message(i, step.actor, label, kind,
-                                cx.stuck_from is not None and i - 1 >= cx.stuck_from))
+        messages.append(Message(i, step.actor, label, kind, cx.stuck_from is not None and i - 1 >= cx.stuck_from))
     for j, (actor, statement, holder, lock) in enumerate(cx.blocked, len(cx.trace) + 1):
         messages.append(Message(j, actor, f"{statement}: waits for {holder} ({lock})", "wait", True))
     return lanes, messages

@@ -33,6 +33,7 @@ Optional capabilities (a case needing one the store lacks is reported as skipped
 `exercise(factory, only=...)` selects cases by section ('§7'; '§8' also takes '§8.x'), area
 ('acks'), id substring, a list of those, or a predicate on `Case`.
 """
+
 from __future__ import annotations
 
 # Importing the area modules registers their cases, in this order.
@@ -62,6 +63,16 @@ from properties.conformance.core import (
 AREAS = ("client", "claims", "acks", "steps", "children", "cron_retention", "guide")
 
 __all__ = [
-    "AREAS", "CASES", "DEFAULT_NOW", "Case", "NotApplicable", "Outcome", "Report", "case", "exercise", "require",
-    "run_case", "select",
+    "AREAS",
+    "CASES",
+    "DEFAULT_NOW",
+    "Case",
+    "NotApplicable",
+    "Outcome",
+    "Report",
+    "case",
+    "exercise",
+    "require",
+    "run_case",
+    "select",
 ]

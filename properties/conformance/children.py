@@ -1,6 +1,7 @@
 """Children conformance (contract §8.4): doubly idempotent spawn (memoized `$spawn:<name>` step, child
 keys `$spawn:<parent>:<name>:<i>` in always mode, ids rebuilt from the keys), await-children
 (re-verify, clear the stale `$children` signal, park) and the reconciler backstop (R2)."""
+
 from __future__ import annotations
 
 from model import ops
@@ -39,16 +40,36 @@ def journaled(store, parent_id: int, name: str):
 @case("§8.4", "spawn inserts always-mode children keyed $spawn:<parent>:<name>:<i> and journals their ids")
 def _(store, now):
     parent = start(store, now, queue="parents")
-    result = store.apply(w.Spawn(now + S, parent.id, "kids", (spec("k0", "kids", input={"i": 0}),
-                                                              spec("k1", "kids", input={"i": 1}))))
+    result = store.apply(
+        w.Spawn(now + S, parent.id, "kids", (spec("k0", "kids", input={"i": 0}), spec("k1", "kids", input={"i": 1})))
+    )
     check(isinstance(result, w.Spawned) and not result.memoized, f"a first spawn inserts; got {result!r}")
     expect(len(result.child_ids), 2, "one id per declared child")
     for i, child_id in enumerate(result.child_ids):
-        expect(fields(read(store, child_id), "unique_key", "unique_mode", "parent_id", "state", "queue", "worker",
-                      "input", "inserted_at"),
-               dict(unique_key=f"$spawn:{parent.id}:kids:{i}", unique_mode="always", parent_id=parent.id,
-                    state="ready", queue="kids", worker=f"k{i}", input={"i": i}, inserted_at=now + S),
-               f"child {i}")
+        expect(
+            fields(
+                read(store, child_id),
+                "unique_key",
+                "unique_mode",
+                "parent_id",
+                "state",
+                "queue",
+                "worker",
+                "input",
+                "inserted_at",
+            ),
+            dict(
+                unique_key=f"$spawn:{parent.id}:kids:{i}",
+                unique_mode="always",
+                parent_id=parent.id,
+                state="ready",
+                queue="kids",
+                worker=f"k{i}",
+                input={"i": i},
+                inserted_at=now + S,
+            ),
+            f"child {i}",
+        )
     expect(journaled(store, parent.id, "kids"), list(result.child_ids), "the $spawn:kids step holds the id list")
 
 
@@ -67,8 +88,15 @@ def _(store, now):
 def _(store, now):
     parent = start(store, now, queue="parents")
     # A crash after inserting child 0 but before journaling: the row exists, the step does not.
-    early = insert(store, now, "k0-early", "kids", unique_key=f"$spawn:{parent.id}:kids:0", unique_mode="always",
-                   parent_id=parent.id)
+    early = insert(
+        store,
+        now,
+        "k0-early",
+        "kids",
+        unique_key=f"$spawn:{parent.id}:kids:0",
+        unique_mode="always",
+        parent_id=parent.id,
+    )
     result = store.apply(w.Spawn(now + S, parent.id, "kids", (spec("k0", "kids"), spec("k1", "kids"))))
     check(isinstance(result, w.Spawned), f"Spawn returned {result!r}")
     expect(result.child_ids[0], early, "child 0 is the row the earlier attempt inserted, found by its key")
@@ -94,8 +122,11 @@ def _(store, now):
     parent = start(store, now, queue="parents")
     expect(store.apply(w.Spawn(now, parent.id, "none", ())), w.Spawned((), False), "an empty spawn")
     expect(journaled(store, parent.id, "none"), [], "its journal")
-    expect(store.apply(w.AwaitChildren(now + S, parent.id, parent.attempt)), w.ChildrenDone(()),
-           "no live child: nothing to wait for")
+    expect(
+        store.apply(w.AwaitChildren(now + S, parent.id, parent.attempt)),
+        w.ChildrenDone(()),
+        "no live child: nothing to wait for",
+    )
     expect(read(store, parent.id).state, "running", "the parent keeps running")
 
 
@@ -105,10 +136,16 @@ def _(store, now):
     c1, c2 = spawn(store, now, parent.id, "kids", spec("k", "kids"), spec("k", "kids"))
     succeed(store, now + S, c1)
     ack(store, now + 2 * S, claim_job(store, now + 2 * S, c2), w.Fail("boom"))
-    expect(store.apply(w.AwaitChildren(now + 3 * S, parent.id, parent.attempt, now + MIN)), w.ChildrenDone((c1, c2)),
-           "succeeded and failed children are both terminal")
-    expect(fields(read(store, parent.id), "state", "lease_until"), dict(state="running", lease_until=parent.lease_until),
-           "the parent was not parked")
+    expect(
+        store.apply(w.AwaitChildren(now + 3 * S, parent.id, parent.attempt, now + MIN)),
+        w.ChildrenDone((c1, c2)),
+        "succeeded and failed children are both terminal",
+    )
+    expect(
+        fields(read(store, parent.id), "state", "lease_until"),
+        dict(state="running", lease_until=parent.lease_until),
+        "the parent was not parked",
+    )
 
 
 @case("§8.4", "await-children parks on $children while a child is live, clearing the stale signal")
@@ -117,13 +154,27 @@ def _(store, now):
     c1, _c2 = spawn(store, now, parent.id, "kids", spec("k", "kids"), spec("k", "kids"))
     succeed(store, now + S, c1)
     check(signal(store, f"job:{parent.id}", "$children") is not None, "setup: c1 signalled the parent")
-    expect(store.apply(w.AwaitChildren(now + 2 * S, parent.id, parent.attempt, now + MIN)),
-           w.Parked(parent.id, "awaiting"), "c2 is live: the parent parks")
-    expect(signal(store, f"job:{parent.id}", "$children"), None,
-           "the stale $children signal is cleared (else the park rule would make it ready at once)")
-    expect(fields(read(store, parent.id), "state", "await_scope", "await_name", "ready_at", "lease_until"),
-           dict(state="awaiting", await_scope=f"job:{parent.id}", await_name="$children", ready_at=now + MIN,
-                lease_until=None), "the parked parent")
+    expect(
+        store.apply(w.AwaitChildren(now + 2 * S, parent.id, parent.attempt, now + MIN)),
+        w.Parked(parent.id, "awaiting"),
+        "c2 is live: the parent parks",
+    )
+    expect(
+        signal(store, f"job:{parent.id}", "$children"),
+        None,
+        "the stale $children signal is cleared (else the park rule would make it ready at once)",
+    )
+    expect(
+        fields(read(store, parent.id), "state", "await_scope", "await_name", "ready_at", "lease_until"),
+        dict(
+            state="awaiting",
+            await_scope=f"job:{parent.id}",
+            await_name="$children",
+            ready_at=now + MIN,
+            lease_until=None,
+        ),
+        "the parked parent",
+    )
 
 
 @case("§8.4", "the last child's terminal ack wakes the parent parked on $children")
@@ -133,11 +184,17 @@ def _(store, now):
     succeed(store, now + S, c1)
     store.apply(w.AwaitChildren(now + 2 * S, parent.id, parent.attempt))
     succeed(store, now + 3 * S, c2)
-    expect(fields(read(store, parent.id), "state", "ready_at", "await_scope", "await_name"),
-           dict(state="ready", ready_at=now + 3 * S, await_scope=None, await_name=None), "the woken parent")
+    expect(
+        fields(read(store, parent.id), "state", "ready_at", "await_scope", "await_name"),
+        dict(state="ready", ready_at=now + 3 * S, await_scope=None, await_name=None),
+        "the woken parent",
+    )
     again = claim_job(store, now + 3 * S, parent.id)
-    expect(store.apply(w.AwaitChildren(now + 4 * S, parent.id, again.attempt)), w.ChildrenDone((c1, c2)),
-           "on wake the parent re-verifies and finds every child terminal")
+    expect(
+        store.apply(w.AwaitChildren(now + 4 * S, parent.id, again.attempt)),
+        w.ChildrenDone((c1, c2)),
+        "on wake the parent re-verifies and finds every child terminal",
+    )
 
 
 @case("§8.4", "the reconciler readies a parent awaiting $children whose children are all terminal")
@@ -149,8 +206,11 @@ def _(store, now):
     store.apply(ops.ClearSignal(f"job:{parent.id}", "$children"))
     park(store, now + 2 * S, parent, f"job:{parent.id}", "$children")
     expect(store.apply(w.Reconcile(now + 3 * S)), w.Reconciled((parent.id,)), "the backstop wakes it")
-    expect(fields(read(store, parent.id), "state", "ready_at", "await_scope", "await_name"),
-           dict(state="ready", ready_at=now + 3 * S, await_scope=None, await_name=None), "the reconciled parent")
+    expect(
+        fields(read(store, parent.id), "state", "ready_at", "await_scope", "await_name"),
+        dict(state="ready", ready_at=now + 3 * S, await_scope=None, await_name=None),
+        "the reconciled parent",
+    )
     expect(store.apply(w.Reconcile(now + 4 * S)), w.Reconciled(()), "reconciling again is a no-op")
 
 
@@ -177,6 +237,9 @@ def _(store, now):
     succeed(store, now + S, c1)
     expect(store.apply(w.Reclaim(now + TTL)), w.Reclaimed((parent.id,), ()), "setup: the parent's lease expired")
     before = observe(store, [parent.id], [f"job:{parent.id}"])
-    expect(store.apply(w.AwaitChildren(now + TTL + S, parent.id, parent.attempt)), w.Stale(parent.id, 1),
-           "await-children of a reclaimed attempt")
+    expect(
+        store.apply(w.AwaitChildren(now + TTL + S, parent.id, parent.attempt)),
+        w.Stale(parent.id, 1),
+        "await-children of a reclaimed attempt",
+    )
     expect_unchanged(before, store, "a stale await-children neither parks nor clears the $children signal")

@@ -1,5 +1,6 @@
 """Claim conformance (contract §6): claim order and the claimability predicate, admission
 (global_limit, rate windows, partitions), lease renewal and reclaiming expired leases."""
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -40,8 +41,11 @@ def _(store, now):
     mid = insert(store, now, "b", priority=0, scheduled_at=now - 5 * S)
     early1 = insert(store, now, "c", priority=0, scheduled_at=now - 10 * S)
     early2 = insert(store, now, "d", priority=0, scheduled_at=now - 10 * S)
-    expect(claimed_ids(store, now, demand=3), [early1, early2, mid],
-           "ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC, first `demand` rows")
+    expect(
+        claimed_ids(store, now, demand=3),
+        [early1, early2, mid],
+        "ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC, first `demand` rows",
+    )
     expect(claimed_ids(store, now), [late_low], "the rest on the next claim")
 
 
@@ -49,15 +53,30 @@ def _(store, now):
 def _(store, now):
     job_id = insert(store, now)
     (job,) = claim(store, now + S, demand=1, ttl=timedelta(seconds=45))
-    expect(fields(job, "id", "state", "attempt", "lease_until", "leased_by", "started_at"),
-           dict(id=job_id, state="running", attempt=1, lease_until=now + S + timedelta(seconds=45), leased_by=NODE,
-                started_at=now + S), "the claimed row returned by the claim")
+    expect(
+        fields(job, "id", "state", "attempt", "lease_until", "leased_by", "started_at"),
+        dict(
+            id=job_id,
+            state="running",
+            attempt=1,
+            lease_until=now + S + timedelta(seconds=45),
+            leased_by=NODE,
+            started_at=now + S,
+        ),
+        "the claimed row returned by the claim",
+    )
     expect(read(store, job_id), job, "the row read back equals the claimed row")
-    expect(ack(store, now + 2 * S, job, w.Fail("flaky", retry_at=now + 3 * S)), w.Acked(job_id, "ready"),
-           "setup: a retryable error")
+    expect(
+        ack(store, now + 2 * S, job, w.Fail("flaky", retry_at=now + 3 * S)),
+        w.Acked(job_id, "ready"),
+        "setup: a retryable error",
+    )
     (again,) = claim(store, now + 3 * S, demand=1, node=OTHER_NODE)
-    expect(fields(again, "attempt", "leased_by", "started_at"),
-           dict(attempt=2, leased_by=OTHER_NODE, started_at=now + S), "started_at = COALESCE(started_at, now)")
+    expect(
+        fields(again, "attempt", "leased_by", "started_at"),
+        dict(attempt=2, leased_by=OTHER_NODE, started_at=now + S),
+        "started_at = COALESCE(started_at, now)",
+    )
 
 
 @case("§6", "a job whose ready_at is in the future is not claimable until due")
@@ -83,8 +102,11 @@ def _(store, now):
     forever = park(store, now, start(store, now, queue="forever"), "s", "never")
     expect(claim(store, now + MIN - S, "timed"), (), "not claimable before its deadline")
     (resumed,) = claim(store, now + MIN, "timed")
-    expect(fields(resumed, "id", "state", "attempt"), dict(id=timed.id, state="running", attempt=2),
-           "resumed at the deadline so its own code observes the timeout")
+    expect(
+        fields(resumed, "id", "state", "attempt"),
+        dict(id=timed.id, state="running", attempt=2),
+        "resumed at the deadline so its own code observes the timeout",
+    )
     expect(claim(store, now + timedelta(days=365), "forever"), (), "an awaiting job without a deadline never runs")
     expect(read(store, forever.id).state, "awaiting", "it stays parked")
 
@@ -94,14 +116,20 @@ def _(store, now):
     opts = {"global_limit": 2}
     ids = [insert(store, now) for _ in range(5)]
     expect(claimed_ids(store, now, demand=5, opts=opts), ids[:2], "at most global_limit running")
-    expect(claimed_ids(store, now + S, demand=5, opts=opts, node=OTHER_NODE), [],
-           "another node sees the same two live leases")
+    expect(
+        claimed_ids(store, now + S, demand=5, opts=opts, node=OTHER_NODE),
+        [],
+        "another node sees the same two live leases",
+    )
     done = read(store, ids[0])
     ack(store, now + 2 * S, done, w.Succeed())
     expect(claimed_ids(store, now + 2 * S, demand=5, opts=opts), [ids[2]], "a finished job frees its slot")
     # ids[1]'s lease (until now + 30s) has expired at now + 30s: it no longer counts, though still 'running'.
-    expect(claimed_ids(store, now + TTL, demand=5, opts=opts), [ids[3]],
-           "an expired lease (lease_until <= now) is not live")
+    expect(
+        claimed_ids(store, now + TTL, demand=5, opts=opts),
+        [ids[3]],
+        "an expired lease (lease_until <= now) is not live",
+    )
 
 
 @case("§6", "a rate window admits floor((allowed - used) / estimate) and debits N × estimate")
@@ -128,30 +156,43 @@ def _(store, now):
         insert(store, now, queue=queue)
     expect(len(claim(store, now, "qa", opts=opts)), 2, "qa takes 2 of the api's 3")
     expect(len(claim(store, now, "qb", opts=opts)), 1, "qb gets the one left in resource:api")
-    expect(len(claim(store, now, "qb", opts={"rate": {"allowed": 3, "period": 60}})), 1,
-           "a queue bucket (queue:qb) is separate from resource:api")
+    expect(
+        len(claim(store, now, "qb", opts={"rate": {"allowed": 3, "period": 60}})),
+        1,
+        "a queue bucket (queue:qb) is separate from resource:api",
+    )
 
 
 @case("§6", "partitioned claims allow per_key_limit per key, less that key's live running jobs")
 def _(store, now):
     opts = {"limit": 1, "partition": {"field": "input", "key": "tenant"}}
-    a1, a2, b1, none, a3 = (insert(store, now, input=i) for i in (
-        {"tenant": "a"}, {"tenant": "a"}, {"tenant": "b"}, {}, {"tenant": "a"}))
-    expect(claimed_ids(store, now, opts=opts), [a1, b1, none],
-           "one per key (a missing key is the '' partition), in global claim order")
+    a1, a2, b1, none, a3 = (
+        insert(store, now, input=i) for i in ({"tenant": "a"}, {"tenant": "a"}, {"tenant": "b"}, {}, {"tenant": "a"})
+    )
+    expect(
+        claimed_ids(store, now, opts=opts),
+        [a1, b1, none],
+        "one per key (a missing key is the '' partition), in global claim order",
+    )
     expect(claimed_ids(store, now, opts=opts), [], "every key is at its limit while its job runs")
     ack(store, now + S, read(store, a1), w.Succeed())
     expect(claimed_ids(store, now + S, opts=opts), [a2], "a's slot is free again")
-    expect(claimed_ids(store, now + S + TTL, opts=opts), [a3],
-           "once a2's lease has expired it no longer counts against key a")
+    expect(
+        claimed_ids(store, now + S + TTL, opts=opts),
+        [a3],
+        "once a2's lease has expired it no longer counts against key a",
+    )
 
 
 @case("§6", "partitioned claims use global_limit as the per-key limit and can key on meta")
 def _(store, now):
     opts = {"limit": 1, "global_limit": 3, "partition": {"field": "meta", "key": "tenant"}}
     a1, a2, a3, b1 = (insert(store, now, meta={"tenant": t}) for t in "aaab")
-    expect(claimed_ids(store, now, opts=opts), [a1, a2, a3],
-           "per_key_limit is global_limit (3), not limit (1): key a takes three rows (limit 1 would give [a1, b1])")
+    expect(
+        claimed_ids(store, now, opts=opts),
+        [a1, a2, a3],
+        "per_key_limit is global_limit (3), not limit (1): key a takes three rows (limit 1 would give [a1, b1])",
+    )
     expect(claimed_ids(store, now, opts=opts), [], "global_limit reached")
     check(read(store, b1).state == "ready", "b1 waits for a free global slot")
 
@@ -165,8 +206,11 @@ def _(store, now):
     ack(store, now + S, a2, w.Succeed())
     missing = b_id + 1000
     result = store.apply(w.Renew(now + 10 * S, NODE, (a1.id, a2.id, b1.id, missing), now + 40 * S))
-    expect(result, w.Renewed((a1.id,), tuple(sorted((a2.id, b1.id, missing)))),
-           "kept: running and leased by this node; lost: finished, another node's, unknown")
+    expect(
+        result,
+        w.Renewed((a1.id,), tuple(sorted((a2.id, b1.id, missing)))),
+        "kept: running and leased by this node; lost: finished, another node's, unknown",
+    )
     expect(read(store, a1.id).lease_until, now + 40 * S, "the kept lease is extended")
     expect(read(store, b1.id).lease_until, b1.lease_until, "another node's lease is untouched")
     expect(store.apply(w.Renew(now, NODE, (), now + 40 * S)), w.Renewed((), ()), "renewing nothing")
@@ -177,11 +221,16 @@ def _(store, now):
     job = start(store, now)
     expect(store.apply(w.Reclaim(now + TTL - S)), w.Reclaimed((), ()), "a live lease is never reclaimed")
     backoff = w.Backoff(base_s=5, factor=3, max_s=100)
-    expect(store.apply(w.Reclaim(now + TTL, backoff)), w.Reclaimed((job.id,), ()),
-           "expired at lease_until <= now; attempt 1 < 20 retries")
-    expect(fields(read(store, job.id), "state", "ready_at", "attempt", "lease_until", "leased_by", "finished_at"),
-           dict(state="ready", ready_at=now + TTL + 5 * S, attempt=1, lease_until=None, leased_by=None,
-                finished_at=None), "ready at the backoff the sweeper computed (5 s for attempt 1)")
+    expect(
+        store.apply(w.Reclaim(now + TTL, backoff)),
+        w.Reclaimed((job.id,), ()),
+        "expired at lease_until <= now; attempt 1 < 20 retries",
+    )
+    expect(
+        fields(read(store, job.id), "state", "ready_at", "attempt", "lease_until", "leased_by", "finished_at"),
+        dict(state="ready", ready_at=now + TTL + 5 * S, attempt=1, lease_until=None, leased_by=None, finished_at=None),
+        "ready at the backoff the sweeper computed (5 s for attempt 1)",
+    )
     expect(errors_of(read(store, job.id)), [(1, now + TTL, "lease_expired", None)], "the error appended")
 
 
@@ -190,8 +239,11 @@ def _(store, now):
     ids = workflow(store, now, "wf", ops.WorkflowMember("a", spec("wa", max_attempts=1)), member("b", "a"))
     claim_job(store, now, ids["a"])
     expect(store.apply(w.Reclaim(now + TTL)), w.Reclaimed((), (ids["a"],)), "attempt 1 of 1 fails")
-    expect(fields(read(store, ids["a"]), "state", "finished_at", "lease_until", "leased_by"),
-           dict(state="failed", finished_at=now + TTL, lease_until=None, leased_by=None), "the failed row")
+    expect(
+        fields(read(store, ids["a"]), "state", "finished_at", "lease_until", "leased_by"),
+        dict(state="failed", finished_at=now + TTL, lease_until=None, leased_by=None),
+        "the failed row",
+    )
     expect(errors_of(read(store, ids["a"])), [(1, now + TTL, "lease_expired", None)], "the error appended")
     expect(wf_states(store, "wf"), {"a": "failed", "b": "cancelled"}, "full §7 settlement after reclaim-fail")
 
@@ -201,8 +253,11 @@ def _(store, now):
     parent = start(store, now, queue="parents")
     (child,) = spawn(store, now, parent.id, "kids", spec("kid", "kids", max_attempts=1))
     claim_job(store, now + S, child)
-    expect(store.apply(w.Reclaim(now + S + TTL)), w.Reclaimed((parent.id,), (child,)),
-           "the parent's lease also expired and retries; the child on its last attempt fails")
+    expect(
+        store.apply(w.Reclaim(now + S + TTL)),
+        w.Reclaimed((parent.id,), (child,)),
+        "the parent's lease also expired and retries; the child on its last attempt fails",
+    )
     got = signal(store, f"job:{parent.id}", "$children")
     check(got is not None, "the failed child must signal $children to job:<parent>")
     expect((got.payload, got.inserted_at), ({"children": [child]}, now + S + TTL), "the $children signal")
@@ -227,11 +282,17 @@ def _(store, now):
     null = insert(store, now, input={"t": None})
     insert(store, now, input={})  # JSON null and a missing key are both the '' partition
     digit = insert(store, now, input={1: "x"})  # stored as {"1": "x"}: no "t" key, so also ''
-    expect(claimed_ids(store, now, opts=opts), [first, obj, null],
-           "COALESCE(input->>'t', '') over the jsonb as stored: one job per distinct key")
+    expect(
+        claimed_ids(store, now, opts=opts),
+        [first, obj, null],
+        "COALESCE(input->>'t', '') over the jsonb as stored: one job per distinct key",
+    )
     check(read(store, digit).state == "ready", "the int-keyed job waits in the '' partition")
     keyed = {"limit": 1, "partition": {"field": "input", "key": "1"}}
     a = insert(store, now, queue="k", input={1: "a"})
     insert(store, now, queue="k", input={"1": "a"})
-    expect(claimed_ids(store, now, "k", opts=keyed), [a],
-           "input {1: 'a'} is stored as {'1': 'a'}: both jobs are partition 'a'")
+    expect(
+        claimed_ids(store, now, "k", opts=keyed),
+        [a],
+        "input {1: 'a'} is stored as {'1': 'a'}: both jobs are partition 'a'",
+    )

@@ -9,6 +9,7 @@ a behaviour sentence, which together are the case's id.
 A case that needs a capability the store does not offer raises `NotApplicable` (reported as
 skipped, never as passed): see `require`.
 """
+
 from __future__ import annotations
 
 import time
@@ -98,8 +99,7 @@ def select(only: Selector = None, cases: Iterable[Case] | None = None) -> list[C
         areas = {c.area for c in pool}
         chosen = [c for c in pool if any(_matches(c, s, areas) for s in selectors)]
     if not chosen:
-        raise ValueError(f"only={only!r} selects no conformance case (try a section like '§7' or an area "
-                         f"like 'acks')")
+        raise ValueError(f"only={only!r} selects no conformance case (try a section like '§7' or an area like 'acks')")
     return chosen
 
 
@@ -172,8 +172,10 @@ class Report:
 
     def summary(self) -> str:
         seconds = sum(o.seconds for o in self.outcomes)
-        return (f"{len(self.passed)} passed, {len(self.failed)} failed, {len(self.skipped)} skipped "
-                f"of {len(self.outcomes)} cases in {seconds:.2f}s")
+        return (
+            f"{len(self.passed)} passed, {len(self.failed)} failed, {len(self.skipped)} skipped "
+            f"of {len(self.outcomes)} cases in {seconds:.2f}s"
+        )
 
     def table(self, *, messages: bool = True) -> str:
         """One line per case (status, section, name, seconds); failure messages indented below."""

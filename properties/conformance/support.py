@@ -5,6 +5,7 @@ Fail(retry_at=None), exactly as a worker would take it there, so every case runs
 store that implements the shared vocabulary. Setup steps check their own results too, so a store that
 breaks early fails with a message naming the setup step rather than a confusing later mismatch.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -47,8 +48,9 @@ def expect_raises(exc_type: type[BaseException], fn: Callable[[], Any], what: st
     except exc_type as exc:
         return exc
     except Exception as exc:
-        raise AssertionError(f"{what}\n  expected: {exc_type.__name__}\n  actual:   "
-                             f"{type(exc).__name__}: {exc}") from exc
+        raise AssertionError(
+            f"{what}\n  expected: {exc_type.__name__}\n  actual:   {type(exc).__name__}: {exc}"
+        ) from exc
     raise AssertionError(f"{what}\n  expected: {exc_type.__name__}\n  actual:   returned {value!r}")
 
 
@@ -149,8 +151,15 @@ def wf_states(store: Any, workflow_id: str) -> dict[str, str]:
 # worker-driven states
 
 
-def claim(store: Any, now: datetime, queue: str = QUEUE, demand: int = 10, node: str = NODE,
-          ttl: timedelta = TTL, opts: QueueOpts | dict | None = None) -> tuple[Job, ...]:
+def claim(
+    store: Any,
+    now: datetime,
+    queue: str = QUEUE,
+    demand: int = 10,
+    node: str = NODE,
+    ttl: timedelta = TTL,
+    opts: QueueOpts | dict | None = None,
+) -> tuple[Job, ...]:
     if isinstance(opts, dict):
         opts = QueueOpts.parse(opts)
     result = store.apply(w.Claim(now, queue, node, demand, ttl, opts or QueueOpts()))
@@ -166,9 +175,10 @@ def claim_job(store: Any, now: datetime, job_id: int, node: str = NODE, ttl: tim
     """Claim exactly this job (it must be first in its queue's claim order); the running row."""
     queue = read(store, job_id).queue
     jobs = claim(store, now, queue, demand=1, node=node, ttl=ttl)
-    check([j.id for j in jobs] == [job_id],
-          f"setup: claiming queue {queue!r} at {now.isoformat()} should lease job {job_id}; "
-          f"got {[j.id for j in jobs]}")
+    check(
+        [j.id for j in jobs] == [job_id],
+        f"setup: claiming queue {queue!r} at {now.isoformat()} should lease job {job_id}; got {[j.id for j in jobs]}",
+    )
     return jobs[0]
 
 
@@ -203,8 +213,15 @@ def cancel(store: Any, now: datetime, job_id: int) -> Job:
     return read(store, job_id)
 
 
-def park(store: Any, now: datetime, job: Job, scope: str, name: str, deadline: datetime | None = None,
-         expected: str = "awaiting") -> Job:
+def park(
+    store: Any,
+    now: datetime,
+    job: Job,
+    scope: str,
+    name: str,
+    deadline: datetime | None = None,
+    expected: str = "awaiting",
+) -> Job:
     result = store.apply(w.ParkAwait(now, job.id, job.attempt, scope, name, deadline))
     expect(result, w.Parked(job.id, expected), f"setup: parking job {job.id} on ({scope}, {name})")
     return read(store, job.id)

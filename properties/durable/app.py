@@ -11,6 +11,7 @@ Every step function records that it ran in `dx_effect`, on an autocommit connect
 Markers in the same table tell the harness where an execution is (`freeze_reached`, `lost_seen`,
 `cancel_gate:<i>`, `exec_end`); gates in `dx_gate` hold an execution until the harness opens them.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,10 @@ def install(conn: Any) -> None:
 def mark(ctx: JobContext, what: str) -> None:
     """Record that something ran or happened (autocommit, outside every Belay transaction)."""
     with ctx.store.pool.connection() as c:
-        c.execute("INSERT INTO dx_effect (job_id, attempt, what, node, pid, at_ns) VALUES (%s, %s, %s, %s, %s, %s)",
-                  (ctx.id, ctx.attempt, what, ctx.job.leased_by, os.getpid(), time.time_ns()))
+        c.execute(
+            "INSERT INTO dx_effect (job_id, attempt, what, node, pid, at_ns) VALUES (%s, %s, %s, %s, %s, %s)",
+            (ctx.id, ctx.attempt, what, ctx.job.leased_by, os.getpid(), time.time_ns()),
+        )
 
 
 def _exists(ctx: JobContext, query: str, params: tuple) -> bool:
@@ -67,12 +70,21 @@ def _after_zombie(ctx: JobContext, p: dict, faults: set) -> None:
     """An execution after a frozen attempt starts only once that zombie execution ended (so the zombie's
     run up to its next step boundary is one deterministic episode, as the model has it)."""
     for f, _at, attempt in faults:
-        if f == "freeze" and ctx.attempt > attempt and _exists(
-                ctx, "SELECT 1 FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = 'freeze_reached'",
-                (ctx.id, attempt)):
+        if (
+            f == "freeze"
+            and ctx.attempt > attempt
+            and _exists(
+                ctx,
+                "SELECT 1 FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = 'freeze_reached'",
+                (ctx.id, attempt),
+            )
+        ):
             deadline = time.monotonic() + GATE_SAFETY_S
-            while not _exists(ctx, "SELECT 1 FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = 'exec_end'",
-                              (ctx.id, attempt)):
+            while not _exists(
+                ctx,
+                "SELECT 1 FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = 'exec_end'",
+                (ctx.id, attempt),
+            ):
                 if time.monotonic() > deadline:
                     raise TimeoutError("the frozen attempt never ended")
                 time.sleep(0.01)

@@ -12,6 +12,7 @@ request is an operator command sent while the job waits before a step, signals a
 is enqueued or once it has parked. `Fleet.run(program)` returns an `Observed` comparable field by field
 with `model.durable.Prediction`.
 """
+
 from __future__ import annotations
 
 import os
@@ -101,15 +102,25 @@ class Fleet:
         with psycopg.connect(self.url, autocommit=True) as c:
             migrate(c)
             app.install(c)
-        config = WorkerConfig(node="sweeper-ahead", queues=(), lease_ttl=self.ttl, sweep_interval=0.1,
-                              reclaim_backoff=NO_BACKOFF, retry=RetryPolicy(initial=0.05, maximum=0.5, max_elapsed=120))
-        self.sweeper = Worker(self.url, Registry(), config,
-                              clock=lambda: utc_now() + timedelta(seconds=self.skew), telemetry=()).start()
+        config = WorkerConfig(
+            node="sweeper-ahead",
+            queues=(),
+            lease_ttl=self.ttl,
+            sweep_interval=0.1,
+            reclaim_backoff=NO_BACKOFF,
+            retry=RetryPolicy(initial=0.05, maximum=0.5, max_elapsed=120),
+        )
+        self.sweeper = Worker(
+            self.url, Registry(), config, clock=lambda: utc_now() + timedelta(seconds=self.skew), telemetry=()
+        ).start()
         for name in ("A", "B"):
             self.spawn(name)
         for node in self.nodes.values():
-            wait_for(lambda n=node: "ready" in n.log.read_text(errors="replace") or n.proc.poll() is not None, 60,
-                     f"node {node.name} to start")
+            wait_for(
+                lambda n=node: "ready" in n.log.read_text(errors="replace") or n.proc.poll() is not None,
+                60,
+                f"node {node.name} to start",
+            )
         return self
 
     @property
@@ -122,10 +133,20 @@ class Fleet:
         self.logs.append(log)
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "properties.durable.node", self.url, f"{name}{self.generation[name]}",
-                 str(self.ttl)],
-                cwd=ROOT, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "properties.durable.node",
+                    self.url,
+                    f"{name}{self.generation[name]}",
+                    str(self.ttl),
+                ],
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         self.nodes[name] = _Node(name, proc, log)
 
     def respawn_dead(self) -> int:
@@ -172,8 +193,9 @@ class Fleet:
         raise HarnessError("the database did not come back")
 
     def _effect(self, job_id: int, attempt: int, what: str) -> Any:
-        return self._one("SELECT pid FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = %s LIMIT 1",
-                         job_id, attempt, what)
+        return self._one(
+            "SELECT pid FROM dx_effect WHERE job_id = %s AND attempt = %s AND what = %s LIMIT 1", job_id, attempt, what
+        )
 
     def _open(self, gate: str) -> None:
         self._one("INSERT INTO dx_gate (name) VALUES (%s) ON CONFLICT DO NOTHING RETURNING name", gate)
@@ -196,15 +218,22 @@ class Fleet:
             for op in awaits.values():
                 if op["when"] == "before":
                     client.signal(scope, op["name"], op["payload"])
-            job_id = client.enqueue(QUEUE, PROGRAM_KIND, program, max_attempts=program["max_attempts"],
-                                    budget_usd_micros=program.get("budget_usd")).id
+            job_id = client.enqueue(
+                QUEUE,
+                PROGRAM_KIND,
+                program,
+                max_attempts=program["max_attempts"],
+                budget_usd_micros=program.get("budget_usd"),
+            ).id
         delivered: set[str] = set()
         done: set[tuple] = set()
         deadline = time.monotonic() + timeout
         while True:
             if time.monotonic() > deadline:
-                raise HarnessError(f"job {job_id} not terminal after {timeout}s: "
-                                   f"{self._one('SELECT state, attempt FROM belay_jobs WHERE id = %s', job_id)}")
+                raise HarnessError(
+                    f"job {job_id} not terminal after {timeout}s: "
+                    f"{self._one('SELECT state, attempt FROM belay_jobs WHERE id = %s', job_id)}"
+                )
             counts["crashes"] += self.respawn_dead()
             state, await_name = self._one("SELECT state, await_name FROM belay_jobs WHERE id = %s", job_id)
             frozen = [(at, a) for f, at, a in faults if f == "freeze" and ("freeze", at, a) in done]
@@ -249,30 +278,52 @@ class Fleet:
         go on once it has learned (from the renewer, or a newer claim on its node) that its lease is lost."""
         os.kill(pid, signal.SIGSTOP)
         try:
-            wait_for(lambda: self._one("SELECT NOT (state = 'running' AND attempt = %s) FROM belay_jobs WHERE id = %s",
-                                       attempt, job_id)[0], 30, "the frozen attempt's lease to be reclaimed")
+            wait_for(
+                lambda: self._one(
+                    "SELECT NOT (state = 'running' AND attempt = %s) FROM belay_jobs WHERE id = %s", attempt, job_id
+                )[0],
+                30,
+                "the frozen attempt's lease to be reclaimed",
+            )
         finally:
             os.kill(pid, signal.SIGCONT)
-        wait_for(lambda: self._effect(job_id, attempt, "lost_seen"), 15,
-                 f"the resumed zombie of job {job_id} attempt {attempt} to learn that its lease is lost")
+        wait_for(
+            lambda: self._effect(job_id, attempt, "lost_seen"),
+            15,
+            f"the resumed zombie of job {job_id} attempt {attempt} to learn that its lease is lost",
+        )
         self._open(f"thaw:{uid}")
 
     def observe(self, job_id: int, counts: Counter) -> Observed:
         with self._pg() as c:
             state, attempt, max_attempts, result, errors = c.execute(
-                "SELECT state, attempt, max_attempts, result, errors FROM belay_jobs WHERE id = %s", (job_id,)).fetchone()
-            steps = c.execute("SELECT name, value, usd_micros, tokens FROM belay_steps WHERE job_id = %s ORDER BY seq",
-                              (job_id,)).fetchall()
-            events = [r[0] for r in c.execute("SELECT payload FROM belay_events WHERE job_id = %s ORDER BY seq",
-                                              (job_id,))]
-            runs = dict(c.execute("SELECT substr(what, 6), count(*) FROM dx_effect WHERE job_id = %s "
-                                  "AND what LIKE 'step:%%' GROUP BY what", (job_id,)).fetchall())
+                "SELECT state, attempt, max_attempts, result, errors FROM belay_jobs WHERE id = %s", (job_id,)
+            ).fetchone()
+            steps = c.execute(
+                "SELECT name, value, usd_micros, tokens FROM belay_steps WHERE job_id = %s ORDER BY seq", (job_id,)
+            ).fetchall()
+            events = [
+                r[0] for r in c.execute("SELECT payload FROM belay_events WHERE job_id = %s ORDER BY seq", (job_id,))
+            ]
+            runs = dict(
+                c.execute(
+                    "SELECT substr(what, 6), count(*) FROM dx_effect WHERE job_id = %s "
+                    "AND what LIKE 'step:%%' GROUP BY what",
+                    (job_id,),
+                ).fetchall()
+            )
         return Observed(
-            state=state, attempt=attempt, max_attempts=max_attempts,
+            state=state,
+            attempt=attempt,
+            max_attempts=max_attempts,
             result=decode(bytes(result)) if result is not None else None,
             errors=[(e["attempt"], e["error"]) for e in errors],
             journal=[(n, normalize_journal_value(n, decode(bytes(v))), u, t) for n, v, u, t in steps],
-            runs=runs, events=events, stale_acks=self.stale_acks(job_id),
-            crashes=counts["crashes"], freezes=counts["freezes"], cancels=counts["cancels"],
+            runs=runs,
+            events=events,
+            stale_acks=self.stale_acks(job_id),
+            crashes=counts["crashes"],
+            freezes=counts["freezes"],
+            cancels=counts["cancels"],
             db_restarts=counts["db_restarts"],
         )

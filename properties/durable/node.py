@@ -1,6 +1,7 @@
 """`python -m properties.durable.node URL NODE TTL`: one real worker node (impl.runtime.Worker) serving the
 durable-execution programs' queues until SIGTERM — a `belay worker` with the test's short timings
 (fast polls and sweeps, retries and reclaims ready at once), which the CLI does not expose."""
+
 from __future__ import annotations
 
 import logging
@@ -15,9 +16,17 @@ from properties.durable.app import registry
 
 def config(node: str, ttl: float) -> WorkerConfig:
     opts = QueueOpts(limit_min=4, limit_max=4)
-    return WorkerConfig(node=node, queues=(QueueConfig(QUEUE, opts), QueueConfig(CHILD_QUEUE, opts)),
-                        lease_ttl=ttl, shutdown_grace=1.0, busy_poll=0.01, poll_interval=0.05, sweep_interval=0.1,
-                        reclaim_backoff=NO_BACKOFF, retry=RetryPolicy(initial=0.05, maximum=0.5, max_elapsed=120))
+    return WorkerConfig(
+        node=node,
+        queues=(QueueConfig(QUEUE, opts), QueueConfig(CHILD_QUEUE, opts)),
+        lease_ttl=ttl,
+        shutdown_grace=1.0,
+        busy_poll=0.01,
+        poll_interval=0.05,
+        sweep_interval=0.1,
+        reclaim_backoff=NO_BACKOFF,
+        retry=RetryPolicy(initial=0.05, maximum=0.5, max_elapsed=120),
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -1,6 +1,7 @@
 """`python -m properties.durable.replay PROGRAM.json [...]`: replay programs (for example a shrunk
 counterexample printed by properties/test_durable_execution.py) — the model's prediction, then a run on a
 fresh real fleet under the program's faults, and every field where they differ. Exit 1 on a difference."""
+
 from __future__ import annotations
 
 import json

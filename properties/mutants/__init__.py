@@ -10,6 +10,7 @@ temporary copy of the repository — never a switch in production code. The runn
 (properties/mutants/runner.py) runs the mutant's suite in the copy and reports which test killed it and
 how long that took. The target: every mutant killed, each in under two minutes.
 """
+
 from properties.mutants.catalogue import BY_NAME, CATALOGUE, Edit, Mutant
 
 __all__ = ["BY_NAME", "CATALOGUE", "Edit", "Mutant"]

@@ -3,6 +3,7 @@
 Exit status 0 only when every selected mutant is killed (and, with --baseline, every suite passes on
 the unmutated tree); 1 when one survives, times out or does not apply; 2 for a usage error.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,18 +19,28 @@ from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, ru
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.mutants", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", action="append", default=[], metavar="NAME",
-                        help="run only this mutant (repeatable)")
-    parser.add_argument("--tier", choices=sorted(TIERS), default=None,
-                        help="run only this tier's mutants (durable: the SDK and runtime, issue 20)")
-    parser.add_argument("--suite", action="append", default=[], metavar="TEST_FILE",
-                        help="run these test files instead of each mutant's own suite (repeatable): "
-                             "e.g. how an older suite fares against the same mutants")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="run only this mutant (repeatable)")
+    parser.add_argument(
+        "--tier",
+        choices=sorted(TIERS),
+        default=None,
+        help="run only this tier's mutants (durable: the SDK and runtime, issue 20)",
+    )
+    parser.add_argument(
+        "--suite",
+        action="append",
+        default=[],
+        metavar="TEST_FILE",
+        help="run these test files instead of each mutant's own suite (repeatable): "
+        "e.g. how an older suite fares against the same mutants",
+    )
     parser.add_argument("--list", action="store_true", help="print the catalogue and exit")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds per mutant (default {DEFAULT_TIMEOUT:.0f})")
-    parser.add_argument("--baseline", action="store_true",
-                        help="first run every selected suite on an unmutated copy; it must pass")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds per mutant (default {DEFAULT_TIMEOUT:.0f})"
+    )
+    parser.add_argument(
+        "--baseline", action="store_true", help="first run every selected suite on an unmutated copy; it must pass"
+    )
     parser.add_argument("--details", action="store_true", help="print each killing test's failure line")
     parser.add_argument("--source", type=Path, default=ROOT, help="the repository to copy (default: this one)")
     args = parser.parse_args(argv)

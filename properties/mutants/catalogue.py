@@ -15,6 +15,7 @@ one patch's text. properties/test_mutants_regressions.py holds the contract beha
 found no test pinning down (each a legitimate regression test for the real implementation). The
 runner (properties/mutants/runner.py) applies the patch to a copy and runs the suite there.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,8 +35,11 @@ RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
 RUNTIME_SUITE = (RUNTIME,)
 # The durable-execution tier (issue 20): the Client's transactional enqueue, the runtime duties, then the
 # model-vs-runtime property test under real faults — fastest first (the runner stops at the first kill).
-DURABLE_SUITE = ("properties/test_client_transactions.py", "properties/test_runtime_duties.py",
-                 "properties/test_durable_execution.py")
+DURABLE_SUITE = (
+    "properties/test_client_transactions.py",
+    "properties/test_runtime_duties.py",
+    "properties/test_durable_execution.py",
+)
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             _unfenced("result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL\n"),
             _unfenced("    errors = errors || %(entry)s, lease_until = NULL, leased_by = NULL\n"),
-            _unfenced("UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, "
-                      "leased_by = NULL\n"),
+            _unfenced(
+                "UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, leased_by = NULL\n"
+            ),
             _unfenced("max_attempts = max_attempts + 1,\n                  lease_until = NULL, leased_by = NULL\n"),
         ),
     ),
@@ -95,57 +100,79 @@ CATALOGUE: tuple[Mutant, ...] = (
         "batched_ack_without_attempt_fence",
         "AckMany's bulk succeed matches rows by id and state only: a stale row in a batch is acked",
         "§7",
-        (Edit(WORKER_SQL, "WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
-              "WHERE j.id = v.id AND j.state = 'running'\n"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
+                "WHERE j.id = v.id AND j.state = 'running'\n",
+            ),
+        ),
     ),
     Mutant(
         "count_gated_children_signal",
         "R1: a terminal child signals $children only when no sibling is still live (a sibling count gate)",
         "§7 R1",
         (
-            Edit(STORE_PY,
-                 "        for parent in sorted(by_parent):\n"
-                 "            self._deliver(tx, f\"job:{parent}\", \"$children\", "
-                 "{\"children\": sorted(by_parent[parent])})\n",
-                 "        for parent in sorted(by_parent):\n"
-                 "            live = tx.one(\"live_siblings\", {\"parent_id\": parent, "
-                 "\"ids\": sorted(by_parent[parent])})\n"
-                 "            if live[\"n\"] == 0:  # MUTANT: count-gated sibling completion signal\n"
-                 "                self._deliver(tx, f\"job:{parent}\", \"$children\", "
-                 "{\"children\": sorted(by_parent[parent])})\n"),
-            Edit(QUERIES_SQL, "-- missing_deps --\n",
-                 "-- live_siblings --\n"
-                 "-- MUTANT: how many of a parent's other children are still live.\n"
-                 "SELECT count(*) AS n FROM {jobs} WHERE parent_id = %(parent_id)s AND NOT (id = ANY(%(ids)s))\n"
-                 "  AND state NOT IN ('succeeded', 'failed', 'cancelled')\n\n"
-                 "-- missing_deps --\n"),
+            Edit(
+                STORE_PY,
+                "        for parent in sorted(by_parent):\n"
+                '            self._deliver(tx, f"job:{parent}", "$children", '
+                '{"children": sorted(by_parent[parent])})\n',
+                "        for parent in sorted(by_parent):\n"
+                '            live = tx.one("live_siblings", {"parent_id": parent, '
+                '"ids": sorted(by_parent[parent])})\n'
+                '            if live["n"] == 0:  # MUTANT: count-gated sibling completion signal\n'
+                '                self._deliver(tx, f"job:{parent}", "$children", '
+                '{"children": sorted(by_parent[parent])})\n',
+            ),
+            Edit(
+                QUERIES_SQL,
+                "-- missing_deps --\n",
+                "-- live_siblings --\n"
+                "-- MUTANT: how many of a parent's other children are still live.\n"
+                "SELECT count(*) AS n FROM {jobs} WHERE parent_id = %(parent_id)s AND NOT (id = ANY(%(ids)s))\n"
+                "  AND state NOT IN ('succeeded', 'failed', 'cancelled')\n\n"
+                "-- missing_deps --\n",
+            ),
         ),
     ),
     Mutant(
         "await_park_without_signal_check",
         "an await parks as awaiting even when the signal row already exists (a lost wake-up)",
         "§7",
-        (Edit(WORKER_STORE_PY,
-              "present = tx.one(\"signal_exists\", {\"scope\": scope, \"name\": name}) is not None\n",
-              "present = False  # MUTANT: no signal check before parking\n"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                'present = tx.one("signal_exists", {"scope": scope, "name": name}) is not None\n',
+                "present = False  # MUTANT: no signal check before parking\n",
+            ),
+        ),
     ),
     Mutant(
         "park_spends_an_attempt",
         "the park UPDATEs leave max_attempts as it was, so every resume of a wait spends a retry attempt",
         "§7",
-        (Edit(WORKER_STORE_PY,
-              "PARK_BUDGET = {\"park_credit\": PARK_ATTEMPT_CREDIT,",
-              "PARK_BUDGET = {\"park_credit\": 0,  # MUTANT: a wait spends an attempt\n               "),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                'PARK_BUDGET = {"park_credit": PARK_ATTEMPT_CREDIT,',
+                'PARK_BUDGET = {"park_credit": 0,  # MUTANT: a wait spends an attempt\n               ',
+            ),
+        ),
     ),
     Mutant(
         "signal_delivery_without_scope_lock",
         "signal delivery skips the scope advisory lock, so it can interleave with a park and lose the wake-up",
         "§8.1",
-        (Edit(STORE_PY,
-              "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
-              "        tx.one(\"lock_scope\", {\"scope\": scope})\n",
-              "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
-              "        # MUTANT: no scope lock\n"),),
+        (
+            Edit(
+                STORE_PY,
+                "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
+                '        tx.one("lock_scope", {"scope": scope})\n',
+                "    def _deliver(self, tx: _Tx, scope: str, name: str, payload: Any) -> list[int]:\n"
+                "        # MUTANT: no scope lock\n",
+            ),
+        ),
         suite=RACE_SUITE,
     ),
     # --- §6 claims and leases ---------------------------------------------------------------------------
@@ -155,236 +182,342 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(WORKER_SQL, f"{_ORDER}) AS rn", f"{_ORDER_NULLS_LAST}) AS rn"),
-            Edit(WORKER_SQL, "ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC",
-                 "ORDER BY c.priority ASC, c.ready_at ASC, c.id ASC"),
-            Edit(WORKER_SQL, "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
-                 f"    {_ORDER}\n", "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
-                 f"    {_ORDER_NULLS_LAST}\n"),
-            Edit(WORKER_SQL, "    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC\n    LIMIT %(take)s\n)\nUPDATE",
-                 "    ORDER BY priority ASC, ready_at ASC, id ASC\n    LIMIT %(take)s\n)\nUPDATE"),
+            Edit(
+                WORKER_SQL,
+                "ORDER BY c.priority ASC, c.ready_at ASC NULLS FIRST, c.id ASC",
+                "ORDER BY c.priority ASC, c.ready_at ASC, c.id ASC",
+            ),
+            Edit(
+                WORKER_SQL,
+                "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
+                f"    {_ORDER}\n",
+                "    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)\n"
+                f"    {_ORDER_NULLS_LAST}\n",
+            ),
+            Edit(
+                WORKER_SQL,
+                "    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC\n    LIMIT %(take)s\n)\nUPDATE",
+                "    ORDER BY priority ASC, ready_at ASC, id ASC\n    LIMIT %(take)s\n)\nUPDATE",
+            ),
         ),
     ),
     Mutant(
         "global_limit_counts_expired_leases",
         "global_limit counts every running row, also leases that expired (dead nodes' jobs block the queue)",
         "§6",
-        (Edit(WORKER_SQL,
-              "WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s\n\n-- rate_counts --",
-              "WHERE queue = %(queue)s AND state = 'running'\n\n-- rate_counts --"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s\n\n-- rate_counts --",
+                "WHERE queue = %(queue)s AND state = 'running'\n\n-- rate_counts --",
+            ),
+        ),
     ),
     Mutant(
         "python_rounding_in_rate_admission",
         "rate admission rounds the previous window's weighted count with Python's round (halves to even)",
         "§6",
         (
-            Edit(WORKER_STORE_PY, "from dataclasses import replace\n",
-                 "from dataclasses import replace\nfrom fractions import Fraction\n"),
-            Edit(WORKER_STORE_PY,
-                 "                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),\n"
-                 "                                           counts.get(previous, 0))\n",
-                 "                elapsed = epoch_us(now) - start * admission.US_PER_S\n"
-                 "                weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
-                 "                # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
-                 "                used = counts.get(window, 0) + round(counts.get(previous, 0) * weight)\n"),
+            Edit(
+                WORKER_STORE_PY,
+                "from dataclasses import replace\n",
+                "from dataclasses import replace\nfrom fractions import Fraction\n",
+            ),
+            Edit(
+                WORKER_STORE_PY,
+                "                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),\n"
+                "                                           counts.get(previous, 0))\n",
+                "                elapsed = epoch_us(now) - start * admission.US_PER_S\n"
+                "                weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
+                "                # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
+                "                used = counts.get(window, 0) + round(counts.get(previous, 0) * weight)\n",
+            ),
         ),
     ),
     Mutant(
         "rate_debit_without_estimate",
         "a rate-limited claim debits N instead of N × estimate into the window",
         "§6",
-        (Edit(WORKER_STORE_PY, "\"n\": admission.debit(len(rows), opts.rate.estimate)})\n",
-              "\"n\": len(rows)})  # MUTANT: the estimate is ignored\n"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                '"n": admission.debit(len(rows), opts.rate.estimate)})\n',
+                '"n": len(rows)})  # MUTANT: the estimate is ignored\n',
+            ),
+        ),
     ),
     Mutant(
         "partition_ignores_running",
         "partitioned claims admit per_key_limit per key without subtracting that key's live running jobs",
         "§6",
-        (Edit(WORKER_SQL, "WHERE c.rn <= greatest(%(per_key_limit)s - COALESCE(r.n, 0), 0)",
-              "WHERE c.rn <= %(per_key_limit)s"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE c.rn <= greatest(%(per_key_limit)s - COALESCE(r.n, 0), 0)",
+                "WHERE c.rn <= %(per_key_limit)s",
+            ),
+        ),
     ),
     Mutant(
         "lease_renewal_not_filtered_by_node",
         "renew extends every listed running lease, also ones another node holds since a reclaim",
         "§6",
-        (Edit(WORKER_SQL, "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
-              "WHERE id = ANY(%(ids)s) AND state = 'running'\n"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
+                "WHERE id = ANY(%(ids)s) AND state = 'running'\n",
+            ),
+        ),
     ),
     Mutant(
         "reclaim_without_settlement",
         "reclaim-fail signals parents but never settles the workflow: dependents of a dead job stay held",
         "§6",
-        (Edit(WORKER_STORE_PY, "            self._terminal(tx, failed)\n            return w.Reclaimed(",
-              "            # MUTANT: no settlement after reclaim-fail\n"
-              "            self._notify_parents(tx, [(r[\"id\"], r[\"parent_id\"]) for r in failed])\n"
-              "            return w.Reclaimed("),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                "            self._terminal(tx, failed)\n            return w.Reclaimed(",
+                "            # MUTANT: no settlement after reclaim-fail\n"
+                '            self._notify_parents(tx, [(r["id"], r["parent_id"]) for r in failed])\n'
+                "            return w.Reclaimed(",
+            ),
+        ),
     ),
     # --- §8 semantics ---------------------------------------------------------------------------------
     Mutant(
         "no_budget_preflight",
         "a step boundary ignores durable over-budget spend: a replay after a crossing runs one more paid step",
         "§8.2",
-        (Edit(WORKER_PY,
-              "        if isinstance(verdict, w.OverBudget):\n"
-              "            raise BudgetExceeded(f\"spent {verdict.spent_usd_micros} µ$ / "
-              "{verdict.spent_tokens} tokens\")\n"
-              "        return verdict\n",
-              "        return verdict  # MUTANT: no budget pre-flight\n"),),
+        (
+            Edit(
+                WORKER_PY,
+                "        if isinstance(verdict, w.OverBudget):\n"
+                '            raise BudgetExceeded(f"spent {verdict.spent_usd_micros} µ$ / '
+                '{verdict.spent_tokens} tokens")\n'
+                "        return verdict\n",
+                "        return verdict  # MUTANT: no budget pre-flight\n",
+            ),
+        ),
         suite=RUNTIME_SUITE,
     ),
     Mutant(
         "spend_added_for_duplicate_step",
         "a duplicate step execution adds its costs although its value was not journaled",
         "§8.2",
-        (Edit(WORKER_STORE_PY,
-              "            if inserted:  # spend follows the journal: "
-              "a duplicate execution's costs are not added twice\n"
-              "                job = tx.one(\"add_spend\", params)\n"
-              "            else:\n",
-              "            job = tx.one(\"add_spend\", params)  # MUTANT: spend added for duplicates too\n"
-              "            if not inserted:\n"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                "            if inserted:  # spend follows the journal: "
+                "a duplicate execution's costs are not added twice\n"
+                '                job = tx.one("add_spend", params)\n'
+                "            else:\n",
+                '            job = tx.one("add_spend", params)  # MUTANT: spend added for duplicates too\n'
+                "            if not inserted:\n",
+            ),
+        ),
     ),
     Mutant(
         "settlement_not_iterated_to_fixpoint",
         "settlement decides every held member once from the stored states: dooms do not cascade",
         "§8.3",
-        (Edit(STORE_PY, "from model.settle import Member, settle\n",
-              "from model.settle import Member, Settlement, _verdict\n\n\n"
-              "def settle(members):  # MUTANT: one pass over the stored states, not iterated to a fixpoint\n"
-              "    members = list(members)\n"
-              "    states = {m.name: m.state for m in members}\n"
-              "    verdicts = {m.name: _verdict(m, states) for m in members if m.state == \"held\" and m.deps}\n"
-              "    return Settlement(frozenset(n for n, v in verdicts.items() if v == \"release\"),\n"
-              "                      frozenset(n for n, v in verdicts.items() if v == \"doom\"))\n\n\n"),),
+        (
+            Edit(
+                STORE_PY,
+                "from model.settle import Member, settle\n",
+                "from model.settle import Member, Settlement, _verdict\n\n\n"
+                "def settle(members):  # MUTANT: one pass over the stored states, not iterated to a fixpoint\n"
+                "    members = list(members)\n"
+                "    states = {m.name: m.state for m in members}\n"
+                '    verdicts = {m.name: _verdict(m, states) for m in members if m.state == "held" and m.deps}\n'
+                '    return Settlement(frozenset(n for n, v in verdicts.items() if v == "release"),\n'
+                '                      frozenset(n for n, v in verdicts.items() if v == "doom"))\n\n\n',
+            ),
+        ),
     ),
     Mutant(
         "spawn_trusts_insert_ids",
         "spawn journals the ids the insert returned, dropping children a partial earlier insert created",
         "§8.4",
-        (Edit(WORKER_STORE_PY,
-              "                self._insert(tx, [self._row(s, op.now) for s in specs])\n"
-              "            # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).\n"
-              "            holders = {r[\"unique_key\"]: r[\"id\"] "
-              "for r in tx.all(\"spawn_holders\", {\"keys\": keys})}\n"
-              "            ids = [holders[k] for k in keys]\n",
-              "                outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])\n"
-              "            # MUTANT: trust the insert's RETURNING ids\n"
-              "            ids = [o.id for o in outcomes if isinstance(o, ops.Inserted)] if keys else []\n"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                "                self._insert(tx, [self._row(s, op.now) for s in specs])\n"
+                "            # Rebuild the id list from the keys: never trust a possibly partial insert's ids (§8.4).\n"
+                '            holders = {r["unique_key"]: r["id"] '
+                'for r in tx.all("spawn_holders", {"keys": keys})}\n'
+                "            ids = [holders[k] for k in keys]\n",
+                "                outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])\n"
+                "            # MUTANT: trust the insert's RETURNING ids\n"
+                "            ids = [o.id for o in outcomes if isinstance(o, ops.Inserted)] if keys else []\n",
+            ),
+        ),
     ),
     Mutant(
         "await_children_keeps_stale_signal",
         "await-children parks without clearing the stale $children signal, so it wakes at once and spins",
         "§8.4",
-        (Edit(WORKER_STORE_PY,
-              "                tx.cur.execute(self.q.q(\"clear_signal\"), "
-              "{\"scope\": scope, \"name\": \"$children\"})\n",
-              "                # MUTANT: the stale $children signal is kept\n"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                '                tx.cur.execute(self.q.q("clear_signal"), {"scope": scope, "name": "$children"})\n',
+                "                # MUTANT: the stale $children signal is kept\n",
+            ),
+        ),
     ),
     Mutant(
         "no_children_reconciler",
         "R2: the $children reconciler backstop matches nothing, so a lost wake-up parks a parent forever",
         "§8.4 R2",
-        (Edit(WORKER_SQL, "WHERE p.state = 'awaiting' AND p.await_name = '$children'",
-              "WHERE false AND p.state = 'awaiting' AND p.await_name = '$children'"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE p.state = 'awaiting' AND p.await_name = '$children'",
+                "WHERE false AND p.state = 'awaiting' AND p.await_name = '$children'",
+            ),
+        ),
     ),
     Mutant(
         "window_unique_key_without_bucket",
         "a window-mode unique key is stored without its @<bucket>, so it dedupes forever",
         "§5.2",
-        (Edit(STORE_PY,
-              "        if spec.unique_mode == \"window\":\n"
-              "            key = ops.window_key(key, now, spec.unique_window)\n",
-              "        # MUTANT: the window bucket is not embedded in the key\n"),),
+        (
+            Edit(
+                STORE_PY,
+                '        if spec.unique_mode == "window":\n'
+                "            key = ops.window_key(key, now, spec.unique_window)\n",
+                "        # MUTANT: the window bucket is not embedded in the key\n",
+            ),
+        ),
     ),
     Mutant(
         "retry_without_rehold",
         "an operator retry sends a dep-bearing workflow member straight to ready beside a failed dep",
         "§8.6",
-        (Edit(STORE_PY, "\"state\": \"held\" if row[\"wf_deps\"] else \"ready\"}",
-              "\"state\": \"ready\"}  # MUTANT: no re-hold"),),
+        (Edit(STORE_PY, '"state": "held" if row["wf_deps"] else "ready"}', '"state": "ready"}  # MUTANT: no re-hold'),),
     ),
     Mutant(
         "retry_keeps_cancel_requested",
         "an operator retry keeps cancel_requested, so a cooperatively cancelled job cancels itself again",
         "§8.6",
-        (Edit(QUERIES_SQL, "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s, cancel_requested = false,\n",
-              "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s,\n"),),
+        (
+            Edit(
+                QUERIES_SQL,
+                "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s, cancel_requested = false,\n",
+                "UPDATE {jobs} SET state = %(state)s, ready_at = %(now)s,\n",
+            ),
+        ),
     ),
     Mutant(
         "prune_deletes_non_terminal_jobs",
         "retention applies the succeeded cutoff to every job not failed or cancelled, live ones included",
         "§8.7",
-        (Edit(WORKER_SQL, "    WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)\n",
-              "    WHERE ((state NOT IN ('failed', 'cancelled')\n"
-              "            AND COALESCE(finished_at, inserted_at) < %(succeeded_before)s)\n"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "    WHERE ((state = 'succeeded' AND finished_at < %(succeeded_before)s)\n",
+                "    WHERE ((state NOT IN ('failed', 'cancelled')\n"
+                "            AND COALESCE(finished_at, inserted_at) < %(succeeded_before)s)\n",
+            ),
+        ),
     ),
     # --- the runtime ------------------------------------------------------------------------------------
     Mutant(
         "cancel_request_ignored_at_step_boundary",
         "the runtime never honours cancel_requested at a step boundary; a cancelled job runs to the end",
         "§8.6",
-        (Edit(WORKER_PY,
-              "        if verdict.cancel_requested:\n"
-              "            raise CancelRequested(f\"job {self.id}: cancel requested\")\n",
-              "        # MUTANT: cancel requests are not checked\n"),),
+        (
+            Edit(
+                WORKER_PY,
+                "        if verdict.cancel_requested:\n"
+                '            raise CancelRequested(f"job {self.id}: cancel requested")\n',
+                "        # MUTANT: cancel requests are not checked\n",
+            ),
+        ),
         suite=RUNTIME_SUITE,
     ),
     Mutant(
         "zombie_attempt_forgets_live_attempt",
         "a zombie attempt ending on a node unregisters the job's live attempt there, which then stops renewing",
         "§6",
-        (Edit(RUNTIME_PY, "            if self.running.get(ctx.id) is ctx:\n",
-              "            if ctx.id in self.running:  # MUTANT: any attempt of the job\n"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "            if self.running.get(ctx.id) is ctx:\n",
+                "            if ctx.id in self.running:  # MUTANT: any attempt of the job\n",
+            ),
+        ),
         suite=RUNTIME_SUITE,
     ),
     # --- the durable-execution tier: SDK and runtime duties (issue 20) -----------------------------------
     Mutant(
         "step_memo_keyed_on_truthiness",
-        "a journaled step whose value is falsy (0, \"\", [], False, None) runs again on replay",
+        'a journaled step whose value is falsy (0, "", [], False, None) runs again on replay',
         "§8.2",
-        (Edit(WORKER_PY,
-              "        if isinstance(hit, w.StepHit):\n            return decode(hit.value)\n",
-              "        if isinstance(hit, w.StepHit) and decode(hit.value):  # MUTANT: memo keyed on truthiness\n"
-              "            return decode(hit.value)\n"),),
+        (
+            Edit(
+                WORKER_PY,
+                "        if isinstance(hit, w.StepHit):\n            return decode(hit.value)\n",
+                "        if isinstance(hit, w.StepHit) and decode(hit.value):  # MUTANT: memo keyed on truthiness\n"
+                "            return decode(hit.value)\n",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "transactional_enqueue_commits_on_its_own",
         "an enqueue on the caller's connection runs in a transaction of its own: a rollback leaves the job",
         "§5.1",
-        (Edit(STORE_PY,
-              "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
-              "        with self.transaction(op.now, conn) as tx:\n",
-              "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
-              "        with self.transaction(op.now, None) as tx:  # MUTANT: commits on its own\n"),),
+        (
+            Edit(
+                STORE_PY,
+                "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
+                "        with self.transaction(op.now, conn) as tx:\n",
+                "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
+                "        with self.transaction(op.now, None) as tx:  # MUTANT: commits on its own\n",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "lost_lease_ignored_at_step_boundary",
         "an execution whose lease was lost keeps running steps instead of stopping at its next boundary",
         "§6",
-        (Edit(WORKER_PY,
-              "        if self.lost.is_set():\n"
-              "            raise LeaseLost(f\"job {self.id} attempt {self.attempt}: lease lost\")\n",
-              "        # MUTANT: the lost flag is not checked at the step boundary\n"),),
+        (
+            Edit(
+                WORKER_PY,
+                "        if self.lost.is_set():\n"
+                '            raise LeaseLost(f"job {self.id} attempt {self.attempt}: lease lost")\n',
+                "        # MUTANT: the lost flag is not checked at the step boundary\n",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "children_reconciler_only_after_a_reclaim",
         "R2: the sweeper runs the $children reconciler only on passes that also reclaimed an expired lease",
         "§8.4 R2",
-        (Edit(RUNTIME_PY,
-              "        woken = self.call(lambda: self.store.apply(w.Reconcile(now)), \"reconcile\")\n",
-              "        woken = (self.call(lambda: self.store.apply(w.Reconcile(now)), \"reconcile\")\n"
-              "                 if reclaimed.retried or reclaimed.failed else w.Reconciled(()))  # MUTANT\n"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                '        woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")\n',
+                '        woken = (self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")\n'
+                "                 if reclaimed.retried or reclaimed.failed else w.Reconciled(()))  # MUTANT\n",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "chunk_gather_window_not_clamped",
         "a partial chunk waits its whole gather_ms, not at most half the lease ttl (operations guide, chunks)",
         "§6",
-        (Edit(RUNTIME_PY,
-              "gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)",
-              "gather_s = kind.gather_ms / 1000  # MUTANT: no clamp to ttl/2"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)",
+                "gather_s = kind.gather_ms / 1000  # MUTANT: no clamp to ttl/2",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
@@ -405,44 +538,68 @@ CATALOGUE: tuple[Mutant, ...] = (
         "zombie_not_told_when_its_node_reclaims",
         "a node claiming a job whose earlier attempt still runs there does not flag that zombie as lost",
         "§6",
-        (Edit(RUNTIME_PY, "                    zombie.lost.set()  # the renewer",
-              "                    pass  # MUTANT: zombie.lost.set() — the renewer"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "                    zombie.lost.set()  # the renewer",
+                "                    pass  # MUTANT: zombie.lost.set() — the renewer",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "sweeper_prunes_only_after_a_reclaim",
         "retention (and crons) run only on sweeper passes that reclaimed something",
         "§8.7",
-        (Edit(RUNTIME_PY,
-              "        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), \"cron\")\n",
-              "        if not (reclaimed.retried or reclaimed.failed):  # MUTANT: duties only after a reclaim\n"
-              "            return now\n"
-              "        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), \"cron\")\n"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")\n',
+                "        if not (reclaimed.retried or reclaimed.failed):  # MUTANT: duties only after a reclaim\n"
+                "            return now\n"
+                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")\n',
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "idle_poll_not_capped",
         "an idle producer's poll interval keeps doubling past poll_interval",
         "§6",
-        (Edit(RUNTIME_PY, "interval = min(interval * 2, self.worker.config.poll_interval)",
-              "interval = interval * 2  # MUTANT: no idle ceiling"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "interval = min(interval * 2, self.worker.config.poll_interval)",
+                "interval = interval * 2  # MUTANT: no idle ceiling",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "busy_poll_ignored",
         "a producer that just claimed work waits the idle poll_interval before its next claim",
         "§6",
-        (Edit(RUNTIME_PY, "                interval = self.worker.config.busy_poll\n                if claimed == demand:",
-              "                interval = self.worker.config.poll_interval  # MUTANT: no busy cadence\n"
-              "                if claimed == demand:"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "                interval = self.worker.config.busy_poll\n                if claimed == demand:",
+                "                interval = self.worker.config.poll_interval  # MUTANT: no busy cadence\n"
+                "                if claimed == demand:",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     Mutant(
         "shutdown_ignores_the_grace",
         "stop() abandons running jobs at once instead of waiting up to the shutdown grace",
         "§6",
-        (Edit(RUNTIME_PY, "        deadline = time.monotonic() + grace\n",
-              "        deadline = time.monotonic()  # MUTANT: no grace\n"),),
+        (
+            Edit(
+                RUNTIME_PY,
+                "        deadline = time.monotonic() + grace\n",
+                "        deadline = time.monotonic()  # MUTANT: no grace\n",
+            ),
+        ),
         suite=DURABLE_SUITE,
     ),
     # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
@@ -451,9 +608,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         "River #1302: the sweeper reads expired leases without locking them, so an ack committed between its "
         "read and its by-id update is overwritten (a completed job back to ready)",
         "§6",
-        (Edit(WORKER_SQL, "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n"
-                          "FOR UPDATE SKIP LOCKED\n",
-              "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n"
+                "FOR UPDATE SKIP LOCKED\n",
+                "WHERE state = 'running' AND lease_until <= %(now)s\nORDER BY id\nLIMIT %(limit)s\n",
+            ),
+        ),
         suite=PEER_BUGS,
     ),
     Mutant(
@@ -461,8 +623,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "Oban Lifeline: renewals do not extend the lease, so a job is rescued a fixed time after its claim "
         "while it is still executing",
         "§6",
-        (Edit(WORKER_SQL, "UPDATE {jobs} SET lease_until = %(lease_until)s\nWHERE id = ANY(%(ids)s)",
-              "UPDATE {jobs} SET lease_until = lease_until\nWHERE id = ANY(%(ids)s)"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "UPDATE {jobs} SET lease_until = %(lease_until)s\nWHERE id = ANY(%(ids)s)",
+                "UPDATE {jobs} SET lease_until = lease_until\nWHERE id = ANY(%(ids)s)",
+            ),
+        ),
         suite=PEER_BUGS,
     ),
     Mutant(
@@ -470,8 +637,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         "procrastinate #1518: a renewal keeps every running job of the node id alive, so a restarted process "
         "reusing the id keeps its dead predecessor's job running forever",
         "§6",
-        (Edit(WORKER_SQL, "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
-              "WHERE state = 'running' AND leased_by = %(node)s AND %(ids)s IS NOT NULL\n"),),
+        (
+            Edit(
+                WORKER_SQL,
+                "WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s\n",
+                "WHERE state = 'running' AND leased_by = %(node)s AND %(ids)s IS NOT NULL\n",
+            ),
+        ),
         suite=PEER_BUGS,
     ),
     Mutant(
@@ -479,20 +651,28 @@ CATALOGUE: tuple[Mutant, ...] = (
         "pg-boss #592: a cron slot's exactly-once key includes the schedule's registration, so unschedule + "
         "schedule fires the same slot again",
         "§8.5",
-        (Edit(WORKER_STORE_PY,
-              "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
-              "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.name + '#' + str(int("
-              "{r.name: r.updated_at for r in rows}[c.name].timestamp() * 1e6))), op.now) for c, slot in plan])"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
+                "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.name + '#' + str(int("
+                "{r.name: r.updated_at for r in rows}[c.name].timestamp() * 1e6))), op.now) for c, slot in plan])",
+            ),
+        ),
         suite=PEER_BUGS,
     ),
     Mutant(
         "peer_pg_boss_613_cron_key_per_queue",
         "pg-boss #613: a cron slot's key is the queue, so two schedules of one queue due together make one job",
         "§8.5",
-        (Edit(WORKER_STORE_PY,
-              "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
-              "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.queue), op.now) "
-              "for c, slot in plan])"),),
+        (
+            Edit(
+                WORKER_STORE_PY,
+                "outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])",
+                "outcomes = self._insert(tx, [self._row(replace(cron_job(c, slot), cron_name=c.queue), op.now) "
+                "for c, slot in plan])",
+            ),
+        ),
         suite=PEER_BUGS,
     ),
 )

@@ -8,6 +8,7 @@
   not more or less detected; a kill matrix only needs the detection. Select it with
   BELAY_HYPOTHESIS_PROFILE=mutants (the runner does).
 """
+
 from __future__ import annotations
 
 import json

@@ -13,6 +13,7 @@ Verdicts: `killed` (a test failed), `survived` (the suite passed), `timeout` (no
 timeout), `broken` (the patch does not apply, or the mutated code does not even import — a broken
 patch proves nothing about the tests).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,18 @@ from properties.mutants.catalogue import Edit, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT = 120.0
-IGNORED = (".git", ".venv", "venv", "reports", ".hypothesis", ".pytest_cache", ".ruff_cache", "__pycache__",
-           "*.egg-info", ".mypy_cache")
+IGNORED = (
+    ".git",
+    ".venv",
+    "venv",
+    "reports",
+    ".hypothesis",
+    ".pytest_cache",
+    ".ruff_cache",
+    "__pycache__",
+    "*.egg-info",
+    ".mypy_cache",
+)
 
 
 class PatchError(Exception):
@@ -137,8 +148,9 @@ def import_check(root: Path, python: str = sys.executable) -> str:
     )
     env = subprocess_env(root)
     env.pop("PYTHONDONTWRITEBYTECODE")
-    done = subprocess.run([python, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        [python, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     if done.returncode == 0:
         return ""
     lines = [ln for ln in (done.stdout + done.stderr).splitlines() if ln.strip()]
@@ -171,18 +183,38 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_suite(root: Path, tests: Sequence[str], timeout: float = DEFAULT_TIMEOUT,
-              python: str = sys.executable) -> SuiteRun:
+def run_suite(
+    root: Path, tests: Sequence[str], timeout: float = DEFAULT_TIMEOUT, python: str = sys.executable
+) -> SuiteRun:
     """Run `pytest -x` over the given test files in the copy at root."""
     report = root / ".mutant-report.jsonl"
     report.unlink(missing_ok=True)
-    cmd = [python, "-m", "pytest", *tests, "-x", "-q", "-p", "no:cacheprovider",
-           "-p", "properties.mutants.pytest_plugin", "--mutant-report", str(report)]
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        *tests,
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "properties.mutants.pytest_plugin",
+        "--mutant-report",
+        str(report),
+    ]
     log = root / ".mutant-pytest.log"
     started = time.time()
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, cwd=root, env=subprocess_env(root), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=root,
+            env=subprocess_env(root),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             returncode: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -210,20 +242,30 @@ def judge(mutant: Mutant, run: SuiteRun, timeout: float) -> Verdict:
     if run.failures:
         first = run.failures[0]
         if first["when"] == "collect":
-            return Verdict(mutant.name, mutant.section, "broken", first["nodeid"],
-                           f"collection failed: {first['message']}", first["seconds"])
+            return Verdict(
+                mutant.name,
+                mutant.section,
+                "broken",
+                first["nodeid"],
+                f"collection failed: {first['message']}",
+                first["seconds"],
+            )
         return Verdict(mutant.name, mutant.section, "killed", first["nodeid"], first["message"], first["seconds"])
     if run.returncode is None:
-        return Verdict(mutant.name, mutant.section, "timeout", "", f"no test failed within {timeout:.0f}s",
-                       run.seconds)
+        return Verdict(mutant.name, mutant.section, "timeout", "", f"no test failed within {timeout:.0f}s", run.seconds)
     if run.returncode == 0:
         return Verdict(mutant.name, mutant.section, "survived", "", "", run.seconds)
     tail = " | ".join([ln for ln in run.output.splitlines() if ln.strip()][-3:])
     return Verdict(mutant.name, mutant.section, "broken", "", f"pytest exited {run.returncode}: {tail}", run.seconds)
 
 
-def run_mutant(mutant: Mutant, source: Path = ROOT, timeout: float = DEFAULT_TIMEOUT,
-               python: str = sys.executable, keep: Callable[[Path, SuiteRun], None] | None = None) -> Verdict:
+def run_mutant(
+    mutant: Mutant,
+    source: Path = ROOT,
+    timeout: float = DEFAULT_TIMEOUT,
+    python: str = sys.executable,
+    keep: Callable[[Path, SuiteRun], None] | None = None,
+) -> Verdict:
     """Copy, patch, import-check and run the mutant's suite; never raises for a bad patch (verdict broken)."""
     started = time.time()
     try:
@@ -231,8 +273,9 @@ def run_mutant(mutant: Mutant, source: Path = ROOT, timeout: float = DEFAULT_TIM
             problem = import_check(root, python)
             if problem:
                 elapsed = time.time() - started
-                return Verdict(mutant.name, mutant.section, "broken", "", f"does not import: {problem}",
-                               elapsed, elapsed)
+                return Verdict(
+                    mutant.name, mutant.section, "broken", "", f"does not import: {problem}", elapsed, elapsed
+                )
             tests = existing(root, mutant.suite)
             run = run_suite(root, tests, timeout, python)
             if keep is not None:
@@ -243,8 +286,9 @@ def run_mutant(mutant: Mutant, source: Path = ROOT, timeout: float = DEFAULT_TIM
         return Verdict(mutant.name, mutant.section, "broken", "", f"patch does not apply: {exc}", elapsed, elapsed)
 
 
-def run_baseline(suite: Sequence[str], source: Path = ROOT, timeout: float = 600.0,
-                 python: str = sys.executable) -> SuiteRun:
+def run_baseline(
+    suite: Sequence[str], source: Path = ROOT, timeout: float = 600.0, python: str = sys.executable
+) -> SuiteRun:
     """The suite on an unmutated copy: it must pass, or the kills prove nothing."""
     with mutated_copy(None, source) as root:
         return run_suite(root, existing(root, suite), timeout, python)
@@ -273,6 +317,8 @@ def matrix(verdicts: Sequence[Verdict], details: bool = False) -> str:
     killed = sum(v.killed for v in verdicts)
     slowest = max((v.seconds for v in verdicts), default=0.0)
     lines.append("-" * len(header))
-    lines.append(f"{killed}/{len(verdicts)} killed; slowest verdict {slowest:.1f}s; "
-                 f"wall time {sum(v.wall for v in verdicts):.1f}s")
+    lines.append(
+        f"{killed}/{len(verdicts)} killed; slowest verdict {slowest:.1f}s; "
+        f"wall time {sum(v.wall for v in verdicts):.1f}s"
+    )
     return "\n".join(lines)

@@ -14,6 +14,7 @@ Adding a variant: write `soak/broken/<name>.py` (docstring: what is broken, the 
 one `Variant` line to VARIANTS below. `options` are extra `soak.run` options that give its scenario
 room (later options win over the matrix defaults).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,12 +30,15 @@ class Variant:
 
 VARIANTS: dict[str, Variant] = {
     "no_reconciler": Variant(("I9",), "no $children reconciler (§8.4 R2)"),
-    "exits_on_db_loss": Variant(("P1",), "exits when PostgreSQL goes away (PROTOCOL §1)",
-                                ("--db-restart-every", "8"), fast=True),
-    "ignores_cancel_at_park": Variant(("P3",), "parks/resumes are not step boundaries: a pending cancel is ignored",
-                                      ("--duration", "40")),
-    "renews_every_ttl": Variant(("P2", "I1"), "renews leases every ttl instead of ttl/3 (§6)",
-                                ("--lease-ttl", "2", "--clock-skew", "0.6")),
+    "exits_on_db_loss": Variant(
+        ("P1",), "exits when PostgreSQL goes away (PROTOCOL §1)", ("--db-restart-every", "8"), fast=True
+    ),
+    "ignores_cancel_at_park": Variant(
+        ("P3",), "parks/resumes are not step boundaries: a pending cancel is ignored", ("--duration", "40")
+    ),
+    "renews_every_ttl": Variant(
+        ("P2", "I1"), "renews leases every ttl instead of ttl/3 (§6)", ("--lease-ttl", "2", "--clock-skew", "0.6")
+    ),
     "no_renewal": Variant(("P2", "I1"), "never renews leases (§6)"),
     "unfenced_ack": Variant(("I2",), "acks without the attempt fence (§7)", ("--stop-every", "10")),
     "reexecute_steps": Variant(("I3",), "re-executes journaled steps (§8.2)"),
@@ -42,19 +46,41 @@ VARIANTS: dict[str, Variant] = {
     "ignore_budget": Variant(("I4",), "ignores budgets entirely (§8.2)"),
     "count_gated_children": Variant(("P10", "I9"), "count-gated $children signal, reconciler kept (§7, R1)"),
     "ack_before_journal": Variant(("I3",), "acks before the step journal commits (§8.2)"),
-    "spend_for_duplicate_step": Variant(("I4",), "adds spend for a duplicate step execution (§8.2)",
-                                        ("--stop-every", "8", "--stop-for", "16", "--duration", "60",
-                                         "--db-restart-every", "0")),
+    "spend_for_duplicate_step": Variant(
+        ("I4",),
+        "adds spend for a duplicate step execution (§8.2)",
+        ("--stop-every", "8", "--stop-for", "16", "--duration", "60", "--db-restart-every", "0"),
+    ),
     "ignores_sigterm_drain": Variant(("P4",), "exits at once on SIGTERM (PROTOCOL §1 drain)", ("--term-every", "6")),
     "claims_out_of_priority": Variant(("P5",), "claims priority DESC (§6 claim order)"),
     "cron_wrong_queue": Variant(("P6", "I1"), "inserts cron slots into the wrong queue (§8.5)", ("--duration", "65")),
     "sleep_without_journal": Variant(("P7",), "durable sleep without journaling $sleep:<name>"),
-    "drops_attempt": Variant(("P8",), "results without \"attempt\" (PROTOCOL §2)", fast=True),
+    "drops_attempt": Variant(("P8",), 'results without "attempt" (PROTOCOL §2)', fast=True),
 }
 
 # The matrix's default soak settings for every variant (short, faults dense).
 DEFAULTS: tuple[str, ...] = (
-    "--workers", "3", "--duration", "30", "--heal", "5", "--drain-timeout", "25", "--kill-every", "12",
-    "--stop-every", "15", "--db-restart-every", "15", "--term-every", "12", "--lease-ttl", "4",
-    "--clock-skew", "0.5", "--seed", "11", "--no-progress",
+    "--workers",
+    "3",
+    "--duration",
+    "30",
+    "--heal",
+    "5",
+    "--drain-timeout",
+    "25",
+    "--kill-every",
+    "12",
+    "--stop-every",
+    "15",
+    "--db-restart-every",
+    "15",
+    "--term-every",
+    "12",
+    "--lease-ttl",
+    "4",
+    "--clock-skew",
+    "0.5",
+    "--seed",
+    "11",
+    "--no-progress",
 )

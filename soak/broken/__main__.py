@@ -5,6 +5,7 @@ and writes matrix.json into the report folder; exits 1 when a variant is not cau
 harness failure; UNKNOWN counts as missed unless the variant's entry states why it cannot be observed).
 `--reference` adds the reference worker as a control row (it must not be invalid).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,15 +30,26 @@ def soak(name: str, report: Path, extra: tuple[str, ...] = (), timeout: float = 
     seconds = round(time.monotonic() - t0, 1)
     results = report / name / "latest" / "results.json"
     if not results.exists():
-        return {"verdict": "harness-error", "exit": proc.returncode, "invalid": [], "first": {},
-                "seconds": seconds, "error": (proc.stdout + proc.stderr)[-800:]}
+        return {
+            "verdict": "harness-error",
+            "exit": proc.returncode,
+            "invalid": [],
+            "first": {},
+            "seconds": seconds,
+            "error": (proc.stdout + proc.stderr)[-800:],
+        }
     data = json.loads(results.read_text())
     rows = {**data["invariants"], **data.get("duties", {})}
     invalid = [k for k, v in rows.items() if v["verdict"] == "invalid"]
-    return {"verdict": data["verdict"], "exit": proc.returncode, "invalid": invalid, "seconds": seconds,
-            "first": {k: rows[k]["first_counterexample"] for k in invalid},
-            "unknown": {k: v["why_unknown"] for k, v in rows.items() if v["verdict"] == "unknown"},
-            "report": str((report / name / "latest").resolve())}
+    return {
+        "verdict": data["verdict"],
+        "exit": proc.returncode,
+        "invalid": invalid,
+        "seconds": seconds,
+        "first": {k: rows[k]["first_counterexample"] for k in invalid},
+        "unknown": {k: v["why_unknown"] for k, v in rows.items() if v["verdict"] == "unknown"},
+        "report": str((report / name / "latest").resolve()),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,18 +80,27 @@ def main(argv: list[str] | None = None) -> int:
                 r["caught"] = None
                 good = r["verdict"] in ("valid", "unknown")
                 ok &= good
-                print(f"{'reference (control)':26} {r['verdict']:8} invalid={','.join(r['invalid']) or '-':10} "
-                      f"{'OK' if good else 'HARNESS FAILURE'} {r['seconds']}s", flush=True)
+                print(
+                    f"{'reference (control)':26} {r['verdict']:8} invalid={','.join(r['invalid']) or '-':10} "
+                    f"{'OK' if good else 'HARNESS FAILURE'} {r['seconds']}s",
+                    flush=True,
+                )
             else:
                 want = VARIANTS[name].expects
                 hit = [k for k in want if k in r["invalid"]]
                 r.update(expected=list(want), caught=r["verdict"] == "invalid" and bool(hit))
                 ok &= r["caught"]
-                first = r["first"].get(hit[0]) if hit else (next(iter(r["first"].values()), None)
-                                                            or r.get("error") or r.get("unknown"))
-                print(f"{name:26} {r['verdict']:8} invalid={','.join(r['invalid']) or '-':10} "
-                      f"expected={'|'.join(want):7} {'CAUGHT' if r['caught'] else 'MISSED'} {r['seconds']}s  "
-                      f"{str(first)[:220]}", flush=True)
+                first = (
+                    r["first"].get(hit[0])
+                    if hit
+                    else (next(iter(r["first"].values()), None) or r.get("error") or r.get("unknown"))
+                )
+                print(
+                    f"{name:26} {r['verdict']:8} invalid={','.join(r['invalid']) or '-':10} "
+                    f"expected={'|'.join(want):7} {'CAUGHT' if r['caught'] else 'MISSED'} {r['seconds']}s  "
+                    f"{str(first)[:220]}",
+                    flush=True,
+                )
             rows[name] = r
     (report / "matrix.json").write_text(json.dumps(rows, indent=2, default=str))
     print(f"matrix written to {report / 'matrix.json'}")

@@ -3,6 +3,7 @@
 the journal lags the ack.
 
 Expected verdict: invalid, I3 (a result names steps the journal did not hold when the job finished)."""
+
 from __future__ import annotations
 
 from impl import worker as sdk

@@ -9,6 +9,7 @@ committed history shows the ack's illegal lease write.
 
 Expected: the final-state checker VALID; the history checker INVALID, rule lease_cleared.
 Self-contained: register it in the broken-worker catalogue by module name."""
+
 from __future__ import annotations
 
 from psycopg import sql
@@ -22,11 +23,13 @@ from soak.reference_worker import main
 CLEAR = "lease_until = NULL, leased_by = NULL"
 # the ack's time — earlier than the live lease — when the row goes back to ready; leased_by stays. A
 # terminal outcome still clears both (a terminal row with a lease would show in the final snapshot).
-KEEP = {"ack_snooze": "lease_until = %(now)s",
-        "ack_error": "lease_until = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts "
-                     "THEN %(now)s::timestamptz END, "
-                     "leased_by = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts "
-                     "THEN leased_by END"}
+KEEP = {
+    "ack_snooze": "lease_until = %(now)s",
+    "ack_error": "lease_until = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts "
+    "THEN %(now)s::timestamptz END, "
+    "leased_by = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts "
+    "THEN leased_by END",
+}
 
 
 class AckKeepsLeaseStore(PgStore):

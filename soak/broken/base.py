@@ -1,4 +1,5 @@
 """Helpers for broken variants: a store whose named queries (impl/sql/*.sql) are edited."""
+
 from __future__ import annotations
 
 from psycopg import sql

@@ -2,6 +2,7 @@
 priority ASC, ready_at ASC NULLS FIRST, id ASC.
 
 Expected verdict: invalid, P5 (priority-5 jobs running while due priority-0 jobs wait unclaimed)."""
+
 from __future__ import annotations
 
 from soak.broken.base import patched_queries

@@ -4,6 +4,7 @@ other still running; neither signals). The R2 reconciler backstop is kept, so th
 only as latency — and as a parent woken with no `$children` signal ever delivered.
 
 Expected verdict: invalid, P10 (a parent resumed from its park although no child signalled it)."""
+
 from __future__ import annotations
 
 import time
@@ -24,7 +25,9 @@ class CountGatedStore(PgStore):
             time.sleep(WIDEN_RACE_S)
             live = tx.cur.execute(
                 "SELECT count(*) AS n FROM belay_jobs WHERE parent_id = %s "
-                "AND state NOT IN ('succeeded', 'failed', 'cancelled')", (parent,)).fetchone()["n"]
+                "AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+                (parent,),
+            ).fetchone()["n"]
             if live == 0:  # BUG: count-gated (R1)
                 self._deliver(tx, f"job:{parent}", "$children", {"children": sorted(by_parent[parent])})
 

@@ -1,6 +1,7 @@
 """Broken: cron slots are inserted into the queue `default` instead of the queue the cron row's opts name.
 
 Expected verdict: invalid, P6 (a cron job in the wrong queue; I1 also finds it never ran)."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -22,8 +23,9 @@ class WrongQueueCronStore(PgStore):
                 return w.CronsFired(())
             specs = [replace(cron_job(c, slot), queue="default") for c, slot in plan]  # BUG: opts queue ignored
             outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])
-            return w.CronsFired(tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
-                                      for (c, slot), o in zip(plan, outcomes)))
+            return w.CronsFired(
+                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+            )
 
 
 if __name__ == "__main__":

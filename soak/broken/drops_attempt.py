@@ -2,6 +2,7 @@
 the ack that finished a job to the attempt that held it.
 
 Expected verdict: invalid, P8."""
+
 from __future__ import annotations
 
 from impl.worker import Registry
@@ -14,6 +15,7 @@ def without_attempt(fn):
         if isinstance(value, dict):
             value = {k: v for k, v in value.items() if k != "attempt"}  # BUG
         return value
+
     return run
 
 

@@ -2,6 +2,7 @@
 
 Expected verdict: invalid, P1 (a self-exit right after a PostgreSQL crash-restart, with no `exit`
 observation from a kind)."""
+
 from __future__ import annotations
 
 import os

@@ -6,6 +6,7 @@ checker with the expected rule named.
 Prints one line per variant (final-state verdict, history verdict, rules found, first finding) and writes
 history_only.json in the report folder; exits 1 if a variant is not caught by the history alone.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,22 +27,49 @@ HISTORY_ONLY: dict[str, tuple[set[str], list[str]]] = {
 
 
 def soak(variant: str, duration: float, report: Path, extra: list[str], seed: int = 11) -> dict:
-    cmd = [sys.executable, "-m", "soak.run", "--worker", f'"$BELAY_SOAK_PYTHON" -m soak.broken.{variant}',
-           "--workers", "3", "--duration", str(duration), "--heal", "5", "--drain-timeout", "90",
-           "--seed", str(seed), "--report", str(report / variant), "--no-progress", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "soak.run",
+        "--worker",
+        f'"$BELAY_SOAK_PYTHON" -m soak.broken.{variant}',
+        "--workers",
+        "3",
+        "--duration",
+        str(duration),
+        "--heal",
+        "5",
+        "--drain-timeout",
+        "90",
+        "--seed",
+        str(seed),
+        "--report",
+        str(report / variant),
+        "--no-progress",
+        *extra,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1200)
     results = report / variant / "latest" / "results.json"
     if not results.exists():
-        return {"final": "harness-error", "history": None, "rules": [], "first": proc.stderr[-800:],
-                "exit": proc.returncode}
+        return {
+            "final": "harness-error",
+            "history": None,
+            "rules": [],
+            "first": proc.stderr[-800:],
+            "exit": proc.returncode,
+        }
     data = json.loads(results.read_text())
     hist = data.get("history") or {}
-    return {"final": data["verdict"], "final_invalid": [k for k, v in data["invariants"].items()
-                                                        if v["verdict"] == "invalid"],
-            "history": hist.get("verdict"), "rules": sorted(hist.get("by_rule", {})),
-            "first": (hist.get("first_violations") or [None])[0], "exit": proc.returncode,
-            "history_counts": {k: hist.get(k) for k in ("transitions", "transactions", "states", "violations")},
-            "report": str((report / variant / "latest").resolve())}
+    return {
+        "final": data["verdict"],
+        "final_invalid": [k for k, v in data["invariants"].items() if v["verdict"] == "invalid"],
+        "history": hist.get("verdict"),
+        "rules": sorted(hist.get("by_rule", {})),
+        "first": (hist.get("first_violations") or [None])[0],
+        "exit": proc.returncode,
+        "history_counts": {k: hist.get(k) for k in ("transitions", "transactions", "states", "violations")},
+        "report": str((report / variant / "latest").resolve()),
+    }
 
 
 def main() -> None:
@@ -60,8 +88,11 @@ def main() -> None:
         r["caught"] = r["final"] != "invalid" and r["history"] == "invalid" and bool(want & set(r["rules"]))
         ok &= r["caught"]
         rows[name] = r
-        print(f"{name:20} final-state {r['final']:8} history {r['history'] or '-':8} rules={','.join(r['rules']) or '-'} "
-              f"{'CAUGHT BY HISTORY ONLY' if r['caught'] else 'NOT SHOWN'}  {str(r['first'])[:220]}", flush=True)
+        print(
+            f"{name:20} final-state {r['final']:8} history {r['history'] or '-':8} rules={','.join(r['rules']) or '-'} "
+            f"{'CAUGHT BY HISTORY ONLY' if r['caught'] else 'NOT SHOWN'}  {str(r['first'])[:220]}",
+            flush=True,
+        )
     (report / "history_only.json").write_text(json.dumps(rows, indent=2))
     print(f"written to {report / 'history_only.json'}")
     sys.exit(0 if ok else 1)

@@ -2,6 +2,7 @@
 and the runtime's check before a budgeted job succeeds is gone too.
 
 Expected verdict: invalid, I4 (steps journaled past the crossing step; crossed jobs succeed)."""
+
 from __future__ import annotations
 
 from impl import worker as sdk

@@ -2,6 +2,7 @@
 while the job ran is not checked before the park nor on the resume, so the woken job runs to success.
 
 Expected verdict: invalid, P3 (a job with a pending cancel request parked, was woken and succeeded)."""
+
 from __future__ import annotations
 
 from impl import worker as sdk
@@ -16,6 +17,7 @@ def _without_boundary(method):
             return method(self, *args, **kwargs)
         finally:
             self._boundary = original
+
     return patched
 
 

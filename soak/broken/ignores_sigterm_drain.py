@@ -2,6 +2,7 @@
 abandoned to lease expiry (PROTOCOL.md §1: stop claiming, let running jobs finish within the grace).
 
 Expected verdict: invalid, P4 (a job running on the node at SIGTERM ended by lease expiry)."""
+
 from __future__ import annotations
 
 import logging

@@ -4,6 +4,7 @@ crossing step (`costed` with crash_at_crossing), the next attempt replays the jo
 more paid step.
 
 Expected verdict: invalid, I4 (a step journaled after the crossing step)."""
+
 from __future__ import annotations
 
 from impl import worker as sdk

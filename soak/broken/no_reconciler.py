@@ -3,6 +3,7 @@
 A parent whose children were finished without a `$children` delivery (the harness's lost wake-ups,
 or any SDK bug) stays parked forever.
 Expected verdict: invalid, I9 (a parent awaits `$children` although all its children are terminal)."""
+
 from __future__ import annotations
 
 from impl.store import PgStore

@@ -2,6 +2,7 @@
 
 A `slow` job (longer than the lease) is reclaimed from under a live, running worker.
 Expected verdict: invalid, I1 (the lease-renewal rule: live work taken away and, attempts exhausted, lost)."""
+
 from __future__ import annotations
 
 from impl.runtime import Worker

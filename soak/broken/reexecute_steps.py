@@ -2,6 +2,7 @@
 instead of the journaled one (the §8.2 read-before-run is skipped).
 
 Expected verdict: invalid, I3 (a result disagrees with the journal)."""
+
 from __future__ import annotations
 
 from impl import worker as sdk

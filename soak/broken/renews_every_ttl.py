@@ -3,6 +3,7 @@ lease runs out, and a node whose clock runs a little ahead (the harness skews on
 from under its live owner.
 
 Expected verdict: invalid, P2 (a lease lost while its node was alive, running and connected)."""
+
 from __future__ import annotations
 
 from datetime import timedelta

@@ -9,6 +9,7 @@ only the committed history shows the broken intermediate states.
 
 Expected: the final-state checker VALID; the history checker INVALID, I5 after the terminal commit.
 Self-contained: register it in the broken-worker catalogue by module name."""
+
 from __future__ import annotations
 
 import threading

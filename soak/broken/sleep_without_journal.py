@@ -2,6 +2,7 @@
 resumed job does not know it already slept and sleeps again — forever.
 
 Expected verdict: invalid, P7 (a sleeper resumed without a journaled `$sleep:` step)."""
+
 from __future__ import annotations
 
 from impl.store import PgStore

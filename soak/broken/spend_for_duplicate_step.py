@@ -3,6 +3,7 @@ step was already journaled by another execution — §8.2: spend follows the jou
 attempt that resumes inside its paid `nap` step after a newer attempt journaled it pays twice.
 
 Expected verdict: invalid, I4 (spent_usd_micros differs from the sum of the journaled steps' costs)."""
+
 from __future__ import annotations
 
 from impl.store import PgStore
@@ -19,8 +20,14 @@ class DoubleSpendStore(PgStore):
             job = tx.one("lock_job_budget", {"id": op.job_id})
             if job is None:
                 return w.JobGone(op.job_id)
-            params = {"job_id": op.job_id, "name": op.name, "value": value, "usd": op.usd_micros,
-                      "tokens": op.tokens, "now": op.now}
+            params = {
+                "job_id": op.job_id,
+                "name": op.name,
+                "value": value,
+                "usd": op.usd_micros,
+                "tokens": op.tokens,
+                "now": op.now,
+            }
             inserted = tx.one("insert_step", params) is not None
             job = tx.one("add_spend", params)  # BUG: also for a duplicate execution
             if not inserted:

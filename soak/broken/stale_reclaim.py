@@ -11,6 +11,7 @@ terminal row rewritten.
 Expected: the final-state checker VALID; the history checker INVALID with an illegal transition
 (terminal_exit: succeeded→ready, or a reclaim of a row another attempt holds).
 Self-contained: register it in the broken-worker catalogue by module name."""
+
 from __future__ import annotations
 
 import time
@@ -25,10 +26,14 @@ from soak.reference_worker import main
 SLOW_PASS_S = 1.0  # between the read and the write: what a slow or paused sweeper pass looks like
 
 
-READ = "SELECT id, attempt, max_attempts, errors FROM {jobs} WHERE state = 'running' AND lease_until <= %(now)s " \
-       "ORDER BY id LIMIT %(limit)s"
-WRITE = "UPDATE {jobs} SET state = 'ready', ready_at = %(ready_at)s, errors = %(errors)s, lease_until = NULL, " \
-        "leased_by = NULL WHERE id = %(id)s RETURNING id, queue"
+READ = (
+    "SELECT id, attempt, max_attempts, errors FROM {jobs} WHERE state = 'running' AND lease_until <= %(now)s "
+    "ORDER BY id LIMIT %(limit)s"
+)
+WRITE = (
+    "UPDATE {jobs} SET state = 'ready', ready_at = %(ready_at)s, errors = %(errors)s, lease_until = NULL, "
+    "leased_by = NULL WHERE id = %(id)s RETURNING id, queue"
+)
 
 
 class StaleReclaimStore(PgStore):
@@ -43,9 +48,10 @@ class StaleReclaimStore(PgStore):
         with self.transaction(op.now) as tx:  # the write: computed from the stale read, no state/attempt guard
             for row in rows:
                 errors = [*row["errors"], w.error_entry(row["attempt"], op.now, "lease_expired", None)]
-                done = tx.cur.execute(sql.SQL(WRITE).format(**self.q.names), {
-                    "id": row["id"], "errors": Jsonb(errors),
-                    "ready_at": op.backoff.retry_at(op.now, row["attempt"])}).fetchone()
+                done = tx.cur.execute(
+                    sql.SQL(WRITE).format(**self.q.names),
+                    {"id": row["id"], "errors": Jsonb(errors), "ready_at": op.backoff.retry_at(op.now, row["attempt"])},
+                ).fetchone()
                 if done is not None:
                     tx.pokes.add(done["queue"])
                     retried.append(row["id"])

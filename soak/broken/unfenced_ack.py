@@ -2,6 +2,7 @@
 
 A worker SIGSTOPped past its lease comes back and its ack overwrites the row another attempt owns.
 Expected verdict: invalid, I2."""
+
 from __future__ import annotations
 
 from psycopg import sql

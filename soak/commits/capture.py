@@ -17,6 +17,7 @@ position on, and a poll interrupted by the crash consumes nothing.
 
 The slot is dropped by `close()` — run it in a `finally` (a forgotten slot pins WAL forever).
 """
+
 from __future__ import annotations
 
 import re
@@ -32,8 +33,16 @@ from psycopg import sql
 
 from soak.commits.pgoutput import PG_EPOCH
 
-TABLES = ("belay_meta", "belay_jobs", "belay_steps", "belay_events", "belay_signals", "belay_rate",
-          "belay_queues", "belay_crons")
+TABLES = (
+    "belay_meta",
+    "belay_jobs",
+    "belay_steps",
+    "belay_events",
+    "belay_signals",
+    "belay_rate",
+    "belay_queues",
+    "belay_crons",
+)
 _HEADER = struct.Struct(">QQqII")  # commit lsn, end lsn, commit time µs, xid, number of messages
 _LEN = struct.Struct(">I")
 _COMMIT = struct.Struct(">BQQq")
@@ -86,7 +95,7 @@ def read_transactions(path: Path) -> Iterator[Transaction]:
         for _ in range(count):
             (size,) = _LEN.unpack_from(data, pos)
             pos += 4
-            msgs.append(data[pos:pos + size])
+            msgs.append(data[pos : pos + size])
             pos += size
         yield Transaction(lsn, end, us, xid, tuple(msgs))
 
@@ -98,8 +107,9 @@ def _check_capable(conn: psycopg.Connection) -> None:
     row = conn.execute("SELECT rolsuper OR rolreplication FROM pg_roles WHERE rolname = current_user").fetchone()
     if not row or not row[0]:
         raise CaptureUnavailable("the role has neither SUPERUSER nor REPLICATION (needed for a replication slot)")
-    free = conn.execute("SELECT current_setting('max_replication_slots')::int - "
-                        "(SELECT count(*) FROM pg_replication_slots)").fetchone()[0]
+    free = conn.execute(
+        "SELECT current_setting('max_replication_slots')::int - (SELECT count(*) FROM pg_replication_slots)"
+    ).fetchone()[0]
     if free < 1:
         raise CaptureUnavailable("no free replication slot (max_replication_slots)")
 
@@ -107,15 +117,23 @@ def _check_capable(conn: psycopg.Connection) -> None:
 class Capture:
     """One slot + publication on one database and the thread that drains it into `path`."""
 
-    def __init__(self, url: str, path: Path, slot: str, schema: str = "public", poll_s: float = 0.5,
-                 batch: int = 20000) -> None:
+    def __init__(
+        self, url: str, path: Path, slot: str, schema: str = "public", poll_s: float = 0.5, batch: int = 20000
+    ) -> None:
         self.url, self.path, self.slot, self.schema = url, Path(path), slot, schema
         self.publication = slot
         self.poll_s, self.batch = poll_s, batch
         self.start_lsn: str | None = None
         self.last_lsn = 0
-        self.stats = {"transactions": 0, "messages": 0, "bytes": 0, "redelivered": 0, "polls": 0,
-                      "reconnects": 0, "errors": 0}
+        self.stats = {
+            "transactions": 0,
+            "messages": 0,
+            "bytes": 0,
+            "redelivered": 0,
+            "polls": 0,
+            "reconnects": 0,
+            "errors": 0,
+        }
         self.last_error: str | None = None
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -138,11 +156,15 @@ class Capture:
             for t in tables:
                 c.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(t))
             c.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(cap.publication)))
-            c.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
-                sql.Identifier(cap.publication), sql.SQL(", ").join(tables)))
+            c.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                    sql.Identifier(cap.publication), sql.SQL(", ").join(tables)
+                )
+            )
             try:
-                row = c.execute("SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
-                                (slot,)).fetchone()
+                row = c.execute(
+                    "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+                ).fetchone()
             except psycopg.Error as exc:
                 c.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(cap.publication)))
                 raise CaptureUnavailable(f"cannot create a logical replication slot: {exc}") from exc
@@ -203,8 +225,10 @@ class Capture:
         while True:
             try:
                 with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as c:
-                    c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                              "WHERE slot_name = %s", (self.slot,))
+                    c.execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                        (self.slot,),
+                    )
                     c.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(self.publication)))
                 self._created = False
                 return True
@@ -224,8 +248,7 @@ class Capture:
 
     def _connect(self) -> psycopg.Connection:
         if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5,
-                                         options="-c TimeZone=UTC")
+            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5, options="-c TimeZone=UTC")
         return self._conn
 
     def _disconnect(self, exc: BaseException) -> None:
@@ -254,7 +277,9 @@ class Capture:
                     self._log_snapshot = False
             rows = conn.execute(
                 "SELECT data FROM pg_logical_slot_get_binary_changes(%s, NULL, %s, 'proto_version', '1', "
-                "'publication_names', %s)", (self.slot, self.batch, self.publication)).fetchall()
+                "'publication_names', %s)",
+                (self.slot, self.batch, self.publication),
+            ).fetchall()
             self.stats["polls"] += 1
             delivered = 0
             current: list[bytes] = []

@@ -10,6 +10,7 @@ Files in the run folder: history.bin (the captured transactions), history-initia
 history-final.pickle (the states the replay starts from and must end in) — `python -m
 soak.commits.replay <run-dir>` re-checks them.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,7 +23,9 @@ from soak.commits.capture import Capture, CaptureUnavailable, read_transactions,
 from soak.commits.replay import HistoryResult, replay, save_state
 from soak.commits.timeline import add_to_report
 
-POLL_S = 2.0  # slot polls while the soak runs: each call re-reads WAL from the slot's restart point, so fewer is cheaper
+POLL_S = (
+    2.0  # slot polls while the soak runs: each call re-reads WAL from the slot's restart point, so fewer is cheaper
+)
 
 
 def combine_exit(code: int, result: HistoryResult | None) -> int:
@@ -40,8 +43,9 @@ class HistoryCheck:
         self.slot_dropped: bool | None = None
 
     @classmethod
-    def begin(cls, url: str, run_dir: Path, run_id: str, enabled: bool = True,
-              why_off: str = "turned off (--no-history)") -> HistoryCheck:
+    def begin(
+        cls, url: str, run_dir: Path, run_id: str, enabled: bool = True, why_off: str = "turned off (--no-history)"
+    ) -> HistoryCheck:
         if not enabled:
             return cls(url, run_dir, None, why_off)
         run_dir = Path(run_dir)
@@ -80,8 +84,12 @@ class HistoryCheck:
             if self.capture.drain() == 0:
                 break
         save_state(final, self.run_dir / "history-final.pickle")
-        stats = dict(self.capture.stats, start_lsn=self.capture.start_lsn, slot=self.capture.slot,
-                     bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0)
+        stats = dict(
+            self.capture.stats,
+            start_lsn=self.capture.start_lsn,
+            slot=self.capture.slot,
+            bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0,
+        )
         self.result = replay(read_transactions(self.capture.path), self.initial, final, stats)
         return self.result
 

@@ -13,6 +13,7 @@ message format is small and documented. Column values arrive in PostgreSQL's tex
 are converted with psycopg's own text loaders (by type OID), so a decoded row equals what a SELECT
 returns.
 """
+
 from __future__ import annotations
 
 import json
@@ -169,7 +170,7 @@ class Decoder:
             if kind == 0x74:  # t
                 size = unpack(buf, pos)[0]
                 pos += 4
-                row[name] = load(buf[pos:pos + size])
+                row[name] = load(buf[pos : pos + size])
                 pos += size
             elif kind == 0x6E:  # n
                 row[name] = None
@@ -225,18 +226,18 @@ class Decoder:
         if tag == b"U":
             rel = self._relation(buf, 1)
             pos, old, old_raw = 5, None, None
-            if buf[pos:pos + 1] in (b"K", b"O"):
+            if buf[pos : pos + 1] in (b"K", b"O"):
                 if self.lazy_old:
                     end = self.skip_tuple(buf, pos + 1)
                 else:
                     old, end = self._tuple(buf, pos + 1, rel)
-                old_raw, pos = buf[pos + 1:end], end
-            if buf[pos:pos + 1] != b"N":
+                old_raw, pos = buf[pos + 1 : end], end
+            if buf[pos : pos + 1] != b"N":
                 raise DecodeError("update without a new tuple")
             new, end = self._tuple(buf, pos + 1, rel)
             if old is not None:
                 new = {k: (old[k] if v is UNCHANGED else v) for k, v in new.items()}
-            return Change("update", rel, old, new, old_raw, buf[pos + 1:end])
+            return Change("update", rel, old, new, old_raw, buf[pos + 1 : end])
         if tag == b"D":
             rel = self._relation(buf, 1)
             if buf[5:6] not in (b"K", b"O"):

@@ -19,6 +19,7 @@ At the end the replayed state must equal the final snapshot (`matches_snapshot`)
 The first violating transaction is reported with its LSN, commit time, the rows it changed and the
 preceding transitions of the rows involved.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -63,8 +64,15 @@ CONVERT = {
     "belay_queues": (lambda r: _pick(QueueRow, r), lambda r: r.name),
     "belay_crons": (lambda r: _pick(CronRow, r), lambda r: r.name),
 }
-TABLE_ATTR = {"belay_jobs": "jobs", "belay_steps": "steps", "belay_events": "events", "belay_signals": "signals",
-              "belay_rate": "rate", "belay_queues": "queues", "belay_crons": "crons"}
+TABLE_ATTR = {
+    "belay_jobs": "jobs",
+    "belay_steps": "steps",
+    "belay_events": "events",
+    "belay_signals": "signals",
+    "belay_rate": "rate",
+    "belay_queues": "queues",
+    "belay_crons": "crons",
+}
 
 
 @dataclass(frozen=True)
@@ -83,11 +91,18 @@ class Transition:
     why: str = ""
 
     def __str__(self) -> str:
-        who = (f" by {self.node} attempt {self.attempt}" if self.node else
-               f" attempt {self.attempt}" if self.attempt else "")
+        who = (
+            f" by {self.node} attempt {self.attempt}"
+            if self.node
+            else f" attempt {self.attempt}"
+            if self.attempt
+            else ""
+        )
         what = self.writer or f"ILLEGAL[{self.rule}]"
-        return f"{lsn_str(self.lsn)} {self.at.isoformat(timespec='milliseconds')} job {self.job_id} " \
-               f"{self.from_state or '∅'}→{self.to_state or '∅'} {what}{who}" + (f": {self.why}" if self.why else "")
+        return (
+            f"{lsn_str(self.lsn)} {self.at.isoformat(timespec='milliseconds')} job {self.job_id} "
+            f"{self.from_state or '∅'}→{self.to_state or '∅'} {what}{who}" + (f": {self.why}" if self.why else "")
+        )
 
 
 @dataclass
@@ -106,8 +121,13 @@ class Finding:
     def __str__(self) -> str:
         # attribution from the rows: the lease holder and attempt of the row when it was written (a stale,
         # unfenced writer is another node — the row cannot say which)
-        who = (f" (row leased by {self.node}, attempt {self.attempt})" if self.node else
-               f" (row at attempt {self.attempt})" if self.attempt is not None else "")
+        who = (
+            f" (row leased by {self.node}, attempt {self.attempt})"
+            if self.node
+            else f" (row at attempt {self.attempt})"
+            if self.attempt is not None
+            else ""
+        )
         return f"LSN {lsn_str(self.lsn)} at {self.at.isoformat(timespec='milliseconds')}: {self.text}{who}"
 
 
@@ -130,8 +150,10 @@ class HistoryResult:
     timelines: dict[int, list[Transition]] = field(default_factory=dict)  # selected jobs, for the report
 
     def line(self) -> str:
-        base = (f"history: {self.verdict.upper()} — {self.transitions} transitions checked, {self.transactions} "
-                f"commits replayed, {self.states} states evaluated")
+        base = (
+            f"history: {self.verdict.upper()} — {self.transitions} transitions checked, {self.transactions} "
+            f"commits replayed, {self.states} states evaluated"
+        )
         if self.verdict == "skipped":
             return f"history: SKIPPED — {self.why}"
         if self.findings:
@@ -142,11 +164,20 @@ class HistoryResult:
 
     def to_json(self) -> dict:
         return {
-            "verdict": self.verdict, "why": self.why, "transactions": self.transactions, "changes": self.changes,
-            "transitions": self.transitions, "states": self.states, "violations": len(self.findings),
-            "by_rule": self.by_rule, "first_violations": [str(f) for f in self.findings[:20]],
-            "first": self.first, "capture": self.capture, "matches_snapshot": self.matches_snapshot,
-            "snapshot_diff": self.snapshot_diff[:20], "seconds": round(self.seconds, 2),
+            "verdict": self.verdict,
+            "why": self.why,
+            "transactions": self.transactions,
+            "changes": self.changes,
+            "transitions": self.transitions,
+            "states": self.states,
+            "violations": len(self.findings),
+            "by_rule": self.by_rule,
+            "first_violations": [str(f) for f in self.findings[:20]],
+            "first": self.first,
+            "capture": self.capture,
+            "matches_snapshot": self.matches_snapshot,
+            "snapshot_diff": self.snapshot_diff[:20],
+            "seconds": round(self.seconds, 2),
             "cpu_seconds": round(self.cpu_seconds, 2),
         }
 
@@ -292,8 +323,18 @@ class Replayer:
                 j = tr.judge_job(before, new, ctx)
                 job_id = key
                 touched_jobs.add(job_id)
-                t = Transition(tx.commit_lsn, at, job_id, j.writer, before.state if before else None,
-                               new.state if new else None, j.node, j.attempt, j.rule, j.why if not j.legal else "")
+                t = Transition(
+                    tx.commit_lsn,
+                    at,
+                    job_id,
+                    j.writer,
+                    before.state if before else None,
+                    new.state if new else None,
+                    j.node,
+                    j.attempt,
+                    j.rule,
+                    j.why if not j.legal else "",
+                )
                 self.history[job_id].append(t)
                 if not self.keep_all and len(self.history[job_id]) > 4 * KEEP_TRANSITIONS:
                     del self.history[job_id][:-KEEP_TRANSITIONS]
@@ -303,8 +344,18 @@ class Replayer:
                 if c.kind == "delete":
                     self.pruned.add(job_id)
                 if not j.legal:
-                    new_findings.append(Finding("transition", tx.commit_lsn, at, j.rule, job_id,
-                                                f"job {job_id}: illegal transition [{j.rule}] {j.why}", j.node, j.attempt))
+                    new_findings.append(
+                        Finding(
+                            "transition",
+                            tx.commit_lsn,
+                            at,
+                            j.rule,
+                            job_id,
+                            f"job {job_id}: illegal transition [{j.rule}] {j.why}",
+                            j.node,
+                            j.attempt,
+                        )
+                    )
                 if before is not None:
                     self._index(before, add=False)
                 if new is not None:
@@ -335,8 +386,16 @@ class Replayer:
                     job = key[0] if c.table in ("belay_steps", "belay_events") else None
                     if c.table == "belay_signals" and str(key[0]).startswith("job:") and key[0][4:].isdigit():
                         job = int(key[0][4:])
-                    new_findings.append(Finding("transition", tx.commit_lsn, at, j.rule, job,
-                                                f"{c.table} {key}: illegal change [{j.rule}] {j.why}"))
+                    new_findings.append(
+                        Finding(
+                            "transition",
+                            tx.commit_lsn,
+                            at,
+                            j.rule,
+                            job,
+                            f"{c.table} {key}: illegal change [{j.rule}] {j.why}",
+                        )
+                    )
             if new is None:
                 table.pop(key, None)
             else:
@@ -348,8 +407,9 @@ class Replayer:
                 if text in self.reported:
                     continue
                 self.reported.add(text)
-                new_findings.append(Finding("invariant", tx.commit_lsn, at, v.invariant, v.job_id,
-                                            f"after this commit {text}"))
+                new_findings.append(
+                    Finding("invariant", tx.commit_lsn, at, v.invariant, v.job_id, f"after this commit {text}")
+                )
         if new_findings:
             self._report(tx, new_findings, changed_rows)
 
@@ -364,11 +424,16 @@ class Replayer:
             for job_id in involved[:8]:
                 hist = self.history.get(job_id, [])
                 preceding[str(job_id)] = [str(t) for t in hist[-KEEP_TRANSITIONS:]]
-            r.first = {"lsn": lsn_str(tx.commit_lsn), "commit_time": tx.commit_time.isoformat(), "xid": tx.xid,
-                       "violations": [str(f) for f in findings],
-                       "rows_changed": [str(x) if isinstance(x, Transition) else f"{x[0]} {x[1]!r} {x[2]}"
-                                        for x in changed_rows[:40]],
-                       "preceding_transitions": preceding}
+            r.first = {
+                "lsn": lsn_str(tx.commit_lsn),
+                "commit_time": tx.commit_time.isoformat(),
+                "xid": tx.xid,
+                "violations": [str(f) for f in findings],
+                "rows_changed": [
+                    str(x) if isinstance(x, Transition) else f"{x[0]} {x[1]!r} {x[2]}" for x in changed_rows[:40]
+                ],
+                "preceding_transitions": preceding,
+            }
 
     # --- per-commit predicates ------------------------------------------------------------------------
 
@@ -424,9 +489,17 @@ class Replayer:
     # --- the end ---------------------------------------------------------------------------------------
 
     def state(self) -> State:
-        return from_rows(self.jobs.values(), self.steps.values(), self.events.values(), self.signals.values(),
-                         self.rate.values(), self.queues.values(), self.crons.values(),
-                         version=self.meta[0], contract_major=self.meta[1])
+        return from_rows(
+            self.jobs.values(),
+            self.steps.values(),
+            self.events.values(),
+            self.signals.values(),
+            self.rate.values(),
+            self.queues.values(),
+            self.crons.values(),
+            version=self.meta[0],
+            contract_major=self.meta[1],
+        )
 
     def compare(self, final: State) -> list[str]:
         diff = []
@@ -436,14 +509,21 @@ class Replayer:
                 a, b = mine.get(k), theirs.get(k)
                 if a != b:
                     if a is None or b is None:
-                        diff.append(f"{attr} {k!r}: {'missing from the replay' if a is None else 'not in the snapshot'}")
+                        diff.append(
+                            f"{attr} {k!r}: {'missing from the replay' if a is None else 'not in the snapshot'}"
+                        )
                     else:
                         diff.append(f"{attr} {k!r}: differs in {', '.join(sorted(tr.changed_columns(a, b)))}")
         return diff
 
 
-def replay(transactions: Iterable[Transaction], initial: State | None = None, final: State | None = None,
-           capture_stats: dict | None = None, timeline_jobs: int = 8) -> HistoryResult:
+def replay(
+    transactions: Iterable[Transaction],
+    initial: State | None = None,
+    final: State | None = None,
+    capture_stats: dict | None = None,
+    timeline_jobs: int = 8,
+) -> HistoryResult:
     """Check a whole captured history; `final` (the snapshot taken after the capture stopped) is compared
     with the replayed end state."""
     t0, c0 = time.perf_counter(), time.process_time()
@@ -461,8 +541,9 @@ def replay(transactions: Iterable[Transaction], initial: State | None = None, fi
         r.why = f"{len(r.findings)} violation(s) in the committed history"
     elif gaps or r.matches_snapshot is False or (capture_stats or {}).get("errors"):
         r.verdict = "unknown"
-        r.why = (f"the capture is incomplete ({gaps} gap(s), "
-                 f"{len(r.snapshot_diff)} difference(s) from the final snapshot)")
+        r.why = (
+            f"the capture is incomplete ({gaps} gap(s), {len(r.snapshot_diff)} difference(s) from the final snapshot)"
+        )
     else:
         r.verdict = "valid"
         if r.matches_snapshot:
@@ -480,9 +561,11 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
         if f.job_id is not None and f.job_id not in chosen and f.job_id in rp.history:
             chosen.append(f.job_id)
     if len(chosen) < n:
+
         def interest(item):
             job_id, ts = item
             return (len({t.node for t in ts if t.node}), len(ts))
+
         for job_id, _ in sorted(rp.history.items(), key=interest, reverse=True):
             if len(chosen) >= n:
                 break
@@ -495,8 +578,10 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
 
 
 def save_state(state: State, path: Path) -> None:
-    data = {attr: list(getattr(state, attr).values()) for attr in ("jobs", "steps", "events", "signals", "rate",
-                                                                    "queues", "crons")}
+    data = {
+        attr: list(getattr(state, attr).values())
+        for attr in ("jobs", "steps", "events", "signals", "rate", "queues", "crons")
+    }
     data["meta"] = (state.version, state.contract_major, state.next_id)
     path.write_bytes(pickle.dumps(data))
 
@@ -504,8 +589,18 @@ def save_state(state: State, path: Path) -> None:
 def load_state(path: Path) -> State:
     data = pickle.loads(path.read_bytes())
     v, c, n = data.pop("meta")
-    return from_rows(data["jobs"], data["steps"], data["events"], data["signals"], data["rate"], data["queues"],
-                     data["crons"], version=v, contract_major=c, next_id=n)
+    return from_rows(
+        data["jobs"],
+        data["steps"],
+        data["events"],
+        data["signals"],
+        data["rate"],
+        data["queues"],
+        data["crons"],
+        version=v,
+        contract_major=c,
+        next_id=n,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -514,9 +609,11 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     initial = args.run_dir / "history-initial.pickle"
     final = args.run_dir / "history-final.pickle"
-    result = replay(read_transactions(args.run_dir / "history.bin"),
-                    load_state(initial) if initial.exists() else None,
-                    load_state(final) if final.exists() else None)
+    result = replay(
+        read_transactions(args.run_dir / "history.bin"),
+        load_state(initial) if initial.exists() else None,
+        load_state(final) if final.exists() else None,
+    )
     print(result.line())
     print(f"replayed in {result.seconds:.1f} s ({result.cpu_seconds:.1f} s CPU)")
     if result.first:

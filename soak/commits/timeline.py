@@ -10,6 +10,7 @@ when the history verdict is INVALID.
 `add_to_report` adds the history verdict to results.json, summary.md and report.html after
 soak/report.py wrote them (kept here so the report module stays untouched).
 """
+
 from __future__ import annotations
 
 import base64
@@ -85,29 +86,49 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict], finding
             if not bad and t.writer in ("renew", "spend", "noop", "cancel_request"):
                 continue  # drawn as ticks on the lane, unlabelled (there are many)
             label = (t.writer or f"ILLEGAL {t.rule}") + (f"→{t.to_state}" if t.to_state else "")
-            ax.annotate(label, (x, lane), textcoords="offset points", xytext=(2, 6), fontsize=7,
-                        color="red" if bad else "black", rotation=20)
+            ax.annotate(
+                label,
+                (x, lane),
+                textcoords="offset points",
+                xytext=(2, 6),
+                fontsize=7,
+                color="red" if bad else "black",
+                rotation=20,
+            )
         for lane, (start, node) in open_lane.items():
             ax.plot([start, hi + pad], [lane, lane], lw=6, color=colour.get(node, "grey"), alpha=0.5)
         for f in findings:
             if f.job_id == job_id:
                 x = f.at.timestamp() - t0
                 ax.axvline(x, color="red", lw=1.2)
-                ax.annotate(f"{f.rule}", (x, max_attempt + 0.5), fontsize=7, color="red", xytext=(3, 0),
-                            textcoords="offset points")
+                ax.annotate(
+                    f"{f.rule}",
+                    (x, max_attempt + 0.5),
+                    fontsize=7,
+                    color="red",
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                )
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_ylim(-0.7, max_attempt + 0.9)
         ax.set_yticks(range(0, max_attempt + 1))
         ax.set_ylabel(f"job {job_id}\nattempt", fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[-1, 0].set_xlabel("seconds since the first transition shown (orange: SIGSTOP, red: PostgreSQL down, "
-                           "dotted: kill -9)")
+    axes[-1, 0].set_xlabel(
+        "seconds since the first transition shown (orange: SIGSTOP, red: PostgreSQL down, dotted: kill -9)"
+    )
     from matplotlib.patches import Patch
 
     handles = [Patch(color=colour[n], label=n) for n in nodes]
     if handles:
-        axes[0, 0].legend(handles=handles, title="lease holder", fontsize=7, title_fontsize=7, loc="upper left",
-                          bbox_to_anchor=(1.0, 1.0))
+        axes[0, 0].legend(
+            handles=handles,
+            title="lease holder",
+            fontsize=7,
+            title_fontsize=7,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+        )
     import warnings
 
     with warnings.catch_warnings():  # many annotated panels: tight_layout may give up, bbox_inches still fits
@@ -144,16 +165,23 @@ def add_to_report(run_dir: Path, result: HistoryResult, history: list[dict]) -> 
     colour = {"valid": "green", "invalid": "#b00", "unknown": "#a60", "skipped": "#a60"}[result.verdict]
     parts = [f"<h2>Committed history</h2><p style='color:{colour};font-weight:bold'>{html.escape(result.line())}</p>"]
     if result.first:
-        parts.append(f"<h3>First violating transaction: LSN {html.escape(result.first['lsn'])} at "
-                     f"{html.escape(result.first['commit_time'])}</h3><ul>"
-                     + "".join(f"<li>{html.escape(v)}</li>" for v in result.first["violations"][:10]) + "</ul>"
-                     "<p>Rows it changed:</p><pre>" + html.escape("\n".join(result.first["rows_changed"])) + "</pre>"
-                     "<p>Preceding transitions of the rows involved:</p><pre>"
-                     + html.escape("\n".join(f"job {j}:\n  " + "\n  ".join(ts)
-                                             for j, ts in result.first["preceding_transitions"].items())) + "</pre>")
+        parts.append(
+            f"<h3>First violating transaction: LSN {html.escape(result.first['lsn'])} at "
+            f"{html.escape(result.first['commit_time'])}</h3><ul>"
+            + "".join(f"<li>{html.escape(v)}</li>" for v in result.first["violations"][:10])
+            + "</ul>"
+            "<p>Rows it changed:</p><pre>" + html.escape("\n".join(result.first["rows_changed"])) + "</pre>"
+            "<p>Preceding transitions of the rows involved:</p><pre>"
+            + html.escape(
+                "\n".join(f"job {j}:\n  " + "\n  ".join(ts) for j, ts in result.first["preceding_transitions"].items())
+            )
+            + "</pre>"
+        )
     if png:
-        parts.append("<h3>Per-job timelines (attempts as lanes, coloured by node; faults shaded)</h3>"
-                     f"<img alt='history timelines' src='data:image/png;base64,{png}'/>")
+        parts.append(
+            "<h3>Per-job timelines (attempts as lanes, coloured by node; faults shaded)</h3>"
+            f"<img alt='history timelines' src='data:image/png;base64,{png}'/>"
+        )
     stats = {k: v for k, v in result.to_json().items() if k in ("capture", "matches_snapshot", "seconds", "by_rule")}
     parts.append("<pre>" + html.escape(json.dumps(stats, indent=1, default=str)) + "</pre>")
     page = page_path.read_text()

@@ -1,4 +1,5 @@
 """Authorizers for tests/test_mcp.py: `belay mcp --authorizer tests.apps.mcp_guard:only_retry`."""
+
 from __future__ import annotations
 
 from typing import Any

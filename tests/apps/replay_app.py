@@ -6,6 +6,7 @@ same kinds changed after the jobs ran — `renamed` (a step renamed), `inserted`
 `run_one(store, registry, queue, now)` claims one job and runs it in-process exactly as the runtime's
 executor does (JobContext, outcome_for, a fenced ack), so tests get real journals without threads.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -18,8 +19,14 @@ from model.ops import JobSpec
 QUEUE = "replay"
 
 
-def build(*, rename: bool = False, insert: bool = False, spawn: int | None = 2, await_name: str = "approve",
-          result_extra: bool = False) -> Registry:
+def build(
+    *,
+    rename: bool = False,
+    insert: bool = False,
+    spawn: int | None = 2,
+    await_name: str = "approve",
+    result_extra: bool = False,
+) -> Registry:
     reg = Registry()
 
     @reg.kind("pipeline", queue=QUEUE)

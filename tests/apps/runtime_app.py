@@ -13,6 +13,7 @@ a stale ack, and is exactly what happened, not what was journaled:
 
 `install(conn)` creates both tables in a fresh database.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,8 +58,16 @@ def record(ctx: JobContext, what: str, started_ns: int, ended_ns: int | None = N
         c.execute(
             "INSERT INTO rt_exec (job_id, attempt, what, node, pid, started_ns, ended_ns, value) "
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
-            (ctx.id, ctx.attempt, what, ctx.job.leased_by, os.getpid(), started_ns, ended_ns,
-             None if value is None else str(value)),
+            (
+                ctx.id,
+                ctx.attempt,
+                what,
+                ctx.job.leased_by,
+                os.getpid(),
+                started_ns,
+                ended_ns,
+                None if value is None else str(value),
+            ),
         )
 
 
@@ -175,8 +184,7 @@ def parent(ctx: JobContext, input: dict) -> dict:
     children = ctx.await_children()
     from model.envelope import decode
 
-    return {"ids": list(ids), "results": [decode(c.result) for c in children],
-            "states": [c.state for c in children]}
+    return {"ids": list(ids), "results": [decode(c.result) for c in children], "states": [c.state for c in children]}
 
 
 @registry.kind("child", queue=QUEUE)

@@ -1,4 +1,5 @@
 """Kinds for tests/test_telemetry.py (in-process and `belay worker --app tests.apps.telemetry_app`)."""
+
 from __future__ import annotations
 
 from impl.worker import Fail, Registry

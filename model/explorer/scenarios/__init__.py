@@ -7,6 +7,7 @@ explorer found something worth keeping, a named extra variant).
 Sizes are the configurations checked exhaustively by the tests and the benchmark: the number of
 children (r1, r2, lock_order) or waiters (park_wake); settlement and cancel_ack have one shape.
 """
+
 from __future__ import annotations
 
 from types import ModuleType

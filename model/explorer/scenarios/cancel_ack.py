@@ -18,6 +18,7 @@ Variants:
          the workflow lock while waiting on a running row. (impl/store.py now does this, and takes the
          row with SKIP LOCKED after the workflow lock, retrying while it is busy.)
 """
+
 from __future__ import annotations
 
 from model.explorer.db import Tx
@@ -68,8 +69,7 @@ def operator(s: Sql, *, fixed: bool) -> Actor:
             tx.note = "running → cancel_requested=true"
             return None
 
-        p.sql("request_cancel", "UPDATE belay_jobs SET cancel_requested=true WHERE id=C1 AND state='running'",
-              cancel)
+        p.sql("request_cancel", "UPDATE belay_jobs SET cancel_requested=true WHERE id=C1 AND state='running'", cancel)
     p.label("commit").commit()
     return p.build("cancel")
 
@@ -83,7 +83,11 @@ def scenario(variant: str = "correct", size: int = 1) -> Scenario:
     db.lock(WF)
     s = Sql(db)
     return assemble(
-        name="cancel_ack", variant=variant, size=size, db=db, actors=[worker(s), operator(s, fixed=variant == "correct")],
+        name="cancel_ack",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=[worker(s), operator(s, fixed=variant == "correct")],
         title="Cancel of a running workflow member vs its ack (workflow lock vs running row lock)",
         hypothesis=HYPOTHESES[variant],
         invariants=[settlement_releases_only_satisfied("D", ["C1"])],

@@ -15,6 +15,7 @@ Variants:
            lock while the other holds the scope lock waiting for the workflow lock: a deadlock, which
            PostgreSQL resolves by aborting one of the acks.
 """
+
 from __future__ import annotations
 
 from model.explorer.db import View
@@ -66,8 +67,11 @@ def settlement_releases_only_satisfied(dependent: str, deps: list[str]) -> Invar
             return f"{dependent} was doomed although no dep failed"
         return None
 
-    return Invariant("i5_settlement_consistent",
-                     "§11.5: Workflow releases occur only with satisfied deps; dooms only with a doomed dep", check)
+    return Invariant(
+        "i5_settlement_consistent",
+        "§11.5: Workflow releases occur only with satisfied deps; dooms only with a doomed dep",
+        check,
+    )
 
 
 def scenario(variant: str = "correct", size: int = 2) -> Scenario:
@@ -89,11 +93,20 @@ def scenario(variant: str = "correct", size: int = 2) -> Scenario:
     s = Sql(db)
     actors = [chunk(s, f"chunk{k}", [f"M{k}", f"K{k}"], reverse=variant == "broken" and k == size) for k in ks]
     return assemble(
-        name="lock_order", variant=variant, size=size, db=db, actors=actors,
+        name="lock_order",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=actors,
         title="Lock order: workflow lock before scope lock, vs one path in reverse",
         hypothesis=HYPOTHESES[variant],
         invariants=[settlement_releases_only_satisfied("D", members)],
-        liveness=[Liveness("settles_and_wakes", "§8.3/§8.4: the dependent is released and the parent woken",
-                           lambda v: v.row("D") == "ready" and v.row("P") == "ready")],
+        liveness=[
+            Liveness(
+                "settles_and_wakes",
+                "§8.3/§8.4: the dependent is released and the parent woken",
+                lambda v: v.row("D") == "ready" and v.row("P") == "ready",
+            )
+        ],
         expect="valid" if variant == "correct" else "invalid",
     )

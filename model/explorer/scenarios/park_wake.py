@@ -12,6 +12,7 @@ Variants:
            view, so it does not match and is not even waited for): the waiter parks awaiting beside a
            present signal, and no one will ever wake it.
 """
+
 from __future__ import annotations
 
 from model.explorer.program import Actor, Program
@@ -63,7 +64,11 @@ def scenario(variant: str = "correct", size: int = 1) -> Scenario:
     s = Sql(db)
     ws = [waiter(s, w, locked=locked) for w in waiters]
     return assemble(
-        name="park_wake", variant=variant, size=size, db=db, actors=[*ws, deliverer(s, waiters, locked=locked)],
+        name="park_wake",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=[*ws, deliverer(s, waiters, locked=locked)],
         title="Await park vs signal delivery, with and without the scope lock",
         hypothesis=HYPOTHESES[variant],
         invariants=[no_lost_wakeup(waiters, SIGNAL)],

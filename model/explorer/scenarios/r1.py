@@ -14,6 +14,7 @@ Variants:
   no_reverify  unconditional signals, but the parent trusts its first wake-up and continues while a
                sibling is still running — the other half of the lesson ("re-verify on wake").
 """
+
 from __future__ import annotations
 
 from model.explorer.program import Actor, Program
@@ -80,7 +81,11 @@ def scenario(variant: str = "correct", size: int = 2) -> Scenario:
     p = parent(s, children, reverify=variant != "no_reverify")
     kids = [child(s, c, children, gated=variant == "broken") for c in children]
     return assemble(
-        name="r1", variant=variant, size=size, db=db, actors=[p, *kids],
+        name="r1",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=[p, *kids],
         title="R1: last children completing concurrently, `$children` to an awaiting parent",
         hypothesis=HYPOTHESES[variant],
         invariants=[children_done_only_when_terminal(p, children)],

@@ -22,6 +22,7 @@ Variants:
                lock, the reverse of delivery's order (scope lock → signal row) — with two children, a
                deadlock.
 """
+
 from __future__ import annotations
 
 from model.explorer.program import Actor, Program
@@ -113,7 +114,11 @@ def scenario(variant: str = "correct", size: int = 1) -> Scenario:
     if variant == "correct":
         actors.append(reconciler(s, children))
     return assemble(
-        name="r2", variant=variant, size=size, db=db, actors=actors,
+        name="r2",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=actors,
         title="R2: await-children against a vanishing signal, with and without the reconciler",
         hypothesis=HYPOTHESES[variant],
         invariants=[children_done_only_when_terminal(p, children)],

@@ -11,6 +11,7 @@ Variants:
   broken   retry sends D straight to ready without the re-hold and the settlement: D is claimed and
            runs beside its failed dependency.
 """
+
 from __future__ import annotations
 
 from model.explorer.db import View
@@ -62,9 +63,12 @@ def no_run_beside_failed_dep(dependent: str, dep: str) -> Invariant:
             return f"{dependent} is {state} while its dep {dep} is {view.row(dep)}"
         return None
 
-    return Invariant("i5_settlement_consistent",
-                     "§11.5: Workflow releases occur only with satisfied deps (§8.6: a retried dependent is "
-                     "re-held and settled, never sent straight to ready)", check)
+    return Invariant(
+        "i5_settlement_consistent",
+        "§11.5: Workflow releases occur only with satisfied deps (§8.6: a retried dependent is "
+        "re-held and settled, never sent straight to ready)",
+        check,
+    )
 
 
 def held_with_met_deps_released(dependent: str, dep: str) -> Liveness:
@@ -91,7 +95,11 @@ def scenario(variant: str = "correct", size: int = 1) -> Scenario:
         run(s, "D", actor="run D"),
     ]
     return assemble(
-        name="settlement", variant=variant, size=size, db=db, actors=actors,
+        name="settlement",
+        variant=variant,
+        size=size,
+        db=db,
+        actors=actors,
         title="§8.6 operator retry of a dependent: re-hold and settle, vs straight to ready",
         hypothesis=HYPOTHESES[variant],
         invariants=[no_run_beside_failed_dep("D", "A")],
