@@ -106,7 +106,7 @@ def measure(url: str, repeat: int, label: str) -> None:
         tiles = q.tiles(conn, NOW, indexed=indexed)
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
         for name, filters, before in CASES:
-            med, p95 = timed(lambda: q.jobs_page(conn, filters, before), repeat)
+            med, p95 = timed(lambda filters=filters, before=before: q.jobs_page(conn, filters, before), repeat)
             rows, _ = q.jobs_page(conn, filters, before)
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(rows)} rows)")
     app = create_app(url, clock=lambda: NOW)
@@ -116,7 +116,7 @@ def measure(url: str, repeat: int, label: str) -> None:
             ("HTTP GET /jobs", "/jobs"),
             ("HTTP GET /jobs?state=held", "/jobs?state=held"),
         ):
-            med, p95 = timed(lambda: http.get(path).raise_for_status(), repeat)
+            med, p95 = timed(lambda path=path: http.get(path).raise_for_status(), repeat)
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms")
 
 

@@ -43,7 +43,7 @@ OLD_SERVE = (
 
 
 def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the server process; closed after it exits
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:

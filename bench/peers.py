@@ -290,7 +290,7 @@ def drop_database(admin_url: str, url: str) -> None:
 
 
 def run_round(admin_url: str, key: str, n: int) -> dict:
-    system, setup, enqueue, drain = SYSTEMS[key]
+    _system, setup, enqueue, drain = SYSTEMS[key]
     url = fresh_database(admin_url)
     try:
         setup(url)
@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         enq = statistics.median(x["enqueue_per_s"] for x in rounds)
         drn = statistics.median(x["drain_per_s"] for x in rounds)
         ratio = (
-            statistics.median(x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, results[base]))
+            statistics.median(x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, results[base], strict=True))
             if base
             else None
         )

@@ -292,7 +292,7 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     handlers = modes["on"]
     meta = {"job_id": 1, "kind": "noop", "worker": "noop", "queue": "q", "attempt": 1, "node": "n"}
     started = time.process_time()  # CPU time: what the handlers cost, whatever else runs on the machine
-    for i in range(20000):
+    for _ in range(20000):
         for h in handlers:
             h("job.start", meta)
             h("claim", {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5})

@@ -390,7 +390,7 @@ class ReplayContext:
                 )
             )
         rows = {c.id: c for c in self.snap.children(self.job.id)}
-        for i, (child_id, spec) in enumerate(zip(ids, children)):
+        for i, (child_id, spec) in enumerate(zip(ids, children, strict=True)):
             row = rows.get(child_id)
             if row is None:
                 self.report.notes.append(
@@ -494,7 +494,7 @@ def load_registry(spec: str) -> Registry:
 def _execute(kind: Kind, ctx: ReplayContext) -> Any:
     if kind.chunk_size is not None:
         returned = kind.fn([ctx])
-        value = returned.get(ctx.id) if isinstance(returned, dict) else list(returned)[0]
+        value = returned.get(ctx.id) if isinstance(returned, dict) else next(iter(returned))
         if isinstance(value, BaseException):
             raise value
         return value

@@ -198,7 +198,7 @@ class PgStore(WorkerOps):
             inserted = self._insert_staged(tx, ids, rows)
         outcomes: list[ops.Inserted | ops.Duplicate | None] = []
         skipped: list[int] = []
-        for pos, (job_id, row) in enumerate(zip(ids, rows)):
+        for pos, (job_id, row) in enumerate(zip(ids, rows, strict=True)):
             if job_id in inserted:
                 outcomes.append(ops.Inserted(job_id))
                 if row[_STATE] == "ready":
@@ -214,7 +214,7 @@ class PgStore(WorkerOps):
     @staticmethod
     def _insert_arrays(tx: _Tx, ids: list[int], rows: list[tuple]) -> set[int]:
         """A small batch: one array parameter per column (no staging round trips)."""
-        columns = list(zip(*rows))
+        columns = list(zip(*rows, strict=True))
         params: dict[str, Any] = {name: list(columns[i]) for i, name in enumerate(_ROW_FIELDS)}
         for name in ("input", "meta"):
             params[name] = [json.dumps(v) for v in params[name]]
@@ -231,7 +231,7 @@ class PgStore(WorkerOps):
         batch = ids[0]  # unique within the transaction: the first id reserved for this batch
         with tx.cur.copy(tx.q.q("stage_jobs_copy")) as copy:
             copy.set_types(_STAGE_TYPES)
-            for ord_, (job_id, row) in enumerate(zip(ids, rows)):
+            for ord_, (job_id, row) in enumerate(zip(ids, rows, strict=True)):
                 copy.write_row((batch, ord_, job_id, *row))
         return {r["id"] for r in tx.all("insert_staged_jobs", {"batch": batch, "now": tx.now})}
 

@@ -243,7 +243,7 @@ def test_programs_under_real_faults_do_what_the_model_of_durable_execution_predi
     @example(EXPLICIT[4])
     def run(program: dict) -> None:
         note(f"program: {json.dumps(program)[:4000]}")
-        expected, observed = check_program(fleet, program)
+        _expected, observed = check_program(fleet, program)
         stats["programs"] += 1
         stats["steps run"] += sum(observed.runs.values())
         stats["duplicate step runs"] += sum(n - 1 for n in observed.runs.values() if n > 1)

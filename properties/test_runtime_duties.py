@@ -13,6 +13,7 @@ recorded in `duty_exec` on autocommit connections of its own (never inside a Bel
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable
@@ -373,9 +374,9 @@ def test_the_adaptive_limit_doubles_toward_max_on_saturated_rounds_and_decays_to
     )
     wait_for(lambda: events and events[-1] == 1, 5, "the limit to decay back to its min when idle")
     assert all(1 <= limit <= 3 for limit in events), f"the limit left [min, max] = [1, 3]: {events}"
-    rises = [b for a, b in zip([1, *events], events) if b > a]
+    rises = [b for a, b in zip([1, *events], events, strict=False) if b > a]
     assert rises[:2] == [2, 3], f"saturated rounds double the limit toward max, clamped: {events}"
-    falls = [(a, b) for a, b in zip([1, *events], events) if b < a]
+    falls = [(a, b) for a, b in zip([1, *events], events, strict=False) if b < a]
     assert falls and all(b == max(a // 2, 1) for a, b in falls), f"idle rounds halve the limit toward min: {events}"
 
 
@@ -388,7 +389,7 @@ def test_an_idle_producer_backs_off_to_the_poll_interval_and_finds_new_work_with
     worker.start()
     time.sleep(2.5)  # idle: claims back off 0.01 → 0.02 → ... → capped at 0.2 s
     claims = [t for t, op in recording.calls if isinstance(op, w.Claim)]
-    gaps = [b - a for a, b in zip(claims, claims[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(claims)]
     settled = gaps[-6:]
     assert 0.15 <= statistics.median(settled) <= 0.3, f"an idle producer polls every poll_interval: {gaps}"
     # Uncapped doubling would make about 9 claims in 2.5 s; capped at 0.2 s, about 15.

@@ -21,6 +21,7 @@ the latter); `invalid` names the job or node and what went wrong.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -226,7 +227,7 @@ def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
     for batch, samples in sorted(by_batch.items()):
         samples.sort(key=lambda e: float(e["at"]))
         had_choice, flagged = False, False
-        for a, b in zip(samples, samples[1:]):
+        for a, b in itertools.pairwise(samples):
             ta, tb = float(a["at"]), float(b["at"])
             if ta < float(a["due"]) + ev.max_skew + 0.3 or tb - ta < 0.2 or timeline.db_down_during(ta - 1, tb):
                 continue

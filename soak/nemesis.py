@@ -112,7 +112,7 @@ class Workers:
             skew = self.skew.get(slot.index)
             if skew:  # PROTOCOL.md §1: the worker adds BELAY_CLOCK_OFFSET to every `now` it sends
                 env["BELAY_CLOCK_OFFSET"] = f"{skew:.3f}"
-            log = open(self.log_dir / f"{slot.node}.log", "ab")
+            log = open(self.log_dir / f"{slot.node}.log", "ab")  # noqa: SIM115 - the worker process writes to it
             self.history.record(
                 "worker_start", node=slot.node, slot=slot.index, **({"clock_skew": skew} if skew else {})
             )

@@ -145,7 +145,7 @@ class Scenarios:
                 batch=batch,
                 ids=ids,
                 due=when.timestamp(),
-                priorities={str(i): p.detail["priority"] for i, p in zip(ids, plans)},
+                priorities={str(i): p.detail["priority"] for i, p in zip(ids, plans, strict=True)},
             )
             threading.Thread(target=self._sample_batch, args=(batch, ids, when.timestamp()), daemon=True).start()
 
@@ -189,7 +189,7 @@ class Scenarios:
             with psycopg.connect(self.d.url, autocommit=True, connect_timeout=3) as c:
                 rows = c.execute(self.PENDING, (utc_now(),)).fetchall()
                 waiting = 0
-                for job_id, kind, plan, state, await_name, age, n_kids, live_kids, slept in rows:
+                for job_id, kind, plan, state, await_name, age, _n_kids, live_kids, slept in rows:
                     waiting += 1
                     if plan == "lost_wakeup" and kind == "parent":
                         if state == "awaiting" and await_name == "$children" and live_kids:

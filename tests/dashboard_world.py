@@ -96,7 +96,7 @@ def build(store: PgStore, now: datetime) -> World:
             t(20), tuple(ops.JobSpec("emails", "send", {"to": f"u{i}@example.com"}, max_attempts=1) for i in range(3))
         )
     ).ids
-    for i, jid in enumerate(ids):
+    for i, _jid in enumerate(ids):
         job = claim_one(store, t(21 + i), "emails")
         outcome = w.Succeed({"sent": True}) if i < 2 else w.Fail("smtp_refused", "550 mailbox unavailable")
         store.apply(w.Ack(t(21 + i), job.id, job.attempt, outcome))

@@ -335,7 +335,7 @@ def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
 def _spawn_reaped(argv: list[str], tmp_path: Path, env: dict[str, str] | None = None):
     log = tmp_path / f"out-{uuid.uuid4().hex[:6]}.log"
     report = tmp_path / f"reaper-{uuid.uuid4().hex[:6]}.json"
-    out = open(log, "w")
+    out = open(log, "w")  # noqa: SIM115 - the child writes to it; the caller closes it
     proc = subprocess.Popen(
         [sys.executable, "-c", REAPER, *argv],
         stdout=out,

@@ -179,7 +179,7 @@ def test_events_follow_streams_new_events_until_the_job_is_terminal(db_url, clie
 def test_retry_re_readies_a_failed_job_and_refuses_a_non_terminal_one(db_url, client):
     job_id = client.enqueue("r", "k", max_attempts=1).id
     with PgStore(db_url) as store:
-        [job] = store.apply(w.Claim(OLD, "r", "n1", 1, timedelta(minutes=5))).jobs
+        [_job] = store.apply(w.Claim(OLD, "r", "n1", 1, timedelta(minutes=5))).jobs
         store.apply(w.Ack(OLD, job_id, 1, w.Fail("Boom", "boom", None)))
     assert out(belay(db_url, "retry", str(job_id), "--json")) == {"job_id": job_id, "retried": True, "state": "ready"}
     with unchanged(db_url):

@@ -221,7 +221,10 @@ class SlotKeyPerRegistration(PgStore):
             specs = [replace(cron_job(c, slot), cron_name=f"{c.name}#{version[c.name]}") for c, slot in plan]
             outcomes = self._insert(tx, [self._row(spec, op.now) for spec in specs])
             return w.CronsFired(
-                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+                tuple(
+                    w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
+                    for (c, slot), o in zip(plan, outcomes, strict=True)
+                )
             )
 
 
@@ -235,7 +238,10 @@ class SlotKeyPerQueue(PgStore):
             specs = [replace(cron_job(c, slot), cron_name=c.queue) for c, slot in plan]
             outcomes = self._insert(tx, [self._row(spec, op.now) for spec in specs])
             return w.CronsFired(
-                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+                tuple(
+                    w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
+                    for (c, slot), o in zip(plan, outcomes, strict=True)
+                )
             )
 
 

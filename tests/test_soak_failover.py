@@ -41,7 +41,7 @@ def _writer(url: str, stop: threading.Event, done: list[int]) -> None:
         while not stop.is_set():
             try:
                 now = datetime.now(UTC)
-                [job_id] = store.apply(ops.Enqueue(now, (ops.JobSpec("q", "k", {}),))).ids
+                [_job_id] = store.apply(ops.Enqueue(now, (ops.JobSpec("q", "k", {}),))).ids
                 for job in store.apply(w.Claim(now, "q", "n1", 5)).jobs:
                     store.apply(w.Ack(datetime.now(UTC), job.id, job.attempt, w.Succeed({"ok": 1})))
                     done.append(job.id)

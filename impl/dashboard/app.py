@@ -187,7 +187,7 @@ def create_app(
             children, n_children = queries.children(conn, job_id)
         try:
             result = views.preview_envelope(job.result, limit=20_000)
-        except Exception as exc:  # a preview must never take the page down
+        except Exception as exc:  # noqa: BLE001 - a preview must never take the page down
             result = f"(cannot preview: {exc})"
         return render(
             request,

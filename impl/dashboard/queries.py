@@ -36,7 +36,7 @@ def _blocks(filename: str) -> dict[str, str]:
     text = resources.files("impl").joinpath("sql", filename).read_text(encoding="utf-8")
     parts = _BLOCK.split(text)
     out: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=False):
         lines = [ln for ln in body.splitlines() if not ln.lstrip().startswith("--")]
         out[name] = "\n".join(lines).strip()
     return out

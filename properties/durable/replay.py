@@ -22,7 +22,7 @@ def main(paths: list[str]) -> int:
     fleet = Fleet(Path(tempfile.mkdtemp(prefix="belay-replay-")), ttl=TTL, skew=SKEW).start()
     failed = 0
     try:
-        for path, program in zip(paths, programs):
+        for path, program in zip(paths, programs, strict=True):
             expected = predict(program, ttl=timedelta(seconds=TTL))
             observed = fleet.run(program, expected_stale=expected.stale_acks)
             diffs = [k for k in COMPARED if getattr(expected, k) != getattr(observed, k)]

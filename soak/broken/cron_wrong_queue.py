@@ -24,7 +24,10 @@ class WrongQueueCronStore(PgStore):
             specs = [replace(cron_job(c, slot), queue="default") for c, slot in plan]  # BUG: opts queue ignored
             outcomes = self._insert(tx, [self._row(s, op.now) for s in specs])
             return w.CronsFired(
-                tuple(w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted)) for (c, slot), o in zip(plan, outcomes))
+                tuple(
+                    w.Fired(c.name, slot, o.id, isinstance(o, ops.Inserted))
+                    for (c, slot), o in zip(plan, outcomes, strict=True)
+                )
             )
 
 

@@ -23,7 +23,7 @@ class LateRenewalWorker(Worker):
             now = self.clock()
             op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(lambda: self.store.apply(op), "renew")
+                result = self.call(lambda op=op: self.store.apply(op), "renew")
             except Exception:  # noqa: BLE001
                 continue
             for job_id in result.lost:

@@ -3,8 +3,8 @@ another, without re-checking the row (River #1302's shape: a rescuer overwrote a
 after its read). The write is computed from the stale read — errors = the errors it read plus a
 lease_expired entry — and applied by id alone. Another sweeper, or the row's own late ack, moves the
 row on in between; the stale write then makes a finished row ready again (or rewrites a re-claimed
-one), and the job simply runs once more. Attempts already exhausted are left alone. The final snapshot shows a job that succeeded — only the committed history shows the
-terminal row rewritten.
+one), and the job simply runs once more. Attempts already exhausted are left alone. The final
+snapshot shows a job that succeeded — only the committed history shows the terminal row rewritten.
 
     soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m soak.broken.stale_reclaim'
 

@@ -171,7 +171,7 @@ class Capture:
             cap._created = True
             cap.start_lsn = row[0]
         cap.path.parent.mkdir(parents=True, exist_ok=True)
-        cap._out = open(cap.path, "wb")
+        cap._out = open(cap.path, "wb")  # noqa: SIM115 - the capture thread writes it until close()
         return cap
 
     def start(self) -> Capture:

@@ -563,7 +563,7 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
     if len(chosen) < n:
 
         def interest(item):
-            job_id, ts = item
+            _job_id, ts = item
             return (len({t.node for t in ts if t.node}), len(ts))
 
         for job_id, _ in sorted(rp.history.items(), key=interest, reverse=True):

@@ -61,15 +61,15 @@ def picture(timelines: dict[int, list[Transition]], history: list[dict], finding
     nodes = sorted({t.node for _, ts in jobs for t in ts if t.node})
     cmap = plt.get_cmap("tab20")
     colour = {n: cmap(i % 20) for i, n in enumerate(nodes)}
-    for ax, (job_id, ts) in zip(axes[:, 0], jobs):
+    for ax, (job_id, ts) in zip(axes[:, 0], jobs, strict=False):
         lo = min(t.at.timestamp() for t in ts) - t0
         hi = max(t.at.timestamp() for t in ts) - t0
         pad = max((hi - lo) * 0.05, 0.5)
-        for a, b, node in faults["stop"]:
+        for a, b, _node in faults["stop"]:
             ax.axvspan(a - t0, b - t0, color="orange", alpha=0.15, lw=0)
         for a, b in faults["db"]:
             ax.axvspan(a - t0, b - t0, color="red", alpha=0.15, lw=0)
-        for t, node in faults["kill"]:
+        for t, _node in faults["kill"]:
             ax.axvline(t - t0, color="black", alpha=0.3, lw=0.8, ls=":")
         open_lane: dict[int, tuple[float, str | None]] = {}
         max_attempt = max((t.attempt or 0) for t in ts) or 1
