@@ -62,21 +62,21 @@ def _track_urls(group: click.Group) -> None:
 
                 def callback(ctx: click.Context, p: click.Parameter, v: object, inner=inner) -> object:
                     v = inner(ctx, p, v) if inner else v
-                    return _record_url(ctx, p, v)  # type: ignore[arg-type]
+                    return _record_url(ctx, p, v)
 
                 param.callback = callback
-                param._belay_tracked = True  # type: ignore[attr-defined]
+                param._belay_tracked = True  # type: ignore[attr-defined]  # a marker on click's Parameter
 
 
 class _Belay(click.Group):
     """The `belay` group: failures become one clear line on stderr and exit 1 (usage errors exit 2,
     as click does); a traceback only with `--debug` or BELAY_DEBUG=1."""
 
-    def main(self, *args, **kwargs):  # type: ignore[override]
+    def main(self, *args, **kwargs):
         _track_urls(self)
         return super().main(*args, **kwargs)
 
-    def invoke(self, ctx: click.Context):  # type: ignore[override]
+    def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):

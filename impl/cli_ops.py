@@ -98,7 +98,7 @@ def _json_arg(text: str | None, what: str) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise click.BadParameter(
             f"not valid JSON ({exc.msg} at column {exc.colno}): {text!r}", param_hint=what
         ) from None

@@ -112,7 +112,7 @@ class GuardedPool(ConnectionPool):
         super().__init__(*args, **kwargs)
 
     @contextlib.contextmanager
-    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:  # type: ignore[override]
+    def connection(self, timeout: float | None = None) -> Iterator[psycopg.Connection]:
         with super().connection(timeout) as conn, self.watchdog.guard(conn):
             yield conn
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -22,15 +23,17 @@ from impl.queries import SchemaSQL
 class Tx:
     """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
 
-    cur: psycopg.Cursor
+    cur: psycopg.Cursor[dict[str, Any]]
     q: SchemaSQL
     now: datetime | None
     pokes: set[str] = field(default_factory=set)
 
-    def one(self, name: str, params: dict | None = None, **extra: sql.Composable) -> dict | None:
+    def one(self, name: str, params: dict[str, Any] | None = None, **extra: sql.Composable) -> dict[str, Any] | None:
         return self.cur.execute(self.q.q(name, **extra), params).fetchone()
 
-    def all(self, name: str, params: dict | None = None, **extra: sql.Composable) -> list[dict]:
+    def all(
+        self, name: str, params: dict[str, Any] | list[Any] | None = None, **extra: sql.Composable
+    ) -> list[dict[str, Any]]:
         return self.cur.execute(self.q.q(name, **extra), params).fetchall()
 
     def flush_pokes(self) -> None:

@@ -63,7 +63,7 @@ def signal_scope(uid: str) -> str:
     return f"dx:{uid}"
 
 
-def check_program(program: dict) -> None:
+def check_program(program: dict[str, Any]) -> None:
     """Clear errors for malformed programs (the runtime and the model read the same JSON)."""
     if not isinstance(program.get("uid"), str) or not program["uid"]:
         raise ValueError("a program needs a non-empty string uid")
@@ -136,7 +136,7 @@ class _Crash:
 @dataclass
 class _Frozen:
     index: int  # the step whose function was running
-    values: list
+    values: list[Any]
 
 
 @dataclass
@@ -145,7 +145,7 @@ class _Ended:
 
 
 class _Model:
-    def __init__(self, program: dict, start: datetime, ttl: timedelta) -> None:
+    def __init__(self, program: dict[str, Any], start: datetime, ttl: timedelta) -> None:
         check_program(program)
         self.p = program
         self.ops = program["ops"]
@@ -155,7 +155,7 @@ class _Model:
         self.ttl = ttl
         self.runs: Counter[str] = Counter()
         self.stale_acks = 0
-        self.counts = Counter()
+        self.counts: Counter[str] = Counter()
         self.after_signals: list[str] = []
         self.job_id = 0
 
@@ -208,7 +208,7 @@ class _Model:
         return _Ended()
 
     def execute(
-        self, attempt: int, start: int = 0, values: list | None = None, lost: bool = False, resume_step: Any = None
+        self, attempt: int, start: int = 0, values: list[Any] | None = None, lost: bool = False, resume_step: Any = None
     ) -> _Crash | _Frozen | _Ended:
         values = [] if values is None else values
         for i in range(start, len(self.ops)):
@@ -286,7 +286,7 @@ class _Model:
                 return self.end(attempt, "budget")
         return self.end(attempt, "succeed", values)
 
-    def record(self, attempt: int, op: dict, value: Any, values: list, lost: bool) -> _Ended | None:
+    def record(self, attempt: int, op: dict[str, Any], value: Any, values: list[Any], lost: bool) -> _Ended | None:
         usd, tokens = op.get("cost", (0, 0))
         try:  # over the §2 cap, the SDK's RecordStep refuses the value: the job code raises, and retries
             recorded = self.apply(w.RecordStep(self.tick(), self.job_id, op["name"], value, usd, tokens))
@@ -382,7 +382,10 @@ class _Model:
 
 
 def predict(
-    program: dict, *, ttl: timedelta = timedelta(seconds=30), start: datetime = datetime(2030, 1, 1, tzinfo=UTC)
+    program: dict[str, Any],
+    *,
+    ttl: timedelta = timedelta(seconds=30),
+    start: datetime = datetime(2030, 1, 1, tzinfo=UTC),
 ) -> Prediction:
     """The observable outcome of `program` (with its fault schedule) on a conforming runtime."""
     return _Model(program, start, ttl).run()

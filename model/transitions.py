@@ -31,7 +31,7 @@ check needs (lease expiry) is an input.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
@@ -87,7 +87,7 @@ CLOCK_SLACK = timedelta(seconds=2)  # the node's `now` vs the server's commit ti
 EDGES: dict[tuple[str | None, str | None], tuple[str, ...]] = {}
 
 
-def _edge(writer: str, froms, tos) -> None:
+def _edge(writer: str, froms: Iterable[str | None], tos: Iterable[str | None]) -> None:
     for f in froms:
         for t in tos:
             EDGES.setdefault((f, t), ())
@@ -148,7 +148,7 @@ def _v(rule: str, why: str) -> tuple[str, str]:
     return (rule, why)
 
 
-def _new_entry(before: Job, after: Job) -> tuple[dict | None, bool]:
+def _new_entry(before: Job, after: Job) -> tuple[dict[str, Any] | None, bool]:
     """(the one error entry appended, True) / (None, True) when unchanged / (None, False) otherwise."""
     b, a = list(before.errors or []), list(after.errors or [])
     if a == b:
@@ -416,15 +416,17 @@ def judge_job(before: Job | None, after: Job | None, ctx: TxContext = TxContext(
             return Judgement(writer, node=node, attempt=attempt)
         if best is None or len(broken) < len(best):
             best, best_writer = broken, writer
+    assert best is not None, "writers is not empty and every writer that fails names what it broke"
     node, attempt = attribute(best_writer, before, after)
     rule, why = best[0]
     if edge[0] in TERMINAL and edge[1] != edge[0] and any(r == "columns" for r, _ in best):
         # only a retry leaves terminal, and this writes what no retry writes
         return Judgement(None, "terminal_exit", f"{edge[0]}→{edge[1]} not as an operator retry ({why})", node, attempt)
     if writers == ("spend",):  # a same-state change no writer but the spend update makes
-        extra = sorted(changed_columns(before, after) - {"spent_usd_micros", "spent_tokens"})
-        if extra:
-            what = ", ".join(f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in extra)
+        assert before is not None and after is not None, "a same-state edge has a row on both sides"
+        others = sorted(changed_columns(before, after) - {"spent_usd_micros", "spent_tokens"})
+        if others:
+            what = ", ".join(f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in others)
             return Judgement(
                 None, "writer", f"{edge[0]}→{edge[1]}: no writer of a {edge[0]} row changes {what}", node, attempt
             )
@@ -445,6 +447,7 @@ def judge_step(before: Step | None, after: Step | None, ctx: TxContext, last_seq
         return Judgement(None, "step_immutable", f"step {before.name!r} deleted while its job row stays")
     if before == after:
         return Judgement("noop")
+    assert before is not None and after is not None, "insert and delete were handled above"
     what = ", ".join(
         f"{c} {_short(getattr(before, c))}→{_short(getattr(after, c))}" for c in sorted(changed_columns(before, after))
     )

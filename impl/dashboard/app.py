@@ -227,7 +227,7 @@ def create_app(
         )
 
     def reports_page(request: Request) -> Response:
-        runs = []
+        runs: list[dict[str, Any]] = []
         if reports.is_dir():
             for d in sorted(
                 (p for p in reports.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name, reverse=True

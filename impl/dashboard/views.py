@@ -169,26 +169,28 @@ def _doomed(members: list[Job]) -> set[str]:
     failed/cancelled without the matching ignore flag (settlement cancelled them: §8.3 "doomed")."""
     states = {m.wf_name: m.state for m in members}
     pending = settle(
-        Member(m.wf_name, m.state, tuple(m.wf_deps or ()), tuple(m.wf_ignore or ())) for m in members
+        Member(m.wf_name, m.state, tuple(m.wf_deps or ()), tuple(m.wf_ignore or ()))
+        for m in members
+        if m.wf_name is not None  # every member of a workflow has a name (§8.3)
     ).doomed
     out = set(pending)
     for m in members:
         if m.state == "cancelled" and m.attempt == 0:
             for dep in m.wf_deps or ():
                 if states.get(dep) in ("failed", "cancelled") and states[dep] not in (m.wf_ignore or ()):
-                    out.add(m.wf_name)
+                    out.add(m.wf_name or "")
     return out
 
 
 def workflow_dag(members: list[Job]) -> Dag:
     """Layers from networkx's topological generations (a cycle, which §8.3 cannot settle, falls back
     to one layer); within a layer members are ordered by name."""
-    graph = nx.DiGraph()
-    by_name = {m.wf_name: m for m in members}
-    for m in members:
-        graph.add_node(m.wf_name)
-        for dep in m.wf_deps or ():
-            graph.add_edge(dep, m.wf_name)
+    graph: nx.DiGraph[str] = nx.DiGraph()
+    by_name: dict[str, Job] = {m.wf_name: m for m in members if m.wf_name is not None}  # members are named
+    for name, member in by_name.items():
+        graph.add_node(name)
+        for dep in member.wf_deps or ():
+            graph.add_edge(dep, name)
     try:
         layers = [sorted(layer) for layer in nx.topological_generations(graph)]
     except nx.NetworkXUnfeasible:

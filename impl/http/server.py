@@ -94,7 +94,7 @@ def serve(conninfo: str, host: str, port: int, *, workers: int = 1, access_log: 
     import os
 
     check_bind(host, options.get("token"))
-    settings = dict(host=host, port=port, log_level="info", access_log=access_log)
+    settings: dict[str, Any] = dict(host=host, port=port, log_level="info", access_log=access_log)
     if workers <= 1:
         from impl.http.app import create_app
 

@@ -243,10 +243,8 @@ class Replayer:
         changes = []
         for m in tx.messages:
             msg = self.decoder.decode(m)
-            if isinstance(msg, Change):
+            if isinstance(msg, Change) or isinstance(msg, Truncate):
                 changes.append(msg)
-            elif isinstance(msg, Truncate):
-                changes.append(msg)  # type: ignore[arg-type]
         return changes
 
     def _capture_gap(self, tx: Transaction, text: str) -> None:
