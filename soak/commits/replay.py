@@ -239,11 +239,12 @@ class Replayer:
 
     # --- one transaction ---------------------------------------------------------------------------
 
-    def _decode(self, tx: Transaction) -> list[Change]:
-        changes = []
+    def _decode(self, tx: Transaction) -> list[Change | Truncate]:
+        """The row changes and truncates of one transaction (a TRUNCATE of a Belay table is judged too)."""
+        changes: list[Change | Truncate] = []
         for m in tx.messages:
             msg = self.decoder.decode(m)
-            if isinstance(msg, Change) or isinstance(msg, Truncate):
+            if isinstance(msg, (Change, Truncate)):
                 changes.append(msg)
         return changes
 
