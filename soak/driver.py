@@ -21,8 +21,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -31,25 +31,12 @@ from psycopg.types.json import Jsonb
 from impl.store import PgStore
 from model import ops
 from soak.history import History
+from soak.plan import Plan, utc_now
 from soak.scenarios import Scenarios
 
 QUEUE = "soak"
 CRON = "soak_cron"
 TERMINAL_SQL = "('succeeded','failed','cancelled')"
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass
-class Plan:
-    """One job to insert: its spec, ledger kind, expected outcome and detail."""
-
-    spec: ops.JobSpec
-    kind: str
-    expected: str = "succeeded"
-    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

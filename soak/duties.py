@@ -302,7 +302,7 @@ def p7_sleeps(r: Any, state: Any, by_id: Mapping[int, Any], steps: Mapping[int, 
 
 
 def p8_attempts(r: Any, state: Any, expected: set[int]) -> None:
-    from soak.checker import _result
+    from soak.verdicts import _result
 
     for job_id in sorted(expected):
         job = state.jobs.get(job_id)
@@ -320,7 +320,7 @@ def p8_attempts(r: Any, state: Any, expected: set[int]) -> None:
 
 
 def p9_outcomes(r: Any, state: Any, ledger: Any) -> None:
-    from soak.checker import _last_error, _matches
+    from soak.verdicts import _last_error, _matches
 
     # A workflow's expectations assume the driver's cancel of its held member won the race with the release;
     # when it lost (the member ran first), the members' outcomes are I5's business, not a worker duty.

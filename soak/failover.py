@@ -38,9 +38,9 @@ import psycopg
 
 from impl.provision import ClusterConfig, EmbeddedCluster
 from model.rows import TERMINAL
-from soak.checker import InvariantResult
 from soak.history import History
 from soak.proxy import Proxy
+from soak.verdicts import InvariantResult
 
 MODES = ("sync", "async")
 D1 = "D1"

@@ -30,6 +30,7 @@ import psycopg
 
 from model import ops
 from model.envelope import encode
+from soak.plan import Plan, utc_now
 
 EXTERNAL_QUEUE = "soak-external"
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -74,7 +75,6 @@ class Scenarios:
 
     def produce_tick(self, last: dict[str, float]) -> None:
         """Called by the driver's producer every tick while producing."""
-        from soak.driver import Plan
 
         now = time.monotonic()
         last.setdefault("priority", now - self.every["priority"] + 5.0)  # the first batch 5 s into the run
@@ -122,7 +122,6 @@ class Scenarios:
             self.d.enqueue_workflow("cancel")
 
     def priority_batch_now(self) -> None:
-        from soak.driver import Plan, utc_now
 
         with self.lock:
             self.batch_seq += 1
@@ -183,7 +182,6 @@ class Scenarios:
 
     def follow_up_once(self) -> int:
         """One pass; returns how many scenario jobs still need the harness."""
-        from soak.driver import utc_now
 
         try:
             with psycopg.connect(self.d.url, autocommit=True, connect_timeout=3) as c:
@@ -214,7 +212,6 @@ class Scenarios:
 
     def _finish_children_silently(self, c: psycopg.Connection, parent: int) -> None:
         """Finish the parent's external children the way a buggy SDK would: no `$children` delivery."""
-        from soak.driver import utc_now
 
         now = utc_now()
         rows = c.execute(

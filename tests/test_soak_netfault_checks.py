@@ -17,6 +17,16 @@ def _without_stop(r):
     return r
 
 
+def _only_i1_blamed(result) -> None:
+    """I1 invalid for the unrenewed lease and no other invariant invalid (without the baseline's SIGSTOP,
+    I2's scenario did not occur, so I2 is honestly `unknown` here)."""
+    i1 = result.invariants["I1"]
+    assert i1.verdict == "invalid" and any("not renewed" in c for c in i1.counterexamples), i1.to_json()
+    others = {k: r.verdict for k, r in result.invariants.items() if k != "I1" and r.verdict == "invalid"}
+    assert not others, others
+    assert result.verdict == "invalid"
+
+
 def test_a_lease_lost_while_the_workers_route_was_partitioned_is_not_blamed_on_it():
     r = _without_stop(baseline())
     r.history += [
@@ -38,7 +48,7 @@ def test_a_stall_of_the_whole_route_excuses_it_but_a_single_connection_stall_doe
         {"t": E0 + 5, "type": "net_stall_conn", "slot": 1, "node": "w1-1", "seconds": 15},
         {"t": E0 + 25, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall_conn"},
     ]
-    assert_only(r.check(), "I1", contains="not renewed")
+    _only_i1_blamed(r.check())
 
 
 def test_an_isolation_of_another_slot_does_not_excuse_the_worker():
@@ -47,7 +57,7 @@ def test_an_isolation_of_another_slot_does_not_excuse_the_worker():
         {"t": E0 + 5, "type": "net_partition", "slot": 2, "node": "w2-1", "seconds": 15},
         {"t": E0 + 25, "type": "net_heal", "slot": 2, "node": "w2-1", "fault": "partition"},
     ]
-    assert_only(r.check(), "I1", contains="not renewed")
+    _only_i1_blamed(r.check())
 
 
 def test_a_failover_counts_as_a_database_outage_until_the_new_standby_streams():
