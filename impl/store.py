@@ -28,7 +28,8 @@ from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
-from impl.pgrows import job_from_row, step_from_row  # channel_name: re-exported
+from impl.pgrows import channel_name as channel_name  # re-exported: impl.store.channel_name is public
+from impl.pgrows import job_from_row, step_from_row
 from impl.queries import SchemaSQL
 from impl.tx import Tx as _Tx
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
