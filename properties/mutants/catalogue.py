@@ -225,8 +225,9 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
             Edit(
                 WORKER_STORE_PY,
-                "                used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0),\n"
-                "                                           counts.get(previous, 0))\n",
+                "                used = admission.rate_used(\n"
+                "                    epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0)\n"
+                "                )\n",
                 "                elapsed = epoch_us(now) - start * admission.US_PER_S\n"
                 "                weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
                 "                # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
@@ -241,8 +242,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 WORKER_STORE_PY,
-                '"n": admission.debit(len(rows), opts.rate.estimate)})\n',
-                '"n": len(rows)})  # MUTANT: the estimate is ignored\n',
+                '"n": admission.debit(len(rows), opts.rate.estimate),\n',
+                '"n": len(rows),  # MUTANT: the estimate is ignored\n',
             ),
         ),
     ),
