@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from impl.provision import redact
-from soak.report import _fault_counts
+from soak.report import _fault_counts, point_latest
 
 EXIT_UNKNOWN = 2
 
@@ -51,11 +50,5 @@ def write(run_dir: Path, history: list[dict[str, Any]], meta: dict[str, Any], re
         + "</ul><p><a href='history.jsonl'>history.jsonl</a> (fault log)</p></body></html>"
     )
     (run_dir / "report.html").write_text(redact(page))
-    latest = run_dir.parent / "latest"
-    try:
-        if latest.is_symlink() or latest.exists():
-            latest.unlink()
-        os.symlink(run_dir.name, latest)
-    except OSError:
-        pass
+    point_latest(run_dir)
     return results

@@ -308,6 +308,12 @@ font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:
 <h2>Artifacts</h2><ul><li><a href="results.json">results.json</a></li><li><a href="summary.md">summary.md</a></li>
 <li><a href="history.jsonl">history.jsonl</a> (fault log and driver actions)</li>{logs}</ul></body></html>"""
     (run_dir / "report.html").write_text(redact(page))
+    point_latest(run_dir)
+    return results
+
+
+def point_latest(run_dir: Path) -> None:
+    """`<reports>/latest` → this run (a relative link; a filesystem without links keeps the old one)."""
     latest = run_dir.parent / "latest"
     try:
         if latest.is_symlink() or latest.exists():
@@ -315,4 +321,3 @@ font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:
         os.symlink(run_dir.name, latest)
     except OSError:
         pass
-    return results
