@@ -211,22 +211,34 @@ class Scenarios:
             return 1
 
     def _finish_children_silently(self, c: psycopg.Connection, parent: int) -> None:
-        """Finish the parent's external children the way a buggy SDK would: no `$children` delivery."""
+        """Finish the parent's external children the way a buggy SDK would: a legal claim and a legal fenced
+        ack (so the committed history sees only §4 transitions), but no `$children` delivery after it."""
 
         now = utc_now()
-        rows = c.execute(
-            "UPDATE belay_jobs SET state = 'succeeded', attempt = attempt + 1, started_at = %(now)s, "
-            "finished_at = %(now)s, result = %(result)s, ready_at = %(now)s "
-            "WHERE parent_id = %(parent)s AND queue = %(queue)s AND state = 'ready' RETURNING id",
-            {
-                "now": now,
-                "result": encode({"echo": "external", "attempt": 1}),
-                "parent": parent,
-                "queue": EXTERNAL_QUEUE,
-            },
+        claimed = c.execute(
+            "UPDATE belay_jobs SET state = 'running', attempt = attempt + 1, lease_until = %(until)s, "
+            "leased_by = 'soak-harness', started_at = COALESCE(started_at, %(now)s) "
+            "WHERE parent_id = %(parent)s AND queue = %(queue)s AND state = 'ready' "
+            "AND (ready_at IS NULL OR ready_at <= %(now)s) RETURNING id, attempt",
+            {"now": now, "until": now + timedelta(seconds=30), "parent": parent, "queue": EXTERNAL_QUEUE},
         ).fetchall()
-        if rows:
-            self.d.history.record("lost_wakeup", parent=parent, children=[r[0] for r in rows])
+        done = []
+        for job_id, attempt in claimed:
+            row = c.execute(
+                "UPDATE belay_jobs SET state = 'succeeded', finished_at = %(now)s, result = %(result)s, "
+                "lease_until = NULL, leased_by = NULL "
+                "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s RETURNING id",
+                {
+                    "now": now,
+                    "id": job_id,
+                    "attempt": attempt,
+                    "result": encode({"echo": "external", "attempt": attempt}),
+                },
+            ).fetchone()
+            if row:
+                done.append(row[0])
+        if done:
+            self.d.history.record("lost_wakeup", parent=parent, children=done)
 
     def _cancel_at_park(self, job_id: int, state: str, age: float) -> None:
 
