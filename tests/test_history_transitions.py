@@ -12,6 +12,7 @@ from model.ops import Cancel, DeliverSignal, Enqueue, EnqueueWorkflow, JobSpec, 
 from model.queues import QueueOpts
 from model.rows import Event, Job, RateWindow, Signal, Step
 from model.store import ModelStore
+from tests.jobrows import EMPTY
 
 T = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 CTX = tr.TxContext(commit_time=T)
@@ -19,6 +20,7 @@ CTX = tr.TxContext(commit_time=T)
 
 def row(**kw) -> Job:
     base = dict(
+        **EMPTY,
         id=1,
         queue="q",
         worker="k",
@@ -32,26 +34,6 @@ def row(**kw) -> Job:
         inserted_at=T - timedelta(minutes=1),
         started_at=None,
         finished_at=None,
-        lease_until=None,
-        leased_by=None,
-        errors=[],
-        result=None,
-        cancel_requested=False,
-        unique_key=None,
-        unique_mode=None,
-        cron_name=None,
-        cron_slot=None,
-        workflow_id=None,
-        wf_name=None,
-        wf_deps=None,
-        wf_ignore=None,
-        parent_id=None,
-        await_scope=None,
-        await_name=None,
-        budget_usd_micros=None,
-        budget_tokens=None,
-        spent_usd_micros=0,
-        spent_tokens=0,
     )
     base.update(kw)
     return Job(**base)

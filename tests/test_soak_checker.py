@@ -22,6 +22,7 @@ from model.envelope import encode
 from model.rows import Event, Job, Signal, Step
 from model.state import from_rows
 from soak.checker import LedgerEntry, Observation, SoakLedger, UniqueAttempt, check
+from tests.jobrows import EMPTY
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 E0 = T0.timestamp()
@@ -33,6 +34,7 @@ def at(seconds: float) -> datetime:
 
 def job(id: int, worker: str = "echo", *, result: Any = None, **kw: Any) -> Job:
     base = dict(
+        **EMPTY,
         id=id,
         queue="soak",
         worker=worker,
@@ -46,26 +48,6 @@ def job(id: int, worker: str = "echo", *, result: Any = None, **kw: Any) -> Job:
         inserted_at=at(0),
         started_at=at(1),
         finished_at=at(2),
-        lease_until=None,
-        leased_by=None,
-        errors=[],
-        result=None,
-        cancel_requested=False,
-        unique_key=None,
-        unique_mode=None,
-        cron_name=None,
-        cron_slot=None,
-        workflow_id=None,
-        wf_name=None,
-        wf_deps=None,
-        wf_ignore=None,
-        parent_id=None,
-        await_scope=None,
-        await_name=None,
-        budget_usd_micros=None,
-        budget_tokens=None,
-        spent_usd_micros=0,
-        spent_tokens=0,
     )
     base.update(kw)
     if result is None and base["state"] == "succeeded":
