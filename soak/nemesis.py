@@ -289,6 +289,25 @@ class Workers:
                 slot.proc.wait()
 
 
+def start_fault_loops(owner: Any, prefix: str) -> None:
+    """One thread per fault kind of `owner` with a period in `owner.every`: each calls `owner._<kind>()` every
+    0.75–1.25 × the period until `owner.halt` is set; a failed fault is recorded, never fatal. Serves this
+    module's Nemesis and soak/netfaults.py's NetFaults."""
+    for name, every in owner.every.items():
+        if every:
+            t = threading.Thread(target=_fault_loop, args=(owner, name, every), name=f"{prefix}-{name}", daemon=True)
+            t.start()
+            owner.threads.append(t)
+
+
+def _fault_loop(owner: Any, name: str, every: float) -> None:
+    while not owner.halt.wait(every * owner.rng.uniform(0.75, 1.25)):
+        try:
+            getattr(owner, f"_{name}")()
+        except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
+            owner.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+
+
 class Nemesis:
     """Faults on schedules (seconds; None = off), with ±25% jitter from the run's seeded RNG."""
 
@@ -325,18 +344,7 @@ class Nemesis:
         self.last = ""
 
     def start(self) -> None:
-        for name, every in self.every.items():
-            if every:
-                t = threading.Thread(target=self._loop, args=(name, every), name=f"nemesis-{name}", daemon=True)
-                t.start()
-                self.threads.append(t)
-
-    def _loop(self, name: str, every: float) -> None:
-        while not self.halt.wait(every * self.rng.uniform(0.75, 1.25)):
-            try:
-                getattr(self, f"_{name}")()
-            except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
-                self.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+        start_fault_loops(self, "nemesis")
 
     def _kill(self) -> None:
         slots = self.workers.running_slots()

@@ -27,6 +27,7 @@ from typing import Any
 
 from soak.failover import MODES, Replication, primary_settings
 from soak.history import History
+from soak.nemesis import start_fault_loops
 from soak.proxy import Proxy
 
 
@@ -128,18 +129,7 @@ class NetFaults:
 
     def start(self, workers: Any, nemesis: Any) -> None:
         self.workers, self.nemesis = workers, nemesis
-        for name, every in self.every.items():
-            if every:
-                t = threading.Thread(target=self._loop, args=(name, every), name=f"netfault-{name}", daemon=True)
-                t.start()
-                self.threads.append(t)
-
-    def _loop(self, name: str, every: float) -> None:
-        while not self.halt.wait(every * self.rng.uniform(0.75, 1.25)):
-            try:
-                getattr(self, f"_{name}")()
-            except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
-                self.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+        start_fault_loops(self, "netfault")
 
     def _pick(self, isolating: bool) -> Any | None:
         with self.lock:
