@@ -346,6 +346,8 @@ class Worker:
                 if outcome is not None:
                     acks.append(w.Ack(now, ctx.id, ctx.attempt, outcome))
             if acks:
+                for ctx in contexts:
+                    ctx.releasing.set()
                 done = self.call(lambda: self.store.apply(w.AckMany(now, tuple(acks))), "ack chunk")
                 duration = int((time.monotonic() - started) * 1000)
                 for ack, result in zip(acks, done.results, strict=True):
@@ -375,6 +377,7 @@ class Worker:
                 producer.done(ctx)
 
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
+        ctx.releasing.set()
         op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
         result = self.call(lambda: self.store.apply(op), "ack")
         if isinstance(result, w.Stale):
@@ -389,24 +392,33 @@ class Worker:
     def _renew_loop(self) -> None:
         period = self.config.lease_ttl / 3
         while not self.stopped.wait(period):
-            contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
-            if not contexts:
-                continue
-            now = self.clock()
-            op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(functools.partial(self.store.apply, op), "renew")
+                self.renew_once()
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
-                continue
-            registered = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
-            for job_id in result.lost:
-                ctx = contexts[job_id]
-                if registered.get(job_id) is not ctx:
-                    continue  # it finished (and acked) between the listing and the renewal
-                ctx.lost.set()  # the execution stops at its next step boundary; its ack will be stale
-                log.warning("belay job=%s attempt=%s: lease lost", job_id, ctx.attempt)
-                self.emit("lease.lost", {"job_id": job_id, "attempt": ctx.attempt, "node": self.config.node})
+
+    def renew_once(self) -> tuple[int, ...]:
+        """§6: extend every lease this node holds in one statement; flag the executions whose lease is
+        gone (they stop at their next step boundary). Returns the ids reported as lost."""
+        contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+        if not contexts:
+            return ()
+        now = self.clock()
+        op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
+        result = self.call(functools.partial(self.store.apply, op), "renew")
+        registered = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+        lost = []
+        for job_id in result.lost:
+            ctx = contexts[job_id]
+            if registered.get(job_id) is not ctx:
+                continue  # it finished (and acked) between the listing and the renewal
+            if ctx.releasing.is_set():
+                continue  # its own ack or park gave the lease up; that call's fence reports a stale attempt
+            ctx.lost.set()  # the execution stops at its next step boundary; its ack will be stale
+            lost.append(job_id)
+            log.warning("belay job=%s attempt=%s: lease lost", job_id, ctx.attempt)
+            self.emit("lease.lost", {"job_id": job_id, "attempt": ctx.attempt, "node": self.config.node})
+        return tuple(lost)
 
     def sweep_once(self, since: datetime) -> datetime:
         """One sweeper pass: reclaim, reconcile, crons, retention. Returns the new cron watermark."""

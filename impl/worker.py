@@ -128,6 +128,9 @@ class JobContext:
     store: Any
     clock: Callable[[], datetime]
     lost: threading.Event = field(default_factory=threading.Event)
+    # Set while a call that gives the lease up (ack, park) is in flight or done: a renewal that no
+    # longer finds the lease then is this attempt's own release, not a lease lost (the fence decides).
+    releasing: threading.Event = field(default_factory=threading.Event)
     steps_run: list[str] = field(default_factory=list)
 
     @property
@@ -186,6 +189,7 @@ class JobContext:
         if isinstance(hit, w.StepHit) and datetime.fromisoformat(decode(hit.value)) <= now:
             return
         until = now + (duration if isinstance(duration, timedelta) else timedelta(seconds=duration))
+        self.releasing.set()
         self._park_result(self.store.apply(w.Sleep(now, self.id, self.attempt, name, until)))
 
     def await_signal(self, name: str, *, scope: str | None = None, timeout: timedelta | float | None = None) -> Any:
@@ -205,6 +209,7 @@ class JobContext:
             if timeout is None
             else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
         )
+        self.releasing.set()
         result = self.store.apply(w.ParkAwait(now, self.id, self.attempt, scope, name, deadline))
         self._park_result(result)
 
@@ -225,8 +230,10 @@ class JobContext:
             if timeout is None
             else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
         )
+        self.releasing.set()
         result = self.store.apply(w.AwaitChildren(now, self.id, self.attempt, deadline))
         if isinstance(result, w.ChildrenDone):
+            self.releasing.clear()  # no park: the attempt runs on under its lease
             return tuple(self.store.apply(ops.ReadJob(i)) for i in result.child_ids)
         self._park_result(result)
         raise AssertionError("unreachable")

@@ -345,6 +345,33 @@ def test_a_zombie_attempt_ending_on_the_same_node_leaves_the_live_attempt_leased
     assert len(executions(pg, job_id, "body")) == 2, "no third execution while attempt 2 runs"
 
 
+def test_a_renewal_that_misses_a_lease_this_attempt_gave_up_itself_reports_no_lease_loss(db, pg, client, workers):
+    """The renewer races the node's own acks and parks: a lease the attempt released itself (its ack or
+    park call in flight or committed) is not a lost lease — no `lease lost` warning, no lease.lost
+    event, no stop signal. A lease another node took is still reported."""
+    events: list[tuple[str, dict]] = []
+    # A long lease: the renew loop does not run on its own during the test; renew_once is called.
+    worker = workers(lease_ttl=3600, telemetry=(lambda e, m: events.append((e, m)),))
+    own = client.enqueue(Q, "gated", {"gate": "own"}).id
+    taken = client.enqueue(Q, "gated", {"gate": "taken"}).id
+    wait_for(lambda: executions(pg, own, "body") and executions(pg, taken, "body"), 10, "both attempts to start")
+    running = worker.producers[Q].running
+    own_ctx, taken_ctx = running[own], running[taken]
+
+    own_ctx.releasing.set()  # as Worker.ack does before its call: the ack commits, the context is not yet done
+    with PgStore(db) as store:
+        assert store.apply(w.Ack(utc_now(), own, 1, w.Succeed(None))).state == "succeeded"
+        lease_until = job_row(pg, taken)["lease_until"]
+        assert store.apply(w.Reclaim(lease_until + timedelta(seconds=1))).retried == (taken,)
+
+    assert worker.renew_once() == (taken,)
+    assert not own_ctx.lost.is_set(), "its own ack is not a lost lease"
+    assert taken_ctx.lost.is_set(), "a reclaimed lease is lost: the execution stops at its next boundary"
+    assert [m["job_id"] for e, m in events if e == "lease.lost"] == [taken]
+    open_gate(pg, "own:1")
+    open_gate(pg, "taken:1")
+
+
 # --- 3. kill -9 ------------------------------------------------------------------------------------
 
 

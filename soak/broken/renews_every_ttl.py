@@ -6,10 +6,7 @@ Expected verdict: invalid, P2 (a lease lost while its node was alive, running an
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from impl.runtime import Worker
-from model import worker_ops as w
 from soak.reference_worker import main
 
 
@@ -17,17 +14,10 @@ class LateRenewalWorker(Worker):
     def _renew_loop(self) -> None:
         period = self.config.lease_ttl  # BUG: the reference renews every ttl / 3
         while not self.stopped.wait(period):
-            contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
-            if not contexts:
-                continue
-            now = self.clock()
-            op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
             try:
-                result = self.call(lambda op=op: self.store.apply(op), "renew")
+                self.renew_once()
             except Exception:  # noqa: BLE001
                 continue
-            for job_id in result.lost:
-                contexts[job_id].lost.set()
 
 
 if __name__ == "__main__":
