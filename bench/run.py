@@ -272,7 +272,14 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     logger = logging.getLogger("belay.bench")
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    logger.addHandler(logging.FileHandler(log_path))
+    # The handler and format `belay worker` logs through (impl/cli.py), writing to a file; --unbatched-log
+    # uses the stdlib's line-at-a-time FileHandler instead, to show what batching saves.
+    log_file = open(log_path, "a")  # noqa: SIM115 - closed with the handler below
+    handler: logging.Handler = (
+        logging.StreamHandler(log_file) if args.unbatched_log else telemetry.BatchingStreamHandler(log_file)
+    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logger.addHandler(handler)
     metrics = telemetry.PrometheusMetrics()
     modes = {"off": (), "on": (telemetry.DefaultLogger(logging.INFO, logger), metrics)}
     rates: dict[str, list[float]] = {m: [] for m in modes}
@@ -286,6 +293,8 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
             print(f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job")
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    handler.close()
+    log_file.close()
     with open(log_path) as f:
         lines = sum(1 for _ in f)
     # The handlers alone, on this thread: what the runtime pays per job (job.start, claim, job.stop).
@@ -343,6 +352,9 @@ def main() -> None:
     tel = sub.add_parser("telemetry")
     tel.add_argument("--jobs", type=int, default=5000)
     tel.add_argument("--rounds", type=int, default=3)
+    tel.add_argument(
+        "--unbatched-log", action="store_true", help="log through logging.StreamHandler (a write+flush per line)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     db = provision()

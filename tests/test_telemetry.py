@@ -6,6 +6,7 @@ spans, and a paused belay_queues row stopping a node's claims without resetting 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -254,3 +255,48 @@ def test_belay_worker_serves_metrics_and_logs_a_line_per_job(db_url, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# --- the batching log handler `belay worker` logs through ---------------------------------------------------
+
+
+def _batching_logger(stream: io.StringIO, **kw: Any) -> tuple[logging.Logger, telemetry.BatchingStreamHandler]:
+    logger = logging.getLogger(f"belay.test.batching.{id(stream)}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = telemetry.BatchingStreamHandler(stream, **kw)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    return logger, handler
+
+
+def test_batched_info_lines_wait_for_the_interval_and_a_warning_writes_them_at_once_in_order():
+    stream = io.StringIO()
+    logger, handler = _batching_logger(stream, interval=3600)
+    try:
+        logger.info("job 1 done")
+        logger.info("job 2 done")
+        assert stream.getvalue() == "", "INFO lines wait for the batch"
+        logger.warning("lease lost")
+        assert stream.getvalue() == "INFO job 1 done\nINFO job 2 done\nWARNING lease lost\n"
+    finally:
+        handler.close()
+
+
+def test_batched_lines_are_written_when_the_interval_passes_when_capacity_is_reached_and_on_close():
+    stream = io.StringIO()
+    logger, handler = _batching_logger(stream, interval=0.05)
+    logger.info("one")
+    wait_for(lambda: stream.getvalue() == "INFO one\n", 10, "the flusher to write the pending line")
+    handler.close()
+
+    stream = io.StringIO()
+    logger, handler = _batching_logger(stream, interval=3600, capacity=3)
+    logger.info("a")
+    logger.info("b")
+    assert stream.getvalue() == ""
+    logger.info("c")
+    assert stream.getvalue() == "INFO a\nINFO b\nINFO c\n", "a full batch is written at once"
+    logger.info("d")
+    handler.close()
+    assert stream.getvalue().endswith("INFO d\n"), "close() writes what is waiting"
