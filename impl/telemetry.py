@@ -121,7 +121,7 @@ def attach_default_logger(level: int | str = logging.INFO, *, handler_id: str = 
     attach(handler_id, DefaultLogger(level))
 
 
-class BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class BatchingStreamHandler(logging.StreamHandler):
     """A logging handler that writes lines in batches — the handler `belay worker` logs through.
 
     The stdlib `StreamHandler` writes and flushes every record: one line per job is then one or two
