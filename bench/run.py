@@ -293,8 +293,7 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
             print(f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job")
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
-    handler.close()
-    log_file.close()
+    handler.flush()
     with open(log_path) as f:
         lines = sum(1 for _ in f)
     # The handlers alone, on this thread: what the runtime pays per job (job.start, claim, job.stop).
@@ -307,6 +306,8 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
             h("claim", {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5})
             h("job.stop", {**meta, "state": "succeeded", "duration_ms": 1})
     per_job_us = (time.process_time() - started) / 20000 * 1e6
+    handler.close()
+    log_file.close()
     print(
         f"median telemetry off: {off:8.0f} jobs/s; on (default logger + Prometheus): {on:8.0f} jobs/s "
         f"({on / off:.1%} of off; target >= 95%); {lines} log lines written"
