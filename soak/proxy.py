@@ -243,6 +243,10 @@ class Proxy:
             if lst.partitioned:  # partitioned while we connected
                 return
             await asyncio.gather(self._pump(conn, reader, s_writer), self._pump(conn, s_reader, writer))
+        except asyncio.CancelledError:
+            # The proxy is shutting down. Ending the connection's task normally keeps asyncio's
+            # start_server callback from logging each cancelled connection as an error.
+            return
         finally:
             lst.conns.discard(conn)
             conn.abort()
