@@ -1,6 +1,6 @@
 """Reap orphaned worker processes that were re-parented to the harness (issue 13: bounded long runs).
 
-The harness is a child subreaper (impl/provision.py makes it one, so PostgreSQL's processes come back
+The harness is a child subreaper (impl/provision/processes.py makes it one, so PostgreSQL's processes come back
 to it after a kill -9). A worker runs as `/bin/sh -c CMD`; when the nemesis kills the whole process
 group, the shell can die before its child, which is then re-parented to the harness and, never
 waited for, stays a zombie. Over an hour of kill -9 every few seconds that is hundreds of zombies —

@@ -413,7 +413,7 @@ def _python_nobody_can_run(runuser: str, site_packages: Path) -> str | None:
                 cand,
                 "-a",
                 "-r",
-                str(REPO / "impl" / "provision.py"),
+                str(REPO / "impl" / "provision" / "__init__.py"),
                 "-a",
                 "-r",
                 str(site_packages / "psycopg"),
