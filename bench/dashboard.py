@@ -9,13 +9,18 @@ last week, 1 in 50 a workflow member, 1 in 100 a child. Then VACUUM ANALYZE, and
 side in one run, first without and then with the dashboard index variants (impl/sql/dashboard_indexes.sql)
 — the median and p95 of: the tile queries (all four, as the page runs them), the first job-list page
 unfiltered and under each filter, a deep keyset page, and the same pages through HTTP (uvicorn, in
-process). `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile count query and two pages.
+process). An error-text search examines at most ERROR_WINDOW jobs with errors per page; its worst
+cases are measured too: text that matches nothing, text that only the oldest jobs carry (the fill
+marks the 20 oldest jobs with errors), combined with other filters, below a deep cursor, the window
+sizes side by side, and the whole walk of "continue" links down to the old match over HTTP.
+`--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile queries and three pages (one error-text).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import time
 import uuid
@@ -26,7 +31,7 @@ import psycopg
 from psycopg import sql
 
 from impl.dashboard import create_app
-from impl.dashboard.queries import DashboardQueries, JobFilter
+from impl.dashboard.queries import ERROR_WINDOW, DashboardQueries, JobFilter, JobsPage
 from impl.http.server import running
 from impl.migrate import migrate
 from impl.provision import TemplateDatabases, provision, redact
@@ -86,6 +91,10 @@ CASES = [
     ("page: parent=5001", JobFilter(parent=5001), None),
     ("page: error text 'upstream_42'", JobFilter(error="upstream_42"), None),
     ("page: error text absent", JobFilter(error="no such text"), None),
+    ("page: error text only in oldest jobs", JobFilter(error="ancient_marker"), None),
+    ("page: error absent & queue=queue_3", JobFilter(queue="queue_3", error="no such text"), None),
+    ("page: error absent & state=held", JobFilter(state="held", error="no such text"), None),
+    ("page: error absent, before id 300000", JobFilter(error="no such text"), 300_000),
     ("page: keyset deep (before id 300000)", JobFilter(), 300_000),
 ]
 
@@ -107,8 +116,14 @@ def measure(url: str, repeat: int, label: str) -> None:
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
         for name, filters, before in CASES:
             med, p95 = timed(lambda filters=filters, before=before: q.jobs_page(conn, filters, before), repeat)
-            rows, _ = q.jobs_page(conn, filters, before)
-            print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(rows)} rows)")
+            page = q.jobs_page(conn, filters, before)
+            print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(page.rows)} rows{window(page)})")
+        for size in (1_000, 2_500, ERROR_WINDOW, 10_000, 40_000):
+            filters = JobFilter(error="no such text")
+            med, p95 = timed(lambda size=size, filters=filters: q.jobs_page(conn, filters, window=size), repeat)
+            page = q.jobs_page(conn, filters, window=size)
+            name = f"  error absent, window {size:,}" + (" (default)" if size == ERROR_WINDOW else "")
+            print(f"{name:<42} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(page.rows)} rows{window(page)})")
     app = create_app(url, clock=lambda: NOW)
     with running(app) as base, httpx.Client(base_url=base, timeout=60) as http:
         for name, path in (
@@ -118,6 +133,24 @@ def measure(url: str, repeat: int, label: str) -> None:
         ):
             med, p95 = timed(lambda path=path: http.get(path).raise_for_status(), repeat)
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms")
+        # The whole walk to a match among the oldest jobs: each request one bounded window.
+        samples, url, found = [], "/jobs?error=ancient_marker", 0
+        while url:
+            t = time.perf_counter()
+            html = http.get(url).raise_for_status().text
+            samples.append((time.perf_counter() - t) * 1000)
+            found += len(re.findall(r'<tr class="job-row"', html))
+            nxt = re.search(r'<a href="([^"]+)" id="(?:next-page|continue-search)">', html)
+            url = nxt.group(1).replace("&amp;", "&") if nxt else None
+        print(
+            f"  {'HTTP walk to the oldest matches':<40} {len(samples)} pages, {found} matches; per page median "
+            f"{statistics.median(samples):.2f} ms, max {max(samples):.2f} ms; total {sum(samples):.0f} ms"
+        )
+
+
+def window(page: JobsPage) -> str:
+    s = page.searched
+    return "" if s is None else f"; examined {s.examined:,} with errors, down to id {s.lowest}, more: {s.more}"
 
 
 def explain(url: str) -> None:
@@ -129,6 +162,8 @@ def explain(url: str) -> None:
             ("oldest ready", q.q("dash_oldest_ready"), {"now": NOW}),
             ("first page, no filter", *q.jobs_page_query(JobFilter(), None)),
             ("first page, state=held", *q.jobs_page_query(JobFilter(state="held"), None)),
+            ("first page, error text absent", *q.jobs_page_query(JobFilter(error="no such text"), None)),
+            ("first page, error text only in oldest jobs", *q.jobs_page_query(JobFilter(error="ancient_marker"), None)),
         ):
             params = {**params, "limit": 51}
             plan = conn.execute(sql.SQL("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + query, params).fetchall()
@@ -158,6 +193,11 @@ def main() -> None:
                     "('queue_1', '{\"global_limit\": 5}', %(now)s), "
                     '(\'queue_2\', \'{"rate": {"allowed": 10, "period": 1}}\', %(now)s)',
                     {"now": NOW},
+                )
+                conn.execute(
+                    "UPDATE belay_jobs SET errors = errors || jsonb_build_array(jsonb_build_object('attempt', 2, "
+                    "'at', '2026-11-30T00:00:01+00:00', 'error', 'ancient_marker', 'detail', 'only the oldest')) "
+                    "WHERE id IN (SELECT id FROM belay_jobs WHERE errors <> '[]' ORDER BY id LIMIT 20)"
                 )
                 conn.execute("VACUUM ANALYZE belay_jobs")
                 size = conn.execute("SELECT pg_size_pretty(pg_total_relation_size('belay_jobs'))").fetchone()[0]

@@ -7,6 +7,7 @@ in test_dashboard_browser.py.
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -18,7 +19,15 @@ from click.testing import CliRunner
 from impl.cli import main
 from impl.dashboard import create_app
 from impl.dashboard.auth import Auth, BindRefused, check_bind
-from impl.dashboard.queries import INDEXES, DashboardQueries, JobFilter, dashboard_blocks, like_pattern
+from impl.dashboard.queries import (
+    FILTERS,
+    INDEXES,
+    DashboardQueries,
+    JobFilter,
+    dashboard_blocks,
+    index_blocks,
+    like_pattern,
+)
 from impl.http.server import running
 from impl.store import PgStore
 from model import ops
@@ -62,6 +71,147 @@ def test_the_job_list_pages_by_keyset_and_shows_every_job_exactly_once(db_url, w
 
 def test_no_dashboard_query_uses_offset():
     assert not [name for name, body in dashboard_blocks().items() if re.search(r"\bOFFSET\b", body, re.I)]
+
+
+def test_no_job_list_query_under_any_filters_uses_offset():
+    """Every composed page query (each combination of filters, first and later pages, with and without
+    error text) and every index block: the keyset is the only way the job list moves."""
+    q = DashboardQueries()
+    values = {"queue": "q", "state": "ready", "kind": "k", "workflow": "wf", "parent": 1, "error": "x"}
+    texts = [body for body in index_blocks().values()]
+    for n in range(len(FILTERS) + 1):
+        for names in itertools.combinations(FILTERS, n):
+            for before in (None, 5):
+                query, params = q.jobs_page_query(JobFilter(**{k: values[k] for k in names}), before)
+                texts.append(query.as_string(None))
+                assert ("window" in params) == ("error" in names)
+    assert len(texts) == len(index_blocks()) + 2 ** (len(FILTERS) + 1)
+    assert not [t for t in texts if re.search(r"\bOFFSET\b", t, re.I)]
+
+
+def next_link(html: str) -> str | None:
+    """The page's link onward: "older »" after a full page, or the error search's continue link."""
+    found = re.search(r'<a href="([^"]+)" id="(?:next-page|continue-search)">', html)
+    return found.group(1).replace("&amp;", "&") if found else None
+
+
+def searched(html: str) -> str | None:
+    """The text of the page's search-window note, whitespace collapsed."""
+    found = re.search(r'<p class="search-window"[^>]*>(.*?)</p>', html, re.S)
+    return " ".join(found.group(1).split()) if found else None
+
+
+@pytest.fixture
+def errored(db_url) -> list[int]:
+    """400 jobs, newest first by id; every 7th has no errors; queues a and b. Returns the ids of the
+    343 jobs with errors, newest first. All their errors say "haystack"; needles are set per test."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, finished_at, errors) "
+            "SELECT CASE WHEN g %% 3 = 0 THEN 'b' ELSE 'a' END, 'w', "
+            "       CASE WHEN g %% 7 = 0 THEN 'succeeded' ELSE 'failed' END, %(t)s, %(t)s, %(t)s, "
+            "       CASE WHEN g %% 7 = 0 THEN '[]'::jsonb ELSE jsonb_build_array(jsonb_build_object("
+            "           'attempt', 1, 'at', '2026-11-30T12:00:00+00:00', 'error', 'haystack', 'detail', 'row ' || g)) END "
+            "FROM generate_series(1, 400) g ORDER BY g",
+            {"t": SEEDED},
+        )
+        return [r[0] for r in c.execute("SELECT id FROM belay_jobs WHERE errors <> '[]' ORDER BY id DESC")]
+
+
+def plant_needles(db_url, ids) -> None:
+    """A second error entry whose detail holds the needle (mixed case: the search ignores case)."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(
+            "UPDATE belay_jobs SET errors = errors || jsonb_build_array(jsonb_build_object("
+            "'attempt', 2, 'at', '2026-11-30T12:00:01+00:00', 'error', 'timeout', 'detail', 'a NeEdLe in it')) "
+            "WHERE id = ANY(%s)",
+            (list(ids),),
+        )
+
+
+def follow(http: httpx.Client, url: str | None) -> list[tuple[list[int], str | None, str | None]]:
+    """Every page from `url` on: (its job ids, its search-window note, its link onward)."""
+    pages = []
+    while url:
+        html = http.get(url).text
+        url = next_link(html)
+        pages.append((ids_on(html), searched(html), url))
+        assert len(pages) < 50, "the links onward never end"
+    return pages
+
+
+def test_an_error_text_match_older_than_the_window_is_found_by_following_the_continue_links(db_url, errored):
+    E = errored
+    assert len(E) == 343 and E[150] == E[149] - 1  # the window's edge falls between two jobs with errors
+    # A full page inside the first window, a match at the second window's lowest id and one just below
+    # it (an off-by-one continuation drops or repeats one of them), and the oldest job with errors.
+    plant_needles(db_url, [*E[:70], E[149], E[150], E[-1]])
+    with psycopg.connect(db_url) as c:
+        expected = [
+            r[0] for r in c.execute("SELECT id FROM belay_jobs WHERE errors::text ILIKE '%needle%' ORDER BY id DESC")
+        ]
+        expected_a = [
+            r[0]
+            for r in c.execute(
+                "SELECT id FROM belay_jobs WHERE queue = 'a' AND errors::text ILIKE '%needle%' ORDER BY id DESC"
+            )
+        ]
+    with served(db_url, error_window=100) as base, httpx.Client(base_url=base) as http:
+        pages = follow(http, "/jobs?error=needle")
+        combined = follow(http, "/jobs?error=needle&queue=a")
+    assert [ids for ids, _, _ in pages] == [E[:50], [*E[50:70], E[149]], [E[150]], [E[-1]]]
+    assert [job for ids, _, _ in pages for job in ids] == expected
+    assert pages[0][1] is None  # a full page: plain "older »", no note
+    assert pages[0][2] == f"/jobs?error=needle&before={E[49]}"
+    assert pages[1][1] == (
+        f"No more matches among the 100 jobs with errors below id {E[49]}: searched down to id {E[149]}. "
+        "Older jobs with errors are not searched yet."
+    )
+    assert pages[1][2] == f"/jobs?error=needle&before={E[149]}"
+    assert pages[2][2] == f"/jobs?error=needle&before={E[249]}"
+    assert pages[3][1] == (
+        f"Searched all 93 jobs with errors below id {E[249]}, down to id {E[-1]}: no more matches; "
+        "the search is complete."
+    )
+    # With another filter too, each page still examines the next 100 jobs with errors (not the next
+    # 100 jobs of queue a with errors, a walk whose length the data decides) and filters within them.
+    windows = [E[:100], E[100:200], E[200:300], E[300:]]
+    assert [ids for ids, _, _ in combined] == [[job for job in w if job in expected_a] for w in windows]
+    assert [job for ids, _, _ in combined for job in ids] == expected_a
+    assert [link for _, _, link in combined] == [f"/jobs?queue=a&error=needle&before={w[-1]}" for w in windows[:3]] + [
+        None
+    ]
+
+
+def test_an_error_search_that_finds_nothing_reports_each_searched_range_until_the_oldest(db_url, errored):
+    E = errored
+    with served(db_url, error_window=100) as base, httpx.Client(base_url=base) as http:
+        first = http.get("/jobs", params={"error": "absent text"}).text
+        pages = follow(http, "/jobs?error=absent+text")
+    assert "No jobs match." in first and "each page searches at most 100 jobs with errors" in first
+    assert [ids for ids, _, _ in pages] == [[], [], [], []]
+    assert [note for _, note, _ in pages] == [
+        f"No more matches among the newest 100 jobs with errors: searched down to id {E[99]}. "
+        "Older jobs with errors are not searched yet.",
+        f"No more matches among the 100 jobs with errors below id {E[99]}: searched down to id {E[199]}. "
+        "Older jobs with errors are not searched yet.",
+        f"No more matches among the 100 jobs with errors below id {E[199]}: searched down to id {E[299]}. "
+        "Older jobs with errors are not searched yet.",
+        f"Searched all 43 jobs with errors below id {E[299]}, down to id {E[-1]}: no more matches; "
+        "the search is complete.",
+    ]
+    assert [link for _, _, link in pages] == [
+        f"/jobs?error=absent+text&before={E[99]}",
+        f"/jobs?error=absent+text&before={E[199]}",
+        f"/jobs?error=absent+text&before={E[299]}",
+        None,
+    ]
+    # 343 = 7 × 49: the last window is exactly full, and the search still ends there (no empty page).
+    with served(db_url, error_window=49) as base, httpx.Client(base_url=base) as http:
+        pages = follow(http, "/jobs?error=absent+text")
+    ranges = [f" searched down to id {E[k]}. Older jobs with errors are not searched yet." for k in range(48, 300, 49)]
+    assert [note.split(":")[1] for _, note, _ in pages] == [*ranges, " no more matches; the search is complete."]
+    assert pages[-1][1].startswith(f"Searched all 49 jobs with errors below id {E[293]}, down to id {E[-1]}")
 
 
 def test_a_filtered_page_keeps_its_filters_on_the_next_page(db_url):

@@ -32,7 +32,16 @@ from starlette.templating import Jinja2Templates
 
 from impl.dashboard import auth as a
 from impl.dashboard import views
-from impl.dashboard.queries import COUNT_CAP, FILTERS, INDEXES, PAGE_SIZE, TERMINAL_CAP, DashboardQueries, JobFilter
+from impl.dashboard.queries import (
+    COUNT_CAP,
+    ERROR_WINDOW,
+    FILTERS,
+    INDEXES,
+    PAGE_SIZE,
+    TERMINAL_CAP,
+    DashboardQueries,
+    JobFilter,
+)
 from impl.store import PgStore
 from model import ops
 from model.rows import STATES, TERMINAL
@@ -97,8 +106,10 @@ def create_app(
     clock: Callable[[], datetime] = utc_now,
     poll_ms: int = 1000,
     pool_size: int = 4,
+    error_window: int = ERROR_WINDOW,
 ) -> Starlette:
-    """The dashboard app. `token` None makes it read-only (actions answer 403)."""
+    """The dashboard app. `token` None makes it read-only (actions answer 403). `error_window`: how
+    many jobs with errors one page of an error-text search examines at most."""
     auth = a.Auth(token)
     queries = DashboardQueries(schema)
     reports = Path(reports_dir)
@@ -149,14 +160,16 @@ def create_app(
         except (ops.InvalidInput, ValueError) as exc:
             return render(request, "error.html", {"title": "Bad filter", "error": str(exc)}, status=400)
         with store().pool.connection() as conn:
-            rows, next_before = queries.jobs_page(conn, filters, before_id)
+            page = queries.jobs_page(conn, filters, before_id, window=error_window)
         active = filters.active()
-        next_url = f"/jobs?{urlencode({**active, 'before': next_before})}" if next_before else None
+        next_url = f"/jobs?{urlencode({**active, 'before': page.next_before})}" if page.next_before else None
         return render(
             request,
             "jobs.html",
             {
-                "rows": rows,
+                "rows": page.rows,
+                "searched": page.searched,
+                "error_window": error_window,
                 "filters": active,
                 "next_url": next_url,
                 "first_url": f"/jobs?{urlencode(active)}",

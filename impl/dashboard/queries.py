@@ -3,6 +3,9 @@
 Reads only. Tiles are bounded (a loose index scan plus capped counts, when the dashboard index
 variant exists), the job list is keyset-paginated on id, and every filter is one fixed SQL fragment
 (`dash_where_*`) joined with AND through psycopg.sql — user input only ever travels as a parameter.
+A search by error text examines a bounded window per page (ERROR_WINDOW jobs with errors below the
+cursor); a window with fewer matches than a page reports how far it searched, and the next page's
+cursor continues below it, so every match stays reachable by keyset.
 `ensure_indexes` creates the optional index variants of impl/sql/dashboard_indexes.sql.
 """
 
@@ -28,6 +31,9 @@ _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 COUNT_CAP = 10_000  # a tile shows a live state's exact count up to this, then "10,000+"
 TERMINAL_CAP = 1_000  # ... and a terminal state's up to this (history; "finished, last minute" is the live figure)
 PAGE_SIZE = 50
+# The job list's error-text search examines at most this many jobs with errors per page (the newest
+# below the page's cursor): a bounded cost per request however rare the text (bench/dashboard.py).
+ERROR_WINDOW = 5_000
 FILTERS = ("queue", "state", "kind", "workflow", "parent", "error")
 INDEXES = ("belay_jobs_dash_queue_state_idx", "belay_jobs_dash_state_idx", "belay_jobs_dash_errors_idx")
 
@@ -93,6 +99,29 @@ class JobFilter:
 def like_pattern(text: str) -> str:
     """A LIKE pattern matching `text` literally anywhere (escapes \\, % and _)."""
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+@dataclass(frozen=True)
+class SearchedWindow:
+    """How far a page of an error-text search looked, when it found fewer matches than a page."""
+
+    size: int  # the window: at most this many jobs with errors are examined per page
+    below: int | None  # the page's cursor (None: from the newest job)
+    examined: int  # jobs with errors examined (== size unless the search reached the oldest)
+    lowest: int | None  # the lowest id examined (None: no job with errors below `below`)
+    more: bool  # jobs with errors remain below `lowest`: the search continues there
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    """One page of the job list and the cursor (`before`) of the next one (None: nothing below)."""
+
+    rows: list[dict]
+    next_before: int | None
+    searched: SearchedWindow | None = None  # set when an error-text window ended the page
+
+
+_WINDOW_COLUMNS = ("examined", "lowest", "more")
 
 
 @dataclass(frozen=True)
@@ -186,34 +215,63 @@ class DashboardQueries:
 
     # --- job list -----------------------------------------------------------------------------
 
-    def jobs_page_query(self, filters: JobFilter, before: int | None) -> tuple[sql.Composed, dict[str, Any]]:
+    def jobs_page_query(
+        self, filters: JobFilter, before: int | None, *, window: int = ERROR_WINDOW
+    ) -> tuple[sql.Composed, dict[str, Any]]:
+        """The page's query and its parameters (without `limit`). With an error-text filter it is the
+        bounded dash_jobs_error_window: the cursor bounds the window, the filters pick within it."""
         params: dict[str, Any] = dict(filters.active())
-        fragments = []
+        fragments = [f"dash_where_{name}" for name in FILTERS if name in params]
+        cursor = []
         if before is not None:
             params["before"] = before
-            fragments.append("dash_where_before")
-        for name in FILTERS:
-            if name in params:
-                fragments.append(f"dash_where_{name}")
-        if "error" in params:
-            params["error"] = like_pattern(params["error"])
-        where = sql.SQL(" AND ").join(
-            sql.SQL(dashboard_blocks()[f]).format(**self.sql.names) for f in fragments or ["dash_where_true"]
-        )
-        return self.q("dash_jobs_page", where=where), params
+            cursor.append("dash_where_before")
+
+        def conj(names: list[str]) -> sql.Composable:
+            blocks = dashboard_blocks()
+            return sql.SQL(" AND ").join(
+                sql.SQL(blocks[f]).format(**self.sql.names) for f in names or ["dash_where_true"]
+            )
+
+        if "error" not in params:
+            return self.q("dash_jobs_page", where=conj(cursor + fragments)), params
+        if window < 1:
+            raise InvalidInput(f"the error-text search window must be at least 1 job, got {window}")
+        params["error"] = like_pattern(params["error"])
+        params["window"] = window
+        return self.q("dash_jobs_error_window", below=conj(cursor), where=conj(fragments)), params
 
     def jobs_page(
-        self, conn: psycopg.Connection, filters: JobFilter, before: int | None = None, limit: int = PAGE_SIZE
-    ) -> tuple[list[dict], int | None]:
-        """One page (newest first) and the cursor of the next page (None on the last page)."""
-        query, params = self.jobs_page_query(filters, before)
+        self,
+        conn: psycopg.Connection,
+        filters: JobFilter,
+        before: int | None = None,
+        limit: int = PAGE_SIZE,
+        *,
+        window: int = ERROR_WINDOW,
+    ) -> JobsPage:
+        """One page, newest first. Without error text: up to `limit` matching jobs below `before`.
+        With error text: up to `limit` matches among the newest `window` jobs with errors below
+        `before` — when the window holds fewer, the page says how far it searched, and its cursor
+        continues the search below the window."""
+        query, params = self.jobs_page_query(filters, before, window=window)
         params["limit"] = limit + 1  # one more row tells whether a next page exists
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute(query, params)
             rows = cur.fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return rows, (rows[-1]["id"] if more and rows else None)
+        if "error" not in params:
+            more = len(rows) > limit
+            rows = rows[:limit]
+            return JobsPage(rows, rows[-1]["id"] if more and rows else None)
+        head = rows[0]  # the window's figures (on every row; alone on a window without matches)
+        matches = [{k: v for k, v in r.items() if k not in _WINDOW_COLUMNS} for r in rows if r["id"] is not None]
+        if len(matches) > limit:  # a full page inside the window: the next page starts below its last row
+            matches = matches[:limit]
+            return JobsPage(matches, matches[-1]["id"])
+        searched = SearchedWindow(
+            size=window, below=before, examined=head["examined"], lowest=head["lowest"], more=head["more"]
+        )
+        return JobsPage(matches, head["lowest"] if head["more"] else None, searched)
 
     # --- job page -----------------------------------------------------------------------------
 

@@ -80,7 +80,7 @@ GROUP BY qp.queue
 
 -- dash_jobs_page --
 -- One page of the job list, newest first, keyset-paginated on id (never OFFSET); {where} is an
--- AND of dash_where_* fragments.
+-- AND of dash_where_* fragments. (With an error-text filter the page is dash_jobs_error_window.)
 SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.priority, j.inserted_at,
        j.finished_at, j.workflow_id, j.wf_name, j.parent_id, j.cancel_requested,
        jsonb_array_length(j.errors) AS n_errors, j.errors -> -1 ->> 'error' AS last_error
@@ -88,6 +88,40 @@ FROM {jobs} j
 WHERE {where}
 ORDER BY j.id DESC
 LIMIT %(limit)s
+
+-- dash_jobs_error_window --
+-- One page of the job list searched by error text, bounded: only the newest %(window)s jobs that have
+-- errors below the keyset cursor ({below}: dash_where_before or dash_where_true) are examined — a range
+-- of belay_jobs_dash_errors_idx, however rare the text — and {where} (dash_where_error AND the other
+-- filters) picks the page's matches among them. Every row carries the window's size (`examined`), its
+-- lowest id (`lowest`: where the next window starts, exclusive) and whether jobs with errors remain
+-- below it (`more`); a window with no match is one row of NULL job columns. The probe reads one row past
+-- the window only to tell "more below" from "searched to the end".
+WITH probe AS MATERIALIZED (
+    SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.priority, j.inserted_at,
+           j.finished_at, j.workflow_id, j.wf_name, j.parent_id, j.cancel_requested, j.errors,
+           row_number() OVER (ORDER BY j.id DESC) AS n  -- the scan's own order: no sort
+    FROM {jobs} j
+    WHERE j.errors <> '[]'::jsonb AND {below}
+    ORDER BY j.id DESC
+    LIMIT %(window)s + 1
+)
+SELECT b.examined, b.lowest, b.more, m.*
+FROM (
+    SELECT count(*) FILTER (WHERE n <= %(window)s) AS examined, min(id) FILTER (WHERE n <= %(window)s) AS lowest,
+           count(*) > %(window)s AS more
+    FROM probe
+) b
+LEFT JOIN LATERAL (
+    SELECT j.id, j.queue, j.worker, j.state, j.attempt, j.max_attempts, j.priority, j.inserted_at,
+           j.finished_at, j.workflow_id, j.wf_name, j.parent_id, j.cancel_requested,
+           jsonb_array_length(j.errors) AS n_errors, j.errors -> -1 ->> 'error' AS last_error
+    FROM probe j
+    WHERE j.n <= %(window)s AND {where}
+    ORDER BY j.id DESC
+    LIMIT %(limit)s
+) m ON true
+ORDER BY m.id DESC
 
 -- dash_where_true --
 -- No filter.
@@ -118,8 +152,8 @@ j.workflow_id = %(workflow)s
 j.parent_id = %(parent)s
 
 -- dash_where_error --
--- Filter: text in any error's `error` or `detail` (a LIKE pattern, wildcards escaped by the caller);
--- `errors <> '[]'` lets belay_jobs_dash_errors_idx restrict the scan to jobs that have errors.
+-- Filter: text in any error's `error` or `detail` (a LIKE pattern, wildcards escaped by the caller).
+-- Used only inside dash_jobs_error_window, which bounds how many jobs it is evaluated on.
 j.errors <> '[]'::jsonb AND EXISTS (
     SELECT 1 FROM jsonb_array_elements(j.errors) e
     WHERE e ->> 'error' ILIKE %(error)s OR e ->> 'detail' ILIKE %(error)s)
