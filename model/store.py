@@ -458,7 +458,10 @@ def _renew(t: Tables, op: w.Renew) -> w.Renewed:
         {i for i in op.job_ids if i in t.jobs and t.jobs[i].state == "running" and t.jobs[i].leased_by == op.node}
     )
     for job_id in kept:
-        t.update(job_id, lease_until=op.lease_until)
+        # A renewal only ever extends: one computed before a stall (its `now` older than the lease it
+        # lands on, e.g. a claim of the job's next attempt by the same node) must not shorten the lease.
+        current = t.jobs[job_id].lease_until
+        t.update(job_id, lease_until=op.lease_until if current is None else max(current, op.lease_until))
     return w.Renewed(tuple(kept), tuple(sorted(set(op.job_ids) - set(kept))))
 
 

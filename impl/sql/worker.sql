@@ -47,8 +47,10 @@ WHERE id = ANY(%(ids)s)
 RETURNING {job_columns}
 
 -- renew_leases --
--- §6: one statement per node; ids not returned are lost.
-UPDATE {jobs} SET lease_until = %(lease_until)s
+-- §6: one statement per node; ids not returned are lost. A renewal only ever extends the lease: one
+-- that was computed before a stall and lands late (even on the node's next attempt of the job) must
+-- not move lease_until backwards (model/store.py _renew; the history relation's lease_forward rule).
+UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(lease_until)s)
 WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s
 RETURNING id
 

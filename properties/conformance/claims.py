@@ -216,6 +216,19 @@ def _(store, now):
     expect(store.apply(w.Renew(now, NODE, (), now + 40 * S)), w.Renewed((), ()), "renewing nothing")
 
 
+@case("§6", "a renewal never moves a lease backwards (a late renewal lands on a longer lease)")
+def _(store, now):
+    job = start(store, now)
+    expect(
+        store.apply(w.Renew(now + S, NODE, (job.id,), now + 60 * S)),
+        w.Renewed((job.id,), ()),
+        "renewed to now + 60 s",
+    )
+    late = store.apply(w.Renew(now + 2 * S, NODE, (job.id,), now + 20 * S))
+    expect(late, w.Renewed((job.id,), ()), "still this node's running job: kept, not lost")
+    expect(read(store, job.id).lease_until, now + 60 * S, "a renewal computed earlier does not shorten the lease")
+
+
 @case("§6", "reclaim retries an expired lease with lease_expired when attempts remain")
 def _(store, now):
     job = start(store, now)

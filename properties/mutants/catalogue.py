@@ -627,7 +627,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 WORKER_SQL,
-                "UPDATE {jobs} SET lease_until = %(lease_until)s\nWHERE id = ANY(%(ids)s)",
+                "UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(lease_until)s)\nWHERE id = ANY(%(ids)s)",
                 "UPDATE {jobs} SET lease_until = lease_until\nWHERE id = ANY(%(ids)s)",
             ),
         ),
