@@ -471,7 +471,6 @@ def _i2(r, state, ledger) -> None:
             "their final ack could not be attributed"
         )
     r.scenario["stale_acks"] = stale_seen + moved_on
-    r.scenario["zombies_back"] = moved_on  # a stale `slow` attempt resumed in its paid step: a duplicate write
     r.exercised = stale_seen + moved_on > 0
     if not r.exercised:
         r.why_unknown = "no stale ack happened (no attempt came back after its lease was reclaimed)"

@@ -49,7 +49,8 @@ class DriverConfig:
     workflow_per_s: float = 0.15
     flaky_per_s: float = 0.3
     flaky_exit_every: float = 15.0  # seconds between flaky jobs that kill their own worker process
-    slow_every: float = 3.0  # seconds between slow jobs
+    slow_every: float = 6.0  # seconds between bursts of slow jobs
+    slow_burst: int = 3  # slow jobs per burst: one claim tends to take them all, so a SIGSTOP freezes several
     slow_seconds: float = 12.0
     unique_every: float = 1.5
     unique_parallel: int = 4
@@ -323,7 +324,7 @@ class Driver:
                     self.enqueue([self.plan_flaky("exit")])
                 if now - last_slow >= self.cfg.slow_every:
                     last_slow = now
-                    self.enqueue([self.plan_slow()])
+                    self.enqueue([self.plan_slow() for _ in range(self.cfg.slow_burst)])
                 self.scenarios.produce_tick(scenario_clock)
             self.halt.wait(max(tick - (time.monotonic() - started), 0.0))
 

@@ -6,7 +6,8 @@ replaced by a new incarnation with a new node id (`w<slot>-<incarnation>`), whet
 it or it exited by itself (`flaky` kills its own process on purpose).
 
 `Nemesis` injects, on independent schedules: kill -9 of a random worker, SIGSTOP of a worker (one
-running a `slow` job when there is one) for longer than the lease then SIGCONT, and a PostgreSQL
+running a `slow` job when there is one) for longer than the lease then SIGCONT — held, when it froze
+`slow` attempts inside their paid step, until their jobs moved on (soak/zombies.py) — and a PostgreSQL
 crash-restart (`cluster.crash()` then `cluster.restart()`). Every fault is recorded in the history
 with its time *before* it takes effect (kill, stop, crash) or *after* it ended (cont, restarted), so
 the intervals the checker derives are conservative.
@@ -27,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from soak import zombies  # issue 11: zombie stops (duplicate paid step writes)
 from soak.history import History
 
 FAST_FAILURE_S = 5.0  # a self-exit this soon after the start is a fast failure (issue 11)
@@ -342,12 +344,13 @@ class Nemesis:
         self.db_lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.last = ""
+        self.spare: set[str] = set()  # nodes running the later attempts of a zombie stop's jobs (soak/zombies.py)
 
     def start(self) -> None:
         start_fault_loops(self, "nemesis")
 
     def _kill(self) -> None:
-        slots = self.workers.running_slots()
+        slots = [s for s in self.workers.running_slots() if s.node not in self.spare]
         if slots:
             slot = self.rng.choice(slots)
             self.last = f"kill -9 {slot.node}"
@@ -371,21 +374,49 @@ class Nemesis:
     def _stop(self) -> None:
         # Prefer a node in the middle of a `slow` job (so an attempt comes back stale); wait a little for one.
         deadline = time.monotonic() + (self.every["stop"] or 10) / 2
+        # issue 11: a stop may hold off PostgreSQL crashes for a while (a zombie stop, below), so the first
+        # stop lets the first crash-restart happen before it (bounded by the crash period)
+        crash_first = time.monotonic() + 1.25 * (self.every["db"] or 0)
         while True:
             slots = self.workers.running_slots()
             busy = self._slow_nodes()
             preferred = [s for s in slots if s.node in busy]
-            if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
+            waiting_for_crash = self.db_restarts == 0 and time.monotonic() < crash_first
+            if (preferred and not waiting_for_crash) or time.monotonic() > max(deadline, crash_first):
                 break
+            if self.halt.wait(1.0):
+                return
         if len(slots) < 2:  # keep at least one worker running
             return
-        slot = self.rng.choice(preferred or slots)
-        if not self.workers.stop(slot):
-            return
-        self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
-        if not self.halt.wait(self.stop_for):
-            pass
-        self.workers.cont(slot)
+        # issue 11 (I4): among them, the node with the most `slow` attempts inside their paid `nap` step
+        napping = zombies.slow_in_nap(self.url)
+        most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
+        slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
+        held = napping.get(slot.node, [])
+        if held:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until both writers have written
+            self.db_lock.acquire()
+        try:
+            if not self.workers.stop(slot):
+                return
+            self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
+            if held:
+                self.history.record("zombie_stop", node=slot.node, held=[list(h) for h in held])
+                why = zombies.hold(
+                    self.url, held, self.halt, self.spare, least=self.stop_for, most=2 * self.stop_for, after_cont=False
+                )
+                self.history.record("zombie_cont", node=slot.node, why=why)
+            elif not self.halt.wait(self.stop_for):
+                pass
+            self.workers.cont(slot)
+            if held:
+                why = zombies.hold(
+                    self.url, held, self.halt, self.spare, least=0.0, most=self.stop_for + 5, after_cont=True
+                )
+                self.history.record("zombie_end", node=slot.node, why=why)
+        finally:
+            if held:
+                self.spare.clear()
+                self.db_lock.release()
 
     def _running_by_node(self) -> dict[str, list]:
         try:
@@ -408,7 +439,9 @@ class Nemesis:
         while True:
             slots = self.workers.running_slots()
             running = self._running_by_node()
-            preferred = [s for s in slots if any(k != "slow" for _, _, k in running.get(s.node, ()))]
+            preferred = [
+                s for s in slots if s.node not in self.spare and any(k != "slow" for _, _, k in running.get(s.node, ()))
+            ]
             if preferred or time.monotonic() > deadline or self.halt.wait(0.5):
                 break
         if len(slots) < 2 or not preferred:
@@ -419,6 +452,8 @@ class Nemesis:
 
     def _db(self) -> None:
         with self.db_lock:
+            if self.halt.is_set():  # the faults phase ended while a zombie stop held the lock: no crash now
+                return
             self.last = "PostgreSQL crash-restart"
             self.history.record("db_crash")
             t0 = time.monotonic()
