@@ -7,7 +7,7 @@ it or it exited by itself (`flaky` kills its own process on purpose).
 
 `Nemesis` injects, on independent schedules: kill -9 of a random worker, SIGSTOP of a worker (one
 running a `slow` job when there is one) for longer than the lease then SIGCONT — held, when it froze
-`slow` attempts inside their paid step, until their jobs moved on (soak/zombies.py) — and a PostgreSQL
+`slow` attempts inside their paid step, until later attempts journaled that step (soak/zombies.py) — and a PostgreSQL
 crash-restart (`cluster.crash()` then `cluster.restart()`). Every fault is recorded in the history
 with its time *before* it takes effect (kill, stop, crash) or *after* it ended (cont, restarted), so
 the intervals the checker derives are conservative.
@@ -374,45 +374,36 @@ class Nemesis:
     def _stop(self) -> None:
         # Prefer a node in the middle of a `slow` job (so an attempt comes back stale); wait a little for one.
         deadline = time.monotonic() + (self.every["stop"] or 10) / 2
-        # issue 11: a stop may hold off PostgreSQL crashes for a while (a zombie stop, below), so the first
-        # stop lets the first crash-restart happen before it (bounded by the crash period)
-        crash_first = time.monotonic() + 1.25 * (self.every["db"] or 0)
         while True:
             slots = self.workers.running_slots()
             busy = self._slow_nodes()
             preferred = [s for s in slots if s.node in busy]
-            waiting_for_crash = self.db_restarts == 0 and time.monotonic() < crash_first
-            if (preferred and not waiting_for_crash) or time.monotonic() > max(deadline, crash_first):
+            if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
                 break
-            if self.halt.wait(1.0):
-                return
         if len(slots) < 2:  # keep at least one worker running
             return
         # issue 11 (I4): among them, the node with the most `slow` attempts inside their paid `nap` step
         napping = zombies.slow_in_nap(self.url)
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
-        held = napping.get(slot.node, [])
-        if held:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until both writers have written
+        node, held = slot.node, napping.get(slot.node, [])
+        if held:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
             self.db_lock.acquire()
         try:
             if not self.workers.stop(slot):
                 return
-            self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
+            self.last = f"SIGSTOP {node} for {self.stop_for:.0f}s"
             if held:
-                self.history.record("zombie_stop", node=slot.node, held=[list(h) for h in held])
-                why = zombies.hold(
-                    self.url, held, self.halt, self.spare, least=self.stop_for, most=2 * self.stop_for, after_cont=False
-                )
-                self.history.record("zombie_cont", node=slot.node, why=why)
+                self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
+                why = zombies.hold(self.url, held, self.halt, self.spare, most=3 * self.stop_for)
+                self.history.record("zombie_cont", node=node, why=why)
+                self.spare.clear()
+                self.spare.add(node)
             elif not self.halt.wait(self.stop_for):
                 pass
             self.workers.cont(slot)
             if held:
-                why = zombies.hold(
-                    self.url, held, self.halt, self.spare, least=0.0, most=self.stop_for + 5, after_cont=True
-                )
-                self.history.record("zombie_end", node=slot.node, why=why)
+                time.sleep(zombies.AFTER_CONT_S)
         finally:
             if held:
                 self.spare.clear()
@@ -439,9 +430,7 @@ class Nemesis:
         while True:
             slots = self.workers.running_slots()
             running = self._running_by_node()
-            preferred = [
-                s for s in slots if s.node not in self.spare and any(k != "slow" for _, _, k in running.get(s.node, ()))
-            ]
+            preferred = [s for s in slots if any(k != "slow" for _, _, k in running.get(s.node, ()))]
             if preferred or time.monotonic() > deadline or self.halt.wait(0.5):
                 break
         if len(slots) < 2 or not preferred:
@@ -452,8 +441,6 @@ class Nemesis:
 
     def _db(self) -> None:
         with self.db_lock:
-            if self.halt.is_set():  # the faults phase ended while a zombie stop held the lock: no crash now
-                return
             self.last = "PostgreSQL crash-restart"
             self.history.record("db_crash")
             t0 = time.monotonic()

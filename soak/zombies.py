@@ -1,17 +1,22 @@
 """Zombie stops: SIGSTOPs that make duplicate paid step writes happen (issue 11; I4, contract §8.2).
 
 A `slow` attempt frozen inside its paid `nap` step comes back, after SIGCONT, as a zombie: its lease
-is gone, yet it journals `nap` (steps are not fenced). That write is a *duplicate* — and must add no
-spend (§8.2) — only when a later attempt of the job executes `nap` too. So when a SIGSTOP freezes `slow`
-attempts in their `nap`, the nemesis (soak/nemesis.py) keeps the stop going past its usual length until
-each such job has been reclaimed and claimed again by another node and has stayed running there for a
-moment (the later attempt is inside its own `nap`), or has ended; then it SIGCONTs, and waits until the
-later attempts have finished their `nap` too (their `pre_ack` observation), or a cap. Throughout that
-window no PostgreSQL crash may happen (a crash breaks the connections both writers hold: their step
-writes would fail instead of colliding) — the zombie stop holds the nemesis's `db_lock` — and the nodes
-running the later attempts are spared from kill -9 and SIGTERM (`spare`).
+is gone, yet it journals `nap` (steps are not fenced). That write is a *duplicate* — which must add no
+spend (§8.2) — when another attempt of the job has executed `nap` too. So when a SIGSTOP freezes `slow`
+attempts in their `nap`, the nemesis (soak/nemesis.py) keeps the node stopped until each of those jobs
+has had its `nap` journaled by a later attempt (reclaimed, claimed by another node, slept, wrote) or has
+ended — at most a cap — and only then SIGCONTs: every zombie then writes a step that is already
+journaled. The frozen zombie is the safe party (a stopped process neither exits nor is killed); the
+later attempts may die and be replaced, the stop simply lasts until one of them wrote.
 
-This module only chooses and times stops; whether a duplicate write happened is decided by the checker
+For the zombie's write to reach the database, its connections must survive the stop: a zombie stop
+holds the nemesis's `db_lock` (no PostgreSQL crash) from the SIGSTOP until shortly after the SIGCONT,
+and the zombie's node is spared from kill -9 for that moment (`spare`; the nodes running the later
+attempts are spared while the node is stopped, so that their `nap` is not cut short; SIGTERM drains
+let running jobs finish, so it needs no sparing). A
+zombie stop may outlast the faults phase by at most OVERRUN_S (the phase ends when its last fault ends).
+
+This module only chooses and times stops; whether duplicate writes happened is decided by the checker
 from the database alone (soak/coverage.py `duplicate_step_writes`), never from these intentions.
 """
 
@@ -29,8 +34,13 @@ SLOW_IN_NAP = (
     "AND s.name = 'begin') AND NOT EXISTS (SELECT 1 FROM belay_steps s WHERE s.job_id = belay_jobs.id "
     "AND s.name = 'nap')"
 )
+HELD = (
+    "SELECT j.id, j.state, j.attempt, j.leased_by, EXISTS (SELECT 1 FROM belay_steps s WHERE s.job_id = j.id "
+    "AND s.name = 'nap') FROM belay_jobs j WHERE j.id = ANY(%s)"
+)
 TERMINAL = ("succeeded", "failed", "cancelled")
-SETTLE_S = 1.0  # a later attempt seen running this long has read the journal and is in its own `nap`
+AFTER_CONT_S = 2.0  # the zombies write right after the SIGCONT; no crash or kill of their node before
+OVERRUN_S = 25.0  # how long a zombie stop may outlast the faults phase (Nemesis.stop_all joins for 30 s)
 
 
 def slow_in_nap(url: str) -> dict[str, list[tuple[int, int]]]:
@@ -45,69 +55,50 @@ def slow_in_nap(url: str) -> dict[str, list[tuple[int, int]]]:
     return out
 
 
-def _later_attempts(url: str, held: list[tuple[int, int]]) -> dict[int, tuple[str, int, str | None, bool]] | None:
-    """Job → (state, attempt, leased_by, a later attempt than the held one wrote its pre_ack)."""
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=2) as c:
-            rows = c.execute(
-                "SELECT j.id, j.state, j.attempt, j.leased_by, (SELECT max(o.attempt) FROM soak_observations o "
-                "WHERE o.job_id = j.id AND o.phase = 'pre_ack') FROM belay_jobs j WHERE j.id = ANY(%s)",
-                ([j for j, _ in held],),
-            ).fetchall()
-    except psycopg.Error:
-        return None
-    mine = dict(held)
-    return {r[0]: (r[1], r[2], r[3], r[4] is not None and r[4] > mine[r[0]]) for r in rows}
-
-
-def _settled(rows: dict, held: list[tuple[int, int]], *, after_cont: bool) -> bool:
-    for job_id, attempt in held:
-        state, now_attempt, _node, later_pre_ack = rows.get(job_id, ("gone", attempt, None, False))
-        if state in TERMINAL or state == "gone":
-            continue
-        if after_cont and later_pre_ack:
-            continue
-        if after_cont or not (state == "running" and now_attempt > attempt):
+def settled(rows: dict[int, tuple[str, int, str | None, bool]], held: list[tuple[int, int]]) -> bool:
+    """Has each held job ended, or had its `nap` journaled? (Selected while `nap` was not journaled and its
+    attempt is frozen, so a `nap` row now was written by a later attempt.)"""
+    for job_id, _attempt in held:
+        state, _now_attempt, _node, nap = rows.get(job_id, ("gone", 0, None, False))
+        if not (nap or state in TERMINAL or state == "gone"):
             return False
     return True
 
 
-def hold(
-    url: str,
-    held: list[tuple[int, int]],
-    halt: threading.Event,
-    spare: set[str],
-    *,
-    least: float,
-    most: float,
-    after_cont: bool,
-) -> str:
-    """Wait at least `least` seconds, then until the held jobs have moved on — while stopped: each one ended
-    or running at a later attempt (seen so for SETTLE_S); after the SIGCONT: each one ended or its later
-    attempt wrote its `pre_ack` — at most `most` seconds or until `halt`. Keeps `spare` = the nodes running
-    the later attempts. Returns why the wait ended: "moved_on", "cap" or "halt"."""
+def later_nodes(rows: dict[int, tuple[str, int, str | None, bool]], held: list[tuple[int, int]]) -> set[str]:
+    """The nodes running later attempts of the held jobs."""
+    out = set()
+    for job_id, attempt in held:
+        state, now_attempt, node, _nap = rows.get(job_id, ("gone", 0, None, False))
+        if state == "running" and now_attempt > attempt and node:
+            out.add(node)
+    return out
+
+
+def hold(url: str, held: list[tuple[int, int]], halt: threading.Event, spare: set[str], *, most: float) -> str:
+    """Keep the node stopped until `settled` (then "journaled"), at most `most` seconds ("cap"), and at most
+    OVERRUN_S after `halt` ("halt"). Keeps `spare` = the nodes running the later attempts."""
     t0 = time.monotonic()
-    if halt.wait(least):
-        return "halt"
-    since: float | None = None
+    halted_at: float | None = None
     while True:
         now = time.monotonic()
         if now - t0 >= most:
             return "cap"
-        rows = _later_attempts(url, held)
+        if halt.is_set():
+            halted_at = halted_at if halted_at is not None else now
+            if now - halted_at >= OVERRUN_S:
+                return "halt"
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=2) as c:
+                rows = {r[0]: (r[1], r[2], r[3], r[4]) for r in c.execute(HELD, ([j for j, _ in held],))}
+        except psycopg.Error:
+            rows = None
         if rows is not None:
             spare.clear()
-            spare.update(
-                r[2] for j, a in held if (r := rows.get(j)) and r[0] == "running" and r[1] > a and r[2] is not None
-            )
-        if rows is not None and _settled(rows, held, after_cont=after_cont):
-            since = since if since is not None else now
-            if after_cont or now - since >= SETTLE_S:
-                return "moved_on"
-        else:
-            since = None
-        if halt.wait(0.25):
-            return "halt"
+            spare.update(later_nodes(rows, held))
+            if settled(rows, held):
+                return "journaled"
+        time.sleep(0.25)
 
 
-__all__ = ["hold", "slow_in_nap"]
+__all__ = ["AFTER_CONT_S", "OVERRUN_S", "hold", "later_nodes", "settled", "slow_in_nap"]
