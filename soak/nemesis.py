@@ -344,6 +344,7 @@ class Nemesis:
         self.db_lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.last = ""
+        self.restarted_at = float("-inf")  # monotonic time of the last PostgreSQL restart
         self.spare: set[str] = set()  # nodes running the later attempts of a zombie stop's jobs (soak/zombies.py)
 
     def start(self) -> None:
@@ -387,8 +388,17 @@ class Nemesis:
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
         node, held = slot.node, napping.get(slot.node, [])
-        if held:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
+        locked = bool(held)
+        if locked:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
             self.db_lock.acquire()
+            # …and none just before: the node must first replace the connections a crash broke
+            gap = zombies.AFTER_RESTART_S - (time.monotonic() - self.restarted_at)
+            if gap > 0:
+                time.sleep(gap)
+                held = [h for h in zombies.slow_in_nap(self.url).get(node, []) if h in held]
+                if not held:
+                    self.db_lock.release()
+                    locked = False
         try:
             if not self.workers.stop(slot):
                 return
@@ -405,7 +415,7 @@ class Nemesis:
             if held:
                 time.sleep(zombies.AFTER_CONT_S)
         finally:
-            if held:
+            if locked:
                 self.spare.clear()
                 self.db_lock.release()
 
@@ -447,6 +457,7 @@ class Nemesis:
             self.cluster.crash()
             self.cluster.restart()
             self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))
+            self.restarted_at = time.monotonic()
             self.db_restarts += 1
 
     def stop_all(self) -> None:

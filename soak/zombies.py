@@ -39,6 +39,7 @@ HELD = (
     "AND s.name = 'nap') FROM belay_jobs j WHERE j.id = ANY(%s)"
 )
 TERMINAL = ("succeeded", "failed", "cancelled")
+AFTER_RESTART_S = 5.0  # a zombie stop starts no sooner after a PostgreSQL restart (broken connections recycled)
 AFTER_CONT_S = 2.0  # the zombies write right after the SIGCONT; no crash or kill of their node before
 OVERRUN_S = 25.0  # how long a zombie stop may outlast the faults phase (Nemesis.stop_all joins for 30 s)
 
@@ -101,4 +102,4 @@ def hold(url: str, held: list[tuple[int, int]], halt: threading.Event, spare: se
         time.sleep(0.25)
 
 
-__all__ = ["AFTER_CONT_S", "OVERRUN_S", "hold", "later_nodes", "settled", "slow_in_nap"]
+__all__ = ["AFTER_CONT_S", "AFTER_RESTART_S", "OVERRUN_S", "hold", "later_nodes", "settled", "slow_in_nap"]
