@@ -357,34 +357,19 @@ class Nemesis:
             self.last = f"kill -9 {slot.node}"
             self.workers.kill(slot)
 
-    def _slow_nodes(self) -> set[str]:
-        """Nodes running a `slow` attempt that still holds a live lease (it is in its sleep)."""
-        try:
-            with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
-                return {
-                    r[0]
-                    for r in c.execute(
-                        "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
-                        "AND lease_until > %s",
-                        (datetime.now(UTC),),
-                    )
-                }
-        except psycopg.Error:
-            return set()
-
     def _stop(self) -> None:
-        # Prefer a node in the middle of a `slow` job (so an attempt comes back stale); wait a little for one.
+        # Prefer a node in the middle of a `slow` job's paid `nap` step (so an attempt comes back stale, and
+        # writes a duplicate: a zombie stop, soak/zombies.py); wait a little for one.
         deadline = time.monotonic() + (self.every["stop"] or 10) / 2
         while True:
             slots = self.workers.running_slots()
-            busy = self._slow_nodes()
-            preferred = [s for s in slots if s.node in busy]
+            napping = zombies.slow_in_nap(self.url)
+            preferred = [s for s in slots if s.node in napping]
             if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
                 break
         if len(slots) < 2:  # keep at least one worker running
             return
-        # issue 11 (I4): among them, the node with the most `slow` attempts inside their paid `nap` step
-        napping = zombies.slow_in_nap(self.url)
+        # among them, the node with the most `slow` attempts inside their `nap`
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
         node, held = slot.node, napping.get(slot.node, [])
