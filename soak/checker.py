@@ -486,8 +486,10 @@ def _i3(r, state, history, steps) -> None:
     # Immutability over time: periodic samples of (seq, md5(value)) against later samples and the end.
     first: dict[tuple[int, str], tuple[int, str]] = {}
     samples = 0
+    # a sample taken after the snapshot (the driver's sampler still runs) may see steps the snapshot predates
+    taken = min((float(e["t"]) for e in history if e.get("type") == "snapshot"), default=float("inf"))
     for e in history:
-        if e.get("type") != "step_sample":
+        if e.get("type") != "step_sample" or float(e.get("t", 0)) > taken:
             continue
         samples += 1
         for job_id, name, seq, digest in e.get("rows", ()):

@@ -314,6 +314,16 @@ def test_i3_a_step_value_that_changed_between_samples_is_flagged():
     assert_only(r.check(), "I3", contains="changed after it was journaled")
 
 
+def test_i3_a_sampled_step_missing_from_the_snapshot_is_flagged_unless_sampled_after_the_snapshot():
+    r = baseline()
+    sample = {"type": "step_sample", "rows": [[1, "x", 1, "0" * 32]]}  # job 1 (echo) has no such step
+    r.history.append({"t": E0 + 3, **sample})
+    assert_only(r.check(), "I3", contains="vanished")
+    r = baseline()
+    r.history.append({"t": E0 + 252, **sample})  # the sampler kept running after the snapshot was read
+    assert r.check().invariants["I3"].verdict == "valid"
+
+
 def test_i3_a_step_journaled_after_the_ack_is_flagged():
     r = baseline()
     r.steps[1] = replace(r.steps[1], inserted_at=at(6))
