@@ -360,14 +360,18 @@ class Nemesis:
     def _stop(self) -> None:
         # Prefer a node in the middle of a `slow` job's paid `nap` step (so an attempt comes back stale, and
         # writes a duplicate: a zombie stop, soak/zombies.py); wait a little for one.
-        deadline = time.monotonic() + (self.every["stop"] or 10) / 2
+        patience = (self.every["stop"] or 10) / 2  # seconds of waiting while the database answers
         while True:
+            t0 = time.monotonic()
             slots = self.workers.running_slots()
-            napping = zombies.slow_in_nap(self.url)
+            found = zombies.slow_in_nap(self.url)  # None while the database is down: wait for it
+            napping = found or {}
             preferred = [s for s in slots if s.node in napping]
-            if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
+            if preferred or patience <= 0 or self.halt.wait(1.0):
                 break
-        if len(slots) < 2:  # keep at least one worker running
+            if found is not None:
+                patience -= time.monotonic() - t0
+        if len(slots) < 2 or self.halt.is_set():  # keep at least one worker running; no stop after the phase
             return
         # among them, the node with the most `slow` attempts inside their `nap`
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
@@ -380,7 +384,7 @@ class Nemesis:
             gap = zombies.AFTER_RESTART_S - (time.monotonic() - self.restarted_at)
             if gap > 0:
                 time.sleep(gap)
-                held = [h for h in zombies.slow_in_nap(self.url).get(node, []) if h in held]
+                held = [h for h in (zombies.slow_in_nap(self.url) or {}).get(node, []) if h in held]
                 if not held:
                     self.db_lock.release()
                     locked = False

@@ -44,15 +44,16 @@ AFTER_CONT_S = 2.0  # the zombies write right after the SIGCONT; no crash or kil
 OVERRUN_S = 25.0  # how long a zombie stop may outlast the faults phase (Nemesis.stop_all joins for 30 s)
 
 
-def slow_in_nap(url: str) -> dict[str, list[tuple[int, int]]]:
-    """Node → the `slow` attempts it runs that are inside their `nap` step (begin journaled, nap not)."""
+def slow_in_nap(url: str) -> dict[str, list[tuple[int, int]]] | None:
+    """Node → the `slow` attempts it runs that are inside their `nap` step (begin journaled, nap not);
+    None when the database cannot be read (down: nothing is known)."""
     out: dict[str, list[tuple[int, int]]] = {}
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=2) as c:
             for node, job_id, attempt in c.execute(SLOW_IN_NAP, (datetime.now(UTC),)):
                 out.setdefault(node, []).append((int(job_id), int(attempt)))
     except psycopg.Error:
-        return {}
+        return None
     return out
 
 
