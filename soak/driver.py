@@ -296,8 +296,13 @@ class Driver:
         owed = {"echo": 0.0}
         last_exit = last_slow = time.monotonic()
         scenario_clock: dict[str, float] = {}
+        previous = time.monotonic() - tick
         while not self.halt.is_set():
             started = time.monotonic()
+            # The kinds' rates follow the clock, not the tick count: under load a tick takes longer than
+            # `tick` (its enqueues wait on the database), and the scenario kinds must not thin out with it
+            # (the bulk `echo` does, per tick, so that an overloaded machine is not buried further).
+            dt, previous = min(started - previous, 1.0), started
             if self.producing.is_set():
                 owed["echo"] += self.cfg.echo_per_s * tick
                 n = int(owed["echo"])
@@ -309,11 +314,11 @@ class Driver:
                     (self.cfg.parent_per_s, self.plan_parent),
                     (self.cfg.flaky_per_s, lambda: self.plan_flaky("raise")),
                 ):
-                    if self.rng.random() < rate * tick:
+                    if self.rng.random() < rate * dt:
                         plans.append(make())
                 if plans:
                     self.enqueue(plans)
-                if self.rng.random() < self.cfg.awaiter_per_s * tick:
+                if self.rng.random() < self.cfg.awaiter_per_s * dt:
                     plan = self.plan_awaiter()
                     ids = self.enqueue([plan])
                     for job_id in ids:
@@ -322,7 +327,7 @@ class Driver:
                         elif plan.detail["plan"] == "race":
                             delay = self.rng.uniform(0.0, 0.3)
                             threading.Timer(delay, self.deliver, (job_id, plan.detail["signal"], "race")).start()
-                if self.rng.random() < self.cfg.workflow_per_s * tick:
+                if self.rng.random() < self.cfg.workflow_per_s * dt:
                     self.enqueue_workflow(self.rng.choice(sorted(WORKFLOW_SHAPES)))
                 now = time.monotonic()
                 if self.cfg.flaky_exit_every and now - last_exit >= self.cfg.flaky_exit_every:
