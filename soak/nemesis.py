@@ -351,7 +351,9 @@ class Nemesis:
         start_fault_loops(self, "nemesis")
 
     def _kill(self) -> None:
-        slots = [s for s in self.workers.running_slots() if s.node not in self.spare]
+        if self.spare:  # a zombie stop is waiting for other nodes to reclaim, claim and run its jobs
+            return
+        slots = self.workers.running_slots()
         if slots:
             slot = self.rng.choice(slots)
             self.last = f"kill -9 {slot.node}"

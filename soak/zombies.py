@@ -11,9 +11,10 @@ later attempts may die and be replaced, the stop simply lasts until one of them 
 
 For the zombie's write to reach the database, its connections must survive the stop: a zombie stop
 holds the nemesis's `db_lock` (no PostgreSQL crash) from the SIGSTOP until shortly after the SIGCONT,
-and the zombie's node is spared from kill -9 for that moment (`spare`; the nodes running the later
-attempts are spared while the node is stopped, so that their `nap` is not cut short; SIGTERM drains
-let running jobs finish, so it needs no sparing). A
+and the zombie's node is spared from kill -9 for that moment (`spare`). While the node is stopped there
+is no kill -9 at all, so that the other nodes reclaim, claim and run the later attempts (under load,
+kills every few seconds kept a run's reclaimed jobs unclaimed until the cap); SIGTERM drains go on
+(they let running jobs finish). A
 zombie stop may outlast the faults phase by at most OVERRUN_S (the phase ends when its last fault ends).
 
 This module only chooses and times stops; whether duplicate writes happened is decided by the checker
@@ -79,7 +80,9 @@ def later_nodes(rows: dict[int, tuple[str, int, str | None, bool]], held: list[t
 
 def hold(url: str, held: list[tuple[int, int]], halt: threading.Event, spare: set[str], *, most: float) -> str:
     """Keep the node stopped until `settled` (then "journaled"), at most `most` seconds ("cap"), and at most
-    OVERRUN_S after `halt` ("halt"). Keeps `spare` = the nodes running the later attempts."""
+    OVERRUN_S after `halt` ("halt"). Meanwhile `spare` is not empty (no kill -9 at all: the other nodes must
+    reclaim, claim and run the later attempts) and names the nodes running them."""
+    spare.add("(zombie stop)")
     t0 = time.monotonic()
     halted_at: float | None = None
     while True:
@@ -96,7 +99,6 @@ def hold(url: str, held: list[tuple[int, int]], halt: threading.Event, spare: se
         except psycopg.Error:
             rows = None
         if rows is not None:
-            spare.clear()
             spare.update(later_nodes(rows, held))
             if settled(rows, held):
                 return "journaled"
