@@ -7,8 +7,8 @@ await, cancels) are driven from the ledger and the job rows, not from memory, so
 never leaves an awaiter without its signal or its cancel.
 
 Threads:
-  * producer — every 100 ms a batch of `echo` jobs (the bulk, at priority 1) plus, at seeded random, the
-    other kinds (priority 0);
+  * producer — every 100 ms a batch of `echo` jobs (the bulk) plus, at seeded random, the other kinds,
+    all at priority 1 but `slow` jobs (priority 0, so that a reclaimed one is claimed again at once);
   * follow-up — delivers planned signals (before / racing / after the await) and repeats cancels
     until the job is terminal;
   * unique — every ~1.5 s, several connections insert the same unique key at once (barrier), each
@@ -43,8 +43,9 @@ TERMINAL_SQL = "('succeeded','failed','cancelled')"
 @dataclass(frozen=True)
 class DriverConfig:
     echo_per_s: float = 50.0  # the bulk of the load
-    bulk_priority: int = 1  # the bulk runs after every other kind (priority 0), so scenarios keep their
-    # timing under a backlog: e.g. a reclaimed `slow` job is claimed again within seconds (zombie stops)
+    priority: int = 1  # every driver job but `slow` ones; `slow` jobs run at priority 0, ahead of the
+    # backlog: a reclaimed `slow` job is claimed again within seconds whatever the load (zombie stops,
+    # soak/zombies.py). They are few (a burst every `slow_every`), so they cannot starve the rest.
     steps_per_s: float = 1.0
     costed_per_s: float = 0.4
     awaiter_per_s: float = 0.6
@@ -196,13 +197,7 @@ class Driver:
             specs = []
             for m in members:
                 sched = now + timedelta(seconds=m["scheduled"]) if m.get("scheduled") else None
-                spec = ops.JobSpec(
-                    QUEUE,
-                    "member",
-                    {"member": m["name"], "fail": bool(m.get("fail"))},
-                    max_attempts=self.cfg.max_attempts,
-                    scheduled_at=sched,
-                )
+                spec = self._spec("member", {"member": m["name"], "fail": bool(m.get("fail"))}, scheduled_at=sched)
                 specs.append(ops.WorkflowMember(m["name"], spec, tuple(m["deps"]), tuple(m["ignore"])))
             with conn.transaction():
                 result = self.store.apply(ops.EnqueueWorkflow(now, wf, tuple(specs)), conn=conn)
@@ -230,13 +225,11 @@ class Driver:
     # --- what to insert -------------------------------------------------------------------------------------
 
     def _spec(self, kind: str, input: dict, **kw: Any) -> ops.JobSpec:
+        kw.setdefault("priority", self.cfg.priority)
         return ops.JobSpec(QUEUE, kind, input, max_attempts=kw.pop("max_attempts", self.cfg.max_attempts), **kw)
 
     def plan_echo(self, n: int) -> list[Plan]:
-        return [
-            Plan(self._spec("echo", {"v": self.rng.randrange(1_000_000)}, priority=self.cfg.bulk_priority), "echo")
-            for _ in range(n)
-        ]
+        return [Plan(self._spec("echo", {"v": self.rng.randrange(1_000_000)}), "echo") for _ in range(n)]
 
     def plan_steps(self) -> Plan:
         n = self.rng.randint(2, 5)
@@ -287,7 +280,7 @@ class Driver:
         return Plan(self._spec("flaky", {"mode": mode, "until_attempt": k}), "flaky", "succeeded", {"mode": mode})
 
     def plan_slow(self) -> Plan:
-        return Plan(self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=6), "slow")
+        return Plan(self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=6, priority=0), "slow")
 
     # --- producer ------------------------------------------------------------------------------------------
 
