@@ -280,7 +280,7 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
     d.p1_stays_up(duties["P1"], ledger, ev, timeline)
     d.p2_renews_leases(duties["P2"], state, ev, timeline)
     d.p3_cancel_at_park(duties["P3"], state, ev)
-    d.p4_drains(duties["P4"], state, ev, timeline)
+    d.p4_drains(duties["P4"], state, ev, timeline, ledger)
     extra = {
         "priority_contention": d.p5_priority(duties["P5"], ev, timeline),
         "cron_jobs": d.p6_crons(duties["P6"], state),
@@ -471,7 +471,6 @@ def _i2(r, state, ledger) -> None:
             "their final ack could not be attributed"
         )
     r.scenario["stale_acks"] = stale_seen + moved_on
-    r.scenario["zombies_back"] = moved_on  # a stale `slow` attempt resumed in its paid step: a duplicate write
     r.exercised = stale_seen + moved_on > 0
     if not r.exercised:
         r.why_unknown = "no stale ack happened (no attempt came back after its lease was reclaimed)"
@@ -487,8 +486,10 @@ def _i3(r, state, history, steps) -> None:
     # Immutability over time: periodic samples of (seq, md5(value)) against later samples and the end.
     first: dict[tuple[int, str], tuple[int, str]] = {}
     samples = 0
+    # a sample taken after the snapshot (the driver's sampler still runs) may see steps the snapshot predates
+    taken = min((float(e["t"]) for e in history if e.get("type") == "snapshot"), default=float("inf"))
     for e in history:
-        if e.get("type") != "step_sample":
+        if e.get("type") != "step_sample" or float(e.get("t", 0)) > taken:
             continue
         samples += 1
         for job_id, name, seq, digest in e.get("rows", ()):

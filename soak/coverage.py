@@ -26,7 +26,7 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "I4": [
         ("crossings", "budget crossings"),
         ("crash_at_crossing", "crash right after the crossing step (the next attempt's pre-flight)"),
-        ("zombies_back", "stale attempts resuming a paid step after their job moved on (duplicate step writes)"),
+        ("zombies_back", "duplicate paid step writes (two attempts of a `slow` job each executed its `nap`)"),
     ],
     "I5": [
         ("dooms", "doomed workflow members"),
@@ -64,6 +64,35 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     ],
     "P10": [("parents_parked", "parents parked on $children whose children workers finished")],
 }
+
+
+def duplicate_step_writes(state: Any, ledger: Any) -> int:
+    """`slow` jobs whose paid step `nap` was executed by two or more attempts (I4's duplicate writes).
+
+    An attempt executed `nap` itself (rather than reading it back from the journal) when its `pre_ack`
+    observation came at least half the nap's length after its own `start` event (PROTOCOL.md §3.8; a
+    journal hit returns at once). Each such attempt then wrote `nap`; only one insert can win, so a job
+    with two of them had a duplicate paid step write — which §8.2 says adds no spend, and I4 checks
+    (spent = sum of the journaled costs). From the database alone: belay_events, soak_observations.
+    Caveat: an attempt frozen between its `start` event and its journal read of `nap` (a window of a few
+    milliseconds in a 12-second step) would be taken for one that executed it."""
+    starts: dict[tuple[int, int], Any] = {}
+    for e in state.events.values():
+        p = e.payload
+        if isinstance(p, Mapping) and p.get("phase") == "start" and isinstance(p.get("attempt"), int):
+            starts.setdefault((e.job_id, p["attempt"]), e.inserted_at)
+    executed: Counter[int] = Counter()
+    for o in ledger.observations:
+        job = state.jobs.get(o.job_id)
+        if o.phase != "pre_ack" or job is None or job.worker != "slow" or (o.job_id, "nap") not in state.steps:
+            continue
+        started = starts.get((o.job_id, o.attempt))
+        seconds = job.input.get("seconds") if isinstance(job.input, Mapping) else None
+        if started is None or not isinstance(seconds, int | float):
+            continue
+        if (o.at - started).total_seconds() >= seconds / 2:
+            executed[o.job_id] += 1
+    return sum(1 for n in executed.values() if n >= 2)
 
 
 def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) -> dict[str, int]:
@@ -121,6 +150,7 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
         "cancel_before_park": cancels_before_park,
         "drains": sum(1 for e in t["worker_drain_term"] if e.get("running")),
         "crash_at_crossing": crash_at_crossing,
+        "zombies_back": duplicate_step_writes(state, ledger),
         "lost_wakeups": rescued,
         "signal_after_park": woken_after,
         "signal_race": races,
@@ -178,4 +208,4 @@ def markdown(table: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["SCENARIOS", "apply", "finish_table", "markdown", "scenario_counts"]
+__all__ = ["SCENARIOS", "apply", "duplicate_step_writes", "finish_table", "markdown", "scenario_counts"]

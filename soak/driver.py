@@ -7,7 +7,8 @@ await, cancels) are driven from the ledger and the job rows, not from memory, so
 never leaves an awaiter without its signal or its cancel.
 
 Threads:
-  * producer — every 100 ms a batch of `echo` jobs plus, at seeded random, the other kinds;
+  * producer — every 100 ms a batch of `echo` jobs (the bulk) plus, at seeded random, the other kinds,
+    all at priority 1 but `slow` jobs (priority 0, so that a reclaimed one is claimed again at once);
   * follow-up — delivers planned signals (before / racing / after the await) and repeats cancels
     until the job is terminal;
   * unique — every ~1.5 s, several connections insert the same unique key at once (barrier), each
@@ -42,6 +43,9 @@ TERMINAL_SQL = "('succeeded','failed','cancelled')"
 @dataclass(frozen=True)
 class DriverConfig:
     echo_per_s: float = 50.0  # the bulk of the load
+    priority: int = 1  # every driver job but `slow` ones; `slow` jobs run at priority 0, ahead of the
+    # backlog: a reclaimed `slow` job is claimed again within seconds whatever the load (zombie stops,
+    # soak/zombies.py). They are few (a burst every `slow_every`), so they cannot starve the rest.
     steps_per_s: float = 1.0
     costed_per_s: float = 0.4
     awaiter_per_s: float = 0.6
@@ -49,7 +53,8 @@ class DriverConfig:
     workflow_per_s: float = 0.15
     flaky_per_s: float = 0.3
     flaky_exit_every: float = 15.0  # seconds between flaky jobs that kill their own worker process
-    slow_every: float = 3.0  # seconds between slow jobs
+    slow_every: float = 6.0  # seconds between bursts of slow jobs
+    slow_burst: int = 3  # slow jobs per burst: one claim tends to take them all, so a SIGSTOP freezes several
     slow_seconds: float = 12.0
     unique_every: float = 1.5
     unique_parallel: int = 4
@@ -192,13 +197,7 @@ class Driver:
             specs = []
             for m in members:
                 sched = now + timedelta(seconds=m["scheduled"]) if m.get("scheduled") else None
-                spec = ops.JobSpec(
-                    QUEUE,
-                    "member",
-                    {"member": m["name"], "fail": bool(m.get("fail"))},
-                    max_attempts=self.cfg.max_attempts,
-                    scheduled_at=sched,
-                )
+                spec = self._spec("member", {"member": m["name"], "fail": bool(m.get("fail"))}, scheduled_at=sched)
                 specs.append(ops.WorkflowMember(m["name"], spec, tuple(m["deps"]), tuple(m["ignore"])))
             with conn.transaction():
                 result = self.store.apply(ops.EnqueueWorkflow(now, wf, tuple(specs)), conn=conn)
@@ -226,6 +225,7 @@ class Driver:
     # --- what to insert -------------------------------------------------------------------------------------
 
     def _spec(self, kind: str, input: dict, **kw: Any) -> ops.JobSpec:
+        kw.setdefault("priority", self.cfg.priority)
         return ops.JobSpec(QUEUE, kind, input, max_attempts=kw.pop("max_attempts", self.cfg.max_attempts), **kw)
 
     def plan_echo(self, n: int) -> list[Plan]:
@@ -280,7 +280,7 @@ class Driver:
         return Plan(self._spec("flaky", {"mode": mode, "until_attempt": k}), "flaky", "succeeded", {"mode": mode})
 
     def plan_slow(self) -> Plan:
-        return Plan(self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=6), "slow")
+        return Plan(self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=6, priority=0), "slow")
 
     # --- producer ------------------------------------------------------------------------------------------
 
@@ -289,8 +289,13 @@ class Driver:
         owed = {"echo": 0.0}
         last_exit = last_slow = time.monotonic()
         scenario_clock: dict[str, float] = {}
+        previous = time.monotonic() - tick
         while not self.halt.is_set():
             started = time.monotonic()
+            # The kinds' rates follow the clock, not the tick count: under load a tick takes longer than
+            # `tick` (its enqueues wait on the database), and the scenario kinds must not thin out with it
+            # (the bulk `echo` does, per tick, so that an overloaded machine is not buried further).
+            dt, previous = min(started - previous, 1.0), started
             if self.producing.is_set():
                 owed["echo"] += self.cfg.echo_per_s * tick
                 n = int(owed["echo"])
@@ -302,11 +307,11 @@ class Driver:
                     (self.cfg.parent_per_s, self.plan_parent),
                     (self.cfg.flaky_per_s, lambda: self.plan_flaky("raise")),
                 ):
-                    if self.rng.random() < rate * tick:
+                    if self.rng.random() < rate * dt:
                         plans.append(make())
                 if plans:
                     self.enqueue(plans)
-                if self.rng.random() < self.cfg.awaiter_per_s * tick:
+                if self.rng.random() < self.cfg.awaiter_per_s * dt:
                     plan = self.plan_awaiter()
                     ids = self.enqueue([plan])
                     for job_id in ids:
@@ -315,7 +320,7 @@ class Driver:
                         elif plan.detail["plan"] == "race":
                             delay = self.rng.uniform(0.0, 0.3)
                             threading.Timer(delay, self.deliver, (job_id, plan.detail["signal"], "race")).start()
-                if self.rng.random() < self.cfg.workflow_per_s * tick:
+                if self.rng.random() < self.cfg.workflow_per_s * dt:
                     self.enqueue_workflow(self.rng.choice(sorted(WORKFLOW_SHAPES)))
                 now = time.monotonic()
                 if self.cfg.flaky_exit_every and now - last_exit >= self.cfg.flaky_exit_every:
@@ -323,7 +328,7 @@ class Driver:
                     self.enqueue([self.plan_flaky("exit")])
                 if now - last_slow >= self.cfg.slow_every:
                     last_slow = now
-                    self.enqueue([self.plan_slow()])
+                    self.enqueue([self.plan_slow() for _ in range(self.cfg.slow_burst)])
                 self.scenarios.produce_tick(scenario_clock)
             self.halt.wait(max(tick - (time.monotonic() - started), 0.0))
 

@@ -183,13 +183,19 @@ def p3_cancel_at_park(r: Any, state: Any, ev: Evidence) -> None:
             )
 
 
-def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
+def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = None) -> None:
     drained = {e["node"]: e for e in ev.by_type["worker_drained"]}
+    exits = [o for o in (ledger.observations if ledger is not None else ()) if o.phase == "exit"]
     for e in ev.by_type["worker_drain_term"]:
         node, t = e["node"], float(e["t"])
         r.checks += 1
         d = drained.get(node)
         if d is None:
+            continue
+        end = t + float(d.get("seconds") or DRAIN_LIMIT)
+        asked = [o for o in exits if o.node == node and t - 2 <= _ts(o.at) <= end + 2]
+        if asked and d.get("code") != 0:  # a kind asked the draining worker to die (PROTOCOL §1): not a drain
+            r.notes.append(f"node {node} exited during its drain because a kind asked it to (exit observation)")
             continue
         if d.get("timeout") or d.get("seconds") is None or d["seconds"] > DRAIN_LIMIT + 2:
             r.add(
@@ -200,7 +206,6 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
-        end = t + float(d.get("seconds") or DRAIN_LIMIT)
         if timeline.db_down_during(t - 1, end + 1):
             continue
         for job_id, attempt, kind in e.get("running", ()):

@@ -6,7 +6,8 @@ replaced by a new incarnation with a new node id (`w<slot>-<incarnation>`), whet
 it or it exited by itself (`flaky` kills its own process on purpose).
 
 `Nemesis` injects, on independent schedules: kill -9 of a random worker, SIGSTOP of a worker (one
-running a `slow` job when there is one) for longer than the lease then SIGCONT, and a PostgreSQL
+running a `slow` job when there is one) for longer than the lease then SIGCONT — held, when it froze
+`slow` attempts inside their paid step, until later attempts journaled that step (soak/zombies.py) — and a PostgreSQL
 crash-restart (`cluster.crash()` then `cluster.restart()`). Every fault is recorded in the history
 with its time *before* it takes effect (kill, stop, crash) or *after* it ended (cont, restarted), so
 the intervals the checker derives are conservative.
@@ -27,6 +28,7 @@ from typing import Any
 
 import psycopg
 
+from soak import zombies  # issue 11: zombie stops (duplicate paid step writes)
 from soak.history import History
 
 FAST_FAILURE_S = 5.0  # a self-exit this soon after the start is a fast failure (issue 11)
@@ -342,50 +344,71 @@ class Nemesis:
         self.db_lock = threading.Lock()
         self.threads: list[threading.Thread] = []
         self.last = ""
+        self.restarted_at = float("-inf")  # monotonic time of the last PostgreSQL restart
+        self.spare: set[str] = set()  # nodes running the later attempts of a zombie stop's jobs (soak/zombies.py)
 
     def start(self) -> None:
         start_fault_loops(self, "nemesis")
 
     def _kill(self) -> None:
+        if self.spare:  # a zombie stop is waiting for other nodes to reclaim, claim and run its jobs
+            return
         slots = self.workers.running_slots()
         if slots:
             slot = self.rng.choice(slots)
             self.last = f"kill -9 {slot.node}"
             self.workers.kill(slot)
 
-    def _slow_nodes(self) -> set[str]:
-        """Nodes running a `slow` attempt that still holds a live lease (it is in its sleep)."""
-        try:
-            with psycopg.connect(self.url, autocommit=True, connect_timeout=2) as c:
-                return {
-                    r[0]
-                    for r in c.execute(
-                        "SELECT DISTINCT leased_by FROM belay_jobs WHERE state = 'running' AND worker = 'slow' "
-                        "AND lease_until > %s",
-                        (datetime.now(UTC),),
-                    )
-                }
-        except psycopg.Error:
-            return set()
-
     def _stop(self) -> None:
-        # Prefer a node in the middle of a `slow` job (so an attempt comes back stale); wait a little for one.
-        deadline = time.monotonic() + (self.every["stop"] or 10) / 2
+        # Prefer a node in the middle of a `slow` job's paid `nap` step (so an attempt comes back stale, and
+        # writes a duplicate: a zombie stop, soak/zombies.py); wait a little for one.
+        patience = (self.every["stop"] or 10) / 2  # seconds of waiting while the database answers
         while True:
+            t0 = time.monotonic()
             slots = self.workers.running_slots()
-            busy = self._slow_nodes()
-            preferred = [s for s in slots if s.node in busy]
-            if preferred or time.monotonic() > deadline or self.halt.wait(1.0):
+            found = zombies.slow_in_nap(self.url)  # None while the database is down: wait for it
+            napping = found or {}
+            preferred = [s for s in slots if s.node in napping]
+            if preferred or patience <= 0 or self.halt.wait(1.0):
                 break
-        if len(slots) < 2:  # keep at least one worker running
+            if found is not None:
+                patience -= time.monotonic() - t0
+        if len(slots) < 2 or self.halt.is_set():  # keep at least one worker running; no stop after the phase
             return
-        slot = self.rng.choice(preferred or slots)
-        if not self.workers.stop(slot):
-            return
-        self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
-        if not self.halt.wait(self.stop_for):
-            pass
-        self.workers.cont(slot)
+        # among them, the node with the most `slow` attempts inside their `nap`
+        most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
+        slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
+        node, held = slot.node, napping.get(slot.node, [])
+        locked = bool(held)
+        if locked:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
+            self.db_lock.acquire()
+            # …and none just before: the node must first replace the connections a crash broke
+            gap = zombies.AFTER_RESTART_S - (time.monotonic() - self.restarted_at)
+            if gap > 0:
+                time.sleep(gap)
+                held = [h for h in (zombies.slow_in_nap(self.url) or {}).get(node, []) if h in held]
+                if not held:
+                    self.db_lock.release()
+                    locked = False
+        try:
+            if not self.workers.stop(slot):
+                return
+            self.last = f"SIGSTOP {node} for {self.stop_for:.0f}s"
+            if held:
+                self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
+                why = zombies.hold(self.url, held, self.halt, self.spare, most=3 * self.stop_for)
+                self.history.record("zombie_cont", node=node, why=why)
+                self.spare.clear()
+                self.spare.add(node)
+            elif not self.halt.wait(self.stop_for):
+                pass
+            self.workers.cont(slot)
+            if held:
+                time.sleep(zombies.AFTER_CONT_S)
+        finally:
+            if locked:
+                self.spare.clear()
+                self.db_lock.release()
 
     def _running_by_node(self) -> dict[str, list]:
         try:
@@ -425,6 +448,7 @@ class Nemesis:
             self.cluster.crash()
             self.cluster.restart()
             self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))
+            self.restarted_at = time.monotonic()
             self.db_restarts += 1
 
     def stop_all(self) -> None:

@@ -126,7 +126,13 @@ def awaiter(ctx: JobContext, input: dict) -> dict:
 @registry.kind("parent", queue=QUEUE)
 def parent(ctx: JobContext, input: dict) -> dict:
     queue = input.get("queue") or QUEUE  # "soak-external": children the harness finishes itself
-    children = [JobSpec(queue, "echo", {"v": f"child-{i}"}) for i in range(int(input["children"]))]
+    pause = int(input.get("child_pause_ms") or 0)  # children that take a while: the parent parks first (P10)
+    children = [
+        JobSpec(queue, "steps", {"n": 1, "raise_after": None, "pause_ms": pause})
+        if pause
+        else JobSpec(queue, "echo", {"v": f"child-{i}"})
+        for i in range(int(input["children"]))
+    ]
     ids = ctx.spawn("kids", children)
     ctx.await_children()
     return {"children": list(ids), "attempt": ctx.attempt}

@@ -11,6 +11,9 @@ Each scenario exists so that a worker duty or an invariant can be *exposed* in a
     (awaiting signals and held workflow members are cancelled by the driver's own follow-ups);
   * a cancel pending at a park (duty P3): an `awaiter` with a pause before its await is cancelled while
     it runs; its signal is delivered only after the request, so the job must end cancelled;
+  * parents parked on `$children` whose children workers run (duty P10): every 5 s a `parent` whose
+    children are 1-step `steps` jobs pausing 1.5 s (`child_pause_ms`), so the parent parks before its
+    children finish, whatever the load — and the last child's terminal write must wake it;
   * priority contention (duty P5): batches of 1-step `steps` jobs at priorities 0 and 5 that become due
     at one instant, sampled every 0.25 s while workers choose between them;
   * lease samples (duty P2, P4, clock skew): every 0.5 s the running rows (job, attempt, node,
@@ -51,6 +54,8 @@ class Scenarios:
         priority_batch: int = 60,
         sample_every: float = 0.5,
         held_cancel_every: float = 15.0,
+        children_park_every: float = 5.0,
+        child_pause_ms: int = 1500,
     ) -> None:
         self.d = driver
         self.every = {
@@ -60,7 +65,9 @@ class Scenarios:
             "sleeper": sleeper_every,
             "priority": priority_every,
             "held_cancel": held_cancel_every,
+            "children_park": children_park_every,
         }
+        self.child_pause_ms = child_pause_ms
         self.priority_batch = priority_batch
         self.sample_every = sample_every
         self.requested: dict[int, float] = {}  # awaiter cancel_at_park: job → time its cancel was requested
@@ -102,6 +109,15 @@ class Scenarios:
                 )
             )
             plans.append(Plan(self._spec("sleeper", {"seconds": 60}), "sleeper", "cancelled", {"plan": "park_cancel"}))
+        if due["children_park"]:  # children that run a while: the parent parks on $children first (P10)
+            plans.append(
+                Plan(
+                    self._spec("parent", {"children": self.d.rng.randint(2, 3), "child_pause_ms": self.child_pause_ms}),
+                    "parent",
+                    "succeeded",
+                    {"plan": "children_park"},
+                )
+            )
         if due["sleeper"]:
             plans.append(Plan(self._spec("sleeper", {"seconds": round(self.d.rng.uniform(1.0, 3.0), 2)}), "sleeper"))
         if due["cancel_at_park"]:

@@ -148,7 +148,9 @@ def baseline() -> Run:
         "cancelled",
     )
     r.add(job(10, "member", wf_name="c", wf_deps=("a",), wf_ignore=("failed",), **wf), "member")
-    # slow: attempt 1 on w1-1 was SIGSTOPped past its lease, reclaimed, and came back stale
+    # slow: attempt 1 on w1-1 was SIGSTOPped in its paid `nap` past its lease and reclaimed; attempt 2 on
+    # w2-1 started its own `nap` at +22; attempt 1 came back at +25, journaled `nap` first (no spend for
+    # attempt 2's duplicate write at +34) and its ack was stale
     r.add(
         job(
             11,
@@ -158,15 +160,18 @@ def baseline() -> Run:
             errors=[err(1, "lease_expired", 20)],
             result={"token": "t", "node": "w2-1", "attempt": 2},
             finished_at=at(40),
+            spent_usd_micros=1,
         ),
         "slow",
     )
     r.events.append(Event(11, 1, {"phase": "start", "attempt": 1, "node": "w1-1"}, at(2)))
     r.events.append(Event(11, 2, {"phase": "start", "attempt": 2, "node": "w2-1"}, at(22)))
     r.steps.append(step(11, 1, "begin", {"token": "t", "attempt": 1}))
+    r.steps.append(step(11, 2, "nap", {"token": "n", "attempt": 1}, usd=1, t=25.5))
     r.observations += [
-        Observation(11, 1, "w1-1", "pre_ack", {"state": "running", "attempt": 2, "leased_by": "w2-1"}, at(30)),
-        Observation(11, 1, "w1-1", "ack", {"state": "stale"}, at(30)),
+        Observation(11, 1, "w1-1", "pre_ack", {"state": "running", "attempt": 2, "leased_by": "w2-1"}, at(25.6)),
+        Observation(11, 1, "w1-1", "ack", {"state": "stale"}, at(25.7)),
+        Observation(11, 2, "w2-1", "pre_ack", {"state": "running", "attempt": 2, "leased_by": "w2-1"}, at(34.1)),
     ]
     # cron slots at +60, +120, +180 (registered at +1, paused at +200)
     for jid, minute in ((12, 1), (13, 2), (14, 3)):
@@ -309,6 +314,16 @@ def test_i3_a_step_value_that_changed_between_samples_is_flagged():
     assert_only(r.check(), "I3", contains="changed after it was journaled")
 
 
+def test_i3_a_sampled_step_missing_from_the_snapshot_is_flagged_unless_sampled_after_the_snapshot():
+    r = baseline()
+    sample = {"type": "step_sample", "rows": [[1, "x", 1, "0" * 32]]}  # job 1 (echo) has no such step
+    r.history.append({"t": E0 + 3, **sample})
+    assert_only(r.check(), "I3", contains="vanished")
+    r = baseline()
+    r.history.append({"t": E0 + 252, **sample})  # the sampler kept running after the snapshot was read
+    assert r.check().invariants["I3"].verdict == "valid"
+
+
 def test_i3_a_step_journaled_after_the_ack_is_flagged():
     r = baseline()
     r.steps[1] = replace(r.steps[1], inserted_at=at(6))
@@ -335,6 +350,30 @@ def test_i4_a_step_run_past_the_budget_is_flagged():
         result=encode({"tokens": ["x", "y", "z"], "attempt": 2}),
     )
     assert_only(r.check(), "I4", contains="crossed the budget")
+
+
+def test_i4_spend_added_for_a_duplicate_paid_step_write_is_flagged():
+    r = baseline()
+    r.jobs[11] = replace(r.jobs[11], spent_usd_micros=2)  # attempt 2's duplicate `nap` write paid again
+    assert_only(r.check(), "I4", contains="spent_usd_micros is 2")
+
+
+def test_i4_a_stale_attempt_whose_successor_read_its_step_back_is_no_duplicate_write():
+    r = baseline()
+    # attempt 2 started after the zombie journaled `nap` and read it back at once: one write only
+    r.observations[-1] = replace(r.observations[-1], at=at(26.2))
+    r.events[-1] = Event(11, 2, {"phase": "start", "attempt": 2, "node": "w2-1"}, at(26))
+    result = r.check()
+    i4 = result.invariants["I4"]
+    assert i4.verdict == "unknown" and "duplicate paid step writes" in i4.why_unknown
+    row = next(x for x in result.coverage if x["row"] == "I4")
+    assert {s["key"]: s["count"] for s in row["scenarios"]}["zombies_back"] == 0
+
+
+def test_i4_a_stale_attempt_without_a_start_event_is_not_counted_as_a_duplicate_write():
+    r = baseline()
+    r.events = [e for e in r.events if not (e.job_id == 11 and e.seq == 1)]
+    assert r.check().invariants["I4"].verdict == "unknown"
 
 
 def test_i4_a_budget_failure_before_the_crossing_step_is_flagged():

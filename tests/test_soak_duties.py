@@ -129,6 +129,18 @@ def test_p4_a_clean_drain_is_valid():
     assert duty(r.check(), "P4").verdict == "valid"
 
 
+def test_p4_a_nonzero_exit_after_sigterm_is_flagged_unless_a_kind_asked_the_worker_to_die_meanwhile():
+    r = baseline()
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[1, 1, "echo"]]},
+        {"t": E0 + 11, "type": "worker_drained", "node": "w2-1", "code": 75, "seconds": 1.0},
+    ]
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "status 75" in p4.counterexamples[0]
+    r.observations.append(Observation(16, 1, "w2-1", "exit", {"reason": "flaky exit"}, at(10.5)))
+    assert duty(r.check(), "P4").verdict == "valid"
+
+
 def priority_sample(t, rows, due=E0 + 100):
     return {"t": E0 + t, "type": "priority_sample", "batch": 1, "at": E0 + t, "due": due, "rows": rows}
 

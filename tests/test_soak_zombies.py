@@ -1,0 +1,31 @@
+"""Zombie stops (soak/zombies.py): when the nemesis may SIGCONT a node that froze `slow` attempts in their
+paid step, and which nodes it spares meanwhile. Pure: rows as the nemesis reads them."""
+
+from __future__ import annotations
+
+from soak.zombies import later_nodes, settled
+
+HELD = [(7, 1), (9, 2)]
+
+
+def rows(**by_job: tuple) -> dict:
+    return {int(k[1:]): v for k, v in by_job.items()}
+
+
+def test_a_zombie_stays_frozen_until_a_later_attempt_journaled_its_paid_step():
+    reclaimed = rows(j7=("ready", 1, None, False), j9=("running", 3, "w2-1", True))
+    assert not settled(reclaimed, HELD)
+    napping = rows(j7=("running", 2, "w3-1", False), j9=("running", 3, "w2-1", True))
+    assert not settled(napping, HELD)
+    assert settled(rows(j7=("running", 2, "w3-1", True), j9=("succeeded", 3, None, True)), HELD)
+
+
+def test_a_job_that_ended_or_vanished_while_its_zombie_was_frozen_needs_no_later_write():
+    assert settled(rows(j7=("cancelled", 1, None, False), j9=("running", 3, "w2-1", True)), HELD)
+    assert settled(rows(j9=("failed", 3, None, False)), HELD)  # job 7 pruned: gone
+
+
+def test_the_nodes_running_later_attempts_are_spared_not_the_ones_of_earlier_or_ended_attempts():
+    r = rows(j7=("running", 2, "w3-1", False), j9=("running", 2, "w2-1", False))  # 9 still at the held attempt
+    assert later_nodes(r, HELD) == {"w3-1"}
+    assert later_nodes(rows(j7=("succeeded", 2, None, True)), HELD) == set()
