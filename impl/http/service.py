@@ -30,8 +30,8 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from impl.http import checkpoints as cp
-from impl.http import fastpath as fast
 from impl.http import errors as e
+from impl.http import fastpath as fast
 from impl.http.errors import ApiError, iso
 from impl.http.ids import (
     RunRef,
