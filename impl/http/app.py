@@ -187,7 +187,7 @@ def path(request: Request, key: str) -> str:
 
 
 def _belay(request: Request) -> Belay:
-    return request.app.state.belay
+    return request.scope["belay"]
 
 
 def _authorize(request: Request) -> None:
@@ -395,16 +395,26 @@ async def unexpected(request: Request, exc: Exception) -> Response:
 
 class _EncodedSlashes:
     """Route on the raw path so a name holding '/' (sent as %2F) stays one path segment: each segment
-    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`)."""
+    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`). Also puts
+    the app's Belay in the scope (`_belay`: one dict lookup per request)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, belay: Belay) -> None:
         self.app = app
+        self.belay = belay
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("raw_path"):
-            raw = scope["raw_path"].split(b"?", 1)[0]
-            segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
-            scope = dict(scope, path="/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments))
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw:
+                raw = raw.split(b"?", 1)[0]
+                if b"%" in raw:
+                    segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
+                    path = "/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments)
+                else:  # nothing escaped: the decoded path as uvicorn gave it
+                    path = raw.decode("utf-8", errors="replace")
+                scope = dict(scope, path=path, belay=self.belay)
+            else:
+                scope = dict(scope, belay=self.belay)
         await self.app(scope, receive, send)
 
 
@@ -459,6 +469,12 @@ def create_app(
         finally:
             belay.stopped.set()
             belay.waker.poke(None)
+            if belay.completions.batches:
+                log.info(
+                    "belay http: %d runs completed in %d coalesced statements",
+                    belay.completions.completed,
+                    belay.completions.batches,
+                )
             belay.completions = None
             await belay.async_pool.close()
             await run_in_threadpool(belay.close)
@@ -498,5 +514,5 @@ def create_app(
         },
     )
     app.state.belay = belay
-    app.add_middleware(_EncodedSlashes)
+    app.add_middleware(_EncodedSlashes, belay=belay)
     return app

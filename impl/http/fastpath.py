@@ -91,7 +91,7 @@ class CompletionBatcher:
         }
         try:
             async with self.pool.connection() as conn:
-                rows = await (await conn.execute(self.batch_sql, args)).fetchall()
+                rows = await (await conn.execute(rendered(self.batch_sql, conn), args)).fetchall()
         except psycopg.Error as exc:
             if exc.sqlstate is None or len(batch) == 1:
                 _fail(batch, exc)
@@ -111,12 +111,23 @@ class CompletionBatcher:
     async def _solo(self, params: dict, future: asyncio.Future[bool]) -> None:
         try:
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(self.solo_sql, params)).fetchone()
+                row = await (await conn.execute(rendered(self.solo_sql, conn), params)).fetchone()
         except Exception as exc:  # noqa: BLE001 - this request's own failure, reported to it alone
             _fail([(params, future)], exc)
             return
         if not future.done():
             future.set_result(row is not None)
+
+
+_RENDERED: dict[int, tuple[Any, bytes]] = {}  # id → (the query, kept alive so its id stays its own; bytes)
+
+
+def rendered(query: Any, conn: Any) -> bytes:
+    """A composed query as bytes, rendered once (psycopg would compose it again on every execute)."""
+    entry = _RENDERED.get(id(query))
+    if entry is None or entry[0] is not query:
+        entry = _RENDERED[id(query)] = (query, query.as_bytes(conn))
+    return entry[1]
 
 
 def _fail(batch: list[tuple[dict, asyncio.Future[bool]]], exc: BaseException) -> None:
@@ -138,7 +149,7 @@ async def claim_once(
         "lease_until": now + timedelta(seconds=claim_timeout),
     }
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        rows = await (await cur.execute(claim_sql, params)).fetchall()
+        rows = await (await cur.execute(rendered(claim_sql, conn), params)).fetchall()
     if not rows or not rows[0]["plain"]:
         return None
     claimed = [r for r in rows if r["id"] is not None]
