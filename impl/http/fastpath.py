@@ -58,7 +58,9 @@ class CompletionBatcher:
     def _take(self) -> list[tuple[dict, asyncio.Future[bool]]]:
         """The next batch: queued requests in arrival order with distinct job ids (a second request for
         the same job waits for the next batch, so it sees the first one's outcome)."""
-        batch, ids, rest = [], set(), []
+        batch: list[tuple[dict, asyncio.Future[bool]]] = []
+        rest: list[tuple[dict, asyncio.Future[bool]]] = []
+        ids: set[int] = set()
         for item in self.pending:
             if item[1].done():
                 continue  # its request went away before its turn
