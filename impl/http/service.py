@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -341,7 +341,8 @@ class HttpService:
         """`claim` in one round trip on the event loop's pool for a plain queue (no admission options,
         not paused): the same rounds, order and cancellations. None when the queue does not exist or
         is not plain before anything was claimed (the caller takes `claim`)."""
-        demand, out = min(limit, MAX_CLAIM), cast(list[dict], [])
+        demand = min(limit, MAX_CLAIM)
+        out: list[dict] = []
         claim_sql = self.store.q.q("http_claim_solo")
         for _ in range(8):
             found = await fast.claim_once(pool, claim_sql, now, queue, self.node, demand, claim_timeout)
