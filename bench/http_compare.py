@@ -9,7 +9,9 @@ dependencies (pinned here, because uvicorn would now pick them up for the old co
 served by `belay serve` as it is (`--workers`, default its own). Both run against the same embedded
 PostgreSQL with a fresh queue of ready tasks per measurement, and `bench.http.run`'s client (threads
 that claim up to `batch` runs and complete each). Rounds alternate before/after, so a change in the
-machine's load hits both. Prints one JSON line per measurement and a summary of medians.
+machine's load hits both. Prints one JSON line per measurement (with the server process's CPU ms per
+task, which a loaded machine disturbs far less than the rate, and the 1-minute load average), the
+paired ratio of each round, and a summary of medians.
 """
 
 from __future__ import annotations
@@ -57,6 +59,28 @@ def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
     raise RuntimeError(f"server {cmd} did not start: {log.read()[-3000:].decode(errors='replace')}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its live children (the workers of a multi-process
+    server), from /proc; 0.0 where /proc is unavailable."""
+    total = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [pid]
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+    return total
+
+
 def measure(
     url: str, label: str, cmd: list[str], env: dict[str, str], port: int, tasks: int, workers: int, batch: int
 ) -> dict:
@@ -66,7 +90,9 @@ def measure(
         queue = f"cmp-{label}-{batch}-{time.time_ns()}"
         assert httpx.post(f"{base}/queues", json={"name": queue}).status_code == 201
         fill(url, queue, tasks)
+        cpu_before = cpu_seconds(proc.pid)
         done, requests, seconds = run(base, queue, workers, batch)
+        server_cpu = cpu_seconds(proc.pid) - cpu_before
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -77,6 +103,8 @@ def measure(
         "seconds": round(seconds, 2),
         "claims_completes_per_s": round(done / seconds, 1),
         "requests_per_s": round(requests / seconds, 1),
+        "server_cpu_ms_per_task": round(1000 * server_cpu / max(done, 1), 2),
+        "load1": round(os.getloadavg()[0], 1),
     }
 
 
@@ -125,6 +153,20 @@ def main() -> None:
     finally:
         db.close()
     print(f"database: {db.kind}: {redact(db.url)}; load average {os.getloadavg()}")
+    for i in range(0, len(results), 2):
+        before, after = results[i], results[i + 1]
+        print(
+            json.dumps(
+                {
+                    "pair": i // 2,
+                    "batch": before["batch"],
+                    "ratio": round(after["claims_completes_per_s"] / before["claims_completes_per_s"], 2),
+                    "cpu_ratio": round(
+                        before["server_cpu_ms_per_task"] / max(after["server_cpu_ms_per_task"], 1e-9), 2
+                    ),
+                }
+            )
+        )
     for batch in args.batch:
         medians = {
             label: statistics.median(

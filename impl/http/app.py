@@ -30,7 +30,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from impl.http import errors as e
+from impl.http import fastpath as fast
 from impl.http.errors import ApiError
+from impl.http.ids import run_id
 from impl.http.openapi import served_document
 from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATUSES, HttpService
 from impl.pgrows import listen_for_pokes
@@ -113,7 +115,8 @@ class Belay:
         self.node = node
         self.waker = Waker()
         self.store: PgStore | None = None
-        self.async_pool: AsyncConnectionPool | None = None  # the event loop's own, for completeRun's fast path
+        self.async_pool: AsyncConnectionPool | None = None  # the event loop's own, for the fast paths
+        self.completions: fast.CompletionBatcher | None = None  # completeRun's, on async_pool
         self.service: HttpService | None = None
         self.stopped = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -184,7 +187,7 @@ def path(request: Request, key: str) -> str:
 
 
 def _belay(request: Request) -> Belay:
-    return request.app.state.belay
+    return request.scope["belay"]
 
 
 def _authorize(request: Request) -> None:
@@ -263,9 +266,12 @@ async def claim_tasks(request: Request, s: HttpService, now: datetime) -> Respon
         long_poll = min(long_poll, belay.max_long_poll)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + (long_poll or 0)
+    pool = belay.async_pool
     while True:
         seen = belay.waker.seen(queue)
-        tasks = await call(s.claim, now, queue, limit, claim_timeout)
+        tasks = None if pool is None else await s.claim_fast(now, queue, limit, claim_timeout, pool, call)
+        if tasks is None:
+            tasks = await call(s.claim, now, queue, limit, claim_timeout)
         remaining = deadline - loop.time()
         if tasks or remaining <= 0 or belay.stopped.is_set():
             return ok({"tasks": tasks})
@@ -306,12 +312,12 @@ async def list_tasks(request: Request, s: HttpService, now: datetime) -> Respons
 
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:
     run, body = path(request, "run_id"), await json_body(request, optional=True)
-    pool = _belay(request).async_pool
-    if pool is not None:
-        done = await s.complete_fast(now, run, body, pool)
-        if done is not None:
-            return ok(done)
-    return ok(await call(partial(s.complete, fast_tried=pool is not None), now, run, body))
+    completions = _belay(request).completions
+    if completions is not None:
+        params = s.completion_params(now, run, body)
+        if params is not None and await completions.complete(params):
+            return ok({"run_id": run_id(params["id"], params["attempt"]), "status": "completed"})
+    return ok(await call(partial(s.complete, fast_tried=completions is not None), now, run, body))
 
 
 async def fail_run(request: Request, s: HttpService, now: datetime) -> Response:
@@ -389,16 +395,26 @@ async def unexpected(request: Request, exc: Exception) -> Response:
 
 class _EncodedSlashes:
     """Route on the raw path so a name holding '/' (sent as %2F) stays one path segment: each segment
-    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`)."""
+    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`). Also puts
+    the app's Belay in the scope (`_belay`: one dict lookup per request)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, belay: Belay) -> None:
         self.app = app
+        self.belay = belay
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("raw_path"):
-            raw = scope["raw_path"].split(b"?", 1)[0]
-            segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
-            scope = dict(scope, path="/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments))
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            if raw:
+                raw = raw.split(b"?", 1)[0]
+                if b"%" in raw:
+                    segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
+                    path = "/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments)
+                else:  # nothing escaped: the decoded path as uvicorn gave it
+                    path = raw.decode("utf-8", errors="replace")
+                scope = dict(scope, path=path, belay=self.belay)
+            else:
+                scope = dict(scope, belay=self.belay)
         await self.app(scope, receive, send)
 
 
@@ -414,11 +430,14 @@ def create_app(
     notify: bool = True,
     node: str = "http",
     max_long_poll: float | None = None,
+    completion_batching: dict[str, int] | None = None,
 ) -> Starlette:
     """The Belay HTTP API on `conninfo`. `token`: bearer token required by mutating requests;
     `sweep_interval` None disables the background sweeper (tests call `app.state.belay.sweep_once`);
     `notify` enables the pg_notify accelerator for long polls; `poll_interval` is their floor;
-    `max_long_poll` caps a long poll's hold in seconds (None: as the request asks, 5..30)."""
+    `max_long_poll` caps a long poll's hold in seconds (None: as the request asks, 5..30);
+    `completion_batching`: CompletionBatcher's max_batch / max_in_flight (impl/http/fastpath.py)."""
+    completion_batching = completion_batching or {}
     belay = Belay(
         conninfo,
         schema=schema,
@@ -441,11 +460,22 @@ def create_app(
             conninfo, min_size=1, max_size=pool_size, open=False, kwargs={"autocommit": True}, name="belay-http-loop"
         )
         await belay.async_pool.open()
+        q = belay.service.store.q
+        belay.completions = fast.CompletionBatcher(
+            belay.async_pool, q.q("http_complete_batch"), q.q("http_complete_solo"), **completion_batching
+        )
         try:
             yield
         finally:
             belay.stopped.set()
             belay.waker.poke(None)
+            if belay.completions.batches:
+                log.info(
+                    "belay http: %d runs completed in %d coalesced statements",
+                    belay.completions.completed,
+                    belay.completions.batches,
+                )
+            belay.completions = None
             await belay.async_pool.close()
             await run_in_threadpool(belay.close)
 
@@ -484,5 +514,5 @@ def create_app(
         },
     )
     app.state.belay = belay
-    app.add_middleware(_EncodedSlashes)
+    app.add_middleware(_EncodedSlashes, belay=belay)
     return app

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -30,6 +31,7 @@ from psycopg.types.json import Jsonb
 
 from impl.http import checkpoints as cp
 from impl.http import errors as e
+from impl.http import fastpath as fast
 from impl.http.errors import ApiError, iso
 from impl.http.ids import (
     RunRef,
@@ -324,20 +326,54 @@ class HttpService:
                 r["job_id"]: r["value"]
                 for r in self.store.statement("http_task_configs", {"ids": [j.id for j in jobs]})
             }
-            expired = 0
-            for job in jobs:
-                config = TaskConfig.from_step(configs.get(job.id), job.max_attempts)
-                first_claim = job.attempt == 1 and job.started_at == now
-                reason = config.expired(now, claimed_before=not first_claim)
-                if reason is not None:
-                    self.cancel_task(now, job.id, reason, state="running", attempt=job.attempt)
-                    expired += 1
-                else:
-                    out.append(claimed_task(job, config))
+            fresh, expired = self._screen(now, jobs, configs)
+            out += fresh
+            for job, reason in expired:
+                self.cancel_task(now, job.id, reason, state="running", attempt=job.attempt)
             if not expired or len(jobs) < demand:
                 break
-            demand = expired
+            demand = len(expired)
         return out
+
+    async def claim_fast(
+        self, now: datetime, queue: str, limit: int, claim_timeout: int, pool: Any, run_sync: fast.RunSync
+    ) -> list[dict] | None:
+        """`claim` in one round trip on the event loop's pool for a plain queue (no admission options,
+        not paused): the same rounds, order and cancellations. None when the queue does not exist or
+        is not plain before anything was claimed (the caller takes `claim`)."""
+        demand = min(limit, MAX_CLAIM)
+        out: list[dict] = []
+        claim_sql = self.store.q.q("http_claim_solo")
+        for _ in range(8):
+            found = await fast.claim_once(pool, claim_sql, now, queue, self.node, demand, claim_timeout)
+            if found is None:
+                return out or None
+            jobs, configs = found
+            if not jobs:
+                break
+            fresh, expired = self._screen(now, jobs, configs)
+            out += fresh
+            for job, reason in expired:
+                await run_sync(partial(self.cancel_task, now, job.id, reason, state="running", attempt=job.attempt))
+            if not expired or len(jobs) < demand:
+                break
+            demand = len(expired)
+        return out
+
+    @staticmethod
+    def _screen(now: datetime, jobs: Any, configs: dict) -> tuple[list[dict], list[tuple[Any, str]]]:
+        """Claimed jobs as ClaimedTasks, and those past a start or execution deadline with the reason
+        (the caller cancels them instead of handing them out)."""
+        fresh, expired = [], []
+        for job in jobs:
+            config = TaskConfig.from_step(configs.get(job.id), job.max_attempts)
+            first_claim = job.attempt == 1 and job.started_at == now
+            reason = config.expired(now, claimed_before=not first_claim)
+            if reason is not None:
+                expired.append((job, reason))
+            else:
+                fresh.append(claimed_task(job, config))
+        return fresh, expired
 
     # --- runs ---------------------------------------------------------------------------------------
 
@@ -412,7 +448,7 @@ class HttpService:
             item["completed_at"] = iso(row["finished_at"])
         return item
 
-    def _solo_params(self, now: datetime, run: str, body: Any) -> dict | None:
+    def completion_params(self, now: datetime, run: str, body: Any) -> dict | None:
         """The parameters of completeRun's one-statement fast path (None: bad input or no such run id,
         which the full path reports)."""
         ref = parse_run(run)
@@ -431,23 +467,13 @@ class HttpService:
             "payload": result_payload(ref.job_id),
         }
 
-    async def complete_fast(self, now: datetime, run: str, body: Any, pool: Any) -> dict | None:
-        """completeRun's fast path on the event loop (an async pool: no thread hop, one round trip):
-        the response when `http_complete_solo` completed the run, else None (take `complete`)."""
-        params = self._solo_params(now, run, body)
-        if params is None:
-            return None
-        async with pool.connection() as conn:
-            row = await (await conn.execute(self.store.q.q("http_complete_solo"), params)).fetchone()
-        return None if row is None else {"run_id": run_id(params["id"], params["attempt"]), "status": "completed"}
-
     def complete(self, now: datetime, run: str, body: Any, *, fast_tried: bool = False) -> dict:
         body = e.obj(body)
         try:
             outcome = w.Succeed(body.get("result"))
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
-        params = None if fast_tried else self._solo_params(now, run, body)
+        params = None if fast_tried else self.completion_params(now, run, body)
         if params is not None and self.store.statement("http_complete_solo", params):
             return {"run_id": run_id(params["id"], params["attempt"]), "status": "completed"}  # one round trip
         ref, row = self._run(run)

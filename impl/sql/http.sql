@@ -193,3 +193,72 @@ WITH done AS (
 SELECT id, CASE WHEN %(channel)s::text IS NULL THEN NULL
                 ELSE pg_notify(%(channel)s::text, %(payload)s::text) END AS notified
 FROM done
+
+-- http_complete_batch --
+-- http_complete_solo for several runs in one statement (the server coalesces concurrent completeRun
+-- requests): each input row (job id, attempt, result, payload, now — the request's own clock) is
+-- completed under exactly http_complete_solo's conditions, with its own notification; a row that
+-- completes nothing is not returned and its request takes the full path alone. Job ids in one batch
+-- are distinct; the rows are locked in id order, so two batches never deadlock on each other.
+WITH input AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::bytea[],
+                         %(payloads)s::text[], %(nows)s::timestamptz[]) AS t(id, attempt, result, payload, now)
+), locked AS (
+    SELECT j.id FROM {jobs} AS j JOIN input AS i ON i.id = j.id
+    WHERE j.state = 'running' AND j.attempt = i.attempt AND j.workflow_id IS NULL AND j.parent_id IS NULL
+    ORDER BY j.id
+    FOR UPDATE OF j
+), done AS (
+    UPDATE {jobs} AS j
+    SET state = 'succeeded', result = i.result, finished_at = i.now, lease_until = NULL, leased_by = NULL
+    FROM input AS i
+    WHERE j.id = i.id AND j.id IN (SELECT id FROM locked) AND j.state = 'running' AND j.attempt = i.attempt
+      AND j.workflow_id IS NULL AND j.parent_id IS NULL
+      AND NOT EXISTS (
+          SELECT 1 FROM {steps} AS s
+          WHERE s.job_id = j.id AND s.name = '$http:task'
+            AND (get_byte(s.value, 0) = 131
+                 OR (convert_from(s.value, 'UTF8')::jsonb->>'execution_deadline')::timestamptz <= i.now))
+    RETURNING j.id, i.payload
+)
+SELECT id, CASE WHEN %(channel)s::text IS NULL THEN NULL
+                ELSE pg_notify(%(channel)s::text, payload) END AS notified
+FROM done
+
+-- http_claim_solo --
+-- claimTasks in one round trip for a queue with no §6 admission options (its opts hold nothing but
+-- the HTTP `cleanup` policy): the §6 plain claim (claim_plain's predicate, order and SKIP LOCKED)
+-- with each claimed job's `$http:task` options. One row per claimed job; for a plain queue with
+-- nothing to claim, one row whose job columns are NULL; for any other queue (paused, admission
+-- options, unreadable opts) one row with `plain` false and nothing claimed; for no such queue, no
+-- row. The caller takes the full path for the last two.
+WITH q AS (
+    SELECT CASE WHEN jsonb_typeof(opts) = 'object' THEN (opts - 'cleanup') = '{{}}'::jsonb ELSE false END AS plain
+    FROM {queues} WHERE name = %(queue)s
+), ready AS (
+    SELECT id, priority, ready_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)
+      AND (SELECT plain FROM q)
+    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
+    LIMIT %(take)s
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    SELECT id, priority, ready_at FROM {jobs}
+    WHERE queue = %(queue)s AND state = 'awaiting' AND ready_at <= %(now)s
+      AND (SELECT plain FROM q)
+    ORDER BY priority ASC, ready_at ASC, id ASC
+    LIMIT %(take)s
+    FOR UPDATE SKIP LOCKED
+), chosen AS MATERIALIZED (
+    SELECT id FROM (SELECT * FROM ready UNION ALL SELECT * FROM due) AS c
+    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC
+    LIMIT %(take)s
+), claimed AS (
+    UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
+                      started_at = COALESCE(started_at, %(now)s)
+    WHERE id IN (SELECT id FROM chosen)
+    RETURNING {job_columns}
+)
+SELECT q.plain, c.*, s.value AS config
+FROM q LEFT JOIN claimed AS c ON true
+       LEFT JOIN {steps} AS s ON s.job_id = c.id AND s.name = '$http:task'
