@@ -275,13 +275,21 @@ def pgqueuer_drain(batch: int):
 # its worker runs `concurrency` asyncio jobs, fetching one job per query, woken by LISTEN/NOTIFY.
 
 
-def procrastinate_setup(url: str) -> None:
-    import asyncio
+def _procrastinate_app(url: str):
+    import logging
 
     import procrastinate
 
+    # it warns about an App made in __main__ (it cannot find tasks there); this side only defers by name
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+
+def procrastinate_setup(url: str) -> None:
+    import asyncio
+
     async def install() -> None:
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+        app = _procrastinate_app(url)
         async with app.open_async():
             await app.schema_manager.apply_schema_async()
 
@@ -291,10 +299,8 @@ def procrastinate_setup(url: str) -> None:
 def procrastinate_enqueue(url: str, n: int) -> float:
     import asyncio
 
-    import procrastinate
-
     async def go() -> float:
-        app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+        app = _procrastinate_app(url)
         task = app.configure_task("noop", queue="bench")
         async with app.open_async():
             started = time.perf_counter()
@@ -323,8 +329,12 @@ async def main():
         worker = asyncio.create_task(app.run_worker_async(
             queues=["bench"], concurrency=conc, wait=True, install_signal_handlers=False))
         while True:
-            cur = await probe.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'")
-            if (await cur.fetchone())[0] >= n:
+            cur = await probe.execute("SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+                                      "count(*) FILTER (WHERE status = 'failed') FROM procrastinate_jobs")
+            ok, failed = await cur.fetchone()
+            if failed:
+                raise SystemExit(f"{failed} jobs failed")
+            if ok >= n:
                 break
             if worker.done():
                 worker.result()
@@ -379,7 +389,8 @@ def chancy_enqueue(url: str, n: int) -> float:
     from chancy import Chancy, Job
 
     async def go() -> float:
-        job = Job.from_func(chancy_noop, queue="bench")
+        # by its dotted path: Job.from_func would name __main__ when this module runs as `python -m bench.peers`
+        job = Job(func="bench.peers.chancy_noop", queue="bench")
         async with Chancy(url) as chancy:
             started = time.perf_counter()
             async for _refs in chancy.push_many([job] * n, batch_size=BATCH):
@@ -404,8 +415,12 @@ async def main():
         started = time.perf_counter()
         async with Worker(chancy, register_signal_handlers=False) as worker:
             while True:
-                cur = await probe.execute("SELECT count(*) FROM chancy_jobs WHERE state = 'succeeded'")
-                if (await cur.fetchone())[0] >= n:
+                cur = await probe.execute("SELECT count(*) FILTER (WHERE state = 'succeeded'), "
+                                          "count(*) FILTER (WHERE state = 'failed') FROM chancy_jobs")
+                ok, failed = await cur.fetchone()
+                if failed:
+                    raise SystemExit(f"{failed} jobs failed")
+                if ok >= n:
                     break
                 await asyncio.sleep(0.02)
             elapsed = time.perf_counter() - started
@@ -476,7 +491,14 @@ with psycopg.connect(url, autocommit=True) as probe:
     started = time.perf_counter()
     DBOS.launch()
     DBOS.register_queue("bench", worker_concurrency=conc, polling_interval_sec=poll, on_conflict="always_update")
-    while probe.execute("SELECT count(*) FROM dbos.workflow_status WHERE status = 'SUCCESS'").fetchone()[0] < n:
+    while True:
+        ok, failed = probe.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER "
+                                   "(WHERE status IN ('ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
+                                   "FROM dbos.workflow_status").fetchone()
+        if failed:
+            raise SystemExit(f"{failed} workflows failed")
+        if ok >= n:
+            break
         time.sleep(0.02)
     elapsed = time.perf_counter() - started
 DBOS.destroy()
