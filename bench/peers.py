@@ -1,18 +1,31 @@
 """Belay beside other PostgreSQL job queues: the same workload, one database, interleaved rounds.
 
-    .venv/bin/python -m bench.peers [--jobs 20000] [--rounds 5] [--json reports/peers.json]
-    pip install '.[peers]'      # the peer systems (pgqueuer; see PEERS for what each adapter covers)
+    .venv/bin/python -m bench.peers [--jobs 20000] [--rounds 5] [--systems a,b] [--json reports/peers.json]
+    pip install '.[peers]'      # the peer systems: pgqueuer, procrastinate, chancy, dbos
 
-For every system, each round: N no-op jobs are enqueued with the system's batch API (1,000 per call)
-into a fresh database, then drained by ONE worker process at the system's documented high-throughput
-settings. The clock of a drain stops when the database shows every job complete (counted with SQL
-from the tables, never from a system's own counters). Rounds are interleaved in alternating order so
-a noisy neighbour hurts every system alike; the table shows medians and, per round, the ratio to
-Belay batched. Per job, the database work of each drain (commits, rows written, WAL bytes and WAL
-syncs from pg_stat_database / pg_stat_wal) explains the differences.
+For every system, each round: a fresh database on the one embedded PostgreSQL the bench provisions
+(fsync and synchronous_commit on, as provisioned), the system's own schema installed its own way,
+N no-op jobs enqueued with the system's batch API (1,000 per call; timed: bulk enqueue jobs/s), then
+drained by ONE worker process. The drain clock runs from starting that process until SQL on the
+system's own tables shows all N finished (never the system's own counters); a drain that sees failed
+jobs stops at once. Rounds are interleaved, alternating the order, so a noisy neighbour hurts every
+system alike; the table shows medians and the median of per-round (paired) ratios to Belay batched.
+Per job, the database work of each drain (commits and rows written from pg_stat_database, WAL bytes
+and syncs from pg_stat_wal; the enqueue's too, in the JSON) explains the differences.
 
-A peer whose package is missing is skipped with the reason printed. Adapters exist for Belay and
-pgqueuer; procrastinate, dbos and chancy are not covered by this revision (said in the output).
+Each system runs at a common concurrency (10 jobs in flight) and at its high-throughput setting:
+
+  Belay           enqueue_many; batched kind (chunk 100, limit 200) / unbatched (limit 10)
+  pgqueuer        Queries.enqueue over lists; QueueManager.run(batch_size=100) / its default 10
+  procrastinate   Task.batch_defer_async; worker concurrency 50 / 10 (asyncio jobs, LISTEN/NOTIFY)
+  chancy          Chancy.push_many(batch_size=1000); AsyncExecutor (its choice for many small I/O
+                  jobs) with eager_polling, queue concurrency 50 / 10
+  dbos            no batch enqueue API: DBOSClient.enqueue_in_transaction, 1,000 per transaction;
+                  queue worker_concurrency 50 / 10, polling_interval_sec 0.01 (our choice: at the
+                  default 1 s a worker starts at most worker_concurrency workflows a second)
+
+A peer whose package is missing is skipped with the reason printed; one that fails (cannot run here)
+is listed under "not run" with the error, in the table and the JSON — never silently dropped.
 """
 
 from __future__ import annotations
