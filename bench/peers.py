@@ -8,8 +8,10 @@ For every system, each round: a fresh database on the one embedded PostgreSQL th
 N no-op jobs enqueued with the system's batch API (1,000 per call; timed: bulk enqueue jobs/s), then
 drained by ONE worker process. The drain clock runs from starting that process until SQL on the
 system's own tables shows all N finished (never the system's own counters); a drain that sees failed
-jobs stops at once. Rounds are interleaved, alternating the order, so a noisy neighbour hurts every
-system alike; the table shows medians and the median of per-round (paired) ratios to Belay batched.
+jobs stops at once. The watcher polls inside one READ COMMITTED transaction (each statement sees the
+latest commits) and the counters are read from another database, so neither adds to the commits.
+Rounds are interleaved, alternating the order, so a noisy neighbour hurts every system alike;
+the table shows medians and the median of per-round (paired) ratios to Belay batched.
 Per job, the database work of each drain (commits and rows written from pg_stat_database, WAL bytes
 and syncs from pg_stat_wal; the enqueue's too, in the JSON) explains the differences.
 
@@ -59,11 +61,16 @@ NOT_COVERED: dict[str, str] = {}
 
 
 def db_counters(url: str) -> dict[str, float]:
-    with psycopg.connect(url, autocommit=True) as c:
+    """pg_stat_database for url's database, read from the server's maintenance database so that
+    reading adds no transactions to the count; pg_stat_wal is server-wide (nothing else runs there)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(urlunsplit(urlsplit(url)._replace(path="/postgres")), autocommit=True) as c:
         c.execute("SELECT pg_stat_clear_snapshot()")
         commits, ins, upd, dele = c.execute(
-            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database "
-            "WHERE datname = current_database()"
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database WHERE datname = %s",
+            (name,),
         ).fetchone()
         wal = c.execute("SELECT wal_bytes, wal_sync FROM pg_stat_wal").fetchone()
     return {"commits": commits, "rows_written": ins + upd + dele, "wal_bytes": float(wal[0]), "wal_syncs": wal[1]}
@@ -177,7 +184,7 @@ else:
     opts = QueueOpts(10, 10)
 config = WorkerConfig(queues=(QueueConfig("bench", opts),), notify=True, sweep_interval=3600)
 logging.disable(logging.WARNING)
-with psycopg.connect(url, autocommit=True) as c:
+with psycopg.connect(url, autocommit=False) as c:
     started = time.perf_counter()
     worker = Worker(url, reg, config).start()
     while c.execute("SELECT count(*) FROM belay_jobs WHERE queue = 'bench' AND state = 'succeeded'").fetchone()[0] < n:
@@ -247,7 +254,7 @@ url, n, batch = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.envi
 
 async def main():
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    probe = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
     qm = QueueManager(Queries(PsycopgDriver(conn)))
 
     @qm.entrypoint("noop")
@@ -337,7 +344,7 @@ async def noop():
 
 async def main():
     async with app.open_async():
-        probe = await __import__("psycopg").AsyncConnection.connect(url, autocommit=True)
+        probe = await __import__("psycopg").AsyncConnection.connect(url, autocommit=False)
         started = time.perf_counter()
         worker = asyncio.create_task(app.run_worker_async(
             queues=["bench"], concurrency=conc, wait=True, install_signal_handlers=False))
@@ -424,7 +431,7 @@ async def main():
     async with Chancy(url) as chancy:
         await chancy.declare(Queue("bench", concurrency=conc, executor=Chancy.Executor.Async,
                                    polling_interval=1, eager_polling=True), upsert=True)
-        probe = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
         started = time.perf_counter()
         async with Worker(chancy, register_signal_handlers=False) as worker:
             while True:
@@ -500,7 +507,7 @@ DBOS(config={"name": "bench", "system_database_url": url, "log_level": "ERROR", 
 def noop():
     return None
 
-with psycopg.connect(url, autocommit=True) as probe:
+with psycopg.connect(url, autocommit=False) as probe:
     started = time.perf_counter()
     DBOS.launch()
     DBOS.register_queue("bench", worker_concurrency=conc, polling_interval_sec=poll, on_conflict="always_update")
