@@ -54,19 +54,18 @@ from impl.provision import provision, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000  # jobs per enqueue call, for every system
-NOT_COVERED: dict[str, str] = {}
 
 
 # --- database work, from PostgreSQL's own statistics -------------------------------------------------
 
 
-def db_counters(url: str) -> dict[str, float]:
-    """pg_stat_database for url's database, read from the server's maintenance database so that
-    reading adds no transactions to the count; pg_stat_wal is server-wide (nothing else runs there)."""
-    from urllib.parse import urlsplit, urlunsplit
+def db_counters(admin_url: str, url: str) -> dict[str, float]:
+    """pg_stat_database for url's database, read through admin_url (another database) so that reading
+    adds no transactions to the count; pg_stat_wal is server-wide (nothing else runs there)."""
+    from urllib.parse import urlsplit
 
     name = urlsplit(url).path.lstrip("/")
-    with psycopg.connect(urlunsplit(urlsplit(url)._replace(path="/postgres")), autocommit=True) as c:
+    with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute("SELECT pg_stat_clear_snapshot()")
         commits, ins, upd, dele = c.execute(
             "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database WHERE datname = %s",
@@ -76,14 +75,14 @@ def db_counters(url: str) -> dict[str, float]:
     return {"commits": commits, "rows_written": ins + upd + dele, "wal_bytes": float(wal[0]), "wal_syncs": wal[1]}
 
 
-def settled_counters(url: str, settle: float = 0.2, limit: float = 5.0) -> dict[str, float]:
+def settled_counters(admin_url: str, url: str, settle: float = 0.2, limit: float = 5.0) -> dict[str, float]:
     """The counters once they stop moving: backends of a process that just exited flush their
     statistics as they end, a moment after the client is gone."""
     deadline = time.monotonic() + limit
-    last = db_counters(url)
+    last = db_counters(admin_url, url)
     while time.monotonic() < deadline:
         time.sleep(settle)
-        now = db_counters(url)
+        now = db_counters(admin_url, url)
         if now == last:
             break
         last = now
@@ -625,11 +624,11 @@ def run_round(admin_url: str, key: str, n: int) -> dict:
     url = fresh_database(admin_url)
     try:
         setup(url)
-        before_enqueue = settled_counters(url)
+        before_enqueue = settled_counters(admin_url, url)
         enqueue_s = enqueue(url, n)
-        before = settled_counters(url)
+        before = settled_counters(admin_url, url)
         drain_s = drain(url, n)
-        after = settled_counters(url)
+        after = settled_counters(admin_url, url)
         return {
             "enqueue_per_s": n / enqueue_s,
             "drain_per_s": n / drain_s,
