@@ -1,18 +1,33 @@
 """Belay beside other PostgreSQL job queues: the same workload, one database, interleaved rounds.
 
-    .venv/bin/python -m bench.peers [--jobs 20000] [--rounds 5] [--json reports/peers.json]
-    pip install '.[peers]'      # the peer systems (pgqueuer; see PEERS for what each adapter covers)
+    .venv/bin/python -m bench.peers [--jobs 20000] [--rounds 5] [--systems a,b] [--json reports/peers.json]
+    pip install '.[peers]'      # the peer systems: pgqueuer, procrastinate, chancy, dbos
 
-For every system, each round: N no-op jobs are enqueued with the system's batch API (1,000 per call)
-into a fresh database, then drained by ONE worker process at the system's documented high-throughput
-settings. The clock of a drain stops when the database shows every job complete (counted with SQL
-from the tables, never from a system's own counters). Rounds are interleaved in alternating order so
-a noisy neighbour hurts every system alike; the table shows medians and, per round, the ratio to
-Belay batched. Per job, the database work of each drain (commits, rows written, WAL bytes and WAL
-syncs from pg_stat_database / pg_stat_wal) explains the differences.
+For every system, each round: a fresh database on the one embedded PostgreSQL the bench provisions
+(fsync and synchronous_commit on, as provisioned), the system's own schema installed its own way,
+N no-op jobs enqueued with the system's batch API (1,000 per call; timed: bulk enqueue jobs/s), then
+drained by ONE worker process. The drain clock runs from starting that process until SQL on the
+system's own tables shows all N finished (never the system's own counters); a drain that sees failed
+jobs stops at once. The watcher polls inside one READ COMMITTED transaction (each statement sees the
+latest commits) and the counters are read from another database, so neither adds to the commits.
+Rounds are interleaved, alternating the order, so a noisy neighbour hurts every system alike;
+the table shows medians and the median of per-round (paired) ratios to Belay batched.
+Per job, the database work of each drain (commits and rows written from pg_stat_database, WAL bytes
+and syncs from pg_stat_wal; the enqueue's too, in the JSON) explains the differences.
 
-A peer whose package is missing is skipped with the reason printed. Adapters exist for Belay and
-pgqueuer; procrastinate, dbos and chancy are not covered by this revision (said in the output).
+Each system runs at a common concurrency (10 jobs in flight) and at its high-throughput setting:
+
+  Belay           enqueue_many; batched kind (chunk 100, limit 200) / unbatched (limit 10)
+  pgqueuer        Queries.enqueue over lists; QueueManager.run(batch_size=100) / its default 10
+  procrastinate   Task.batch_defer_async; worker concurrency 50 / 10 (asyncio jobs, LISTEN/NOTIFY)
+  chancy          Chancy.push_many(batch_size=1000); AsyncExecutor (its choice for many small I/O
+                  jobs) with eager_polling, queue concurrency 50 / 10
+  dbos            no batch enqueue API: DBOSClient.enqueue_in_transaction, 1,000 per transaction;
+                  queue worker_concurrency 50 / 10, polling_interval_sec 0.01 (our choice: at the
+                  default 1 s a worker starts at most worker_concurrency workflows a second)
+
+A peer whose package is missing is skipped with the reason printed; one that fails (cannot run here)
+is listed under "not run" with the error, in the table and the JSON — never silently dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +36,7 @@ import argparse
 import importlib.util
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -38,21 +54,51 @@ from impl.provision import provision, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000  # jobs per enqueue call, for every system
-NOT_COVERED = {"procrastinate": "no adapter yet", "dbos": "no adapter yet", "chancy": "no adapter yet"}
 
 
 # --- database work, from PostgreSQL's own statistics -------------------------------------------------
 
 
-def db_counters(url: str) -> dict[str, float]:
-    with psycopg.connect(url, autocommit=True) as c:
+def db_counters(admin_url: str, url: str) -> dict[str, float]:
+    """pg_stat_database for url's database, read through admin_url (another database) so that reading
+    adds no transactions to the count; pg_stat_wal is server-wide (nothing else runs there)."""
+    from urllib.parse import urlsplit
+
+    name = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(admin_url, autocommit=True) as c:
         c.execute("SELECT pg_stat_clear_snapshot()")
         commits, ins, upd, dele = c.execute(
-            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database "
-            "WHERE datname = current_database()"
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database WHERE datname = %s",
+            (name,),
         ).fetchone()
         wal = c.execute("SELECT wal_bytes, wal_sync FROM pg_stat_wal").fetchone()
     return {"commits": commits, "rows_written": ins + upd + dele, "wal_bytes": float(wal[0]), "wal_syncs": wal[1]}
+
+
+def settled_counters(admin_url: str, url: str, settle: float = 0.2, limit: float = 5.0) -> dict[str, float]:
+    """The counters once they stop moving: backends of a process that just exited flush their
+    statistics as they end, a moment after the client is gone."""
+    deadline = time.monotonic() + limit
+    last = db_counters(admin_url, url)
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = db_counters(admin_url, url)
+        if now == last:
+            break
+        last = now
+    return last
+
+
+def package_versions() -> dict[str, str | None]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found: dict[str, str | None] = {}
+    for name in ("psycopg", "pgqueuer", "procrastinate", "chancy", "dbos"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def per_job(before: dict[str, float], after: dict[str, float], n: int) -> dict[str, float]:
@@ -137,7 +183,7 @@ else:
     opts = QueueOpts(10, 10)
 config = WorkerConfig(queues=(QueueConfig("bench", opts),), notify=True, sweep_interval=3600)
 logging.disable(logging.WARNING)
-with psycopg.connect(url, autocommit=True) as c:
+with psycopg.connect(url, autocommit=False) as c:
     started = time.perf_counter()
     worker = Worker(url, reg, config).start()
     while c.execute("SELECT count(*) FROM belay_jobs WHERE queue = 'bench' AND state = 'succeeded'").fetchone()[0] < n:
@@ -207,7 +253,7 @@ url, n, batch = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.envi
 
 async def main():
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    probe = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
     qm = QueueManager(Queries(PsycopgDriver(conn)))
 
     @qm.entrypoint("noop")
@@ -243,6 +289,254 @@ def pgqueuer_drain(batch: int):
     return drain
 
 
+# procrastinate ----------------------------------------------------------------------------------------
+# Its batch API is Task.batch_defer_async (one procrastinate_defer_jobs_v1 call over an array of rows);
+# its worker runs `concurrency` asyncio jobs, fetching one job per query, woken by LISTEN/NOTIFY.
+
+
+def _procrastinate_app(url: str):
+    import logging
+
+    import procrastinate
+
+    # it warns about an App made in __main__ (it cannot find tasks there); this side only defers by name
+    logging.getLogger("procrastinate.blueprints").setLevel(logging.ERROR)
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+
+def procrastinate_setup(url: str) -> None:
+    import asyncio
+
+    async def install() -> None:
+        app = _procrastinate_app(url)
+        async with app.open_async():
+            await app.schema_manager.apply_schema_async()
+
+    asyncio.run(install())
+
+
+def procrastinate_enqueue(url: str, n: int) -> float:
+    import asyncio
+
+    async def go() -> float:
+        app = _procrastinate_app(url)
+        task = app.configure_task("noop", queue="bench")
+        async with app.open_async():
+            started = time.perf_counter()
+            for start in range(0, n, BATCH):
+                await task.batch_defer_async(*({} for _ in range(min(BATCH, n - start))))
+            return time.perf_counter() - started
+
+    return asyncio.run(go())
+
+
+PROCRASTINATE_DRAIN = """
+import asyncio, os, time, logging
+import procrastinate
+logging.disable(logging.WARNING)
+url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+
+@app.task(name="noop", queue="bench")
+async def noop():
+    return None
+
+async def main():
+    async with app.open_async():
+        probe = await __import__("psycopg").AsyncConnection.connect(url, autocommit=False)
+        started = time.perf_counter()
+        worker = asyncio.create_task(app.run_worker_async(
+            queues=["bench"], concurrency=conc, wait=True, install_signal_handlers=False))
+        while True:
+            cur = await probe.execute("SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+                                      "count(*) FILTER (WHERE status = 'failed') FROM procrastinate_jobs")
+            ok, failed = await cur.fetchone()
+            if failed:
+                raise SystemExit(f"{failed} jobs failed")
+            if ok >= n:
+                break
+            if worker.done():
+                worker.result()
+                raise SystemExit("worker stopped early")
+            await asyncio.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        worker.cancel()
+        try:
+            await worker
+        except asyncio.CancelledError:
+            pass
+        print(elapsed)
+
+asyncio.run(main())
+"""
+
+
+def procrastinate_drain(concurrency: int):
+    def drain(url: str, n: int) -> float:
+        os.environ["BENCH_N"], os.environ["BENCH_CONCURRENCY"] = str(n), str(concurrency)
+        return _python(PROCRASTINATE_DRAIN, url, timeout=900)
+
+    return drain
+
+
+# chancy -----------------------------------------------------------------------------------------------
+# Its batch API is Chancy.push_many (one transaction per batch_size jobs, one INSERT per job inside);
+# its worker runs a queue with an executor; the AsyncExecutor is the documented choice for many small
+# I/O-bound jobs, and eager_polling refills free slots at once instead of waiting for the poll interval.
+# Job state changes are buffered and written in batches (send_outgoing_interval, 1 s).
+
+
+async def chancy_noop() -> None:
+    """The no-op job chancy runs (chancy imports jobs by their dotted path)."""
+
+
+def chancy_setup(url: str) -> None:
+    import asyncio
+
+    from chancy import Chancy
+
+    async def install() -> None:
+        async with Chancy(url) as chancy:
+            await chancy.migrate()
+
+    asyncio.run(install())
+
+
+def chancy_enqueue(url: str, n: int) -> float:
+    import asyncio
+
+    from chancy import Chancy, Job
+
+    async def go() -> float:
+        # by its dotted path: Job.from_func would name __main__ when this module runs as `python -m bench.peers`
+        job = Job(func="bench.peers.chancy_noop", queue="bench")
+        async with Chancy(url) as chancy:
+            started = time.perf_counter()
+            async for _refs in chancy.push_many([job] * n, batch_size=BATCH):
+                pass
+            return time.perf_counter() - started
+
+    return asyncio.run(go())
+
+
+CHANCY_DRAIN = """
+import asyncio, os, time, logging
+import psycopg
+from chancy import Chancy, Queue, Worker
+logging.disable(logging.WARNING)
+url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+
+async def main():
+    async with Chancy(url) as chancy:
+        await chancy.declare(Queue("bench", concurrency=conc, executor=Chancy.Executor.Async,
+                                   polling_interval=1, eager_polling=True), upsert=True)
+        probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
+        started = time.perf_counter()
+        async with Worker(chancy, register_signal_handlers=False) as worker:
+            while True:
+                cur = await probe.execute("SELECT count(*) FILTER (WHERE state = 'succeeded'), "
+                                          "count(*) FILTER (WHERE state = 'failed') FROM chancy_jobs")
+                ok, failed = await cur.fetchone()
+                if failed:
+                    raise SystemExit(f"{failed} jobs failed")
+                if ok >= n:
+                    break
+                await asyncio.sleep(0.02)
+            elapsed = time.perf_counter() - started
+        print(elapsed)
+
+asyncio.run(main())
+"""
+
+
+def chancy_drain(concurrency: int):
+    def drain(url: str, n: int) -> float:
+        os.environ["BENCH_N"], os.environ["BENCH_CONCURRENCY"] = str(n), str(concurrency)
+        return _python(CHANCY_DRAIN, url, timeout=900)
+
+    return drain
+
+
+# dbos -------------------------------------------------------------------------------------------------
+# DBOS has no batch enqueue; the closest documented form is DBOSClient.enqueue_in_transaction, so a
+# batch is BATCH enqueues in one caller-owned transaction. Its worker dequeues up to worker_concurrency
+# workflows per poll of the queue (polling_interval_sec); each workflow writes its status rows.
+
+
+def dbos_setup(url: str) -> None:
+    exe = Path(sys.executable).with_name("dbos")
+    done = subprocess.run([str(exe), "migrate", "-s", url], capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"dbos migrate failed: {done.stderr[-2000:]}")
+
+
+def dbos_enqueue(url: str, n: int) -> float:
+    import sqlalchemy as sa
+    from dbos import DBOSClient
+
+    engine = sa.create_engine(_sqlalchemy_url(url))
+    client = DBOSClient(system_database_engine=engine)
+    try:
+        options = {"queue_name": "bench", "workflow_name": "noop"}
+        started = time.perf_counter()
+        for start in range(0, n, BATCH):
+            with engine.begin() as conn:
+                for _ in range(min(BATCH, n - start)):
+                    client.enqueue_in_transaction(conn, options)  # type: ignore[arg-type]
+        return time.perf_counter() - started
+    finally:
+        client.destroy()
+        engine.dispose()
+
+
+def _sqlalchemy_url(url: str) -> str:
+    return "postgresql+psycopg://" + url.split("://", 1)[1]
+
+
+DBOS_DRAIN = """
+import os, time, logging
+import psycopg
+from dbos import DBOS
+logging.disable(logging.WARNING)
+url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+poll = float(os.environ["BENCH_POLL"])
+DBOS(config={"name": "bench", "system_database_url": url, "log_level": "ERROR", "executor_id": "bench"})
+
+@DBOS.workflow(name="noop")
+def noop():
+    return None
+
+with psycopg.connect(url, autocommit=False) as probe:
+    started = time.perf_counter()
+    DBOS.launch()
+    DBOS.register_queue("bench", worker_concurrency=conc, polling_interval_sec=poll, on_conflict="always_update")
+    while True:
+        ok, failed = probe.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER "
+                                   "(WHERE status IN ('ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
+                                   "FROM dbos.workflow_status").fetchone()
+        if failed:
+            raise SystemExit(f"{failed} workflows failed")
+        if ok >= n:
+            break
+        time.sleep(0.02)
+    elapsed = time.perf_counter() - started
+DBOS.destroy()
+print(elapsed)
+"""
+
+
+def dbos_drain(concurrency: int, poll: float):
+    def drain(url: str, n: int) -> float:
+        os.environ["BENCH_N"], os.environ["BENCH_CONCURRENCY"], os.environ["BENCH_POLL"] = (
+            str(n),
+            str(concurrency),
+            str(poll),
+        )
+        return _python(DBOS_DRAIN, url, timeout=900)
+
+    return drain
+
+
 # name → (system, setup, enqueue, drain)
 SYSTEMS = {
     "belay-batched": (
@@ -269,6 +563,42 @@ SYSTEMS = {
         pgqueuer_enqueue,
         pgqueuer_drain(100),
     ),
+    "procrastinate-10": (
+        System("procrastinate-10", "procrastinate (concurrency 10)", "procrastinate"),
+        procrastinate_setup,
+        procrastinate_enqueue,
+        procrastinate_drain(10),
+    ),
+    "procrastinate-50": (
+        System("procrastinate-50", "procrastinate (concurrency 50)", "procrastinate"),
+        procrastinate_setup,
+        procrastinate_enqueue,
+        procrastinate_drain(50),
+    ),
+    "chancy-10": (
+        System("chancy-10", "chancy (async, concurrency 10)", "chancy"),
+        chancy_setup,
+        chancy_enqueue,
+        chancy_drain(10),
+    ),
+    "chancy-50": (
+        System("chancy-50", "chancy (async, concurrency 50)", "chancy"),
+        chancy_setup,
+        chancy_enqueue,
+        chancy_drain(50),
+    ),
+    "dbos-10": (
+        System("dbos-10", "dbos (worker concurrency 10)", "dbos"),
+        dbos_setup,
+        dbos_enqueue,
+        dbos_drain(10, 0.01),
+    ),
+    "dbos-50": (
+        System("dbos-50", "dbos (worker concurrency 50)", "dbos"),
+        dbos_setup,
+        dbos_enqueue,
+        dbos_drain(50, 0.01),
+    ),
 }
 
 
@@ -294,13 +624,78 @@ def run_round(admin_url: str, key: str, n: int) -> dict:
     url = fresh_database(admin_url)
     try:
         setup(url)
+        before_enqueue = settled_counters(admin_url, url)
         enqueue_s = enqueue(url, n)
-        before = db_counters(url)
+        before = settled_counters(admin_url, url)
         drain_s = drain(url, n)
-        after = db_counters(url)
-        return {"enqueue_per_s": n / enqueue_s, "drain_per_s": n / drain_s, "db_per_job": per_job(before, after, n)}
+        after = settled_counters(admin_url, url)
+        return {
+            "enqueue_per_s": n / enqueue_s,
+            "drain_per_s": n / drain_s,
+            "db_per_job": per_job(before, after, n),
+            "enqueue_db_per_job": per_job(before_enqueue, before, n),
+        }
     finally:
         drop_database(admin_url, url)
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _fmt(x: float | None, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
+    """Medians per system, and per round the ratio to Belay batched in the same round (paired)."""
+    base = results.get("belay-batched")
+    table = {}
+    for key, rounds in results.items():
+        if base is not None:
+            drain_ratio: float | None = statistics.median(
+                x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, base, strict=True)
+            )
+            enqueue_ratio: float | None = statistics.median(
+                x["enqueue_per_s"] / b["enqueue_per_s"] for x, b in zip(rounds, base, strict=True)
+            )
+        else:
+            drain_ratio = enqueue_ratio = None
+        table[key] = {
+            "label": SYSTEMS[key][0].label,
+            "enqueue_per_s": statistics.median(x["enqueue_per_s"] for x in rounds),
+            "drain_per_s": statistics.median(x["drain_per_s"] for x in rounds),
+            "enqueue_ratio_to_belay_batched": enqueue_ratio,
+            "drain_ratio_to_belay_batched": drain_ratio,
+            "db_per_job": {k: statistics.median(x["db_per_job"][k] for x in rounds) for k in rounds[0]["db_per_job"]},
+            "enqueue_db_per_job": {
+                k: statistics.median(x["enqueue_db_per_job"][k] for x in rounds)
+                for k in rounds[0]["enqueue_db_per_job"]
+            },
+            "rounds": rounds,
+        }
+    return table
+
+
+def print_table(table: dict[str, dict], not_run: dict[str, str]) -> None:
+    print(
+        f"{'system':<40} {'enqueue/s':>10} {'÷ belay':>7} {'drain/s':>9} {'÷ belay':>7} "
+        f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9}"
+    )
+    for row in table.values():
+        work = row["db_per_job"]
+        print(
+            f"{row['label']:<40} {row['enqueue_per_s']:>10,.0f} {_fmt(row['enqueue_ratio_to_belay_batched'], '.2f'):>7} "
+            f"{row['drain_per_s']:>9,.0f} {_fmt(row['drain_ratio_to_belay_batched'], '.2f'):>7} "
+            f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}"
+        )
+    for key, why in not_run.items():
+        print(f"{SYSTEMS[key][0].label if key in SYSTEMS else key:<40} not run: {why}")
+    print(
+        "drain/s: N jobs ÷ seconds from starting the worker process until SQL on the system's own tables shows "
+        "all N finished; ÷ belay: median of per-round ratios to Belay batched; per job: drain deltas of "
+        "pg_stat_database (commits, rows inserted+updated+deleted) and pg_stat_wal (bytes, syncs)."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,62 +711,66 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in chosen if s not in SYSTEMS]
     if unknown:
         p.error(f"unknown system(s) {', '.join(unknown)}; known: {', '.join(SYSTEMS)}")
-    skipped = {k: SYSTEMS[k][0].available() for k in chosen if SYSTEMS[k][0].available()}
-    chosen = [k for k in chosen if k not in skipped]
-    for k, why in {**skipped, **NOT_COVERED}.items():
-        print(f"skipped {k}: {why}")
+    not_run: dict[str, str] = {}
+    for k in chosen:
+        why = SYSTEMS[k][0].available()
+        if why:
+            not_run[k] = why
+            print(f"skipped {k}: {why}")
+    chosen = [k for k in chosen if k not in not_run]
 
+    load_before = load_average()
     db = provision()
     try:
-        print(f"database: {db.kind} {redact(db.url)}; {args.jobs} jobs, {args.rounds} interleaved rounds", flush=True)
+        with psycopg.connect(db.url, autocommit=True) as c:
+            server = c.execute("SHOW server_version").fetchone()[0]
+            durability = {
+                name: c.execute(psycopg.sql.SQL("SHOW {}").format(psycopg.sql.Identifier(name))).fetchone()[0]
+                for name in ("fsync", "synchronous_commit")
+            }
+        print(
+            f"database: {db.kind} PostgreSQL {server} {redact(db.url)} {durability}; {args.jobs} jobs, "
+            f"{args.rounds} interleaved rounds; load average {load_before}",
+            flush=True,
+        )
         results: dict[str, list[dict]] = {k: [] for k in chosen}
         for r in range(args.rounds):
-            order = chosen if r % 2 == 0 else list(reversed(chosen))
+            running = [k for k in chosen if k not in not_run]
+            order = running if r % 2 == 0 else list(reversed(running))
             for key in order:
-                res = run_round(db.url, key, args.jobs)
+                try:
+                    res = run_round(db.url, key, args.jobs)
+                except Exception as exc:  # noqa: BLE001 — a peer that cannot run here is reported, never dropped
+                    not_run[key] = f"failed in round {r + 1}: {type(exc).__name__}: {str(exc).strip()[-600:]}"
+                    print(f"round {r + 1} {key}: {not_run[key]}", flush=True)
+                    continue
                 results[key].append(res)
                 print(
-                    f"round {r + 1} {key}: enqueue {res['enqueue_per_s']:,.0f}/s drain {res['drain_per_s']:,.0f}/s",
+                    f"round {r + 1} {key}: enqueue {res['enqueue_per_s']:,.0f}/s drain {res['drain_per_s']:,.0f}/s "
+                    f"(load {load_average()[0]})",
                     flush=True,
                 )
     finally:
         db.close()
+    load_after = load_average()
 
-    base = "belay-batched" if "belay-batched" in results else None
-    table = {}
+    results = {k: v for k, v in results.items() if k not in not_run}
+    table = summarise(results)
     print()
-    print(
-        f"{'system':<40} {'enqueue/s':>10} {'drain/s':>9} {'drain ÷ belay-batched':>22} "
-        f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9}"
-    )
-    for key, rounds in results.items():
-        enq = statistics.median(x["enqueue_per_s"] for x in rounds)
-        drn = statistics.median(x["drain_per_s"] for x in rounds)
-        ratio = (
-            statistics.median(x["drain_per_s"] / b["drain_per_s"] for x, b in zip(rounds, results[base], strict=True))
-            if base
-            else None
-        )
-        work = {k: statistics.median(x["db_per_job"][k] for x in rounds) for k in rounds[0]["db_per_job"]}
-        table[key] = {
-            "label": SYSTEMS[key][0].label,
-            "enqueue_per_s": enq,
-            "drain_per_s": drn,
-            "drain_ratio_to_belay_batched": ratio,
-            "db_per_job": work,
-            "rounds": rounds,
-        }
-        print(
-            f"{SYSTEMS[key][0].label:<40} {enq:>10,.0f} {drn:>9,.0f} {ratio if ratio is not None else float('nan'):>22.2f} "
-            f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}"
-        )
+    print_table(table, not_run)
+    print(f"load average before {load_before}, after {load_after} ({os.cpu_count()} cores)")
     out = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "jobs": args.jobs,
         "rounds": args.rounds,
-        "machine": f"{os.cpu_count()} cores",
+        "batch_per_enqueue_call": BATCH,
+        "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        "postgresql": {"version": server, **durability},
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "versions": package_versions(),
         "systems": table,
-        "skipped": {**skipped, **NOT_COVERED},
+        "not_run": not_run,
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
