@@ -282,6 +282,7 @@ class Worker:
         job = ctx.job
         kind = self.registry.kinds.get(job.worker)
         started = time.monotonic()
+        observed = not telemetry.silent(self.telemetry)  # nobody listening: no per-job event dicts
         meta = {
             "job_id": job.id,
             "kind": job.worker,
@@ -290,7 +291,8 @@ class Worker:
             "attempt": job.attempt,
             "node": self.config.node,
         }
-        self.emit("job.start", meta)
+        if observed:
+            self.emit("job.start", meta)
         value, error = None, None
         try:
             if kind is None:
@@ -304,12 +306,12 @@ class Worker:
             outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
             state = "parked" if outcome is None else self.ack(ctx, outcome)
             duration = int((time.monotonic() - started) * 1000)
-            if error is not None and state not in ("parked",):
+            if observed and error is not None and state not in ("parked",):
                 self.emit(
                     "job.exception",
                     {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
                 )
-            else:
+            elif observed:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         except Exception:  # a permanent store fault: the lease will expire, another node retries
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
