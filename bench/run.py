@@ -207,6 +207,15 @@ worker.stop(grace=2)
 """
 
 
+# The stages of one insert→result sample, between the marks cmd_latency records.
+STAGES = (
+    "enqueue (client: insert + commit)",
+    "commit → claim starts (wake-up, poll)",
+    "claim starts → ack starts (claim + commit, run)",
+    "ack starts → result read (ack + commit, notify)",
+)
+
+
 def cmd_latency(url: str, args: argparse.Namespace) -> dict:
     """Insert → result across processes: the worker idles (listening) in its own process; this process
     is one long-lived client (one pool, one LISTEN connection for results)."""
@@ -228,15 +237,22 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
             [sys.executable, "-c", LATENCY_WORKER], env=env, cwd=root, stdout=subprocess.PIPE, text=True
         )
         samples = []
+        stages: dict[str, list[float]] = {name: [] for name in STAGES}
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
             with Client(url) as client:
                 for i in range(args.warmup + args.rounds):
-                    started = time.perf_counter()
+                    started, wall = time.perf_counter(), time.time()
                     job = client.enqueue("lat", "echo", {"i": i})
-                    client.await_result(job.id, timeout=10, listen=notify)
+                    enqueued = time.time()
+                    done = client.await_result(job.id, timeout=10, listen=notify)
                     if i >= args.warmup:
                         samples.append((time.perf_counter() - started) * 1000)
+                        # Where the time goes: the job row's started_at / finished_at are the worker's
+                        # claim and ack `now` (taken just before each statement), on this machine's clock.
+                        marks = (wall, enqueued, done.started_at.timestamp(), done.finished_at.timestamp(), time.time())
+                        for name, a, b in zip(STAGES, marks, marks[1:], strict=False):
+                            stages[name].append((b - a) * 1000)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
@@ -248,6 +264,13 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
             f"insert→result, worker in another process, {mode:<12}: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms "
             f"({args.rounds} rounds after {args.warmup} warm-up)"
         )
+        for name, values in stages.items():
+            values.sort()
+            figures[mode][f"{name}_p50_ms"] = statistics.median(values)
+            print(
+                f"    {name:<44} p50 {statistics.median(values):6.2f} ms  "
+                f"p99 {values[min(len(values) - 1, int(len(values) * 0.99))]:6.2f} ms"
+            )
     return figures
 
 

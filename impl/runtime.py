@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -169,14 +169,17 @@ class _Producer:
                 "duration_ms": (time.monotonic() - started) * 1000,
             },
         )
-        for job in jobs:
-            ctx = JobContext(job, self.worker.store, self.worker.clock)
-            with self.lock:
-                zombie = self.running.get(job.id)
+        store, clock = self.worker.store, self.worker.clock
+        contexts = [JobContext(job, store, clock) for job in jobs]
+        with self.lock:
+            for ctx in contexts:
+                zombie = self.running.get(ctx.id)
                 if zombie is not None:  # an earlier attempt still runs here: its lease is gone (§6), and
                     zombie.lost.set()  # the renewer no longer lists it — stop it at its next step boundary
-                self.running[job.id] = ctx
-            kind = self.worker.registry.kinds.get(job.worker)
+                self.running[ctx.id] = ctx
+        kinds = self.worker.registry.kinds
+        for ctx in contexts:
+            kind = kinds.get(ctx.job.worker)
             if kind is not None and kind.chunk_size is not None:
                 self.gather(kind, ctx)
             else:
@@ -208,11 +211,15 @@ class _Producer:
         return wait
 
     def done(self, ctx: JobContext) -> None:
-        """Forget a finished execution — only if it is still the one registered: a zombie attempt of
-        this job ending here must not orphan the live attempt the same node claimed since."""
+        self.done_many((ctx,))
+
+    def done_many(self, contexts: Sequence[JobContext]) -> None:
+        """Forget finished executions — each only if it is still the one registered: a zombie attempt
+        of a job ending here must not orphan the live attempt the same node claimed since."""
         with self.lock:
-            if self.running.get(ctx.id) is ctx:
-                del self.running[ctx.id]
+            for ctx in contexts:
+                if self.running.get(ctx.id) is ctx:
+                    del self.running[ctx.id]
         self.poke()
 
 
@@ -275,6 +282,7 @@ class Worker:
         job = ctx.job
         kind = self.registry.kinds.get(job.worker)
         started = time.monotonic()
+        observed = not telemetry.silent(self.telemetry)  # nobody listening: no per-job event dicts
         meta = {
             "job_id": job.id,
             "kind": job.worker,
@@ -283,7 +291,8 @@ class Worker:
             "attempt": job.attempt,
             "node": self.config.node,
         }
-        self.emit("job.start", meta)
+        if observed:
+            self.emit("job.start", meta)
         value, error = None, None
         try:
             if kind is None:
@@ -297,12 +306,12 @@ class Worker:
             outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
             state = "parked" if outcome is None else self.ack(ctx, outcome)
             duration = int((time.monotonic() - started) * 1000)
-            if error is not None and state not in ("parked",):
+            if observed and error is not None and state not in ("parked",):
                 self.emit(
                     "job.exception",
                     {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
                 )
-            else:
+            elif observed:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         except Exception:  # a permanent store fault: the lease will expire, another node retries
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
@@ -314,7 +323,8 @@ class Worker:
         """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
         context order); a job missing from it, or a raise of the whole call, fails that job."""
         started = time.monotonic()
-        for ctx in contexts:
+        observed = not telemetry.silent(self.telemetry)  # nobody listening: no per-job event dicts
+        for ctx in contexts if observed else ():
             self.emit(
                 "job.start",
                 {
@@ -355,7 +365,7 @@ class Worker:
                         self.stale_acks += 1
                         _log_stale(ack.job_id, ack.attempt)
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
-                    else:
+                    elif observed:
                         self.emit(
                             "job.stop",
                             {
@@ -373,8 +383,7 @@ class Worker:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
             self.completed += len(contexts)
-            for ctx in contexts:
-                producer.done(ctx)
+            producer.done_many(contexts)
 
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
         ctx.releasing.set()

@@ -22,14 +22,14 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, pq
-from psycopg.rows import dict_row
+from psycopg.rows import RowFactory, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
 from impl.pgrows import channel_name as channel_name  # re-exported: impl.store.channel_name is public
-from impl.pgrows import job_from_row, step_from_row
+from impl.pgrows import configure_connection, job_from_row, step_from_row
 from impl.queries import SchemaSQL
 from impl.tx import Tx as _Tx
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
@@ -123,7 +123,14 @@ class PgStore(WorkerOps):
             pool_class, extra = GuardedPool, {"watchdog": Watchdog(call_timeout)}
             kwargs.update(connection_defaults(conninfo))
         self.pool = pool_class(
-            conninfo, min_size=1, max_size=pool_size, kwargs=kwargs, open=True, name="belay-store", **extra
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=kwargs,
+            configure=configure_connection,
+            open=True,
+            name="belay-store",
+            **extra,
         )
 
     def close(self) -> None:
@@ -162,9 +169,10 @@ class PgStore(WorkerOps):
                 tx.flush_pokes()
             failpoint("store.before_commit")
 
-    def statement(self, name: str, params: dict) -> list[dict]:
-        """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN."""
-        with self.pool.connection() as c, c.cursor(row_factory=dict_row) as cur:
+    def statement(self, name: str, params: dict, rows: RowFactory[Any] = dict_row) -> list[Any]:
+        """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN.
+        Rows are dicts unless `rows` says otherwise (psycopg.rows.tuple_row on hot paths)."""
+        with self.pool.connection() as c, c.cursor(row_factory=rows) as cur:
             cur.execute(self.q.q(name), params)
             return cur.fetchall() if cur.description else []
 

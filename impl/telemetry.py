@@ -76,6 +76,12 @@ def dispatch(event: str, meta: dict[str, Any]) -> None:
             log.exception("belay telemetry handler %r failed on %s", handler_id, event)
 
 
+def silent(handlers: tuple[Handler, ...]) -> bool:
+    """True when emitting to `handlers` does nothing: none given, or only `dispatch` with nothing
+    attached — the runtime then skips building per-job event metadata (issue 17)."""
+    return all(h is dispatch and not _handlers for h in handlers)
+
+
 # --- the default logger -----------------------------------------------------------------------------
 
 

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from impl.failpoints import failpoint
-from impl.pgrows import channel_name, job_from_row, result_payload
+from impl.pgrows import channel_name, job_from_row, job_from_tuple
 from impl.tx import Tx as _Tx
 from model import admission, ops
 from model import worker_ops as w
@@ -31,6 +32,8 @@ from model.store import EPOCH, PARK_ATTEMPT_CREDIT, claim_order, epoch_us, over_
 if TYPE_CHECKING:
     from collections.abc import Callable
     from contextlib import AbstractContextManager
+
+    from psycopg_pool import ConnectionPool
 
     from impl.queries import SchemaSQL
 
@@ -56,8 +59,9 @@ class WorkerOps:
         q: SchemaSQL
         schema: str
         notify: bool
+        pool: ConnectionPool
         transaction: Callable[..., AbstractContextManager[_Tx]]
-        statement: Callable[[str, dict[str, Any]], list[dict[str, Any]]]
+        statement: Callable[..., list[Any]]
         _insert: Callable[[_Tx, list[tuple[Any, ...]]], list[ops.Inserted | ops.Duplicate]]
         _row: Callable[..., tuple[Any, ...]]
         _after_terminal: Callable[..., None]
@@ -70,11 +74,13 @@ class WorkerOps:
             if op.demand == 0:
                 return w.Claimed(())
             # One statement in autocommit: the select-for-update and the claim update commit together.
+            # Rows come back as tuples in JOB_COLUMNS order ({job_columns}): the hot path of a drain.
             rows = self.statement(
                 "claim_plain",
                 {"queue": op.queue, "now": now, "take": op.demand, "node": op.node, "lease_until": now + op.lease_ttl},
+                tuple_row,
             )
-            return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
+            return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
             if opts.needs_admission_lock:
                 tx.one("lock_queue", {"queue": op.queue})
@@ -151,7 +157,7 @@ class WorkerOps:
         self._after_terminal(tx, rows)
         if self.notify:
             channel = channel_name(tx.cur.connection.info.dbname, self.schema)
-            tx.all("notify", {"channel": channel, "payloads": [result_payload(r["id"]) for r in rows]})
+            tx.cur.execute(self.q.q("notify_results"), {"channel": channel, "ids": [r["id"] for r in rows]})
 
     # --- §7 acks ----------------------------------------------------------------------------------
 
@@ -170,6 +176,14 @@ class WorkerOps:
 
     def _ack(self, op: w.Ack, conn: Any) -> w.Acked | w.Stale:
         name, params = self._ack_params(op)
+        if name == "ack_succeed":
+            # The common case in one round trip: a job with no after-terminal duties (no workflow, no
+            # parent) succeeds in one fenced autocommit statement that also sends its result notification.
+            with self.pool.connection() as c:
+                channel = channel_name(c.info.dbname, self.schema) if self.notify else None
+                if c.execute(self.q.q("ack_succeed_solo"), {**params, "channel": channel}).fetchone() is not None:
+                    return w.Acked(op.job_id, "succeeded")
+            # Zero rows: stale, or a workflow member / child — the transaction below fences it again.
         with self.transaction(op.now) as tx:
             row = tx.one(name, params)
             failpoint("ack.after_update")

@@ -130,14 +130,18 @@ def _check_keys(value: Any) -> None:
             _check_keys(item)
 
 
+# What json.dumps(value, **these options) builds on every call, built once (encoders keep no state
+# between calls): a drain encodes one result per job (issue 17).
+_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=False, default=_not_json
+)
+
+
 def encode(value: Any) -> bytes:
     """Encode ``value`` as compact UTF-8 JSON (tuples become lists)."""
     try:
         _check_keys(value)
-        text = json.dumps(
-            value, separators=(",", ":"), ensure_ascii=False, allow_nan=False, sort_keys=False, default=_not_json
-        )
-        return text.encode("utf-8")
+        return _ENCODER.encode(value).encode("utf-8")
     except EnvelopeError:
         raise
     except UnicodeEncodeError as exc:

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from model.cron import CronDef
+from model.envelope import EnvelopeError, encode, encode_step_value
 from model.ops import (
     InvalidInput,
     JobSpec,
@@ -130,8 +131,6 @@ class Succeed:
     value: Any = None  # encoded with the §2 envelope into belay_jobs.result
 
     def __post_init__(self) -> None:
-        from model.envelope import EnvelopeError, encode
-
         try:
             encode(self.value)
         except EnvelopeError as exc:
@@ -270,8 +269,6 @@ class RecordStep:
     tokens: int = 0
 
     def __post_init__(self) -> None:
-        from model.envelope import encode_step_value
-
         require_aware(self.now, "now")
         require_int(self.job_id, "job_id", minimum=1)
         require_name(self.name, "step name")

@@ -82,6 +82,24 @@ UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)
 WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
 RETURNING id, queue, state, workflow_id, parent_id
 
+-- ack_succeed_solo --
+-- §7 succeed as one autocommit statement (one transaction, one round trip) for a job with no after-terminal
+-- duties — no workflow to settle, no parent to signal — with its §9.2 result notification when a channel
+-- is given. Fenced like ack_succeed; zero rows ⇒ stale, or a workflow member / child: take the full path.
+WITH acked AS (
+    UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
+                      leased_by = NULL
+    WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL AND parent_id IS NULL
+    RETURNING id, queue, state
+)
+SELECT id, queue, state,
+       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}') END
+FROM acked
+
+-- notify_results --
+-- §9.2: one result notification {"t":"r","id":<job_id>} per id (impl.pgrows.result_payload), sent on commit.
+SELECT pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}') FROM unnest(%(ids)b::bigint[]) AS id
+
 -- ack_error --
 -- §7 error: retry at the SDK's time while attempts remain (and a retry time is given), else failed.
 UPDATE {jobs} SET
@@ -251,10 +269,11 @@ SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} OR
 SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END AS next_id FROM {jobs_seq_table}
 
 -- ack_succeed_many --
--- §7 succeed for many rows in one statement, each fenced on its own attempt.
+-- §7 succeed for many rows in one statement, each fenced on its own attempt (arrays bound in binary:
+-- rendering them as text cost more than the statement).
 UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
                        leased_by = NULL
-FROM unnest(%(ids)s::bigint[], %(attempts)s::integer[], %(results)s::bytea[], %(nows)s::timestamptz[])
+FROM unnest(%(ids)b::bigint[], %(attempts)b::integer[], %(results)b::bytea[], %(nows)b::timestamptz[])
      AS v(id, attempt, result, now)
 WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
