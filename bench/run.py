@@ -316,6 +316,8 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
             print(f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job")
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    pairs = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]  # each round ran both, back to back
+    paired = statistics.median(pairs)
     handler.flush()
     with open(log_path) as f:
         lines = sum(1 for _ in f)
@@ -333,7 +335,8 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     log_file.close()
     print(
         f"median telemetry off: {off:8.0f} jobs/s; on (default logger + Prometheus): {on:8.0f} jobs/s "
-        f"({on / off:.1%} of off; target >= 95%); {lines} log lines written"
+        f"({on / off:.1%} of off; target >= 95%); {lines} log lines written\n"
+        f"median of the rounds' paired on/off ratios: {paired:.1%} (rounds: {' '.join(f'{x:.2f}' for x in pairs)})"
     )
     print(
         f"median CPU per job: off {cpu_off:.0f} µs, on {cpu_on:.0f} µs ({cpu_on / cpu_off:.1%} of off); "
@@ -345,6 +348,8 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
         "median_off": off,
         "median_on": on,
         "ratio": on / off,
+        "paired_ratios": pairs,
+        "paired_ratio_median": paired,
         "cpu_us_per_job_off": cpu["off"],
         "cpu_us_per_job_on": cpu["on"],
         "cpu_ratio": cpu_on / cpu_off,

@@ -30,6 +30,7 @@ A handler that raises is logged and skipped: telemetry never breaks the worker.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -130,14 +131,16 @@ def attach_default_logger(level: int | str = logging.INFO, *, handler_id: str = 
 class BatchingStreamHandler(logging.StreamHandler):
     """A logging handler that writes lines in batches — the handler `belay worker` logs through.
 
-    The stdlib `StreamHandler` writes and flushes every record: one line per job is then one or two
-    system calls per job on the job's thread (about 10 % of a no-op job's throughput here:
-    `python -m bench.run telemetry`). This handler formats each record on the caller's thread and
-    queues the line; the lines are written together, with one flush, when `interval` seconds have
-    passed, when `capacity` lines are waiting, or at once when a record at `flush_level` (WARNING)
-    or above arrives — so warnings and errors are never delayed and keep their order with the lines
-    before them. `flush()`/`close()` (and so `logging.shutdown()`) write what is waiting; a process
-    killed with SIGKILL loses at most the last `interval` seconds of INFO lines."""
+    The stdlib `StreamHandler` formats, writes and flushes every record under its lock, on the
+    caller's thread: one line per job is then a lock that the executor threads queue on plus one or
+    two system calls per job (about 10 % of a no-op job's throughput here: `python -m bench.run
+    telemetry --unbatched-log`). This handler only queues the record on the caller's thread (its
+    message rendered there, so later changes to its arguments do not show); a flusher thread formats
+    and writes the queued records together, with one flush, every `interval` seconds or when
+    `capacity` records wait. A record at `flush_level` (WARNING) or above is written at once, after
+    the records queued before it, so warnings are never delayed and keep their order.
+    `flush()`/`close()` (and so `logging.shutdown()`) write what is waiting; a process killed with
+    SIGKILL loses at most the last `interval` seconds of INFO lines."""
 
     def __init__(
         self,
@@ -153,22 +156,41 @@ class BatchingStreamHandler(logging.StreamHandler):
         self.interval = interval
         self.capacity = capacity
         self.flush_level = flush_level
-        self._pending: list[str] = []
+        self._pending: collections.deque[logging.LogRecord] = collections.deque()  # appends are atomic
+        self._wake = threading.Event()
         self._stop_flusher = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, name="belay-log-flush", daemon=True)
         self._flusher.start()
 
-    def emit(self, record: logging.LogRecord) -> None:  # called with self.lock held (Handler.handle)
+    def handle(self, record: logging.LogRecord) -> bool:
+        if not self.filter(record):
+            return False
         try:
-            self._pending.append(self.format(record))
-            if record.levelno >= self.flush_level or len(self._pending) >= self.capacity:
-                self._write()
+            record.msg, record.args = record.getMessage(), None  # rendered now, formatted by the flusher
+            if record.exc_info and not record.exc_text:
+                record.exc_text = self.formatter.formatException(record.exc_info) if self.formatter else None
         except Exception:  # noqa: BLE001 - logging's own contract: report and carry on
             self.handleError(record)
+            return False
+        self._pending.append(record)
+        if record.levelno >= self.flush_level:
+            self.flush()
+        elif len(self._pending) >= self.capacity:
+            self._wake.set()
+        return True
 
-    def _write(self) -> None:
-        if self._pending:
-            lines, self._pending = self._pending, []
+    def emit(self, record: logging.LogRecord) -> None:
+        self.handle(record)
+
+    def _write(self) -> None:  # with self.lock held
+        lines = []
+        while self._pending:
+            record = self._pending.popleft()
+            try:
+                lines.append(self.format(record))
+            except Exception:  # noqa: BLE001
+                self.handleError(record)
+        if lines:
             self.stream.write(self.terminator.join(lines) + self.terminator)
         if self.stream and hasattr(self.stream, "flush"):
             self.stream.flush()
@@ -182,12 +204,15 @@ class BatchingStreamHandler(logging.StreamHandler):
             self.release()
 
     def _flush_loop(self) -> None:
-        while not self._stop_flusher.wait(self.interval):
+        while not self._stop_flusher.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
             if self._pending:
                 self.flush()
 
     def close(self) -> None:
         self._stop_flusher.set()
+        self._wake.set()
         self.flush()
         super().close()
 

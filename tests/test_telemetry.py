@@ -296,7 +296,7 @@ def test_batched_lines_are_written_when_the_interval_passes_when_capacity_is_rea
     logger.info("b")
     assert stream.getvalue() == ""
     logger.info("c")
-    assert stream.getvalue() == "INFO a\nINFO b\nINFO c\n", "a full batch is written at once"
+    wait_for(lambda: stream.getvalue() == "INFO a\nINFO b\nINFO c\n", 10, "a full batch to be written")
     logger.info("d")
     handler.close()
     assert stream.getvalue().endswith("INFO d\n"), "close() writes what is waiting"
