@@ -208,12 +208,17 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
         if timeline.db_down_during(t - 1, end + 1):
             continue
+        # issue 13: a partition or stall of this node's route within a ttl before SIGTERM or during the
+        # drain can expire a lease the node could not renew — that is the network's doing, not the drain's.
+        if timeline.cut_during(node, t - ev.ttl, end + 1):
+            continue
         for job_id, attempt, kind in e.get("running", ()):
             job = state.jobs.get(job_id)
             if job is None or kind == "slow":
                 continue
             r.checks += 1
-            if _errors_for(job, attempt, "lease_expired"):
+            # Only a lease that expired after the SIGTERM is the drain's: one gone before it was lost earlier.
+            if any(_ts(x["at"]) >= t - 1 for x in _errors_for(job, attempt, "lease_expired") if x.get("at")):
                 r.add(
                     [
                         f"P4 job {job_id} ({kind}) attempt {attempt} was running on {node} when it got SIGTERM; the "

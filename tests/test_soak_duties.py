@@ -215,3 +215,30 @@ def test_p10_a_parent_seen_parked_with_all_children_terminal_is_flagged():
     r.history.append(lease_sample(8.5, [], parked=[5], stranded=[5]))
     p10 = duty(r.check(), "P10")
     assert p10.verdict == "invalid" and "parent 5" in p10.counterexamples[0]
+
+
+def test_p4_a_lease_lost_while_the_draining_nodes_route_was_partitioned_is_the_networks_not_the_drains():
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "lease_expired", 14)])
+    r.history += [
+        {"t": E0 - 1, "type": "worker_start", "node": "w2-1", "slot": 2},
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
+        {"t": E0 + 12, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 2.0},
+    ]
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "job 2 (steps) attempt 1" in p4.counterexamples[0]
+    r.history += [  # the node's route was partitioned from before the SIGTERM until after the drain
+        {"t": E0 + 3, "type": "net_partition", "slot": 2, "node": "w2-1", "seconds": 15},
+        {"t": E0 + 18, "type": "net_heal", "slot": 2, "node": "w2-1", "fault": "partition"},
+    ]
+    assert duty(r.check(), "P4").verdict == "valid"
+
+
+def test_p4_a_lease_that_expired_before_the_sigterm_is_not_the_drains():
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "lease_expired", 8)])
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
+        {"t": E0 + 10.1, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 0.1},
+    ]
+    assert duty(r.check(), "P4").verdict == "valid"
