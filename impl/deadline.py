@@ -35,8 +35,17 @@ from psycopg_pool import ConnectionPool
 log = logging.getLogger("belay.deadline")
 
 
-def connection_defaults(conninfo: str, *, connect_timeout: int = 5, keepalive_idle: int = 10) -> dict[str, Any]:
-    """Connection keyword arguments a worker SHOULD use, minus those `conninfo` already sets."""
+def connection_defaults(
+    conninfo: str, *, connect_timeout: int = 5, keepalive_idle: int = 10, idle_in_transaction: float | None = None
+) -> dict[str, Any]:
+    """Connection keyword arguments a worker SHOULD use, minus those `conninfo` already sets.
+
+    `idle_in_transaction` (seconds) sets the session's `idle_in_transaction_session_timeout`: when the
+    client's path stalls mid-transaction, the client's deadline cuts its socket, but the server keeps
+    the transaction — and its row locks — open until it hears something. A lock on one job's row then
+    blocks the node's one-statement renewal of *all* its leases for the whole stall (seen in a
+    one-hour soak: every renewal cut at the deadline for 10 s, the lease lost). With the timeout the
+    server ends such a transaction itself and the renewal goes through."""
     given = conninfo_to_dict(conninfo)
     wanted: dict[str, Any] = {
         "connect_timeout": connect_timeout,  # libpq: whole connection setup, startup packet included
@@ -46,6 +55,8 @@ def connection_defaults(conninfo: str, *, connect_timeout: int = 5, keepalive_id
         "keepalives_count": 3,
         "tcp_user_timeout": keepalive_idle * 1000 * 2,  # ms unacknowledged data may stay unacknowledged
     }
+    if idle_in_transaction is not None:
+        wanted["options"] = f"-c idle_in_transaction_session_timeout={max(1, int(idle_in_transaction * 1000))}"
     return {k: v for k, v in wanted.items() if k not in given}
 
 

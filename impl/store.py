@@ -121,7 +121,9 @@ class PgStore(WorkerOps):
             from impl.deadline import GuardedPool, Watchdog, connection_defaults
 
             pool_class, extra = GuardedPool, {"watchdog": Watchdog(call_timeout)}
-            kwargs.update(connection_defaults(conninfo))
+            # The server ends a transaction stuck behind a stalled path after twice the call deadline,
+            # releasing its row locks (see connection_defaults).
+            kwargs.update(connection_defaults(conninfo, idle_in_transaction=2 * call_timeout))
         self.pool = pool_class(
             conninfo,
             min_size=1,

@@ -204,3 +204,50 @@ def test_a_stalled_connection_does_not_freeze_lease_renewal(proxy, db_url, now, 
             assert done.wait(WAIT)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["with_idle_in_transaction_timeout", "without_it_broken"])
+def test_a_transaction_stalled_while_holding_a_job_row_does_not_block_the_nodes_renewal(proxy, db_url, now, guarded):
+    """One connection of the node stalls after locking a job's row (its next statement is held by the
+    path). The client's deadline cuts its socket, but the server keeps the transaction and the lock;
+    the node's one-statement renewal of all its leases then waits on that row. With the session
+    `idle_in_transaction_session_timeout` the worker sets (connection_defaults) the server ends the
+    stuck transaction and the renewal succeeds; without it (broken) the renewal is still blocked."""
+    store = PgStore(db_url, pool_size=2, notify=False, call_timeout=1.0)  # the renewer, on a healthy path
+    stuck_url = _via(proxy, db_url, "w1")
+    stuck = psycopg.connect(stuck_url, **connection_defaults(stuck_url, idle_in_transaction=1.0 if guarded else None))
+    try:
+        ids = _claim_two(store, now, "n1", timedelta(seconds=10))
+        stuck.execute("SELECT 1 FROM belay_jobs WHERE id = %s FOR UPDATE", (ids[0],))  # a transaction, row locked
+        assert proxy.stall_one("w1")
+
+        def next_statement() -> None:  # sent into the stall: the server sees it only after the heal
+            try:
+                stuck.execute("SELECT 1")
+                stuck.rollback()  # after the heal: the transaction ends, the lock goes
+            except psycopg.Error:
+                pass
+
+        threading.Thread(target=next_statement, daemon=True).start()
+        done = threading.Event()
+        result: list = []
+
+        def renew() -> None:
+            from impl.faults import with_retries
+
+            op = w.Renew(now + timedelta(seconds=3), "n1", tuple(ids), now + timedelta(seconds=13))
+            result.append(with_retries(lambda: store.apply(op), what="renew"))
+            done.set()
+
+        threading.Thread(target=renew, daemon=True).start()
+        renewed = done.wait(8)
+        proxy.heal("w1")
+        if guarded:
+            assert renewed, "the renewal stayed blocked behind the stalled transaction's row lock"
+            assert sorted(result[0].kept) == ids
+        else:
+            assert not renewed, "without the timeout the renewal should wait on the stalled transaction's lock"
+            assert done.wait(WAIT)
+    finally:
+        stuck.close()
+        store.close()
