@@ -1,6 +1,6 @@
 """impl/provision/ stays a package of small rooms (issue 18; docs/architecture.md "Provisioning").
 
-Each module holds one responsibility and at most 600 lines (STYLE.md: psycopg's small modules), and
+Each module holds one responsibility and at most 600 lines, and
 `impl.provision` keeps answering every name the repository imports from it, so callers never need to
 know which module a name lives in.
 """
