@@ -409,13 +409,13 @@ class Worker:
     def renew_once(self) -> tuple[int, ...]:
         """§6: extend every lease this node holds in one statement; flag the executions whose lease is
         gone (they stop at their next step boundary). Returns the ids reported as lost."""
-        contexts = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+        contexts = self._running_contexts()
         if not contexts:
             return ()
         now = self.clock()
         op = w.Renew(now, self.config.node, tuple(sorted(contexts)), now + timedelta(seconds=self.config.lease_ttl))
         result = self.call(functools.partial(self.store.apply, op), "renew")
-        registered = {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+        registered = self._running_contexts()
         lost = []
         for job_id in result.lost:
             ctx = contexts[job_id]
@@ -525,8 +525,11 @@ class Worker:
         self.store.close()
         return drained
 
+    def _running_contexts(self) -> dict[int, JobContext]:
+        return {i: c for p in self.producers.values() for i, c in list(p.running.items())}
+
     def running_jobs(self) -> list[Job]:
-        return [c.job for p in self.producers.values() for c in list(p.running.values())]
+        return [c.job for c in self._running_contexts().values()]
 
 
 def _log_stale(job_id: int, attempt: int) -> None:

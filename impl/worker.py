@@ -117,6 +117,13 @@ class Registry:
         return {k.queue for k in self.kinds.values()}
 
 
+def _deadline(now: datetime, timeout: timedelta | float | None) -> datetime | None:
+    """`now + timeout` (seconds or a timedelta); None without a timeout."""
+    if timeout is None:
+        return None
+    return now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+
+
 # --- the context a job receives ---------------------------------------------------------------------------
 
 
@@ -189,8 +196,7 @@ class JobContext:
         if isinstance(hit, w.StepHit) and datetime.fromisoformat(decode(hit.value)) <= now:
             return
         until = now + (duration if isinstance(duration, timedelta) else timedelta(seconds=duration))
-        self.releasing.set()
-        self._park_result(self.store.apply(w.Sleep(now, self.id, self.attempt, name, until)))
+        self._park_result(self._releasing(w.Sleep(now, self.id, self.attempt, name, until)))
 
     def await_signal(self, name: str, *, scope: str | None = None, timeout: timedelta | float | None = None) -> Any:
         """Wait durably for signal `name` in `scope` (default job:<id>); return its payload, or raise
@@ -204,13 +210,8 @@ class JobContext:
         if (self.job.await_scope, self.job.await_name) == (scope, name):
             raise SignalTimeout(f"no signal {name!r} in {scope!r} before the deadline")
         now = self.clock()
-        deadline = (
-            None
-            if timeout is None
-            else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
-        )
-        self.releasing.set()
-        result = self.store.apply(w.ParkAwait(now, self.id, self.attempt, scope, name, deadline))
+        deadline = _deadline(now, timeout)
+        result = self._releasing(w.ParkAwait(now, self.id, self.attempt, scope, name, deadline))
         self._park_result(result)
 
     def spawn(self, name: str, children: Sequence[ops.JobSpec]) -> tuple[int, ...]:
@@ -225,13 +226,8 @@ class JobContext:
         A step boundary, like every park (§8.6)."""
         self._boundary()
         now = self.clock()
-        deadline = (
-            None
-            if timeout is None
-            else now + (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
-        )
-        self.releasing.set()
-        result = self.store.apply(w.AwaitChildren(now, self.id, self.attempt, deadline))
+        deadline = _deadline(now, timeout)
+        result = self._releasing(w.AwaitChildren(now, self.id, self.attempt, deadline))
         if isinstance(result, w.ChildrenDone):
             self.releasing.clear()  # no park: the attempt runs on under its lease
             return tuple(self.store.apply(ops.ReadJob(i)) for i in result.child_ids)
@@ -248,6 +244,11 @@ class JobContext:
         """The latest `$steer` message for this job (None when there is none)."""
         found = [s for s in self.store.apply(ops.ReadSignals((f"job:{self.id}",))) if s.name == "$steer"]
         return found[0].payload if found else None
+
+    def _releasing(self, op: Any) -> Any:
+        """Apply an op that may give the lease up (a park), flagged first for the renewer (`releasing`)."""
+        self.releasing.set()
+        return self.store.apply(op)
 
     def _park_result(self, result: Any) -> None:
         if isinstance(result, w.Stale):
