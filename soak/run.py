@@ -40,6 +40,8 @@ from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.driver import Driver, DriverConfig
 from soak.history import History
+from soak.memory import MemorySampler, dir_size
+from soak.memory import describe as describe_memory
 from soak.nemesis import Nemesis, Workers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,10 +341,12 @@ def run(args: argparse.Namespace) -> int:
         "network_faults": net.summary() if net else "off",
     }
     started = time.monotonic()
+    memory = MemorySampler()  # issue 13: harness and worker RSS over the run
 
     def tick(phase: str, until: float, extra: dict | None = None) -> None:
         counts = progress.poll()
         st = workers.status()
+        memory.maybe_sample(workers.slots)
         info = {
             "run_id": run_id,
             "phase": phase,
@@ -414,6 +418,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"run cut short: {workers.fatal}", flush=True)
 
         history.record("phase", phase="check")
+        memory.maybe_sample(workers.slots, force=True)
+        meta["memory"] = memory.summary()
         driver.sample_steps()
         with psycopg.connect(harness_url, autocommit=True) as c:
             history.record("snapshot")
@@ -434,7 +440,11 @@ def run(args: argparse.Namespace) -> int:
         results = report.write(run_dir, result, state, history.snapshot(), meta)
         hist.add_to_report(run_dir, history.snapshot())  # issue 12
         code = combine_exit(result.exit_code, hist_result)
+        size_line = "- memory and size: " + describe_memory(meta["memory"], dir_size(run_dir))
+        with open(run_dir / "summary.md", "a") as f:
+            f.write("\n" + size_line + "\n")
         print_verdict(result, results, run_dir)
+        print(size_line[2:], flush=True)
         print(hist_result.line(), flush=True)  # issue 12: the history checker's own verdict line
         if hist_result.verdict == "invalid" and result.exit_code != 1:
             print(f"verdict INVALID by the committed history → exit {code}", flush=True)

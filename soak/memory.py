@@ -1,0 +1,120 @@
+"""Memory and report size over a run (issue 13: a long soak must stay bounded, and say so with figures).
+
+The harness samples its own resident set and every live worker's every `every` seconds (from
+`/proc/<pid>/status`, VmRSS; a worker binary that `exec`s keeps the pid the harness started). Workers are
+killed and restarted all run long, so a worker figure is per *incarnation*: the summary gives the workers'
+RSS at the first sample and at the last, the largest any incarnation reached, and the RSS of the
+longest-lived incarnation with its age — the number that would grow if a worker leaked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MiB = 1024 * 1024
+WARM_S = 60.0
+
+
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """VmRSS of a process in bytes, None when it is gone (or has no memory: a zombie)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+@dataclass
+class MemorySampler:
+    every: float = 30.0
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    _last: float = float("-inf")
+    _born: dict[tuple[int, int], float] = field(default_factory=dict)  # (slot, incarnation) → first seen
+
+    def maybe_sample(self, slots: list[Any], now: float | None = None, force: bool = False) -> None:
+        now = time.monotonic() if now is None else now
+        if not force and now - self._last < self.every:
+            return
+        self._last = now
+        workers = []
+        for s in slots:
+            proc = getattr(s, "proc", None)
+            if proc is None or proc.poll() is not None:
+                continue
+            rss = rss_bytes(proc.pid)
+            if rss is None:
+                continue
+            key = (s.index, s.incarnation)
+            born = self._born.setdefault(key, now)
+            workers.append({"slot": s.index, "incarnation": s.incarnation, "age": now - born, "rss": rss})
+        self.samples.append({"t": now, "harness": rss_bytes() or 0, "workers": workers})
+        if len(self.samples) > 4000:  # bounded even for a day-long run: keep every other old sample
+            self.samples = self.samples[:2000:2] + self.samples[2000:]
+
+    def summary(self) -> dict[str, Any]:
+        if not self.samples:
+            return {}
+        first, last = self.samples[0], self.samples[-1]
+
+        def mib(b: float) -> float:
+            return round(b / MiB, 1)
+
+        all_workers = [w for s in self.samples for w in s["workers"]]
+        oldest = max(all_workers, key=lambda w: w["age"], default=None)
+        out: dict[str, Any] = {
+            "samples": len(self.samples),
+            "harness_rss_mib": {
+                "start": mib(first["harness"]),
+                "end": mib(last["harness"]),
+                "max": mib(max(s["harness"] for s in self.samples)),
+            },
+            "worker_rss_mib": {
+                "start": [mib(w["rss"]) for w in first["workers"]],
+                "end": [mib(w["rss"]) for w in last["workers"]],
+                "max": mib(max((w["rss"] for w in all_workers), default=0)),
+            },
+        }
+        if oldest is not None:
+            mine = [
+                w
+                for s in self.samples
+                for w in s["workers"]
+                if (w["slot"], w["incarnation"]) == (oldest["slot"], oldest["incarnation"])
+            ]
+            # its first reading once warm (a minute in: imports and pools are loaded), else its first
+            born_rss = next((w["rss"] for w in mine if w["age"] >= WARM_S), mine[0]["rss"])
+            out["oldest_worker"] = {
+                "slot": oldest["slot"],
+                "incarnation": oldest["incarnation"],
+                "age_s": round(oldest["age"]),
+                "rss_mib_first_seen": mib(born_rss),
+                "rss_mib_at_oldest": mib(oldest["rss"]),
+            }
+        return out
+
+
+def dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def describe(mem: dict[str, Any], report_bytes: int) -> str:
+    """One summary line: harness and worker RSS at start and end, and the report's size on disk."""
+    parts = [f"report size {report_bytes / MiB:.1f} MiB"]
+    if mem:
+        h, w = mem["harness_rss_mib"], mem["worker_rss_mib"]
+        parts.insert(0, f"harness RSS {h['start']} → {h['end']} MiB (max {h['max']})")
+        parts.insert(1, f"worker RSS at start {w['start']} MiB, at end {w['end']} MiB (max {w['max']})")
+        if "oldest_worker" in mem:
+            o = mem["oldest_worker"]
+            parts.insert(
+                2,
+                f"longest-lived worker (slot {o['slot']}, {o['age_s']} s) "
+                f"{o['rss_mib_first_seen']} → {o['rss_mib_at_oldest']} MiB",
+            )
+    return "; ".join(parts)
