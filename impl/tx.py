@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import tuple_row
 
 from impl.pgrows import channel_name, poke_payload
 from impl.queries import SchemaSQL
@@ -35,6 +36,11 @@ class Tx:
         self, name: str, params: dict[str, Any] | list[Any] | None = None, **extra: sql.Composable
     ) -> list[dict[str, Any]]:
         return self.cur.execute(self.q.q(name, **extra), params).fetchall()
+
+    def column(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """The first column of every row, read as tuples: no dict per row on the bulk paths."""
+        with self.cur.connection.cursor(row_factory=tuple_row) as cur:
+            return [r[0] for r in cur.execute(self.q.q(name), params).fetchall()]
 
     def flush_pokes(self) -> None:
         """§9.2: at most one poke per queue for this batch, sent in this transaction."""

@@ -122,13 +122,14 @@ class JobSpec:
         if not isinstance(self.meta, Mapping):
             raise InvalidInput(f"meta must be a JSON object (a dict), got {type(self.meta).__name__}")
         object.__setattr__(self, "meta", as_json(dict(self.meta), "meta"))
-        require_int(self.priority, "priority", minimum=0)
-        if self.priority > 32767:
+        if not (type(self.priority) is int and 0 <= self.priority <= 32767):  # else: say what is wrong
+            require_int(self.priority, "priority", minimum=0)
             raise InvalidInput(f"priority must be at most 32767, got {self.priority}")
-        require_int(self.max_attempts, "max_attempts", minimum=1)
-        if self.max_attempts > INT4_MAX:
+        if not (type(self.max_attempts) is int and 1 <= self.max_attempts <= INT4_MAX):
+            require_int(self.max_attempts, "max_attempts", minimum=1)
             raise InvalidInput(f"max_attempts must be at most {INT4_MAX} (an integer column), got {self.max_attempts}")
-        require_aware(self.scheduled_at, "scheduled_at")
+        if self.scheduled_at is not None:
+            require_aware(self.scheduled_at, "scheduled_at")
         if self.unique_key is not None:
             require_name(self.unique_key, "unique_key")
             if self.unique_mode is None:
@@ -151,9 +152,10 @@ class JobSpec:
             require_aware(self.cron_slot, "cron_slot")
             if self.cron_slot != minute_slot(self.cron_slot):
                 raise InvalidInput(f"cron_slot must be a whole UTC minute, got {self.cron_slot.isoformat()}")
-        require_int(self.budget_usd_micros, "budget_usd_micros", minimum=0, optional=True)
-        require_int(self.budget_tokens, "budget_tokens", minimum=0, optional=True)
-        require_int(self.parent_id, "parent_id", minimum=1, optional=True)
+        if self.budget_usd_micros is not None or self.budget_tokens is not None or self.parent_id is not None:
+            require_int(self.budget_usd_micros, "budget_usd_micros", minimum=0, optional=True)
+            require_int(self.budget_tokens, "budget_tokens", minimum=0, optional=True)
+            require_int(self.parent_id, "parent_id", minimum=1, optional=True)
 
 
 @dataclass(frozen=True)

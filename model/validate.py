@@ -36,6 +36,8 @@ def require_aware(value: datetime | None, what: str) -> None:
 
 
 def require_name(value: Any, what: str) -> None:
+    if type(value) is str and value.isascii() and 0 < len(value) <= MAX_NAME_BYTES and "\x00" not in value:
+        return  # the common case, decided without encoding (ASCII: one byte per character)
     if not isinstance(value, str) or not value:
         raise InvalidInput(f"{what} must be a non-empty string, got {value!r}")
     try:
@@ -48,8 +50,8 @@ def require_name(value: Any, what: str) -> None:
         raise InvalidInput(f"{what} must not contain NUL characters")
 
 
-def require_json(value: Any, what: str) -> None:
-    """JSON-encodable with no NaN/Infinity (jsonb rejects them), no NUL and valid UTF-8 strings."""
+def _json_text(value: Any, what: str) -> str:
+    """The value's JSON text, refused when jsonb could not store it: NaN/Infinity, NUL, lone surrogates."""
     try:
         text = json.dumps(value, allow_nan=False, ensure_ascii=False)
         text.encode("utf-8")
@@ -59,13 +61,35 @@ def require_json(value: Any, what: str) -> None:
         raise InvalidInput(f"{what} must be JSON (dicts, lists, str, int, float, bool, None): {exc}") from None
     if "\\u0000" in text or "\x00" in text:
         raise InvalidInput(f"{what} contains a NUL character, which jsonb cannot store")
+    return text
+
+
+def require_json(value: Any, what: str) -> None:
+    """JSON-encodable with no NaN/Infinity (jsonb rejects them), no NUL and valid UTF-8 strings."""
+    _json_text(value, what)
 
 
 def as_json(value: Any, what: str) -> Any:
     """The value as a jsonb column gives it back: validated, then keys made strings and tuples lists
-    (a JSON round trip), so the model stores exactly what PostgreSQL would."""
-    require_json(value, what)
-    return json.loads(json.dumps(value))
+    (a JSON round trip), so the model stores exactly what PostgreSQL would.
+
+    The values that are their own round trip — None, booleans, integers, strings, an empty dict or list —
+    skip the encode/decode (bulk enqueue builds thousands of specs with `{}` meta and small inputs); a
+    string is still checked for NUL and lone surrogates."""
+    kind = type(value)
+    if value is None or kind is bool or kind is int:
+        return value
+    if kind is str:
+        if "\x00" in value:
+            raise InvalidInput(f"{what} contains a NUL character, which jsonb cannot store")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInput(f"{what} holds a string that is not valid UTF-8 (a lone surrogate)") from None
+        return value
+    if (kind is dict or kind is list) and not value:
+        return kind()
+    return json.loads(_json_text(value, what))
 
 
 def require_int(value: Any, what: str, *, minimum: int | None = None, optional: bool = False) -> None:

@@ -45,17 +45,18 @@ ON CONFLICT DO NOTHING
 RETURNING id
 
 -- stage_jobs_table --
--- A session-local staging table for large batches (rows vanish at commit). pg_temp is spelled out so
+-- A session-local staging table for large batches (rows vanish at commit). input and meta travel as JSON
+-- text and are cast once by the insert (the client renders each value once; jsonb parses it once). pg_temp is spelled out so
 -- no table of the caller's search_path can stand in for it.
-CREATE TEMP TABLE IF NOT EXISTS belay_stage_jobs (
-  batch bigint, ord int, id bigint, queue text, worker text, input jsonb, meta jsonb, state text, priority int,
+CREATE TEMP TABLE IF NOT EXISTS belay_stage_jobs_t (
+  batch bigint, ord int, id bigint, queue text, worker text, input text, meta text, state text, priority int,
   max_attempts int, ready_at timestamptz, unique_key text, unique_mode text, cron_name text, cron_slot timestamptz,
   workflow_id text, wf_name text, wf_deps text[], wf_ignore text[], parent_id bigint, budget_usd_micros bigint,
   budget_tokens bigint) ON COMMIT DELETE ROWS
 
 -- stage_jobs_copy --
 -- COPY a batch into the staging table (binary: no text rendering of values on either side).
-COPY pg_temp.belay_stage_jobs (batch, ord, id, queue, worker, input, meta, state, priority, max_attempts, ready_at,
+COPY pg_temp.belay_stage_jobs_t (batch, ord, id, queue, worker, input, meta, state, priority, max_attempts, ready_at,
   unique_key, unique_mode, cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
   budget_usd_micros, budget_tokens) FROM STDIN (FORMAT BINARY)
 
@@ -65,11 +66,11 @@ INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, ma
                     ready_at, inserted_at, errors, cancel_requested, unique_key, unique_mode,
                     cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
                     budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)
-SELECT s.id, s.queue, s.worker, s.input, s.meta, s.state, s.priority, 0, s.max_attempts,
+SELECT s.id, s.queue, s.worker, s.input::jsonb, s.meta::jsonb, s.state, s.priority, 0, s.max_attempts,
        s.ready_at, %(now)s, '[]'::jsonb, false, s.unique_key, s.unique_mode,
        s.cron_name, s.cron_slot, s.workflow_id, s.wf_name, s.wf_deps, s.wf_ignore,
        s.parent_id, s.budget_usd_micros, s.budget_tokens, 0, 0
-FROM pg_temp.belay_stage_jobs s
+FROM pg_temp.belay_stage_jobs_t s
 WHERE s.batch = %(batch)s
 ORDER BY s.ord
 ON CONFLICT DO NOTHING
