@@ -53,6 +53,7 @@ class SchemaSQL:
         self.names["jobs_seq_table"] = sql.Identifier(schema, "belay_jobs_id_seq")
         self.names["job_columns"] = sql.SQL(", ").join(sql.Identifier(c) for c in JOB_COLUMNS)
         self._cache: dict[str, sql.Composed] = {}
+        self._bytes: dict[str, bytes] = {}
 
     def q(self, name: str, **extra: sql.Composable) -> sql.Composed:
         """A named query, composed for this schema. `extra` fills block-specific placeholders."""
@@ -61,6 +62,14 @@ class SchemaSQL:
         if name not in self._cache:
             self._cache[name] = sql.SQL(raw_queries()[name]).format(**self.names)
         return self._cache[name]
+
+    def qb(self, name: str) -> bytes:
+        """The named query rendered to bytes once. psycopg renders a `Composed` query again on every
+        execute (about 10 % of a batched drain's Python time); bytes go straight to its parse cache."""
+        found = self._bytes.get(name)
+        if found is None:
+            found = self._bytes[name] = self.q(name).as_bytes(None)
+        return found
 
     def migration(self, index: int) -> sql.Composed:
         """Migration number index+1, composed for this schema."""

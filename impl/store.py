@@ -185,7 +185,7 @@ class PgStore(WorkerOps):
         """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN.
         Rows are dicts unless `rows` says otherwise (psycopg.rows.tuple_row on hot paths)."""
         with self.pool.connection() as c, c.cursor(row_factory=rows) as cur:
-            cur.execute(self.q.q(name), params)
+            cur.execute(self.q.qb(name), params)
             return cur.fetchall() if cur.description else []
 
     def apply(self, op: Any, conn: psycopg.Connection | None = None) -> Any:

@@ -30,17 +30,17 @@ class Tx:
     pokes: set[str] = field(default_factory=set)
 
     def one(self, name: str, params: dict[str, Any] | None = None, **extra: sql.Composable) -> dict[str, Any] | None:
-        return self.cur.execute(self.q.q(name, **extra), params).fetchone()
+        return self.cur.execute(self.q.q(name, **extra) if extra else self.q.qb(name), params).fetchone()
 
     def all(
         self, name: str, params: dict[str, Any] | list[Any] | None = None, **extra: sql.Composable
     ) -> list[dict[str, Any]]:
-        return self.cur.execute(self.q.q(name, **extra), params).fetchall()
+        return self.cur.execute(self.q.q(name, **extra) if extra else self.q.qb(name), params).fetchall()
 
     def column(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         """The first column of every row, read as tuples: no dict per row on the bulk paths."""
         with self.cur.connection.cursor(row_factory=tuple_row) as cur:
-            return [r[0] for r in cur.execute(self.q.q(name), params).fetchall()]
+            return [r[0] for r in cur.execute(self.q.qb(name), params).fetchall()]
 
     def flush_pokes(self) -> None:
         """§9.2: at most one poke per queue for this batch, sent in this transaction."""
