@@ -3,7 +3,7 @@ insert → result latency, and worker memory over a long run. Prints its figures
 
     .venv/bin/python -m bench.run throughput [--jobs 20000] [--unbatched-limit 10] [--batched-limit 200]
                                              [--chunk 100] [--notify]
-    .venv/bin/python -m bench.run latency [--rounds 500]
+    .venv/bin/python -m bench.run latency [--rounds 500] [--no-fsync-too]
     .venv/bin/python -m bench.run memory [--jobs 100000]
     .venv/bin/python -m bench.run telemetry [--jobs 5000 --rounds 3]   # runtime with telemetry off vs on
 
@@ -226,7 +226,13 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
 
     root = Path(__file__).resolve().parents[1]
     figures = {}
-    for mode, notify in (("accelerator", True), ("polling only", False)):
+    modes = [("accelerator", True, "on"), ("polling only", False, "on")]
+    if args.no_fsync_too:
+        modes.append(("accelerator, synchronous_commit=off", True, "off"))
+    for mode, notify, commit in modes:
+        with psycopg.connect(url, autocommit=True) as c:  # new sessions (worker, client) take the setting
+            db_name = psycopg.sql.Identifier(c.info.dbname)
+            c.execute(psycopg.sql.SQL("ALTER DATABASE {} SET synchronous_commit = {}").format(db_name, commit))
         env = {
             **os.environ,
             "BENCH_URL": url,
@@ -259,7 +265,7 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
         samples.sort()
         p50 = statistics.median(samples)
         p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))]
-        figures[mode] = {"p50_ms": p50, "p99_ms": p99}
+        figures[mode] = {"p50_ms": p50, "p99_ms": p99, "synchronous_commit": commit}
         print(
             f"insert→result, worker in another process, {mode:<12}: p50 {p50:6.2f} ms  p99 {p99:6.2f} ms "
             f"({args.rounds} rounds after {args.warmup} warm-up)"
@@ -271,6 +277,8 @@ def cmd_latency(url: str, args: argparse.Namespace) -> dict:
                 f"    {name:<44} p50 {statistics.median(values):6.2f} ms  "
                 f"p99 {values[min(len(values) - 1, int(len(values) * 0.99))]:6.2f} ms"
             )
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(psycopg.sql.SQL("ALTER DATABASE {} RESET synchronous_commit").format(db_name))
     return figures
 
 
@@ -375,6 +383,12 @@ def main() -> None:
     lat = sub.add_parser("latency")
     lat.add_argument("--rounds", type=int, default=500)
     lat.add_argument("--warmup", type=int, default=20)
+    lat.add_argument(
+        "--no-fsync-too",
+        action="store_true",
+        help="also measure the accelerator with synchronous_commit=off (the same path without waiting for the "
+        "disk: how much of the figure is the three fsync'd commits)",
+    )
     m = sub.add_parser("memory")
     m.add_argument("--jobs", type=int, default=100000)
     m.add_argument("--batched", action="store_true")
