@@ -79,12 +79,17 @@ RETURNING id
 -- unique_holder --
 -- §5.2: the holder a skipped unique-key row is reported against: the newest row in the index its mode
 -- conflicts with (incomplete: live incomplete-mode rows; window/always: rows of either of those modes).
-SELECT id FROM {jobs}
-WHERE unique_key = %(key)s
-  AND CASE WHEN %(mode)s = 'incomplete'
-           THEN unique_mode = 'incomplete' AND state IN ('ready', 'running', 'awaiting', 'held', 'paused')
-           ELSE unique_mode IN ('window', 'always') END
-ORDER BY id DESC LIMIT 1
+-- Two branches, each spelling one partial unique index's predicate, so each is an index probe.
+SELECT id FROM (
+  (SELECT id FROM {jobs}
+   WHERE %(mode)s = 'incomplete' AND unique_key = %(key)s
+     AND unique_mode = 'incomplete' AND state IN ('ready','running','awaiting','held','paused')
+   ORDER BY id DESC LIMIT 1)
+  UNION ALL
+  (SELECT id FROM {jobs}
+   WHERE %(mode)s <> 'incomplete' AND unique_key = %(key)s AND unique_mode IN ('window','always')
+   ORDER BY id DESC LIMIT 1)
+) h LIMIT 1
 
 -- cron_holder --
 -- §8.5: the job that already owns a cron slot.
@@ -92,16 +97,23 @@ SELECT id FROM {jobs} WHERE cron_name = %(cron_name)s AND cron_slot = %(cron_slo
 
 -- duplicate_holders --
 -- §5.2/§8.5 for a whole batch at once: per skipped row (by its position), the cron slot's owner and
--- the unique key's holder, with the same predicates as cron_holder and unique_holder.
+-- the unique key's holder, with the same predicates as cron_holder and unique_holder. Each holder lookup
+-- spells one partial unique index's predicate exactly, so it is an index probe (a CASE inside one
+-- WHERE hid the predicates from the planner: every skipped row was a scan of the table).
 SELECT d.pos,
        (SELECT j.id FROM {jobs} j
         WHERE d.cron_name IS NOT NULL AND j.cron_name = d.cron_name AND j.cron_slot = d.cron_slot) AS cron_id,
-       (SELECT j.id FROM {jobs} j
-        WHERE d.unique_key IS NOT NULL AND j.unique_key = d.unique_key
-          AND CASE WHEN d.unique_mode = 'incomplete'
-                   THEN j.unique_mode = 'incomplete' AND j.state IN ('ready', 'running', 'awaiting', 'held', 'paused')
-                   ELSE j.unique_mode IN ('window', 'always') END
-        ORDER BY j.id DESC LIMIT 1) AS unique_id
+       CASE WHEN d.unique_key IS NULL THEN NULL
+            WHEN d.unique_mode = 'incomplete' THEN
+              (SELECT j.id FROM {jobs} j
+               WHERE j.unique_key = d.unique_key
+                 AND j.unique_mode = 'incomplete' AND j.state IN ('ready','running','awaiting','held','paused')
+               ORDER BY j.id DESC LIMIT 1)
+            ELSE
+              (SELECT j.id FROM {jobs} j
+               WHERE j.unique_key = d.unique_key AND j.unique_mode IN ('window','always')
+               ORDER BY j.id DESC LIMIT 1)
+       END AS unique_id
 FROM unnest(%(pos)s::int[], %(unique_key)s::text[], %(unique_mode)s::text[], %(cron_name)s::text[],
             %(cron_slot)s::timestamptz[]) AS d(pos, unique_key, unique_mode, cron_name, cron_slot)
 
