@@ -206,7 +206,10 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
-        if timeline.db_down_during(t - 1, end + 1):
+        # A PostgreSQL crash within a ttl before the SIGTERM (or during the drain) can have committed a claim
+        # whose response never reached the node (its connection died with the server): the node never knew
+        # that job, so a lease it lets expire is the crash's doing, not the drain's.
+        if timeline.db_down_during(t - ev.ttl, end + 1):
             continue
         # issue 13: a partition or stall of this node's route within a ttl before SIGTERM or during the
         # drain can expire a lease the node could not renew — that is the network's doing, not the drain's.

@@ -325,3 +325,55 @@ def test_each_history_only_broken_worker_passes_the_final_state_and_fails_the_hi
     r = soak(variant, 60, tmp_path, extra)
     assert r["final"] != "invalid", r
     assert r["history"] == "invalid" and want & set(r["rules"]), r
+
+
+def test_transactions_missing_from_the_capture_make_the_history_unknown_not_invalid(url, tmp_path):
+    """The one-hour soak (run 20261201T071105Z-87fa) lost a few transactions from the capture around a
+    PostgreSQL crash-restart: the server's own old rows then disagreed with the replay, and the replay judged
+    later writes from its stale rows — 13 'violations' (ready→succeeded at attempt 0, an ack changing the
+    spend) that were the capture's gaps, not Belay's writes. A gap taints that job: its later changes are
+    judged from the old row the server replaced, its state predicates are not evaluated, and the verdict is
+    unknown. A real illegal write after the gap is still found."""
+    hist = HistoryCheck.begin(url, tmp_path, "tgap")
+    try:
+        with Client(url) as client:
+            gone, seen = client.enqueue("q", "k", {}, budget_usd_micros=1000).id, client.enqueue("q", "k", {}).id
+        now = datetime.now(UTC)
+        with PgStore(url) as store:
+            store.apply(w.Claim(now, "q", "n1", 2, timedelta(seconds=30)))
+            store.apply(w.RecordStep(now, gone, "s1", {"v": 1}, 7, 0))
+            store.apply(w.Ack(now, gone, 1, w.Succeed(1)))
+            store.apply(w.Ack(now, seen, 1, w.Succeed(1)))
+            with psycopg.connect(url, autocommit=True) as c:  # an illegal write after the gap: a stale reclaim
+                c.execute("UPDATE belay_jobs SET state='ready', finished_at=NULL WHERE id=%s", (gone,))
+        result = hist.finish()
+        transactions = list(read_transactions(tmp_path / "history.bin"))
+    finally:
+        assert hist.close()
+    assert [f.rule for f in result.findings] == ["terminal_exit"], result.line()
+
+    decoder = Decoder(lazy_old=True)  # one decoder in commit order: relations are announced once
+    touched: list[set[int]] = []
+    for tx in transactions:
+        ids = set()
+        for m in tx.messages:
+            ch = decoder.decode(m)
+            if isinstance(ch, Change) and ch.table in ("belay_jobs", "belay_steps"):
+                row = ch.new or ch.old or {}
+                ids.add(row.get("job_id") if ch.table == "belay_steps" else row.get("id"))
+        touched.append(ids)
+
+    def touches(tx, job_id) -> bool:
+        return job_id in touched[transactions.index(tx)]
+
+    # drop the claim and the step of `gone`: the transactions a crash kept from the capture
+    claim_tx = next(i for i, tx in enumerate(transactions) if touches(tx, gone) and i > 0 and touches(tx, seen))
+    step_tx = next(i for i, tx in enumerate(transactions) if i > claim_tx and touches(tx, gone))
+    kept = [tx for i, tx in enumerate(transactions) if i not in (claim_tx, step_tx)]
+    gapped = replay(kept, hist.initial, None, {})
+    assert [f.rule for f in gapped.findings] == ["terminal_exit"], [f.text for f in gapped.findings]
+    assert "succeeded→ready" in gapped.findings[0].text
+    assert gapped.capture["gap_jobs"] == 2, gapped.capture  # the claim held both rows
+    # without the illegal write, the same gaps leave the history unknown with no finding
+    legal = replay(kept[:-1], hist.initial, None, {})
+    assert legal.verdict == "unknown" and not legal.findings, (legal.line(), [f.text for f in legal.findings])

@@ -242,3 +242,23 @@ def test_p4_a_lease_that_expired_before_the_sigterm_is_not_the_drains():
         {"t": E0 + 10.1, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 0.1},
     ]
     assert duty(r.check(), "P4").verdict == "valid"
+
+
+def test_p4_a_lease_lost_after_a_database_crash_shortly_before_the_sigterm_is_the_crashs_not_the_drains():
+    """The one-hour soak (run 20261201T071105Z-87fa) flagged two echo jobs: each was claimed just before a
+    PostgreSQL crash-restart 3.8 s / 6.3 s before its node's SIGTERM, the claim committed but the node's
+    connection died with the server, so the node never knew the job. A crash more than a ttl before the
+    SIGTERM excuses nothing."""
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "lease_expired", 14)])
+    r.history += [
+        {"t": E0 - 1, "type": "worker_start", "node": "w2-1", "slot": 2},
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
+        {"t": E0 + 12, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 2.0},
+    ]
+    long_before = [{"t": E0 - 9, "type": "db_crash"}, {"t": E0 - 8, "type": "db_restarted"}]
+    r.history = long_before + r.history
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "job 2 (steps) attempt 1" in p4.counterexamples[0]
+    r.history += [{"t": E0 + 5, "type": "db_crash"}, {"t": E0 + 6.5, "type": "db_restarted"}]
+    assert duty(r.check(), "P4").verdict == "valid"
