@@ -152,9 +152,11 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
                         f"{ttl + 2 * SKEW_SLACK:.0f}s before{skew}: it did not renew its lease in time (§6: every ttl/3)"
                     ]
                 )
+    skewed = sorted(ev.skewed_nodes)  # one name per incarnation: a long run has hundreds — name a few
+    named = ", ".join(skewed[:5]) + (f" … ({len(skewed)} incarnations)" if len(skewed) > 5 else "")
     r.notes.append(
         f"{len(ev.renewed)} renewal(s) seen in lease samples; {len(ev.long_attempts())} attempt(s) held "
-        f"a lease longer than the ttl; clock-skewed nodes {sorted(ev.skewed_nodes) or '-'} "
+        f"a lease longer than the ttl; clock-skewed nodes {named or '-'} "
         f"(ahead by up to {max(ev.skew_seen.values(), default=0):.2f}s as seen in their leases)"
     )
 
