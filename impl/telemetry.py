@@ -25,6 +25,14 @@ Optional integrations (extras `otel` and `prometheus`): `OpenTelemetrySpans` (on
 attempt) and `PrometheusMetrics` (claim latency, jobs by outcome, stale acks, lease losses,
 reclaims, queue depth; served by `belay worker --metrics-port`).
 
+A handler may declare the events it takes with an `events` attribute (a collection of the names
+above, e.g. `events = frozenset({"job.stop", "job.exception"})`): it is then called for those
+events only, and the runtime does not even build the metadata of an event that no handler takes
+(a handler without the attribute takes every event). `DefaultLogger` takes job.stop, job.exception
+and queue.scale; `PrometheusMetrics` everything but job.start and queue.scale; `OpenTelemetrySpans`
+the three job events. `attach` reads the attribute once, when the handler is attached; the
+runtime's own `telemetry=` handlers are read at every event.
+
 A handler that raises is logged and skipped: telemetry never breaks the worker.
 """
 
@@ -34,73 +42,177 @@ import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 Handler = Callable[[str, dict[str, Any]], None]
 
 log = logging.getLogger("belay")
 
+EVENTS = frozenset(
+    {"job.start", "job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim", "queue.scale"}
+)
+
+
+class _Every:
+    """The events taken by a handler that declares none: all of them."""
+
+    def __contains__(self, event: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "EVERY_EVENT"
+
+
+EVERY_EVENT: Container[str] = _Every()
+
+
+def declared_events(handler: Handler) -> frozenset[str] | None:
+    """The events `handler` declares with its `events` attribute (None: it declares none, so it takes
+    every event). A string, a non-string name or a name the runtime never emits is refused."""
+    events = getattr(handler, "events", None)
+    if events is None:
+        return None
+    if isinstance(events, str) or not isinstance(events, Iterable):
+        raise TypeError(f"a telemetry handler's events must be a collection of event names, not {events!r}")
+    names = frozenset(events)
+    unknown = sorted(str(e) for e in names - EVENTS)
+    if unknown:
+        raise ValueError(f"unknown telemetry events {unknown}; the runtime emits {sorted(EVENTS)}")
+    return names
+
+
+def taken(handlers: Iterable[Handler]) -> Container[str]:
+    """The events at least one of `handlers` takes (`EVERY_EVENT` when one declares none): the runtime
+    builds an event's metadata only when the event is in here."""
+    out: frozenset[str] = frozenset()
+    for handler in handlers:
+        events = getattr(handler, "events", None)
+        if events is None:
+            return EVERY_EVENT
+        out = out.union(events)
+    return out
+
+
+def takes(handler: Handler, event: str) -> bool:
+    """Whether `handler` is called for `event` (its `events` attribute, when it has one)."""
+    events = getattr(handler, "events", None)
+    return events is None or event in events
+
+
 _lock = threading.Lock()
-_handlers: tuple[tuple[str, Handler], ...] = ()  # copy-on-write: dispatch reads it without the lock
+# (id, handler, its declared events or None), copy-on-write: dispatch reads it without the lock
+_handlers: tuple[tuple[str, Handler, frozenset[str] | None], ...] = ()
+
+
+class _Dispatch:
+    """`dispatch(event, meta)`: call every attached handler that takes the event (the runtime's
+    default telemetry). Its `events` are those some attached handler takes, kept up to date by
+    `attach`/`detach`."""
+
+    events: frozenset[str] | None = frozenset()
+
+    def __call__(self, event: str, meta: dict[str, Any]) -> None:
+        for handler_id, handler, events in _handlers:
+            if events is not None and event not in events:
+                continue
+            try:
+                handler(event, meta)
+            except Exception:
+                log.exception("belay telemetry handler %r failed on %s", handler_id, event)
+
+    def __repr__(self) -> str:
+        return "impl.telemetry.dispatch"
+
+
+dispatch = _Dispatch()
+
+
+def _set_handlers(handlers: tuple[tuple[str, Handler, frozenset[str] | None], ...]) -> None:  # with _lock held
+    global _handlers
+    union: frozenset[str] | None = frozenset()
+    for _hid, _handler, events in handlers:
+        union = None if union is None or events is None else union | events
+    _handlers = handlers
+    dispatch.events = union
 
 
 def attach(handler_id: str, handler: Handler) -> None:
-    """Attach a process-wide handler under a unique id (refused if the id is taken)."""
-    global _handlers
+    """Attach a process-wide handler under a unique id (refused if the id is taken). Its `events`
+    attribute, if any, is read now: see the module docstring."""
+    events = declared_events(handler)
     with _lock:
-        if any(hid == handler_id for hid, _ in _handlers):
+        if any(h[0] == handler_id for h in _handlers):
             raise ValueError(f"a telemetry handler is already attached as {handler_id!r}; detach it first")
-        _handlers = (*_handlers, (handler_id, handler))
+        _set_handlers((*_handlers, (handler_id, handler, events)))
 
 
 def detach(handler_id: str) -> bool:
     """Detach a handler; False when none was attached under that id."""
-    global _handlers
     with _lock:
         kept = tuple(h for h in _handlers if h[0] != handler_id)
         found = len(kept) != len(_handlers)
-        _handlers = kept
+        _set_handlers(kept)
     return found
 
 
 def attached() -> tuple[str, ...]:
-    return tuple(hid for hid, _ in _handlers)
+    return tuple(h[0] for h in _handlers)
 
 
-def dispatch(event: str, meta: dict[str, Any]) -> None:
-    """Call every attached handler (the runtime's default telemetry)."""
-    for handler_id, handler in _handlers:
-        try:
-            handler(event, meta)
-        except Exception:
-            log.exception("belay telemetry handler %r failed on %s", handler_id, event)
-
-
-def silent(handlers: tuple[Handler, ...]) -> bool:
-    """True when emitting to `handlers` does nothing: none given, or only `dispatch` with nothing
-    attached — the runtime then skips building per-job event metadata (issue 17)."""
-    return all(h is dispatch and not _handlers for h in handlers)
+def silent(handlers: Iterable[Handler]) -> bool:
+    """True when emitting to `handlers` does nothing: none given, or only handlers that take no
+    event (`dispatch` with nothing attached) — the runtime then builds no per-job metadata (issue 17)."""
+    return not taken(handlers)
 
 
 # --- the default logger -----------------------------------------------------------------------------
 
 
+_JOB_LINE = "belay job=%s kind=%s queue=%s state=%s attempt=%s duration=%sms"
+_JOB_LINES = {  # (has a node, has an error) → the line's template
+    (False, False): _JOB_LINE,
+    (True, False): _JOB_LINE + " node=%s",
+    (False, True): _JOB_LINE + " error=%r",
+    (True, True): _JOB_LINE + " node=%s error=%r",
+}
+
+
+def job_line(meta: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """The default logger's line for a job event as a %-template and its arguments (a logging call's
+    `msg` and `args`: the handler that writes the record renders it)."""
+    node, error = meta.get("node"), meta.get("error")
+    args: tuple[Any, ...] = (
+        meta["job_id"],
+        meta.get("kind", meta.get("worker")),
+        meta["queue"],
+        meta["state"],
+        meta["attempt"],
+        meta["duration_ms"],
+    )
+    if node:
+        args += (node,)
+    if error:
+        args += (error,)
+    return _JOB_LINES[bool(node), bool(error)], args
+
+
 def format_job_line(meta: dict[str, Any]) -> str:
     """`belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=8143ms node=n1`."""
-    line = (
-        f"belay job={meta['job_id']} kind={meta.get('kind', meta.get('worker'))} queue={meta['queue']} "
-        f"state={meta['state']} attempt={meta['attempt']} duration={meta['duration_ms']}ms"
-    )
-    if meta.get("node"):
-        line += f" node={meta['node']}"
-    if meta.get("error"):
-        line += f" error={meta['error']!r}"
-    return line
+    template, args = job_line(meta)
+    return template % args
 
 
 class DefaultLogger:
-    """One line per finished job attempt on the `belay` logger (job.exception at WARNING)."""
+    """One line per finished job attempt on the `belay` logger (job.exception at WARNING).
+
+    It builds the log record itself (`logger.makeRecord`, then `logger.handle`: the logger's filters,
+    its handlers and propagation to its ancestors' handlers work as for any logging call) without the
+    stack walk of `logger.log` that looks for the caller, which is always this method: the record names
+    this file and `DefaultLogger.__call__` as its origin. Nothing is built when the logger is not
+    enabled for the level. The message is a template with its arguments (`job_line`)."""
+
+    events = frozenset({"job.stop", "job.exception", "queue.scale"})
 
     def __init__(self, level: int = logging.INFO, logger: logging.Logger | None = None) -> None:
         self.level = level
@@ -108,11 +220,24 @@ class DefaultLogger:
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
         if event == "job.stop":
-            self.logger.log(self.level, "%s", format_job_line(meta))
+            level = self.level
         elif event == "job.exception":
-            self.logger.log(max(self.level, logging.WARNING), "%s", format_job_line(meta))
+            level = max(self.level, logging.WARNING)
         elif event == "queue.scale":
-            self.logger.log(self.level, "belay queue=%s limit=%s", meta["queue"], meta["limit"])
+            level = self.level
+        else:
+            return
+        logger = self.logger
+        if not logger.isEnabledFor(level):
+            return
+        if event == "queue.scale":
+            msg, args = "belay queue=%s limit=%s", (meta["queue"], meta["limit"])
+        else:
+            msg, args = job_line(meta)
+        logger.handle(logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"))
+
+
+_RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
 
 
 default_logger: Handler = DefaultLogger()
@@ -226,6 +351,8 @@ class OpenTelemetrySpans:
     global tracer provider unless one is given (configure the SDK and exporter as usual, e.g. with
     `opentelemetry-instrument belay worker ...`)."""
 
+    events = frozenset({"job.start", "job.stop", "job.exception"})
+
     def __init__(self, tracer_provider: Any = None) -> None:
         try:
             from opentelemetry import trace
@@ -277,6 +404,8 @@ class PrometheusMetrics:
     belay_queue_depth{queue,state}              job counts read from the database at scrape time
                                                 (when a depth source is given)
     """
+
+    events = frozenset({"job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim"})
 
     def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
         try:
