@@ -128,21 +128,28 @@ def test_attaching_a_handler_with_malformed_events_is_refused_with_a_clear_error
     assert "t-bad" not in telemetry.attached()
 
 
-def test_a_worker_calls_a_sink_declaring_job_stop_for_job_stop_only_and_a_plain_sink_for_every_event(db_url):
-    picky, plain = Recorder(frozenset({"job.stop"})), Recorder()
+def _run_ok_and_boom(db_url: str, *sinks: Recorder) -> tuple[int, int]:
+    """A worker with `sinks` as its telemetry runs an `ok` and a `boom` job, then stops (a stop
+    drains: every event of the two jobs has been emitted when it returns)."""
     config = WorkerConfig(node="enode", queues=(QueueConfig(app.QUEUE, QueueOpts(2, 2)),), **FAST)
-    worker = Worker(db_url, app.registry, config, telemetry=(picky, plain)).start()
+    worker = Worker(db_url, app.registry, config, telemetry=sinks).start()
     try:
         with Client(db_url) as client:
             ok, boom = client.enqueue(app.QUEUE, "ok").id, client.enqueue(app.QUEUE, "boom").id
-            wait_for(lambda: {m.get("job_id") for e, m in plain.seen if e.startswith("job.")} >= {ok, boom}, 30, "")
-            wait_for(lambda: len([e for e, _ in plain.seen if e in ("job.stop", "job.exception")]) == 2, 30, "ends")
+            wait_for(lambda: client.job(ok).terminal and client.job(boom).terminal, 30, "both jobs")
     finally:
-        worker.stop(grace=5)
-    assert {"job.start", "claim", "job.stop", "job.exception"} <= plain.names()
-    assert picky.names() == {"job.stop"}
-    assert [m["job_id"] for _, m in picky.seen] == [ok]
-    assert picky.seen[0][1]["state"] == "succeeded" and picky.seen[0][1]["node"] == "enode"
+        assert worker.stop(grace=5)
+    return ok, boom
+
+
+def test_a_worker_calls_sinks_for_the_events_they_declare_only(db_url):
+    stops, claims = Recorder(frozenset({"job.stop"})), Recorder({"claim"})
+    ok, _boom = _run_ok_and_boom(db_url, stops, claims)
+    assert [(e, m["job_id"], m["state"], m["node"]) for e, m in stops.seen] == [("job.stop", ok, "succeeded", "enode")]
+    assert claims.names() == {"claim"}
+    exceptions = Recorder(["job.exception"])
+    _ok, boom = _run_ok_and_boom(db_url, exceptions)
+    assert [(e, m["job_id"], m["state"]) for e, m in exceptions.seen] == [("job.exception", boom, "failed")]
 
 
 # --- the default logger's records ---------------------------------------------------------------------
@@ -161,6 +168,10 @@ def test_the_default_logger_line_for_a_success_a_failure_and_a_job_without_node(
     assert (
         telemetry.format_job_line({**without, "state": "ready", "duration_ms": 0})
         == "belay job=812 kind=summarize queue=ai state=ready attempt=1 duration=0ms"
+    )
+    assert (
+        telemetry.format_job_line({**without, "state": "ready", "duration_ms": 0, "error": "E: e"})
+        == "belay job=812 kind=summarize queue=ai state=ready attempt=1 duration=0ms error='E: e'"
     )
 
 
