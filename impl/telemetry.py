@@ -38,10 +38,12 @@ A handler that raises is logged and skipped: telemetry never breaks the worker.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Container, Iterable
 from typing import Any
 
@@ -148,12 +150,16 @@ def attach(handler_id: str, handler: Handler) -> None:
 
 
 def detach(handler_id: str) -> bool:
-    """Detach a handler; False when none was attached under that id."""
+    """Detach a handler; False when none was attached under that id. A `DefaultLogger` is closed (its
+    queued lines handled, its background thread stopped)."""
     with _lock:
         kept = tuple(h for h in _handlers if h[0] != handler_id)
-        found = len(kept) != len(_handlers)
+        gone = [h[1] for h in _handlers if h[0] == handler_id]
         _set_handlers(kept)
-    return found
+    for handler in gone:
+        if isinstance(handler, DefaultLogger):
+            handler.close()
+    return bool(gone)
 
 
 def attached() -> tuple[str, ...]:
@@ -210,13 +216,45 @@ class DefaultLogger:
     its handlers and propagation to its ancestors' handlers work as for any logging call) without the
     stack walk of `logger.log` that looks for the caller, which is always this method: the record names
     this file and `DefaultLogger.__call__` as its origin. Nothing is built when the logger is not
-    enabled for the level. The message is a template with its arguments (`job_line`)."""
+    enabled for the level. The message is a template with its arguments (`job_line`).
+
+    With `background=True` (what `attach_default_logger` and `belay worker` use) the job's thread only
+    queues the line's fields, its time and its thread: a `belay-telemetry` thread builds and handles
+    the records in batches, every `interval` seconds or when `capacity` lines wait, giving each record
+    the time and thread of its event (`created`, `msecs`, `relativeCreated`, `thread`, `threadName`),
+    so a formatted line reads as if it had been logged synchronously. The logger's handlers then run on
+    that thread, and a log record factory runs there too. A line at WARNING or above (job.exception)
+    is handled at once on the job's thread, after the lines queued before it, so failures are never
+    delayed and lines keep their order. `flush()` handles what waits; it runs at interpreter exit
+    before logging's own shutdown. Why: building a LogRecord costs the job's thread more than the rest
+    of the telemetry together, and with ten executor threads sharing the GIL every microsecond they
+    spend is paid several times over (`python -m bench.run telemetry`)."""
 
     events = frozenset({"job.stop", "job.exception", "queue.scale"})
 
-    def __init__(self, level: int = logging.INFO, logger: logging.Logger | None = None) -> None:
+    def __init__(
+        self,
+        level: int = logging.INFO,
+        logger: logging.Logger | None = None,
+        *,
+        background: bool = False,
+        interval: float = 0.2,
+        capacity: int = 1000,
+    ) -> None:
+        if interval <= 0 or capacity < 1:
+            raise ValueError("interval must be positive and capacity at least 1")
         self.level = level
         self.logger = logger or log
+        self.background = background
+        self.interval = interval
+        self.capacity = capacity
+        # (level, msg, args, created, thread id, thread name) of lines not yet handled; appends are atomic
+        self._pending: collections.deque[tuple[int, str, tuple[Any, ...], float, int, str]] = collections.deque()
+        self._flushing = threading.Lock()  # one drainer at a time: records are handled in event order
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._thread_lock = threading.Lock()
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
         if event == "job.stop":
@@ -234,7 +272,70 @@ class DefaultLogger:
             msg, args = "belay queue=%s limit=%s", (meta["queue"], meta["limit"])
         else:
             msg, args = job_line(meta)
-        logger.handle(logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"))
+        if not self.background:
+            logger.handle(logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"))
+        elif level < logging.WARNING:
+            self._pending.append(
+                (level, msg, args, time.time(), threading.get_ident(), threading.current_thread().name)
+            )
+            if self._thread is None:
+                self._start()
+            elif len(self._pending) >= self.capacity:
+                self._wake.set()
+        else:
+            with self._flushing:  # the lines queued before this one first (a drain under way included)
+                self._drain()
+                logger.handle(
+                    logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
+                )
+
+    def flush(self) -> None:
+        """Build and handle the queued lines' records now, in order."""
+        with self._flushing:
+            self._drain()
+
+    def _drain(self) -> None:  # with self._flushing held
+        logger = self.logger
+        while self._pending:
+            level, msg, args, created, thread, thread_name = self._pending.popleft()
+            try:
+                record = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
+                # the event's time and thread, as LogRecord.__init__ would have set them then
+                record.relativeCreated -= (record.created - created) * 1000
+                record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+                record.thread, record.threadName = thread, thread_name
+                logger.handle(record)
+            except Exception:  # a filter or handler failed: logged, and the next lines still go out
+                log.exception("belay default logger: a queued line could not be handled")
+
+    def close(self) -> None:
+        """Handle what waits and stop the background thread (`detach` does this; a later line starts it again)."""
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._stop.set()
+                self._wake.set()
+                if thread is not threading.current_thread():  # a handler of a queued line may detach it
+                    thread.join()
+                atexit.unregister(self.flush)
+        self.flush()
+
+    def _start(self) -> None:
+        with self._thread_lock:
+            if self._thread is None:
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._stop,), name="belay-telemetry", daemon=True
+                )
+                self._thread.start()
+                atexit.register(self.flush)  # before logging.shutdown (registered earlier, so run later)
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._pending:
+                self.flush()
 
 
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
@@ -243,14 +344,19 @@ _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the 
 default_logger: Handler = DefaultLogger()
 
 
-def attach_default_logger(level: int | str = logging.INFO, *, handler_id: str = "belay-default-logger") -> None:
-    """Belay.Telemetry.attach_default_logger: one structured line per job attempt, at `level`."""
+def attach_default_logger(
+    level: int | str = logging.INFO, *, handler_id: str = "belay-default-logger", background: bool = True
+) -> DefaultLogger:
+    """Belay.Telemetry.attach_default_logger: one structured line per job attempt, at `level`, its
+    records built on a background thread unless `background=False` (see `DefaultLogger`)."""
     if isinstance(level, str):
         level = logging.getLevelName(level.upper())
         if not isinstance(level, int):
             raise ValueError("level must be a logging level name such as 'info' or a number")
     detach(handler_id)
-    attach(handler_id, DefaultLogger(level))
+    handler = DefaultLogger(level, background=background)
+    attach(handler_id, handler)
+    return handler
 
 
 class BatchingStreamHandler(logging.StreamHandler):
@@ -403,18 +509,30 @@ class PrometheusMetrics:
     belay_stale_acks_total / belay_lease_losses_total / belay_reclaims_total{outcome}
     belay_queue_depth{queue,state}              job counts read from the database at scrape time
                                                 (when a depth source is given)
+
+    A job's ending and a claim round's latency are only queued on the thread that reports them (the
+    prometheus_client calls take locks and cost the job's thread more than the rest of its telemetry);
+    they are added to the metrics in one go by `fold()`, which every collection of the registry (a
+    scrape, `exposition()`) runs first, and which also runs when `capacity` observations wait.
     """
 
     events = frozenset({"job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim"})
 
-    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
+    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None, *, capacity: int = 1000) -> None:
         try:
             import prometheus_client as p
         except ImportError as exc:  # pragma: no cover - depends on the extra
             raise RuntimeError(
                 "Prometheus metrics need the prometheus extra: pip install 'belay-toolkit[prometheus]'"
             ) from exc
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        # (queue, kind, outcome, duration_ms) of a job ending, (queue, duration_ms) of a claim round
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()  # appends are atomic
+        self._folding = threading.Lock()
         self.registry = p.CollectorRegistry()
+        self.registry.register(_Fold(self))  # registered first: a collection folds before reading
         self.jobs = p.Counter(
             "belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"], registry=self.registry
         )
@@ -448,12 +566,15 @@ class PrometheusMetrics:
         return child
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
-        if event in ("job.stop", "job.exception"):
+        if event == "job.stop" or event == "job.exception":
             kind = meta.get("kind", meta.get("worker"))
-            self._child(self.jobs, meta["queue"], kind, meta["state"]).inc()
-            self._child(self.duration, meta["queue"], kind).observe(meta["duration_ms"] / 1000)
+            self._pending.append((meta["queue"], kind, meta["state"], meta["duration_ms"]))
+            if len(self._pending) >= self.capacity:
+                self.fold()
         elif event == "claim":
-            self._child(self.claim_latency, meta["queue"]).observe(meta["duration_ms"] / 1000)
+            self._pending.append((meta["queue"], meta["duration_ms"]))
+            if len(self._pending) >= self.capacity:
+                self.fold()
         elif event == "ack.stale":
             self.stale_acks.inc()
         elif event == "lease.lost":
@@ -463,6 +584,21 @@ class PrometheusMetrics:
                 self.reclaims.labels("retried").inc(meta["retried"])
             if meta.get("failed"):
                 self.reclaims.labels("failed").inc(meta["failed"])
+
+    def fold(self) -> None:
+        """Add the queued job endings and claim latencies to the metrics."""
+        with self._folding:
+            ended: collections.Counter[tuple[Any, Any, Any]] = collections.Counter()
+            while self._pending:
+                item = self._pending.popleft()
+                if len(item) == 4:
+                    queue, kind, outcome, duration_ms = item
+                    ended[queue, kind, outcome] += 1
+                    self._child(self.duration, queue, kind).observe(duration_ms / 1000)
+                else:
+                    self._child(self.claim_latency, item[0]).observe(item[1] / 1000)
+            for (queue, kind, outcome), n in ended.items():
+                self._child(self.jobs, queue, kind, outcome).inc(n)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
         """Serve /metrics on addr:port from a daemon thread; returns the server (call .shutdown())."""
@@ -475,6 +611,18 @@ class PrometheusMetrics:
         import prometheus_client as p
 
         return p.generate_latest(self.registry).decode()
+
+
+class _Fold:
+    """A collector that yields nothing: it folds a PrometheusMetrics' queued observations into its
+    metrics when the registry is collected (registered first, so before they are read)."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Any:
+        self.metrics.fold()
+        return iter(())
 
 
 class _DepthCollector:
