@@ -8,8 +8,13 @@ Unit tests call the handlers and `dispatch` directly; one test runs a real Worke
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +25,7 @@ from impl.runtime import QueueConfig, Worker, WorkerConfig
 from model.queues import QueueOpts
 from tests.apps import telemetry_app as app
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = {"busy_poll": 0.01, "poll_interval": 0.05, "sweep_interval": 0.1, "queue_refresh": 0.05}
 STOP = {"job_id": 812, "kind": "summarize", "worker": "summarize", "queue": "ai", "attempt": 1, "node": "n1"}
 
@@ -250,3 +256,125 @@ def test_a_default_logger_record_honours_a_custom_log_record_factory(on_root):
         logging.setLogRecordFactory(default)
     (record,) = [r for r in on_root.records if r.name == "belay.test.events.factory"]
     assert record.trace_id == "t-1"
+
+
+# --- the default logger in the background ------------------------------------------------------------------
+
+
+def _records(on_root: ListHandler, name: str) -> list[logging.LogRecord]:
+    return [r for r in on_root.records if r.name == name]
+
+
+def test_a_background_line_is_handled_later_with_the_time_and_thread_of_its_event(on_root):
+    logger = logging.getLogger("belay.test.events.background")
+    logger.setLevel(logging.INFO)
+    handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600)
+    times: list[float] = []
+
+    def job_thread() -> None:
+        times.append(time.time())
+        handler("job.stop", {**STOP, "state": "succeeded", "duration_ms": 5})
+        times.append(time.time())
+
+    try:
+        thread = threading.Thread(target=job_thread, name="belay-tq_7")
+        thread.start()
+        thread.join()
+        assert not _records(on_root, logger.name), "queued, not handled on the job's thread"
+        time.sleep(0.01)  # so that a record stamped when it is built would be visibly later
+        handler.flush()
+        (record,) = _records(on_root, logger.name)
+    finally:
+        handler.close()
+    assert record.getMessage() == "belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=5ms node=n1"
+    assert record.threadName == "belay-tq_7" and record.thread == thread.ident
+    assert times[0] <= record.created <= times[1]
+    assert record.msecs == int((record.created - int(record.created)) * 1000)
+    assert abs(record.relativeCreated - (record.created - logging._startTime) * 1000) < 1e-3
+    assert record.funcName == "__call__" and record.filename == "telemetry.py" and record.levelno == logging.INFO
+
+
+def test_background_lines_go_out_within_the_interval_and_a_warning_at_once_after_them_in_order(on_root):
+    logger = logging.getLogger("belay.test.events.order")
+    logger.setLevel(logging.INFO)
+    handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600)
+    try:
+        for job_id in (1, 2):
+            handler("job.stop", {**STOP, "job_id": job_id, "state": "succeeded", "duration_ms": 5})
+        assert not _records(on_root, logger.name)
+        handler("job.exception", {**STOP, "job_id": 3, "state": "failed", "duration_ms": 6, "error": "Fail: x"})
+        assert [(r.levelno, r.getMessage().split()[1]) for r in _records(on_root, logger.name)] == [
+            (logging.INFO, "job=1"),
+            (logging.INFO, "job=2"),
+            (logging.WARNING, "job=3"),
+        ]
+    finally:
+        handler.close()
+    quick = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=0.05)
+    try:
+        quick("job.stop", {**STOP, "job_id": 4, "state": "succeeded", "duration_ms": 5})
+        wait_for(lambda: len(_records(on_root, logger.name)) == 4, 10, "the background thread to handle the line")
+    finally:
+        quick.close()
+
+
+def test_detaching_the_attached_default_logger_handles_its_queued_lines_and_stops_its_thread(on_root):
+    logging.getLogger("belay").setLevel(logging.INFO)
+    try:
+        handler = telemetry.attach_default_logger(handler_id="t-default-bg")
+        assert handler.background
+        telemetry.dispatch("job.stop", {**STOP, "job_id": 5, "state": "succeeded", "duration_ms": 5})
+        thread = handler._thread
+        assert thread is not None and thread.is_alive()
+        assert telemetry.detach("t-default-bg")
+        assert not thread.is_alive()
+        assert [r.getMessage().split()[1] for r in _records(on_root, "belay")] == ["job=5"]
+    finally:
+        logging.getLogger("belay").setLevel(logging.NOTSET)
+
+
+def test_a_process_that_exits_normally_writes_the_lines_still_queued(tmp_path):
+    script = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, format='%(threadName)s %(message)s', stream=sys.stdout)\n"
+        "from impl import telemetry\n"
+        "h = telemetry.DefaultLogger(logging.INFO, background=True, interval=3600)\n"
+        "h('job.stop', {'job_id': 9, 'kind': 'k', 'queue': 'q', 'state': 'succeeded', 'attempt': 1,"
+        " 'duration_ms': 1, 'node': 'n'})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "MainThread belay job=9 kind=k queue=q state=succeeded attempt=1 duration=1ms node=n\n"
+
+
+# --- Prometheus: observations folded in at collection ---------------------------------------------------------
+
+
+def test_prometheus_counts_every_queued_observation_at_a_scrape_and_at_capacity():
+    metrics = telemetry.PrometheusMetrics(capacity=100)
+    sample = metrics.registry.get_sample_value  # a collection of the registry
+    for _ in range(5):
+        metrics("claim", {"queue": "ai", "node": "n1", "demand": 2, "claimed": 1, "duration_ms": 3.0})
+    for i in range(250):
+        metrics("job.stop", {**STOP, "state": "succeeded", "duration_ms": i % 3})
+        if i % 50 == 0:
+            metrics("job.exception", {**STOP, "state": "failed", "duration_ms": 2000, "error": "E"})
+    assert 0 < len(metrics._pending) < 100, "folded at capacity, the rest still queued"
+    labels = {"queue": "ai", "kind": "summarize"}
+    assert sample("belay_jobs_total", {**labels, "outcome": "succeeded"}) == 250
+    assert sample("belay_jobs_total", {**labels, "outcome": "failed"}) == 5
+    assert sample("belay_job_duration_seconds_count", labels) == 255
+    assert sample("belay_job_duration_seconds_bucket", {**labels, "le": "0.005"}) == 250
+    assert sample("belay_job_duration_seconds_sum", labels) == pytest.approx(sum(i % 3 for i in range(250)) / 1000 + 10)
+    assert sample("belay_claim_latency_seconds_count", {"queue": "ai"}) == 5
+    assert sample("belay_claim_latency_seconds_bucket", {"queue": "ai", "le": "0.0025"}) == 0
+    assert sample("belay_claim_latency_seconds_bucket", {"queue": "ai", "le": "0.005"}) == 5
+    assert not metrics._pending
+    assert 'belay_jobs_total{kind="summarize",outcome="failed",queue="ai"} 5.0' in metrics.exposition()
