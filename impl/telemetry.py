@@ -33,6 +33,13 @@ and queue.scale; `PrometheusMetrics` everything but job.start and queue.scale; `
 the three job events. `attach` reads the attribute once, when the handler is attached; the
 runtime's own `telemetry=` handlers are read at every event.
 
+Cost (issue 15: telemetry on within 5 % of off, `python -m bench.run telemetry`): a handler runs on
+the job's executor thread, and ten of them share the GIL, so each microsecond spent there is paid
+several times over. The shipped handlers therefore do little there: the attached default logger
+queues its line's fields and builds the log records on a background thread (`DefaultLogger`,
+`background=True`), and `PrometheusMetrics` queues job endings and claim latencies and adds them
+to its metrics when they are collected (`fold`).
+
 A handler that raises is logged and skipped: telemetry never breaks the worker.
 """
 
