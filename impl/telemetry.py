@@ -49,8 +49,10 @@ import atexit
 import collections
 import contextlib
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Container, Iterable
 from typing import Any
 
@@ -289,6 +291,8 @@ class DefaultLogger:
                 self._start()
             elif len(self._pending) >= self.capacity:
                 self._wake.set()
+                if len(self._pending) >= 2 * self.capacity:  # the thread is far behind: memory stays bounded
+                    self.flush()
         else:
             with self._flushing:  # the lines queued before this one first (a drain under way included)
                 self._drain()
@@ -312,8 +316,9 @@ class DefaultLogger:
                 record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
                 record.thread, record.threadName = thread, thread_name
                 logger.handle(record)
-            except Exception:  # a filter or handler failed: logged, and the next lines still go out
-                log.exception("belay default logger: a queued line could not be handled")
+            except Exception:  # a filter or handler failed: reported, and the next lines still go out
+                with contextlib.suppress(Exception):  # (reporting it may go through the same filter)
+                    log.exception("belay default logger: a queued line could not be handled")
 
     def close(self) -> None:
         """Handle what waits and stop the background thread (`detach` does this; a later line starts it again)."""
@@ -330,6 +335,7 @@ class DefaultLogger:
     def _start(self) -> None:
         with self._thread_lock:
             if self._thread is None:
+                _backgrounds.add(self)
                 self._stop = threading.Event()
                 self._thread = threading.Thread(
                     target=self._loop, args=(self._stop,), name="belay-telemetry", daemon=True
@@ -346,6 +352,16 @@ class DefaultLogger:
 
 
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
+_backgrounds: weakref.WeakSet[DefaultLogger] = weakref.WeakSet()  # those whose thread was started
+
+
+def _forget_threads_after_fork() -> None:
+    """A forked child has none of its parent's threads: a background logger starts its own at its next line."""
+    for handler in list(_backgrounds):
+        handler._thread, handler._thread_lock, handler._flushing = None, threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 default_logger: Handler = DefaultLogger()

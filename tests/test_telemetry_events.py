@@ -378,3 +378,62 @@ def test_prometheus_counts_every_queued_observation_at_a_scrape_and_at_capacity(
     assert sample("belay_claim_latency_seconds_bucket", {"queue": "ai", "le": "0.005"}) == 5
     assert not metrics._pending
     assert 'belay_jobs_total{kind="summarize",outcome="failed",queue="ai"} 5.0' in metrics.exposition()
+
+
+def test_a_filter_that_raises_on_a_background_line_loses_that_line_only(on_root):
+    belay = logging.getLogger("belay")
+
+    def broken(record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "job=1 " in message or "could not be handled" in message:  # the line, and the report of it
+            raise RuntimeError("filter bug")
+        return True
+
+    belay.setLevel(logging.INFO)
+    belay.addFilter(broken)
+    handler = telemetry.DefaultLogger(logging.INFO, belay, background=True, interval=0.05)
+    try:
+        handler("job.stop", {**STOP, "job_id": 1, "state": "succeeded", "duration_ms": 5})
+        wait_for(lambda: not handler._pending, 10, "the background thread to take the line")
+        handler("job.stop", {**STOP, "job_id": 2, "state": "succeeded", "duration_ms": 5})
+        wait_for(lambda: _records(on_root, "belay"), 10, "the next line, from the same thread")
+    finally:
+        handler.close()
+        belay.removeFilter(broken)
+        belay.setLevel(logging.NOTSET)
+    assert [r.getMessage().split()[1] for r in _records(on_root, "belay")] == ["job=2"]
+
+
+def test_a_forked_child_writes_its_background_lines_from_its_own_thread():
+    script = (
+        "import logging, os, sys, time\n"
+        "logging.basicConfig(level=logging.INFO, format='%(process)d %(message)s', stream=sys.stdout)\n"
+        "from impl import telemetry\n"
+        "h = telemetry.DefaultLogger(logging.INFO, background=True, interval=0.05)\n"
+        "line = {'kind': 'k', 'queue': 'q', 'state': 'succeeded', 'attempt': 1, 'duration_ms': 1}\n"
+        "h('job.stop', {**line, 'job_id': 1})\n"
+        "h.flush()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    h('job.stop', {**line, 'job_id': 2})\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while h._pending and time.monotonic() < deadline:\n"
+        "        time.sleep(0.01)\n"
+        "    time.sleep(0.1)\n"
+        "    sys.stdout.flush()\n"
+        "    os._exit(0)\n"  # no atexit: only the child's own background thread can have written it
+        "os.waitpid(pid, 0)\n"
+        "print('child', pid)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    parent_line, child_line, last = out.stdout.splitlines()
+    assert "job=1 " in parent_line and "job=2 " in child_line
+    assert child_line.split()[0] == last.split()[1] != parent_line.split()[0], "written by the child"
