@@ -355,6 +355,12 @@ _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the 
 _backgrounds: weakref.WeakSet[DefaultLogger] = weakref.WeakSet()  # those whose thread was started
 
 
+def flush() -> None:
+    """Handle the lines every background default logger holds (atexit does it; `os._exit` does not)."""
+    for handler in list(_backgrounds):
+        handler.flush()
+
+
 def _forget_threads_after_fork() -> None:
     """A forked child has none of its parent's threads: a background logger starts its own at its next line."""
     for handler in list(_backgrounds):

@@ -437,3 +437,16 @@ def test_a_forked_child_writes_its_background_lines_from_its_own_thread():
     parent_line, child_line, last = out.stdout.splitlines()
     assert "job=1 " in parent_line and "job=2 " in child_line
     assert child_line.split()[0] == last.split()[1] != parent_line.split()[0], "written by the child"
+
+
+def test_telemetry_flush_hands_over_every_background_loggers_queued_lines(on_root):
+    logger = logging.getLogger("belay.test.events.flush")
+    logger.setLevel(logging.INFO)
+    handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600)
+    try:
+        handler("job.stop", {**STOP, "state": "succeeded", "duration_ms": 5})
+        assert not _records(on_root, logger.name)
+        telemetry.flush()  # what `belay worker` calls before leaving with os._exit
+        assert len(_records(on_root, logger.name)) == 1
+    finally:
+        handler.close()
