@@ -312,32 +312,61 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     metrics = telemetry.PrometheusMetrics()
-    modes = {"off": (), "on": (telemetry.DefaultLogger(logging.INFO, logger), metrics)}
+    # the default logger as `belay worker` attaches it (attach_default_logger: records built in the background)
+    default = telemetry.DefaultLogger(logging.INFO, logger, background=True)
+    modes = {"off": (), "on": (default, metrics)}
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}  # this process's CPU µs per job (all threads)
+    # The same without this (main) thread, which inserts the jobs and polls the database every 5 ms until
+    # they are done (a cost per second, not per job): the worker's threads and the log flusher only.
+    wcpu: dict[str, list[float]] = {m: [] for m in modes}
     for r in range(args.rounds):
         for mode in ("off", "on") if r % 2 == 0 else ("on", "off"):
-            cpu_before = time.process_time()
+            cpu_before, main_before = time.process_time(), time.thread_time()
             rate = runtime(url, f"tel_{mode}_{r}", args.jobs, limit=10, kind="noop", telemetry=modes[mode])[0]
-            cpu[mode].append((time.process_time() - cpu_before) / args.jobs * 1e6)
+            if mode == "on":  # the round's deferred work in the round's CPU time (its clock has stopped)
+                default.flush()
+                metrics.fold()
+                handler.flush()
+            spent, main = time.process_time() - cpu_before, time.thread_time() - main_before
+            cpu[mode].append(spent / args.jobs * 1e6)
+            wcpu[mode].append((spent - main) / args.jobs * 1e6)
             rates[mode].append(rate)
-            print(f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job")
+            print(
+                f"round {r + 1} telemetry {mode:<3}: {rate:8.0f} jobs/s, {cpu[mode][-1]:6.0f} CPU µs/job "
+                f"({wcpu[mode][-1]:6.0f} in the worker's threads)"
+            )
     off, on = statistics.median(rates["off"]), statistics.median(rates["on"])
     cpu_off, cpu_on = statistics.median(cpu["off"]), statistics.median(cpu["on"])
+    wcpu_off, wcpu_on = statistics.median(wcpu["off"]), statistics.median(wcpu["on"])
+    wcpu_pairs = [a / b for a, b in zip(wcpu["on"], wcpu["off"], strict=True)]
     pairs = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]  # each round ran both, back to back
     paired = statistics.median(pairs)
+    default.flush()
     handler.flush()
     with open(log_path) as f:
         lines = sum(1 for _ in f)
-    # The handlers alone, on this thread: what the runtime pays per job (job.start, claim, job.stop).
+    # The handlers alone, on this thread: what the runtime pays per job (job.start, claim, job.stop), each
+    # event given to the handlers that take it, as the runtime does; the log lines are formatted and
+    # written (by the flusher thread, counted in this process's CPU time) before the clock stops.
     handlers = modes["on"]
     meta = {"job_id": 1, "kind": "noop", "worker": "noop", "queue": "q", "attempt": 1, "node": "n"}
     started = time.process_time()  # CPU time: what the handlers cost, whatever else runs on the machine
     for _ in range(20000):
-        for h in handlers:
-            h("job.start", meta)
-            h("claim", {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5})
-            h("job.stop", {**meta, "state": "succeeded", "duration_ms": 1})
+        for event in ("job.start", "claim", "job.stop"):
+            if event in telemetry.taken(handlers):
+                m = (
+                    {"queue": "q", "node": "n", "demand": 1, "claimed": 1, "duration_ms": 0.5}
+                    if event == "claim"
+                    else meta
+                )
+                m = {**meta, "state": "succeeded", "duration_ms": 1} if event == "job.stop" else m
+                for h in handlers:
+                    if telemetry.takes(h, event):
+                        h(event, m)
+    default.flush()  # the queued lines' records built and handed to the log handler
+    metrics.fold()
+    handler.flush()
     per_job_us = (time.process_time() - started) / 20000 * 1e6
     handler.close()
     log_file.close()
@@ -348,7 +377,9 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     )
     print(
         f"median CPU per job: off {cpu_off:.0f} µs, on {cpu_on:.0f} µs ({cpu_on / cpu_off:.1%} of off); "
-        f"the handlers alone: {per_job_us:.1f} CPU µs per job ({per_job_us / cpu_off:.1%} of a job's CPU)"
+        f"the handlers alone: {per_job_us:.1f} CPU µs per job ({per_job_us / cpu_off:.1%} of a job's CPU)\n"
+        f"median CPU per job in the worker's threads: off {wcpu_off:.0f} µs, on {wcpu_on:.0f} µs "
+        f"({wcpu_on / wcpu_off:.1%} of off; paired: {statistics.median(wcpu_pairs):.1%})"
     )
     return {
         "off": rates["off"],
@@ -361,6 +392,10 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
         "cpu_us_per_job_off": cpu["off"],
         "cpu_us_per_job_on": cpu["on"],
         "cpu_ratio": cpu_on / cpu_off,
+        "worker_cpu_us_per_job_off": wcpu["off"],
+        "worker_cpu_us_per_job_on": wcpu["on"],
+        "worker_cpu_ratio": wcpu_on / wcpu_off,
+        "worker_cpu_paired_ratio_median": statistics.median(wcpu_pairs),
         "handlers_us_per_job": per_job_us,
         "log_lines": lines,
     }

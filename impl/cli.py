@@ -285,6 +285,7 @@ def worker_cmd(
                 err=True,
             )
             worker.stop(grace=0)
+            telemetry.flush()  # the default logger's queued lines, before os._exit skips atexit
             logging.shutdown()
             os._exit(EXIT_FAILURE)
         time.sleep(0.1)
@@ -293,6 +294,7 @@ def worker_cmd(
     if not drained:
         # Jobs that outlived the grace are abandoned: their leases expire and another node retries them.
         # Their executor threads cannot be interrupted, so leave without joining them.
+        telemetry.flush()  # the default logger's queued lines, before os._exit skips atexit
         logging.shutdown()
         os._exit(0)
 

@@ -159,16 +159,17 @@ class _Producer:
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
         started = time.monotonic()
         jobs = self.worker.call(lambda: self.worker.store.apply(op), "claim").jobs
-        self.worker.emit(
-            "claim",
-            {
-                "queue": self.name,
-                "node": cfg.node,
-                "demand": demand,
-                "claimed": len(jobs),
-                "duration_ms": (time.monotonic() - started) * 1000,
-            },
-        )
+        if "claim" in telemetry.taken(self.worker.telemetry):  # issue 15: no metadata nobody takes
+            self.worker.emit(
+                "claim",
+                {
+                    "queue": self.name,
+                    "node": cfg.node,
+                    "demand": demand,
+                    "claimed": len(jobs),
+                    "duration_ms": (time.monotonic() - started) * 1000,
+                },
+            )
         store, clock = self.worker.store, self.worker.clock
         contexts = [JobContext(job, store, clock) for job in jobs]
         with self.lock:
@@ -262,6 +263,8 @@ class Worker:
 
     def emit(self, event: str, meta: dict[str, Any]) -> None:
         for sink in self.telemetry:
+            if not telemetry.takes(sink, event):  # issue 15: a sink's `events` attribute, when it has one
+                continue
             try:
                 sink(event, meta)
             except Exception:  # telemetry never breaks the worker
@@ -282,17 +285,24 @@ class Worker:
         job = ctx.job
         kind = self.registry.kinds.get(job.worker)
         started = time.monotonic()
-        observed = not telemetry.silent(self.telemetry)  # nobody listening: no per-job event dicts
-        meta = {
-            "job_id": job.id,
-            "kind": job.worker,
-            "worker": job.worker,
-            "queue": job.queue,
-            "attempt": job.attempt,
-            "node": self.config.node,
-        }
-        if observed:
+        # --- telemetry (issues 15, 17): metadata is built only for the job events some sink takes
+        taken = telemetry.taken(self.telemetry)
+        start, stop, exception = "job.start" in taken, "job.stop" in taken, "job.exception" in taken
+        meta = (
+            {
+                "job_id": job.id,
+                "kind": job.worker,
+                "worker": job.worker,
+                "queue": job.queue,
+                "attempt": job.attempt,
+                "node": self.config.node,
+            }
+            if start or stop or exception
+            else {}
+        )
+        if start:
             self.emit("job.start", meta)
+        # --- end telemetry
         value, error = None, None
         try:
             if kind is None:
@@ -306,12 +316,13 @@ class Worker:
             outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
             state = "parked" if outcome is None else self.ack(ctx, outcome)
             duration = int((time.monotonic() - started) * 1000)
-            if observed and error is not None and state not in ("parked",):
-                self.emit(
-                    "job.exception",
-                    {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
-                )
-            elif observed:
+            if error is not None and state != "parked":
+                if exception:
+                    self.emit(
+                        "job.exception",
+                        {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
+                    )
+            elif stop:
                 self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         except Exception:  # a permanent store fault: the lease will expire, another node retries
             log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
@@ -323,8 +334,8 @@ class Worker:
         """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
         context order); a job missing from it, or a raise of the whole call, fails that job."""
         started = time.monotonic()
-        observed = not telemetry.silent(self.telemetry)  # nobody listening: no per-job event dicts
-        for ctx in contexts if observed else ():
+        taken = telemetry.taken(self.telemetry)  # issues 15, 17: only the events some sink takes
+        for ctx in contexts if "job.start" in taken else ():
             self.emit(
                 "job.start",
                 {
@@ -365,7 +376,7 @@ class Worker:
                         self.stale_acks += 1
                         _log_stale(ack.job_id, ack.attempt)
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
-                    elif observed:
+                    elif "job.stop" in taken:
                         self.emit(
                             "job.stop",
                             {

@@ -25,107 +25,367 @@ Optional integrations (extras `otel` and `prometheus`): `OpenTelemetrySpans` (on
 attempt) and `PrometheusMetrics` (claim latency, jobs by outcome, stale acks, lease losses,
 reclaims, queue depth; served by `belay worker --metrics-port`).
 
+A handler may declare the events it takes with an `events` attribute (a collection of the names
+above, e.g. `events = frozenset({"job.stop", "job.exception"})`): it is then called for those
+events only, and the runtime does not even build the metadata of an event that no handler takes
+(a handler without the attribute takes every event). `DefaultLogger` takes job.stop, job.exception
+and queue.scale; `PrometheusMetrics` everything but job.start and queue.scale; `OpenTelemetrySpans`
+the three job events. `attach` reads the attribute once, when the handler is attached; the
+runtime's own `telemetry=` handlers are read at every event.
+
+Cost (issue 15: telemetry on within 5 % of off, `python -m bench.run telemetry`): a handler runs on
+the job's executor thread, and ten of them share the GIL, so each microsecond spent there is paid
+several times over. The shipped handlers therefore do little there: the attached default logger
+queues its line's fields and builds the log records on a background thread (`DefaultLogger`,
+`background=True`), and `PrometheusMetrics` queues job endings and claim latencies and adds them
+to its metrics when they are collected (`fold`).
+
 A handler that raises is logged and skipped: telemetry never breaks the worker.
 """
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import logging
+import os
 import threading
-from collections.abc import Callable
+import time
+import weakref
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 Handler = Callable[[str, dict[str, Any]], None]
 
 log = logging.getLogger("belay")
 
+EVENTS = frozenset(
+    {"job.start", "job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim", "queue.scale"}
+)
+
+
+class _Every:
+    """The events taken by a handler that declares none: all of them."""
+
+    def __contains__(self, event: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "EVERY_EVENT"
+
+
+EVERY_EVENT: Container[str] = _Every()
+
+
+def declared_events(handler: Handler) -> frozenset[str] | None:
+    """The events `handler` declares with its `events` attribute (None: it declares none, so it takes
+    every event). A string, a non-string name or a name the runtime never emits is refused."""
+    events = getattr(handler, "events", None)
+    if events is None:
+        return None
+    if isinstance(events, str) or not isinstance(events, Iterable):
+        raise TypeError(f"a telemetry handler's events must be a collection of event names, not {events!r}")
+    names = frozenset(events)
+    unknown = sorted(str(e) for e in names - EVENTS)
+    if unknown:
+        raise ValueError(f"unknown telemetry events {unknown}; the runtime emits {sorted(EVENTS)}")
+    return names
+
+
+def taken(handlers: Iterable[Handler]) -> Container[str]:
+    """The events at least one of `handlers` takes (`EVERY_EVENT` when one declares none): the runtime
+    builds an event's metadata only when the event is in here."""
+    out: frozenset[str] = frozenset()
+    for handler in handlers:
+        events = getattr(handler, "events", None)
+        if events is None:
+            return EVERY_EVENT
+        out = out.union(events)
+    return out
+
+
+def takes(handler: Handler, event: str) -> bool:
+    """Whether `handler` is called for `event` (its `events` attribute, when it has one)."""
+    events = getattr(handler, "events", None)
+    return events is None or event in events
+
+
 _lock = threading.Lock()
-_handlers: tuple[tuple[str, Handler], ...] = ()  # copy-on-write: dispatch reads it without the lock
+# (id, handler, its declared events or None), copy-on-write: dispatch reads it without the lock
+_handlers: tuple[tuple[str, Handler, frozenset[str] | None], ...] = ()
+
+
+class _Dispatch:
+    """`dispatch(event, meta)`: call every attached handler that takes the event (the runtime's
+    default telemetry). Its `events` are those some attached handler takes, kept up to date by
+    `attach`/`detach`."""
+
+    events: frozenset[str] | None = frozenset()
+
+    def __call__(self, event: str, meta: dict[str, Any]) -> None:
+        for handler_id, handler, events in _handlers:
+            if events is not None and event not in events:
+                continue
+            try:
+                handler(event, meta)
+            except Exception:
+                log.exception("belay telemetry handler %r failed on %s", handler_id, event)
+
+    def __repr__(self) -> str:
+        return "impl.telemetry.dispatch"
+
+
+dispatch = _Dispatch()
+
+
+def _set_handlers(handlers: tuple[tuple[str, Handler, frozenset[str] | None], ...]) -> None:  # with _lock held
+    global _handlers
+    union: frozenset[str] | None = frozenset()
+    for _hid, _handler, events in handlers:
+        union = None if union is None or events is None else union | events
+    _handlers = handlers
+    dispatch.events = union
 
 
 def attach(handler_id: str, handler: Handler) -> None:
-    """Attach a process-wide handler under a unique id (refused if the id is taken)."""
-    global _handlers
+    """Attach a process-wide handler under a unique id (refused if the id is taken). Its `events`
+    attribute, if any, is read now: see the module docstring."""
+    events = declared_events(handler)
     with _lock:
-        if any(hid == handler_id for hid, _ in _handlers):
+        if any(h[0] == handler_id for h in _handlers):
             raise ValueError(f"a telemetry handler is already attached as {handler_id!r}; detach it first")
-        _handlers = (*_handlers, (handler_id, handler))
+        _set_handlers((*_handlers, (handler_id, handler, events)))
 
 
 def detach(handler_id: str) -> bool:
-    """Detach a handler; False when none was attached under that id."""
-    global _handlers
+    """Detach a handler; False when none was attached under that id. A `DefaultLogger` is closed (its
+    queued lines handled, its background thread stopped)."""
     with _lock:
         kept = tuple(h for h in _handlers if h[0] != handler_id)
-        found = len(kept) != len(_handlers)
-        _handlers = kept
-    return found
+        gone = [h[1] for h in _handlers if h[0] == handler_id]
+        _set_handlers(kept)
+    for handler in gone:
+        if isinstance(handler, DefaultLogger):
+            handler.close()
+    return bool(gone)
 
 
 def attached() -> tuple[str, ...]:
-    return tuple(hid for hid, _ in _handlers)
+    return tuple(h[0] for h in _handlers)
 
 
-def dispatch(event: str, meta: dict[str, Any]) -> None:
-    """Call every attached handler (the runtime's default telemetry)."""
-    for handler_id, handler in _handlers:
-        try:
-            handler(event, meta)
-        except Exception:
-            log.exception("belay telemetry handler %r failed on %s", handler_id, event)
-
-
-def silent(handlers: tuple[Handler, ...]) -> bool:
-    """True when emitting to `handlers` does nothing: none given, or only `dispatch` with nothing
-    attached — the runtime then skips building per-job event metadata (issue 17)."""
-    return all(h is dispatch and not _handlers for h in handlers)
+def silent(handlers: Iterable[Handler]) -> bool:
+    """True when emitting to `handlers` does nothing: none given, or only handlers that take no
+    event (`dispatch` with nothing attached) — the runtime then builds no per-job metadata (issue 17)."""
+    return not taken(handlers)
 
 
 # --- the default logger -----------------------------------------------------------------------------
 
 
+_JOB_LINE = "belay job=%s kind=%s queue=%s state=%s attempt=%s duration=%sms"
+_JOB_LINES = {  # (has a node, has an error) → the line's template
+    (False, False): _JOB_LINE,
+    (True, False): _JOB_LINE + " node=%s",
+    (False, True): _JOB_LINE + " error=%r",
+    (True, True): _JOB_LINE + " node=%s error=%r",
+}
+
+
+def job_line(meta: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """The default logger's line for a job event as a %-template and its arguments (a logging call's
+    `msg` and `args`: the handler that writes the record renders it)."""
+    node, error = meta.get("node"), meta.get("error")
+    args: tuple[Any, ...] = (
+        meta["job_id"],
+        meta.get("kind", meta.get("worker")),
+        meta["queue"],
+        meta["state"],
+        meta["attempt"],
+        meta["duration_ms"],
+    )
+    if node:
+        args += (node,)
+    if error:
+        args += (error,)
+    return _JOB_LINES[bool(node), bool(error)], args
+
+
 def format_job_line(meta: dict[str, Any]) -> str:
     """`belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=8143ms node=n1`."""
-    line = (
-        f"belay job={meta['job_id']} kind={meta.get('kind', meta.get('worker'))} queue={meta['queue']} "
-        f"state={meta['state']} attempt={meta['attempt']} duration={meta['duration_ms']}ms"
-    )
-    if meta.get("node"):
-        line += f" node={meta['node']}"
-    if meta.get("error"):
-        line += f" error={meta['error']!r}"
-    return line
+    template, args = job_line(meta)
+    return template % args
 
 
 class DefaultLogger:
-    """One line per finished job attempt on the `belay` logger (job.exception at WARNING)."""
+    """One line per finished job attempt on the `belay` logger (job.exception at WARNING).
 
-    def __init__(self, level: int = logging.INFO, logger: logging.Logger | None = None) -> None:
+    It builds the log record itself (`logger.makeRecord`, then `logger.handle`: the logger's filters,
+    its handlers and propagation to its ancestors' handlers work as for any logging call) without the
+    stack walk of `logger.log` that looks for the caller, which is always this method: the record names
+    this file and `DefaultLogger.__call__` as its origin. Nothing is built when the logger is not
+    enabled for the level. The message is a template with its arguments (`job_line`).
+
+    With `background=True` (what `attach_default_logger` and `belay worker` use) the job's thread only
+    queues the line's fields, its time and its thread: a `belay-telemetry` thread builds and handles
+    the records in batches, every `interval` seconds or when `capacity` lines wait, giving each record
+    the time and thread of its event (`created`, `msecs`, `relativeCreated`, `thread`, `threadName`),
+    so a formatted line reads as if it had been logged synchronously. The logger's handlers then run on
+    that thread, and a log record factory runs there too. A line at WARNING or above (job.exception)
+    is handled at once on the job's thread, after the lines queued before it, so failures are never
+    delayed and lines keep their order. `flush()` handles what waits; it runs at interpreter exit
+    before logging's own shutdown. Why: building a LogRecord costs the job's thread more than the rest
+    of the telemetry together, and with ten executor threads sharing the GIL every microsecond they
+    spend is paid several times over (`python -m bench.run telemetry`)."""
+
+    events = frozenset({"job.stop", "job.exception", "queue.scale"})
+
+    def __init__(
+        self,
+        level: int = logging.INFO,
+        logger: logging.Logger | None = None,
+        *,
+        background: bool = False,
+        interval: float = 0.2,
+        capacity: int = 1000,
+    ) -> None:
+        if interval <= 0 or capacity < 1:
+            raise ValueError("interval must be positive and capacity at least 1")
         self.level = level
         self.logger = logger or log
+        self.background = background
+        self.interval = interval
+        self.capacity = capacity
+        # (level, msg, args, created, thread id, thread name) of lines not yet handled; appends are atomic
+        self._pending: collections.deque[tuple[int, str, tuple[Any, ...], float, int, str]] = collections.deque()
+        self._flushing = threading.Lock()  # one drainer at a time: records are handled in event order
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._thread_lock = threading.Lock()
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
         if event == "job.stop":
-            self.logger.log(self.level, "%s", format_job_line(meta))
+            level = self.level
         elif event == "job.exception":
-            self.logger.log(max(self.level, logging.WARNING), "%s", format_job_line(meta))
+            level = max(self.level, logging.WARNING)
         elif event == "queue.scale":
-            self.logger.log(self.level, "belay queue=%s limit=%s", meta["queue"], meta["limit"])
+            level = self.level
+        else:
+            return
+        logger = self.logger
+        if not logger.isEnabledFor(level):
+            return
+        if event == "queue.scale":
+            msg, args = "belay queue=%s limit=%s", (meta["queue"], meta["limit"])
+        else:
+            msg, args = job_line(meta)
+        if not self.background:
+            logger.handle(logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"))
+        elif level < logging.WARNING:
+            self._pending.append(
+                (level, msg, args, time.time(), threading.get_ident(), threading.current_thread().name)
+            )
+            if self._thread is None:
+                self._start()
+            elif len(self._pending) >= self.capacity:
+                self._wake.set()
+                if len(self._pending) >= 2 * self.capacity:  # the thread is far behind: memory stays bounded
+                    self.flush()
+        else:
+            with self._flushing:  # the lines queued before this one first (a drain under way included)
+                self._drain()
+                logger.handle(
+                    logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
+                )
+
+    def flush(self) -> None:
+        """Build and handle the queued lines' records now, in order."""
+        with self._flushing:
+            self._drain()
+
+    def _drain(self) -> None:  # with self._flushing held
+        logger = self.logger
+        while self._pending:
+            level, msg, args, created, thread, thread_name = self._pending.popleft()
+            try:
+                record = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
+                # the event's time and thread, as LogRecord.__init__ would have set them then
+                record.relativeCreated -= (record.created - created) * 1000
+                record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
+                record.thread, record.threadName = thread, thread_name
+                logger.handle(record)
+            except Exception:  # a filter or handler failed: reported, and the next lines still go out
+                with contextlib.suppress(Exception):  # (reporting it may go through the same filter)
+                    log.exception("belay default logger: a queued line could not be handled")
+
+    def close(self) -> None:
+        """Handle what waits and stop the background thread (`detach` does this; a later line starts it again)."""
+        with self._thread_lock:
+            thread, self._thread = self._thread, None
+            if thread is not None:
+                self._stop.set()
+                self._wake.set()
+                if thread is not threading.current_thread():  # a handler of a queued line may detach it
+                    thread.join()
+                atexit.unregister(self.flush)
+        self.flush()
+
+    def _start(self) -> None:
+        with self._thread_lock:
+            if self._thread is None:
+                _backgrounds.add(self)
+                self._stop = threading.Event()
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._stop,), name="belay-telemetry", daemon=True
+                )
+                self._thread.start()
+                atexit.register(self.flush)  # before logging.shutdown (registered earlier, so run later)
+
+    def _loop(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._pending:
+                self.flush()
+
+
+_RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
+_backgrounds: weakref.WeakSet[DefaultLogger] = weakref.WeakSet()  # those whose thread was started
+
+
+def flush() -> None:
+    """Handle the lines every background default logger holds (atexit does it; `os._exit` does not)."""
+    for handler in list(_backgrounds):
+        handler.flush()
+
+
+def _forget_threads_after_fork() -> None:
+    """A forked child has none of its parent's threads: a background logger starts its own at its next line."""
+    for handler in list(_backgrounds):
+        handler._thread, handler._thread_lock, handler._flushing = None, threading.Lock(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads_after_fork)
 
 
 default_logger: Handler = DefaultLogger()
 
 
-def attach_default_logger(level: int | str = logging.INFO, *, handler_id: str = "belay-default-logger") -> None:
-    """Belay.Telemetry.attach_default_logger: one structured line per job attempt, at `level`."""
+def attach_default_logger(
+    level: int | str = logging.INFO, *, handler_id: str = "belay-default-logger", background: bool = True
+) -> DefaultLogger:
+    """Belay.Telemetry.attach_default_logger: one structured line per job attempt, at `level`, its
+    records built on a background thread unless `background=False` (see `DefaultLogger`)."""
     if isinstance(level, str):
         level = logging.getLevelName(level.upper())
         if not isinstance(level, int):
             raise ValueError("level must be a logging level name such as 'info' or a number")
     detach(handler_id)
-    attach(handler_id, DefaultLogger(level))
+    handler = DefaultLogger(level, background=background)
+    attach(handler_id, handler)
+    return handler
 
 
 class BatchingStreamHandler(logging.StreamHandler):
@@ -226,6 +486,8 @@ class OpenTelemetrySpans:
     global tracer provider unless one is given (configure the SDK and exporter as usual, e.g. with
     `opentelemetry-instrument belay worker ...`)."""
 
+    events = frozenset({"job.start", "job.stop", "job.exception"})
+
     def __init__(self, tracer_provider: Any = None) -> None:
         try:
             from opentelemetry import trace
@@ -276,16 +538,30 @@ class PrometheusMetrics:
     belay_stale_acks_total / belay_lease_losses_total / belay_reclaims_total{outcome}
     belay_queue_depth{queue,state}              job counts read from the database at scrape time
                                                 (when a depth source is given)
+
+    A job's ending and a claim round's latency are only queued on the thread that reports them (the
+    prometheus_client calls take locks and cost the job's thread more than the rest of its telemetry);
+    they are added to the metrics in one go by `fold()`, which every collection of the registry (a
+    scrape, `exposition()`) runs first, and which also runs when `capacity` observations wait.
     """
 
-    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None) -> None:
+    events = frozenset({"job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim"})
+
+    def __init__(self, depth: Callable[[], dict[str, dict[str, int]]] | None = None, *, capacity: int = 1000) -> None:
         try:
             import prometheus_client as p
         except ImportError as exc:  # pragma: no cover - depends on the extra
             raise RuntimeError(
                 "Prometheus metrics need the prometheus extra: pip install 'belay-toolkit[prometheus]'"
             ) from exc
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
+        # (queue, kind, outcome, duration_ms) of a job ending, (queue, duration_ms) of a claim round
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()  # appends are atomic
+        self._folding = threading.Lock()
         self.registry = p.CollectorRegistry()
+        self.registry.register(_Fold(self))  # registered first: a collection folds before reading
         self.jobs = p.Counter(
             "belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"], registry=self.registry
         )
@@ -319,12 +595,15 @@ class PrometheusMetrics:
         return child
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
-        if event in ("job.stop", "job.exception"):
+        if event == "job.stop" or event == "job.exception":
             kind = meta.get("kind", meta.get("worker"))
-            self._child(self.jobs, meta["queue"], kind, meta["state"]).inc()
-            self._child(self.duration, meta["queue"], kind).observe(meta["duration_ms"] / 1000)
+            self._pending.append((meta["queue"], kind, meta["state"], meta["duration_ms"]))
+            if len(self._pending) >= self.capacity:
+                self.fold()
         elif event == "claim":
-            self._child(self.claim_latency, meta["queue"]).observe(meta["duration_ms"] / 1000)
+            self._pending.append((meta["queue"], meta["duration_ms"]))
+            if len(self._pending) >= self.capacity:
+                self.fold()
         elif event == "ack.stale":
             self.stale_acks.inc()
         elif event == "lease.lost":
@@ -334,6 +613,21 @@ class PrometheusMetrics:
                 self.reclaims.labels("retried").inc(meta["retried"])
             if meta.get("failed"):
                 self.reclaims.labels("failed").inc(meta["failed"])
+
+    def fold(self) -> None:
+        """Add the queued job endings and claim latencies to the metrics."""
+        with self._folding:
+            ended: collections.Counter[tuple[Any, Any, Any]] = collections.Counter()
+            while self._pending:
+                item = self._pending.popleft()
+                if len(item) == 4:
+                    queue, kind, outcome, duration_ms = item
+                    ended[queue, kind, outcome] += 1
+                    self._child(self.duration, queue, kind).observe(duration_ms / 1000)
+                else:
+                    self._child(self.claim_latency, item[0]).observe(item[1] / 1000)
+            for (queue, kind, outcome), n in ended.items():
+                self._child(self.jobs, queue, kind, outcome).inc(n)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
         """Serve /metrics on addr:port from a daemon thread; returns the server (call .shutdown())."""
@@ -346,6 +640,18 @@ class PrometheusMetrics:
         import prometheus_client as p
 
         return p.generate_latest(self.registry).decode()
+
+
+class _Fold:
+    """A collector that yields nothing: it folds a PrometheusMetrics' queued observations into its
+    metrics when the registry is collected (registered first, so before they are read)."""
+
+    def __init__(self, metrics: PrometheusMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Any:
+        self.metrics.fold()
+        return iter(())
 
 
 class _DepthCollector:

@@ -74,6 +74,7 @@ def test_the_default_logger_writes_one_line_per_job_attempt(db_url, worker, capl
             ok, boom = client.enqueue(app.QUEUE, "ok").id, client.enqueue(app.QUEUE, "boom").id
             wait_for(lambda: finished(client, ok, boom), 30, "both jobs to finish")
             wait_for(lambda: f"belay job={boom} " in caplog.text, 10, "the exception line")
+            wait_for(lambda: f"belay job={ok} " in caplog.text, 10, "the success line (built in the background)")
     finally:
         assert telemetry.detach("belay-default-logger")
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"belay job={ok} ")]
