@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -190,7 +191,7 @@ def run_lean(base: str, queue: str, workers: int, batch: int) -> tuple[int, int,
     return sum(done), sum(requests), seconds
 
 
-def _event_loop_run(coro):  # type: ignore[no-untyped-def]
+def _event_loop_run(coro: Any) -> Any:
     try:
         import uvloop
     except ImportError:
