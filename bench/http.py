@@ -101,12 +101,22 @@ def run_threads(base: str, queue: str, workers: int, batch: int) -> tuple[int, i
                     requests[i] += 1
                     done[i] += 1
 
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(workers)]
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            loop(i)
+        except BaseException as exc:  # noqa: BLE001 - a failed check ends the run with its error, not a lower count
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(workers)]
     started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     return sum(done), sum(requests), time.perf_counter() - started
 
 
