@@ -30,8 +30,12 @@ def test_each_client_claims_in_batches_and_completes_every_task_with_its_own_req
 
 
 def _refusing_server():
-    async def claim(request: Request) -> JSONResponse:
-        return JSONResponse({"tasks": [{"run_id": "run_1_1"}]})
+    handed_out: list[str] = []
+
+    async def claim(request: Request) -> JSONResponse:  # one run, then an empty queue
+        tasks = [] if handed_out else [{"run_id": "run_1_1"}]
+        handed_out.extend(t["run_id"] for t in tasks)
+        return JSONResponse({"tasks": tasks})
 
     async def complete(request: Request) -> JSONResponse:
         return JSONResponse({"error": "no", "code": "STALE_RUN"}, status_code=409)
