@@ -42,16 +42,22 @@ from impl.provision import provision, redact
 ROOT = Path(__file__).resolve().parents[1]
 
 OLD_SERVE = (
-    "import sys, uvicorn\n"
+    "import sys, os, uvicorn\n"
+    "import impl\n"
     "from impl.http import create_app\n"
+    "if not os.path.abspath(impl.__file__).startswith(os.path.abspath(sys.argv[3]) + os.sep):\n"
+    "    sys.exit(f'the before server imported {impl.__file__}, not the code of the earlier revision')\n"
     "uvicorn.run(create_app(sys.argv[1]), host='127.0.0.1', port=int(sys.argv[2]), log_level='info', "
     "http='h11', loop='asyncio')\n"
 )
+# `python -c` puts the current directory first on sys.path, before PYTHONPATH: started from a checkout,
+# the "before" server would import that checkout's code. Each server runs with its own tree as its
+# working directory, and the before server checks where `impl` came from.
 
 
-def start(cmd: list[str], env: dict[str, str], port: int) -> subprocess.Popen:
+def start(cmd: list[str], env: dict[str, str], port: int, cwd: str) -> subprocess.Popen:
     log = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the server process; closed after it exits
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -118,8 +124,9 @@ def measure(
     batch: int,
     client: str,
     db_pid: int | None,
+    cwd: str,
 ) -> dict:
-    proc = start(cmd, env, port)
+    proc = start(cmd, env, port, cwd)
     try:
         base = f"http://127.0.0.1:{port}/api/v1"
         queue = f"cmp-{label}-{batch}-{time.time_ns()}"
@@ -178,8 +185,8 @@ def main() -> None:
                     for label in ("before", "after"):
                         port = free_port()
                         if label == "before":
-                            cmd = [sys.executable, "-c", OLD_SERVE, db.url, str(port)]
-                            env = {**os.environ, "PYTHONPATH": old}
+                            cmd = [sys.executable, "-c", OLD_SERVE, db.url, str(port), old]
+                            env, cwd = {**os.environ, "PYTHONPATH": old}, old
                         else:
                             cmd = [
                                 sys.executable,
@@ -192,9 +199,9 @@ def main() -> None:
                                 str(port),
                                 *args.serve_args.split(),
                             ]
-                            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                            env, cwd = {**os.environ, "PYTHONPATH": str(ROOT)}, str(ROOT)
                         result = measure(
-                            db.url, label, cmd, env, port, args.tasks, args.workers, batch, args.client, db_pid
+                            db.url, label, cmd, env, port, args.tasks, args.workers, batch, args.client, db_pid, cwd
                         )
                         results.append(result)
                         print(json.dumps(result), flush=True)
