@@ -12,11 +12,13 @@ Routes (all under /api/v1) and what each does to the store (impl/http/service.py
     POST   /queues/{q}/tasks                     Enqueue (EnqueueWorkflow with workflow_run_id) + `$http:task` step, one tx
     POST   /queues/{q}/tasks/claim               Claim (lease ttl = claim_timeout), long poll on pg_notify + floor
                                                  (one statement on the event loop for a queue without §6
-                                                 admission options: impl/http/fastpath.py)
+                                                 admission options: impl/http/fastpath.py; without a long
+                                                 poll answered in front of Starlette: impl/http/hot.py)
     GET    /runs                                 the attempts of jobs, (task, attempt) order, opaque cursor
     POST   /runs/{r}/complete                    Ack(Succeed)            fenced on the run's attempt (for a task
                                                  outside workflows and without a parent, concurrent requests
-                                                 are coalesced into one statement: impl/http/fastpath.py)
+                                                 are coalesced into one statement: impl/http/fastpath.py;
+                                                 answered in front of Starlette: impl/http/hot.py)
     POST   /runs/{r}/fail                        Ack(Fail(retry_at))     retry_at from the task's retry_strategy
     POST   /runs/{r}/schedule                    Ack(Snooze(run_at))
     POST   /runs/{r}/wait-for-event              fence + §7 park rule under the event scope lock (ParkAwait)

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
-import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
-from urllib.parse import unquote, unquote_to_bytes
+from urllib.parse import unquote
 
-import psycopg
 from psycopg_pool import AsyncConnectionPool
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -31,8 +28,8 @@ from starlette.routing import Route
 
 from impl.http import errors as e
 from impl.http import fastpath as fast
+from impl.http import hot
 from impl.http.errors import ApiError
-from impl.http.ids import run_id
 from impl.http.openapi import served_document
 from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATUSES, HttpService
 from impl.pgrows import listen_for_pokes
@@ -40,7 +37,7 @@ from impl.store import PgStore
 from model import ops
 
 log = logging.getLogger("belay.http")
-MAX_BODY = 16 * 1024 * 1024
+MAX_BODY = hot.MAX_BODY
 
 
 def utc_now() -> datetime:
@@ -163,22 +160,8 @@ class Belay:
 # --- request plumbing ------------------------------------------------------------------------------
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 async def json_body(request: Request, *, optional: bool = False) -> Any:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise ApiError(413, "PAYLOAD_TOO_LARGE", f"request body is over {MAX_BODY} bytes")
-    if not raw.strip():
-        if optional:
-            return {}  # an omitted optional body is an empty object; a literal `null` is not
-        raise e.bad("request body is required (a JSON object)")
-    try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise e.bad(f"request body is not valid JSON: {exc}") from None
+    return hot.parse_json(await request.body(), optional=optional)
 
 
 def path(request: Request, key: str) -> str:
@@ -191,18 +174,7 @@ def _belay(request: Request) -> Belay:
 
 
 def _authorize(request: Request) -> None:
-    token = _belay(request).token
-    if token is None or request.method not in ("POST", "PUT", "PATCH", "DELETE"):
-        return
-    given = request.headers.get("authorization", "")
-    scheme, _, credentials = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(credentials.strip().encode(), token.encode()):
-        raise ApiError(
-            401,
-            "UNAUTHORIZED",
-            "a bearer token is required for this request",
-            {"WWW-Authenticate": 'Bearer realm="belay"'},
-        )
+    hot.check_token(_belay(request).token, request.method, request.headers.get("authorization", ""))
 
 
 Handler = Callable[[Request, HttpService, datetime], Awaitable[Response]]
@@ -225,8 +197,7 @@ def ok(body: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-async def call(fn: Callable, *args: Any) -> Any:
-    return await run_in_threadpool(fn, *args)
+call = hot.call
 
 
 # --- handlers ------------------------------------------------------------------------------------
@@ -254,31 +225,9 @@ async def create_task(request: Request, s: HttpService, now: datetime) -> Respon
 
 
 async def claim_tasks(request: Request, s: HttpService, now: datetime) -> Response:
-    """Claim; with long_poll_seconds, hold the request until a claim returns work or the time is up,
-    re-claiming when woken (pg_notify or a local poke) and at least every poll_interval (the floor)."""
-    body = e.obj(await json_body(request))
-    limit = e.integer(body, "limit", minimum=1, maximum=None, required=True)
-    claim_timeout = e.integer(body, "claim_timeout", minimum=1, required=True)
-    long_poll = e.integer(body, "long_poll_seconds", minimum=5, maximum=30)
-    queue = path(request, "queue_name")
-    belay = _belay(request)
-    if long_poll and belay.max_long_poll is not None:
-        long_poll = min(long_poll, belay.max_long_poll)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + (long_poll or 0)
-    pool = belay.async_pool
-    while True:
-        seen = belay.waker.seen(queue)
-        tasks = None if pool is None else await s.claim_fast(now, queue, limit, claim_timeout, pool, call)
-        if tasks is None:
-            tasks = await call(s.claim, now, queue, limit, claim_timeout)
-        remaining = deadline - loop.time()
-        if tasks or remaining <= 0 or belay.stopped.is_set():
-            return ok({"tasks": tasks})
-        await belay.waker.wait(queue, seen, min(remaining, belay.poll_interval))
-        if await request.is_disconnected():
-            return ok({"tasks": []})
-        now = belay.clock()
+    """claimTasks (the long poll: impl/http/hot.py `claim`); without a long poll HotRoutes answers it."""
+    body = await json_body(request)
+    return ok(await hot.claim(_belay(request), now, path(request, "queue_name"), body, request.is_disconnected))
 
 
 def _page_query(request: Request, statuses: tuple[str, ...]) -> tuple[str | None, int]:
@@ -311,13 +260,9 @@ async def list_tasks(request: Request, s: HttpService, now: datetime) -> Respons
 
 
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:
+    """completeRun (impl/http/hot.py `complete`); HotRoutes answers it without Starlette."""
     run, body = path(request, "run_id"), await json_body(request, optional=True)
-    completions = _belay(request).completions
-    if completions is not None:
-        params = s.completion_params(now, run, body)
-        if params is not None and await completions.complete(params):
-            return ok({"run_id": run_id(params["id"], params["attempt"]), "status": "completed"})
-    return ok(await call(partial(s.complete, fast_tried=completions is not None), now, run, body))
+    return ok(await hot.complete(_belay(request), now, run, body))
 
 
 async def fail_run(request: Request, s: HttpService, now: datetime) -> Response:
@@ -366,7 +311,7 @@ async def openapi_json(request: Request) -> Response:
 
 
 async def api_error(request: Request, exc: ApiError) -> Response:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+    return hot.error_response(exc, request.method, request.url.path)
 
 
 async def http_error(request: Request, exc: HTTPException) -> Response:
@@ -378,25 +323,17 @@ async def http_error(request: Request, exc: HTTPException) -> Response:
 
 
 async def invalid_input(request: Request, exc: ops.InvalidInput) -> Response:
-    return JSONResponse({"error": str(exc), "code": e.VALIDATION_ERROR}, status_code=400)
+    return hot.error_response(exc, request.method, request.url.path)
 
 
 async def unexpected(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, psycopg.OperationalError):
-        log.warning("belay http: database unavailable: %s", exc)
-        return JSONResponse(
-            {"error": "the database is unavailable; retry", "code": "DATABASE_UNAVAILABLE"},
-            status_code=503,
-            headers={"Retry-After": "1"},
-        )
-    log.exception("belay http: unexpected error on %s %s", request.method, request.url.path)
-    return JSONResponse({"error": "internal error", "code": "INTERNAL_ERROR"}, status_code=500)
+    return hot.error_response(exc, request.method, request.url.path)
 
 
 class _EncodedSlashes:
-    """Route on the raw path so a name holding '/' (sent as %2F) stays one path segment: each segment
-    is decoded, then '%' and '/' are re-escaped; handlers unquote parameters once (`path`). Also puts
-    the app's Belay in the scope (`_belay`: one dict lookup per request)."""
+    """Route on the raw path (`hot.routing_path`) so a name holding '/' (sent as %2F) stays one path
+    segment; handlers unquote parameters once (`path`). Also puts the app's Belay in the scope
+    (`_belay`: one dict lookup per request)."""
 
     def __init__(self, app: Any, belay: Belay) -> None:
         self.app = app
@@ -406,16 +343,20 @@ class _EncodedSlashes:
         if scope["type"] == "http":
             raw = scope.get("raw_path")
             if raw:
-                raw = raw.split(b"?", 1)[0]
-                if b"%" in raw:
-                    segments = [unquote_to_bytes(s).decode("utf-8", errors="replace") for s in raw.split(b"/")]
-                    path = "/".join(s.replace("%", "%25").replace("/", "%2F") for s in segments)
-                else:  # nothing escaped: the decoded path as uvicorn gave it
-                    path = raw.decode("utf-8", errors="replace")
-                scope = dict(scope, path=path, belay=self.belay)
+                scope = dict(scope, path=hot.routing_path(raw), belay=self.belay)
             else:
                 scope = dict(scope, belay=self.belay)
         await self.app(scope, receive, send)
+
+
+class BelayApp(Starlette):
+    """The Starlette app behind its hot routes: every request goes to `hot` (impl/http/hot.py), which
+    answers claimTasks and completeRun itself and hands the rest to Starlette."""
+
+    hot: hot.HotRoutes
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.hot(scope, receive, send)
 
 
 def create_app(
@@ -431,12 +372,14 @@ def create_app(
     node: str = "http",
     max_long_poll: float | None = None,
     completion_batching: dict[str, int] | None = None,
-) -> Starlette:
+) -> BelayApp:
     """The Belay HTTP API on `conninfo`. `token`: bearer token required by mutating requests;
     `sweep_interval` None disables the background sweeper (tests call `app.state.belay.sweep_once`);
     `notify` enables the pg_notify accelerator for long polls; `poll_interval` is their floor;
     `max_long_poll` caps a long poll's hold in seconds (None: as the request asks, 5..30);
-    `completion_batching`: CompletionBatcher's max_batch / max_in_flight (impl/http/fastpath.py)."""
+    `completion_batching`: CompletionBatcher's max_batch / max_in_flight (impl/http/fastpath.py).
+    claimTasks without a long poll and completeRun are answered by `app.hot` (impl/http/hot.py) in
+    front of the Starlette routes; `app.hot.enabled = False` sends them through Starlette too."""
     completion_batching = completion_batching or {}
     belay = Belay(
         conninfo,
@@ -503,7 +446,7 @@ def create_app(
         Route(f"{v1}/openapi.json", openapi_json, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
     ]
-    app = Starlette(
+    app = BelayApp(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={
@@ -515,4 +458,5 @@ def create_app(
     )
     app.state.belay = belay
     app.add_middleware(_EncodedSlashes, belay=belay)
+    app.hot = hot.HotRoutes(partial(Starlette.__call__, app), belay)
     return app

@@ -17,7 +17,7 @@ that arrive while they run form the next batch, so a batch costs no added wait w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -84,11 +84,10 @@ class CompletionBatcher:
     async def _run(self, batch: list[tuple[dict, asyncio.Future[bool]]]) -> None:
         params = [p for p, _ in batch]
         args = {
-            "ids": [p["id"] for p in params],
-            "attempts": [p["attempt"] for p in params],
-            "results": [p["result"] for p in params],
-            "payloads": [p["payload"] for p in params],
-            "nows": [p["now"] for p in params],
+            "ids": array_literal(str(p["id"]) for p in params),
+            "attempts": array_literal(str(p["attempt"]) for p in params),
+            "results": array_literal(f'"\\\\x{p["result"].hex()}"' for p in params),
+            "nows": array_literal(f'"{p["now"].isoformat()}"' for p in params),
             "channel": params[0]["channel"],
         }
         try:
@@ -119,6 +118,12 @@ class CompletionBatcher:
             return
         if not future.done():
             future.set_result(row is not None)
+
+
+def array_literal(elements: Iterable[str]) -> str:
+    """A PostgreSQL array literal of elements already in their literal form (numbers; double-quoted
+    ISO timestamps; double-quoted bytea hex `"\\\\x…"`, whose backslash the array syntax escapes)."""
+    return "{" + ",".join(elements) + "}"
 
 
 _RENDERED: dict[int, tuple[Any, bytes]] = {}  # id → (the query, kept alive so its id stays its own; bytes)

@@ -48,6 +48,7 @@ class Api:
     base: str
     client: httpx.Client
     belay: Belay
+    app: Any = None  # the BelayApp (its `hot` routes: impl/http/hot.py)
 
     def __getattr__(self, name: str) -> Any:  # get/post/put/patch/delete/request
         return getattr(self.client, name)
@@ -63,4 +64,4 @@ def serve_api(db_url: str, *, token: str | None = None, **options: Any) -> Itera
         running(app, token=token) as base,
         httpx.Client(base_url=f"{base}/api/v1", headers=headers, timeout=60) as client,
     ):
-        yield Api(base, client, app.state.belay)
+        yield Api(base, client, app.state.belay, app)
