@@ -36,8 +36,8 @@ from impl.http.ids import run_id
 from model import ops
 
 if TYPE_CHECKING:
-    from impl.http.app import Belay
     from impl.http.service import HttpService
+    from impl.http.state import Belay
 
 log = logging.getLogger("belay.http")
 MAX_BODY = 16 * 1024 * 1024
