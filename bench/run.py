@@ -29,16 +29,14 @@ from impl.provision import provision, redact
 from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.worker import Registry
 from model.queues import QueueOpts
+from soak.memory import MiB, rss_bytes
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def rss_mib() -> float:
-    with open(f"/proc/{os.getpid()}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    rss = rss_bytes()
+    return rss / MiB if rss is not None else float("nan")
 
 
 def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
