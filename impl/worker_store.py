@@ -166,7 +166,7 @@ class WorkerOps:
         outcome = op.outcome
         params: dict[str, Any] = {"id": op.job_id, "attempt": op.attempt, "now": op.now}
         if isinstance(outcome, w.Succeed):
-            return "ack_succeed", {**params, "result": encode(outcome.value)}
+            return "ack_succeed", {**params, "result": outcome.encoded}
         if isinstance(outcome, w.Fail):
             entry = Jsonb([w.error_entry(op.attempt, op.now, outcome.error, outcome.detail)])
             return "ack_error", {**params, "retry_at": outcome.retry_at, "entry": entry}
@@ -206,7 +206,7 @@ class WorkerOps:
                     {
                         "ids": [a.job_id for a in succeeds],
                         "attempts": [a.attempt for a in succeeds],
-                        "results": [encode(a.outcome.value) for a in succeeds],
+                        "results": [a.outcome.encoded for a in succeeds],  # type: ignore[union-attr]  # all Succeed
                         "nows": [a.now for a in succeeds],
                     },
                 ):

@@ -8,7 +8,7 @@ the model and the Postgres store are deterministic functions of the operations a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -129,12 +129,19 @@ class Reclaim:
 @dataclass(frozen=True)
 class Succeed:
     value: Any = None  # encoded with the §2 envelope into belay_jobs.result
+    # The value's §2 encoding, made once by the validation that needs it anyway (an ack writes it; a
+    # value mutated after the Succeed was made is written as it was then).
+    encoded: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
-            encode(self.value)
+            data = _NULL if self.value is None else encode(self.value)  # None: a drain's common result
         except EnvelopeError as exc:
             raise InvalidInput(f"result value: {exc}") from None
+        object.__setattr__(self, "encoded", data)
+
+
+_NULL = encode(None)
 
 
 @dataclass(frozen=True)

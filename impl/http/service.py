@@ -60,7 +60,7 @@ from impl.pgrows import channel_name, result_payload
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from model.envelope import EnvelopeError, decode, encode, encode_step_value
+from model.envelope import EnvelopeError, decode, encode_step_value
 from model.queues import QueueOpts
 from model.rows import TERMINAL
 
@@ -455,7 +455,7 @@ class HttpService:
         if ref is None or not isinstance(body, dict):
             return None
         try:
-            result = encode(w.Succeed(body.get("result")).value)
+            result = w.Succeed(body.get("result")).encoded
         except ops.InvalidInput:
             return None
         return {
