@@ -206,7 +206,7 @@ class WorkerOps:
                     {
                         "ids": [a.job_id for a in succeeds],
                         "attempts": [a.attempt for a in succeeds],
-                        "results": [a.outcome.encoded for a in succeeds],  # type: ignore[union-attr]  # all Succeed
+                        "results": [a.outcome.encoded for a in succeeds],
                         "nows": [a.now for a in succeeds],
                     },
                 ):
