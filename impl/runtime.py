@@ -109,6 +109,8 @@ class _Producer:
         self.lock = threading.Lock()
         self.poked = threading.Event()
         self.gathering: dict[str, tuple[float, list[JobContext]]] = {}  # chunk kind → (deadline, contexts)
+        self.gather_lock = threading.Lock()  # chunk executions refilling their slots gather too
+        self.adapt_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=config.opts.limit_max, thread_name_prefix=f"belay-{self.name}")
         self.thread = threading.Thread(target=self.loop, name=f"belay-producer-{self.name}", daemon=True)
 
@@ -143,18 +145,26 @@ class _Producer:
             self.poked.wait(min(interval, gather_wait))
 
     def adapt(self, claimed: int, demand: int) -> None:
-        """Adaptive concurrency: saturated rounds double the limit toward max; idle rounds decay to min."""
-        lo, hi = self.opts.limit_min, self.opts.limit_max
-        new = self.limit
-        if demand and claimed == demand and self.limit < hi:
-            new = min(self.limit * 2, hi)
-        elif claimed == 0 and not self.running and self.limit > lo:
-            new = max(self.limit // 2, lo)
-        if new != self.limit:
+        """Adaptive concurrency: saturated rounds double the limit toward max; idle rounds decay to min.
+        A round is the producer's claim or a chunk execution's refill (`refill`)."""
+        with self.adapt_lock:
+            lo, hi = self.opts.limit_min, self.opts.limit_max
+            new = self.limit
+            if demand and claimed == demand and self.limit < hi:
+                new = min(self.limit * 2, hi)
+            elif claimed == 0 and not self.running and self.limit > lo:
+                new = max(self.limit // 2, lo)
+            if new == self.limit:
+                return
             self.limit = new
-            self.worker.emit("queue.scale", {"queue": self.name, "limit": new})
+        self.worker.emit("queue.scale", {"queue": self.name, "limit": new})
 
     def claim(self, demand: int) -> int:
+        jobs = self.claim_jobs(demand)
+        self.adopt((), jobs)
+        return len(jobs)
+
+    def claim_jobs(self, demand: int) -> tuple[Job, ...]:
         cfg = self.worker.config
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
         started = time.monotonic()
@@ -170,9 +180,40 @@ class _Producer:
                     "duration_ms": (time.monotonic() - started) * 1000,
                 },
             )
+        return jobs
+
+    def refill(self, finished: Sequence[JobContext]) -> None:
+        """A chunk execution that has acked claims the next jobs for its own slots (at most as many as it
+        frees, within the limit) instead of leaving that to the producer: the node then has a claim per
+        chunk in flight rather than one at a time, and a batched drain is not bound by the producer's
+        serial claims. None while stopping, paused, or on a queue whose claims take the admission lock
+        (global limit, rate, partitions): the producer claims for those. The finished executions keep
+        their slots until the claimed jobs take them (`adopt`), so nothing claims past the limit."""
+        opts, take = self.opts, 0
+        if not (self.worker.stopping.is_set() or opts.paused or opts.needs_admission_lock):
+            with self.lock:
+                others = len(self.running) - sum(1 for c in finished if self.running.get(c.id) is c)
+                take = max(0, min(len(finished), self.limit - others))
+        jobs: tuple[Job, ...] = ()
+        try:
+            if take:
+                jobs = self.claim_jobs(take)
+                self.adapt(len(jobs), take)
+        except Exception as exc:  # noqa: BLE001 - transient faults already retried
+            log.error("belay producer %s: refill claim failed: %s", self.name, exc)
+        finally:
+            self.adopt(finished, jobs)
+
+    def adopt(self, finished: Sequence[JobContext], jobs: Sequence[Job]) -> None:
+        """Register newly claimed jobs in place of finished executions (under one lock, so the slot count
+        never drops in between), then run them: chunk kinds gather, the rest go to the pool. Slots the
+        claim did not fill poke the producer."""
         store, clock = self.worker.store, self.worker.clock
         contexts = [JobContext(job, store, clock) for job in jobs]
         with self.lock:
+            for ctx in finished:
+                if self.running.get(ctx.id) is ctx:
+                    del self.running[ctx.id]
             for ctx in contexts:
                 zombie = self.running.get(ctx.id)
                 if zombie is not None:  # an earlier attempt still runs here: its lease is gone (§6), and
@@ -185,30 +226,39 @@ class _Producer:
                 self.gather(kind, ctx)
             else:
                 self.pool.submit(self.worker.execute, self, ctx)
-        return len(jobs)
+        if finished and len(contexts) < len(finished):
+            self.poke()  # free slots: the producer claims (or, finding nothing, backs off)
 
     def gather(self, kind: Kind, ctx: JobContext) -> None:
         """Chunk workers: collect claimed jobs of a kind; full chunks dispatch at once, partial ones
         when gather_ms (clamped to half the lease ttl) has passed since the first arrived."""
         gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)
-        deadline, contexts = self.gathering.get(kind.name, (time.monotonic() + gather_s, []))
-        contexts.append(ctx)
-        if len(contexts) >= kind.chunk_size:
-            self.gathering.pop(kind.name, None)
-            self.pool.submit(self.worker.execute_chunk, self, kind, contexts)
-        else:
-            self.gathering[kind.name] = (deadline, contexts)
+        with self.gather_lock:
+            deadline, contexts = self.gathering.get(kind.name, (time.monotonic() + gather_s, []))
+            contexts.append(ctx)
+            if len(contexts) >= kind.chunk_size:
+                self.gathering.pop(kind.name, None)
+            else:
+                self.gathering[kind.name] = (deadline, contexts)
+                if len(contexts) == 1 and threading.current_thread() is not self.thread:
+                    self.poke()  # a new gather window opened by a refill: the producer dispatches it in time
+                return
+        self.pool.submit(self.worker.execute_chunk, self, kind, contexts)
 
     def dispatch_gathered(self) -> float:
         """Dispatch partial chunks whose gather window closed; seconds until the next one closes."""
         now = time.monotonic()
         wait = float("inf")
-        for name, (deadline, contexts) in list(self.gathering.items()):
-            if deadline <= now or self.worker.stopping.is_set():
-                del self.gathering[name]
-                self.pool.submit(self.worker.execute_chunk, self, self.worker.registry.kinds[name], contexts)
-            else:
-                wait = min(wait, deadline - now)
+        due = []
+        with self.gather_lock:
+            for name, (deadline, contexts) in list(self.gathering.items()):
+                if deadline <= now or self.worker.stopping.is_set():
+                    del self.gathering[name]
+                    due.append((self.worker.registry.kinds[name], contexts))
+                else:
+                    wait = min(wait, deadline - now)
+        for kind, contexts in due:
+            self.pool.submit(self.worker.execute_chunk, self, kind, contexts)
         return wait
 
     def done(self, ctx: JobContext) -> None:
@@ -394,7 +444,7 @@ class Worker:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
             self.completed += len(contexts)
-            producer.done_many(contexts)
+            producer.refill(contexts)  # claims for the chunk's slots, then frees them
 
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
         ctx.releasing.set()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
@@ -357,6 +358,46 @@ def test_a_full_chunk_dispatches_at_once(db, pg, workers):
         r[0] for r in pg.execute("SELECT convert_from(result, 'UTF8') FROM belay_jobs WHERE id = ANY(%s)", (list(ids),))
     }
     assert results == {"10"}, "one invocation for the whole chunk"
+
+
+class Timeline:
+    """A store wrapper recording (start, end, thread name, op, result) of every call."""
+
+    def __init__(self, store: PgStore) -> None:
+        self.inner = store
+        self.calls: list[tuple[float, float, str, Any, Any]] = []
+
+    def apply(self, op: Any, conn: Any = None) -> Any:
+        started = time.monotonic()
+        result = self.inner.apply(op, conn)
+        self.calls.append((started, time.monotonic(), threading.current_thread().name, op, result))
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_chunk_that_acked_claims_the_next_jobs_for_its_own_slots_and_never_past_the_limit(db, pg, workers):
+    limit = 20
+    worker = workers(limit=(limit, limit), go=False)
+    worker.store = timeline = Timeline(worker.store)
+    worker.start()
+    with Client(db) as client:
+        client.enqueue_many([ops.JobSpec(Q, "batch") for _ in range(400)])
+    held, done = [], 0
+    deadline = time.monotonic() + 30
+    while done < 400 and time.monotonic() < deadline:  # the leases the database shows, sampled throughout
+        n, done = pg.execute(
+            "SELECT count(*) FILTER (WHERE state = 'running'), count(*) FILTER (WHERE state = 'succeeded') "
+            "FROM belay_jobs"
+        ).fetchone()
+        held.append(n)
+    assert done == 400, f"{done} of 400 chunked jobs succeeded"
+    assert max(held) <= limit, f"the node held {max(held)} leases at once (limit {limit}): {held}"
+    calls = sorted(timeline.calls)
+    claims = [(a, b, th, len(r.jobs)) for a, b, th, op, r in calls if isinstance(op, w.Claim)]
+    refills = [c for c in claims if not c[2].startswith("belay-producer") and c[3]]
+    assert refills, f"no claim came from a chunk execution: {[(th, n) for _, _, th, n in claims]}"
 
 
 # --- adaptive concurrency ---------------------------------------------------------------------------------------
