@@ -210,7 +210,7 @@ class WorkerOps:
                     {
                         "ids": [a.job_id for a in op.acks],
                         "attempts": [a.attempt for a in op.acks],
-                        "results": [a.outcome.encoded for a in op.acks],  # type: ignore[union-attr]
+                        "results": [a.outcome.encoded for a in op.acks],
                         "nows": [a.now for a in op.acks],
                         "channel": channel_name(c.info.dbname, self.schema) if self.notify else None,
                     },
