@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import errors, pq
+from psycopg import errors, pq, sql
 from psycopg.rows import RowFactory, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
@@ -84,7 +84,49 @@ _STAGE_TYPES = (
     "int8",
     "int8",
 )
-_ARRAY_ROWS = 64  # batches up to this size bind arrays; larger ones are COPYed into a staging table
+_ARRAY_ROWS = 64  # batches up to this size bind arrays; larger ones too when few columns vary, else COPY
+_COMPACT_VARYING = 4  # up to this many varying columns, arrays beat COPY into a staging table (bench.enqueue)
+_LIST_FIELDS = ("wf_deps", "wf_ignore")
+_COMPACT_SQL: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def _compact_insert(q: Any, varying: tuple[int, ...]) -> bytes:
+    """insert_jobs (impl/sql/queries.sql) for one pattern of varying columns: a varying column comes from
+    its array (unnest, in the rows' order), any other column is one parameter for every row. Built once
+    per schema and pattern; the same columns, casts, defaults and conflict clause as insert_jobs."""
+    key = (q.schema, varying)
+    found = _COMPACT_SQL.get(key)
+    if found is not None:
+        return found
+    expr: dict[str, str] = {}
+    arrays, names = ["%(id)s::bigint[]"], ["id"]
+    for i, name in enumerate(_ROW_FIELDS):
+        kind = _STAGE_TYPES[3 + i]
+        if i in varying:
+            arrays.append(f"%(v_{name})s::text[]" if name in _LIST_FIELDS else f"%(v_{name})s::{kind}[]")
+            names.append(name)
+            value = f"r.{name}"
+            if name in _LIST_FIELDS:
+                value = f"CASE WHEN {value} IS NULL THEN NULL ELSE ARRAY(SELECT jsonb_array_elements_text({value}::jsonb)) END"
+        else:
+            value = f"%(c_{name})s::{kind}"
+        expr[name] = f"{value}::jsonb" if name in ("input", "meta") else value
+    e = expr
+    text = (
+        "INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, max_attempts, ready_at, "
+        "inserted_at, errors, cancel_requested, unique_key, unique_mode, cron_name, cron_slot, workflow_id, wf_name, "
+        "wf_deps, wf_ignore, parent_id, budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)\n"
+        f"SELECT r.id, {e['queue']}, {e['worker']}, {e['input']}, {e['meta']}, {e['state']}, {e['priority']}, 0, "
+        f"{e['max_attempts']}, {e['ready_at']}, %(now)s, '[]'::jsonb, false, {e['unique_key']}, {e['unique_mode']}, "
+        f"{e['cron_name']}, {e['cron_slot']}, {e['workflow_id']}, {e['wf_name']}, {e['wf_deps']}, {e['wf_ignore']}, "
+        f"{e['parent_id']}, {e['budget_usd_micros']}, {e['budget_tokens']}, 0, 0\n"
+        f"FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS r({', '.join(names)}, ord)\n"
+        "ORDER BY r.ord\nON CONFLICT DO NOTHING\nRETURNING id"
+    )
+    found = _COMPACT_SQL[key] = sql.SQL(text).format(jobs=q.names["jobs"]).as_bytes(None)
+    return found
+
+
 _QUEUE, _STATE = _ROW_FIELDS.index("queue"), _ROW_FIELDS.index("state")
 _UNIQUE_KEY, _UNIQUE_MODE = _ROW_FIELDS.index("unique_key"), _ROW_FIELDS.index("unique_mode")
 _CRON_NAME, _CRON_SLOT = _ROW_FIELDS.index("cron_name"), _ROW_FIELDS.index("cron_slot")
@@ -216,8 +258,12 @@ class PgStore(WorkerOps):
         if not rows:
             return []
         ids = tx.column("next_job_ids", {"n": len(rows)})
-        if len(rows) <= _ARRAY_ROWS:
-            inserted = self._insert_arrays(tx, ids, rows)
+        columns = list(zip(*rows, strict=True))
+        # Columns with one value across the batch (a bulk enqueue's queue, kind, state, priority, `{}`
+        # input and meta, NULLs...) are bound once as scalars; only the others travel per row.
+        varying = tuple(i for i, column in enumerate(columns) if column.count(column[0]) != len(column))
+        if len(rows) <= _ARRAY_ROWS or len(varying) <= _COMPACT_VARYING:
+            inserted = self._insert_compact(tx, ids, columns, varying)
         else:
             inserted = self._insert_staged(tx, ids, rows)
         outcomes: list[ops.Inserted | ops.Duplicate | None] = []
@@ -236,14 +282,19 @@ class PgStore(WorkerOps):
         return outcomes  # type: ignore[return-value]  # every None was replaced by its Duplicate
 
     @staticmethod
-    def _insert_arrays(tx: _Tx, ids: list[int], rows: list[tuple]) -> set[int]:
-        """A small batch: one array parameter per column (no staging round trips)."""
-        columns = list(zip(*rows, strict=True))
-        params: dict[str, Any] = {name: list(columns[i]) for i, name in enumerate(_ROW_FIELDS)}
-        for name in ("wf_deps", "wf_ignore"):
-            params[name] = [None if v is None else json.dumps(v) for v in params[name]]
-        params["id"], params["now"] = ids, tx.now
-        return set(tx.column("insert_jobs", params))
+    def _insert_compact(tx: _Tx, ids: list[int], columns: list[tuple], varying: tuple[int, ...]) -> set[int]:
+        """insert_jobs with the batch's constant columns bound as scalars: one array parameter per varying
+        column (the ids always), one value for each other column (`_compact_insert` builds the statement)."""
+        params: dict[str, Any] = {"id": ids, "now": tx.now}
+        for i, name in enumerate(_ROW_FIELDS):
+            if i in varying:
+                values = list(columns[i])
+                if name in _LIST_FIELDS:  # as JSON text: unnest would flatten a text[][]
+                    values = [None if v is None else json.dumps(v) for v in values]
+                params[f"v_{name}"] = values
+            else:
+                params[f"c_{name}"] = columns[i][0]
+        return set(tx.column_sql(_compact_insert(tx.q, varying), params))
 
     @staticmethod
     def _insert_staged(tx: _Tx, ids: list[int], rows: list[tuple]) -> set[int]:

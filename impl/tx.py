@@ -42,6 +42,11 @@ class Tx:
         with self.cur.connection.cursor(row_factory=tuple_row) as cur:
             return [r[0] for r in cur.execute(self.q.qb(name), params).fetchall()]
 
+    def column_sql(self, query: bytes, params: dict[str, Any]) -> list[Any]:
+        """`column` for a statement built at run time (impl.store's compact insert)."""
+        with self.cur.connection.cursor(row_factory=tuple_row) as cur:
+            return [r[0] for r in cur.execute(query, params).fetchall()]
+
     def flush_pokes(self) -> None:
         """§9.2: at most one poke per queue for this batch, sent in this transaction."""
         if self.pokes:

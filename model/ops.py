@@ -94,10 +94,16 @@ def check_versions(version: int, major: int, *, known_major: int = 1, min_versio
 # ---------------------------------------------------------------------------------------------
 # job specifications
 
+_UNSET: Any = object()  # JobSpec's input and meta when not given: a new {} each
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, init=False)
 class JobSpec:
-    """What a caller asks to insert (§5.1). Validated at construction."""
+    """What a caller asks to insert (§5.1). Validated at construction.
+
+    The constructor is written out (the dataclass's own, for a frozen class, sets each of the fifteen
+    fields through object.__setattr__: half of building a spec, and a bulk enqueue builds thousands);
+    it takes the same arguments, positional or by name, with the same defaults."""
 
     queue: str
     worker: str
@@ -114,6 +120,43 @@ class JobSpec:
     budget_usd_micros: int | None = None  # None = no cap
     budget_tokens: int | None = None
     parent_id: int | None = None
+
+    def __init__(
+        self,
+        queue: str,
+        worker: str,
+        input: Any = _UNSET,
+        meta: Mapping[str, Any] = _UNSET,
+        priority: int = 0,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        scheduled_at: datetime | None = None,
+        unique_key: str | None = None,
+        unique_mode: str | None = None,
+        unique_window: int | None = None,
+        cron_name: str | None = None,
+        cron_slot: datetime | None = None,
+        budget_usd_micros: int | None = None,
+        budget_tokens: int | None = None,
+        parent_id: int | None = None,
+    ) -> None:
+        self.__dict__.update(
+            queue=queue,
+            worker=worker,
+            input={} if input is _UNSET else input,
+            meta={} if meta is _UNSET else meta,
+            priority=priority,
+            max_attempts=max_attempts,
+            scheduled_at=scheduled_at,
+            unique_key=unique_key,
+            unique_mode=unique_mode,
+            unique_window=unique_window,
+            cron_name=cron_name,
+            cron_slot=cron_slot,
+            budget_usd_micros=budget_usd_micros,
+            budget_tokens=budget_tokens,
+            parent_id=parent_id,
+        )
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         require_name(self.queue, "queue")

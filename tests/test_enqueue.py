@@ -339,3 +339,57 @@ def test_a_workflow_of_ten_thousand_members_enqueues_in_one_call(store, conn, no
     assert states == {"ready": 1, "held": 9_999}
     deps, ignore = conn.execute("SELECT wf_deps, wf_ignore FROM belay_jobs WHERE wf_name = 'm7'").fetchone()
     assert deps == ["m6"] and ignore == ["failed"]
+
+
+def _batch(shape: str, n: int, now) -> list[JobSpec]:
+    """Bulk batches whose columns vary in different ways: the compact insert binds a column that is the
+    same in every row once, and a batch with many varying columns goes through the COPY staging path."""
+    if shape == "constant":  # every column the same in each row, none at its default
+        return [
+            JobSpec(
+                "bulk",
+                "noop",
+                {"x": 1},
+                {"m": 1},
+                2,
+                3,
+                now + timedelta(seconds=5),
+                budget_usd_micros=7,
+                budget_tokens=8,
+            )
+            for _ in range(n)
+        ]
+    if shape == "few-varying":  # input, priority, scheduled_at vary: arrays for those three
+        return [
+            JobSpec("bulk", "noop", {"i": i % 7}, priority=i % 3, scheduled_at=now + timedelta(seconds=i % 5))
+            for i in range(n)
+        ]
+    # everything a spec can vary at once (more varying columns than the compact insert takes)
+    return [
+        JobSpec(
+            f"bulk{i % 2}",
+            f"kind{i % 3}",
+            [i] if i % 4 else None,
+            {"m": i % 5} if i % 2 else {},
+            priority=i % 4,
+            max_attempts=1 + i % 6,
+            scheduled_at=now + timedelta(seconds=i % 9),
+            unique_key=None if i % 3 else f"u{i % 50}",
+            unique_mode=None if i % 3 else ("always" if i % 2 else "window"),
+            unique_window=None if i % 3 or i % 2 else 3600,
+            budget_usd_micros=i if i % 2 else None,
+            budget_tokens=None if i % 2 else i,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("shape", ["constant", "few-varying", "many-varying"])
+def test_a_bulk_batch_stores_every_column_as_the_model_does_whatever_varies(store, conn, now, shape):
+    from impl.snapshot import snapshot
+    from model.store import ModelStore
+
+    model = ModelStore()
+    for op in (Enqueue(now, tuple(_batch(shape, 300, now))), Enqueue(now, tuple(_batch(shape, 70, now)))):
+        assert store.apply(op) == model.apply(op)
+    assert snapshot(conn).jobs == model.state.jobs
