@@ -198,34 +198,9 @@ class WorkerOps:
     def _ack_many(self, op: w.AckMany, conn: Any) -> w.AckedMany:
         """Succeeds in one fenced bulk UPDATE, other outcomes row by row; after-terminal once.
 
-        The common batch — every ack a succeed — first goes through one autocommit statement for the rows
-        with no after-terminal duties (a chunk worker's whole batch, in one round trip instead of three);
-        only what that statement did not ack (stale rows, workflow members, children) takes the
-        transaction. Those rows share nothing with the ones it acked (no workflow to settle, no parent
-        to signal), so the result and the final rows are the model's single transition's."""
-        if all(isinstance(a.outcome, w.Succeed) for a in op.acks):
-            with self.pool.connection() as c, c.cursor(row_factory=tuple_row) as cur:
-                cur.execute(
-                    self.q.qb("ack_succeed_many_solo"),
-                    {
-                        "ids": [a.job_id for a in op.acks],
-                        "attempts": [a.attempt for a in op.acks],
-                        "results": [a.outcome.encoded for a in op.acks],
-                        "nows": [a.now for a in op.acks],
-                        "channel": channel_name(c.info.dbname, self.schema) if self.notify else None,
-                    },
-                )
-                solo = {r[0] for r in cur.fetchall()}
-            if len(solo) == len(op.acks):
-                return w.AckedMany(tuple(w.Acked(a.job_id, "succeeded") for a in op.acks))
-            rest = self._ack_many_tx(w.AckMany(op.now, tuple(a for a in op.acks if a.job_id not in solo)))
-            late = iter(rest.results)
-            return w.AckedMany(
-                tuple(w.Acked(a.job_id, "succeeded") if a.job_id in solo else next(late) for a in op.acks)
-            )
-        return self._ack_many_tx(op)
-
-    def _ack_many_tx(self, op: w.AckMany) -> w.AckedMany:
+        (A one-statement autocommit path for the succeeds with no after-terminal duties was measured
+        slower than this transaction in bench.peers — 20.6k vs 23.1k jobs/s batched, notify on — and
+        dropped.)"""
         rows: dict[int, dict] = {}
         succeeds = [a for a in op.acks if isinstance(a.outcome, w.Succeed)]
         with self.transaction(op.now) as tx:

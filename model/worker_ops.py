@@ -196,10 +196,8 @@ class Ack:
 
 @dataclass(frozen=True)
 class AckMany:
-    """Several acks at once (chunk workers, batched acking): each row fenced on its own attempt exactly
-    as a single Ack; the §7 after-terminal steps then run once for all of them. (The Postgres store
-    commits the succeeds with no after-terminal duties in one statement first, the rest in one
-    transaction: the two share no workflow or parent, so the outcome is this one transition's.)"""
+    """Several acks in one transaction (chunk workers, batched acking): each row fenced on its own
+    attempt exactly as a single Ack; the §7 after-terminal steps then run once for all of them."""
 
     now: datetime
     acks: tuple[Ack, ...]

@@ -278,23 +278,6 @@ FROM unnest(%(ids)b::bigint[], %(attempts)b::integer[], %(results)b::bytea[], %(
 WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
--- ack_succeed_many_solo --
--- ack_succeed_many as one autocommit statement (one round trip, no BEGIN/COMMIT) for the rows with no
--- after-terminal duties — no workflow, no parent — each fenced on its own attempt, with their §9.2 result
--- notifications when a channel is given. Rows it did not update (stale, or a workflow member / child)
--- take the transaction path, fenced again.
-WITH acked AS (
-    UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
-                           leased_by = NULL
-    FROM unnest(%(ids)b::bigint[], %(attempts)b::integer[], %(results)b::bytea[], %(nows)b::timestamptz[])
-         AS v(id, attempt, result, now)
-    WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND j.workflow_id IS NULL
-      AND j.parent_id IS NULL
-    RETURNING j.id
-)
-SELECT id, CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}') END
-FROM acked
-
 -- claim_plain --
 -- §6 plain claim in one statement: predicate C in claim order, SKIP LOCKED, then the claim update.
 -- C's two halves are scanned apart, each in index order (claim_order_idx, await_due_idx), so a deep
