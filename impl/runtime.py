@@ -220,30 +220,42 @@ class _Producer:
                     zombie.lost.set()  # the renewer no longer lists it — stop it at its next step boundary
                 self.running[ctx.id] = ctx
         kinds = self.worker.registry.kinds
+        chunked: dict[str, list[JobContext]] = {}
         for ctx in contexts:
             kind = kinds.get(ctx.job.worker)
             if kind is not None and kind.chunk_size is not None:
-                self.gather(kind, ctx)
+                chunked.setdefault(kind.name, []).append(ctx)
             else:
                 self.pool.submit(self.worker.execute, self, ctx)
+        for name, group in chunked.items():
+            self.gather(kinds[name], group)
         if finished and len(contexts) < len(finished):
             self.poke()  # free slots: the producer claims (or, finding nothing, backs off)
 
-    def gather(self, kind: Kind, ctx: JobContext) -> None:
+    def gather(self, kind: Kind, arrived: Sequence[JobContext]) -> None:
         """Chunk workers: collect claimed jobs of a kind; full chunks dispatch at once, partial ones
         when gather_ms (clamped to half the lease ttl) has passed since the first arrived."""
         gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)
+        size = kind.chunk_size or 1
+        full = []
         with self.gather_lock:
-            deadline, contexts = self.gathering.get(kind.name, (time.monotonic() + gather_s, []))
-            contexts.append(ctx)
-            if len(contexts) >= kind.chunk_size:
-                self.gathering.pop(kind.name, None)
-            else:
+            waiting = self.gathering.get(kind.name)
+            deadline, contexts = waiting or (time.monotonic() + gather_s, [])
+            opened = waiting is None  # a new window: its deadline must reach the producer's wait
+            for ctx in arrived:
+                contexts.append(ctx)
+                if len(contexts) >= size:
+                    full.append(contexts)
+                    deadline, contexts, opened = time.monotonic() + gather_s, [], True
+            if contexts:
                 self.gathering[kind.name] = (deadline, contexts)
-                if len(contexts) == 1 and threading.current_thread() is not self.thread:
-                    self.poke()  # a new gather window opened by a refill: the producer dispatches it in time
-                return
-        self.pool.submit(self.worker.execute_chunk, self, kind, contexts)
+            else:
+                self.gathering.pop(kind.name, None)
+                opened = False
+        for chunk in full:
+            self.pool.submit(self.worker.execute_chunk, self, kind, chunk)
+        if opened and threading.current_thread() is not self.thread:
+            self.poke()  # a new gather window opened by a refill: the producer dispatches it in time
 
     def dispatch_gathered(self) -> float:
         """Dispatch partial chunks whose gather window closed; seconds until the next one closes."""
