@@ -159,3 +159,29 @@ def test_the_listener_skips_result_payloads_and_reads_pokes():
     assert poked_queue('{"t":"p","q":"mail"}') == "mail"
     assert poked_queue('{"t": "p", "q": "mail"}') == "mail"  # another SDK's spacing
     assert poked_queue("not json") is None
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["one result and time", "each its own"])
+def test_a_batched_succeed_stores_each_jobs_own_result_and_time_fenced_on_its_own_attempt(store, conn, now, same):
+    """AckMany binds one result and one time when the acks share them, arrays otherwise: either way each
+    row gets its own ack's value and time, and a stale attempt in the batch changes nothing."""
+    store.apply(ops.Enqueue(now, tuple(ops.JobSpec("q", "k") for _ in range(5))))
+    jobs = store.apply(w.Claim(now, "q", "n1", 5, TTL)).jobs
+    at = [now + timedelta(seconds=1 if same else i) for i in range(5)]
+    values = [None if same else {"i": i} for i in range(5)]
+    stale = jobs[2]
+    acks = [w.Ack(at[i], j.id, j.attempt + (1 if j is stale else 0), w.Succeed(values[i])) for i, j in enumerate(jobs)]
+    result = store.apply(w.AckMany(now + timedelta(seconds=1), tuple(acks)))
+    assert result.results == tuple(
+        w.Stale(j.id, j.attempt + 1) if j is stale else w.Acked(j.id, "succeeded") for j in jobs
+    )
+    rows = dict(
+        (r[0], r[1:])
+        for r in conn.execute("SELECT id, state, result, finished_at, attempt FROM belay_jobs ORDER BY id")
+    )
+    for i, j in enumerate(jobs):
+        state, stored, finished, attempt = rows[j.id]
+        if j is stale:
+            assert (state, stored, finished, attempt) == ("running", None, None, 1), "the stale ack changed its row"
+        else:
+            assert (state, decode(stored), finished, attempt) == ("succeeded", values[i], at[i], 1)

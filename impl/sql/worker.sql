@@ -269,12 +269,20 @@ SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons} OR
 SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END AS next_id FROM {jobs_seq_table}
 
 -- ack_succeed_many --
--- §7 succeed for many rows in one statement, each fenced on its own attempt (arrays bound in binary:
--- rendering them as text cost more than the statement).
+-- §7 succeed for many rows in one statement, each fenced on its own attempt (ids and attempts as array
+-- literals built by the caller; results and times arrays bound in binary).
 UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
                        leased_by = NULL
-FROM unnest(%(ids)b::bigint[], %(attempts)b::integer[], %(results)b::bytea[], %(nows)b::timestamptz[])
-     AS v(id, attempt, result, now)
+FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[], %(results)b::bytea[],
+            %(nows)b::timestamptz[]) AS v(id, attempt, result, now)
+WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
+RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
+
+-- ack_succeed_many_same --
+-- ack_succeed_many for acks that share one result and one time (a chunk of jobs returning the same value).
+UPDATE {jobs} AS j SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
+                       leased_by = NULL
+FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[]) AS v(id, attempt)
 WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
