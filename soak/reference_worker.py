@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -89,6 +90,18 @@ def die(ctx: JobContext, reason: str) -> None:
 @registry.kind("echo", queue=QUEUE)
 def echo(ctx: JobContext, input: dict) -> dict:
     return {"echo": input.get("v"), "attempt": ctx.attempt}
+
+
+def echo_chunk(contexts: list[JobContext]) -> dict:
+    """`echo` for a chunk of jobs: each result exactly what `echo` returns for that job alone."""
+    return {c.id: {"echo": c.job.input.get("v"), "attempt": c.attempt} for c in contexts}
+
+
+def _with_chunked_echo(reg: Registry, size: int) -> Registry:
+    chunked = Registry()
+    chunked.kinds = dict(reg.kinds)
+    chunked.kinds["echo"] = replace(reg.kinds["echo"], fn=echo_chunk, chunk_size=size, gather_ms=10)
+    return chunked
 
 
 @registry.kind("steps", queue=QUEUE)
@@ -234,8 +247,13 @@ def build(
     reg: Registry = registry,
 ) -> Worker:
     """A Worker configured from the soak environment (PROTOCOL.md §1); `store_class` lets a test
-    fixture swap in a patched store."""
+    fixture swap in a patched store. `BELAY_ECHO_CHUNK=N` (an option of this worker, not of the protocol)
+    runs `echo` as a chunk kind of up to N jobs per call (gather 10 ms), so a soak puts the runtime's
+    chunk path — gathering, batched acks, a chunk claiming for its own slots — under the same faults."""
     url = env["BELAY_DATABASE_URL"]
+    chunk = int(env.get("BELAY_ECHO_CHUNK") or 0)
+    if chunk > 0:
+        reg = _with_chunked_echo(reg, chunk)
     node = env.get("BELAY_NODE") or f"soak-{os.getpid()}"
     queues = [q.strip() for q in env.get("BELAY_QUEUES", QUEUE).split(",") if q.strip()]
     ttl = float(env.get("BELAY_LEASE_TTL", "10"))
