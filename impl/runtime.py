@@ -4,7 +4,8 @@ One `Worker` is one node:
 
 - a producer per queue claims while it has free slots: adaptive polling (busy 25 ms → idle 500 ms),
   woken early by local pokes (an insert through this process, a release, a completion) and by the
-  optional pg_notify accelerator; a storm of pokes coalesces into one claim round;
+  optional pg_notify accelerator; a storm of pokes coalesces into one claim round; a chunk execution
+  that has acked claims the next jobs for its own slots (`_Producer.refill`) on plain queues;
 - executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped);
 - a renewer extends every local lease each ttl/3 in one statement and flags executions whose lease
   was lost, which stop at their next step boundary;
