@@ -248,6 +248,9 @@ class _Producer:
                 if len(contexts) >= size:
                     full.append(contexts)
                     deadline, contexts, opened = time.monotonic() + gather_s, [], True
+            if contexts and self.worker.stopping.is_set():  # no producer round will close the window
+                full.append(contexts)
+                contexts = []
             if contexts:
                 self.gathering[kind.name] = (deadline, contexts)
             else:
@@ -587,6 +590,7 @@ class Worker:
         for producer in self.producers.values():
             producer.poke()
             producer.thread.join(timeout=5)
+            producer.dispatch_gathered()  # claimed jobs gathering into a chunk run now (stopping: every window)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(p.running for p in self.producers.values()):
             time.sleep(0.01)

@@ -345,6 +345,24 @@ def test_a_partial_chunk_waits_its_gather_window_but_never_longer_than_half_the_
         assert attempt == 1
 
 
+def test_a_partial_chunk_waiting_its_gather_window_at_shutdown_runs_within_the_grace(db, pg, workers):
+    """SIGTERM drains what the node holds: jobs it claimed and is gathering into a chunk are leased to it,
+    so stop() dispatches them at once instead of leaving them to expire."""
+    worker = workers(lease_ttl=30)  # `batch` gathers 60 s, clamped to 15 s
+    with Client(db) as client:
+        ids = client.enqueue_many([ops.JobSpec(Q, "batch") for _ in range(3)]).ids
+    wait_for(
+        lambda: pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'running'").fetchone()[0] == 3,
+        5,
+        "the three jobs to be claimed into a partial chunk",
+    )
+    started = time.monotonic()
+    assert worker.stop(grace=5), "the node did not drain: its gathered jobs never ran"
+    assert time.monotonic() - started < 5
+    states = {r[0] for r in pg.execute("SELECT state FROM belay_jobs WHERE id = ANY(%s)", (list(ids),))}
+    assert states == {"succeeded"}
+
+
 def test_a_full_chunk_dispatches_at_once(db, pg, workers):
     workers(lease_ttl=30, limit=(10, 10))
     with Client(db) as client:
