@@ -331,7 +331,7 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     handler: logging.Handler = (
         logging.StreamHandler(log_file) if args.unbatched_log else telemetry.BatchingStreamHandler(log_file)
     )
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    handler.setFormatter(telemetry.SecondCachingFormatter("%(asctime)s %(levelname)s %(message)s"))
     logger.addHandler(handler)
     metrics = telemetry.PrometheusMetrics()
     # the default logger as `belay worker` attaches it (attach_default_logger: records built in the background)

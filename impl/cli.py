@@ -232,14 +232,14 @@ def worker_cmd(
 
     from impl.faults import RetryPolicy
     from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
-    from impl.telemetry import BatchingStreamHandler
+    from impl.telemetry import BatchingStreamHandler, SecondCachingFormatter
     from impl.worker import Registry
     from model.queues import QueueOpts
 
     # One job line per attempt at INFO, written in batches (warnings at once): see BatchingStreamHandler.
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", handlers=[BatchingStreamHandler()]
-    )
+    lines = BatchingStreamHandler()
+    lines.setFormatter(SecondCachingFormatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[lines])
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # the node logs outages itself, once
     module_name, _, attr = app.partition(":")
     try:

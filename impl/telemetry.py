@@ -96,6 +96,12 @@ def declared_events(handler: Handler) -> frozenset[str] | None:
 def taken(handlers: Iterable[Handler]) -> Container[str]:
     """The events at least one of `handlers` takes (`EVERY_EVENT` when one declares none): the runtime
     builds an event's metadata only when the event is in here."""
+    if type(handlers) is tuple and len(handlers) == 1:  # the runtime's default: `dispatch` alone
+        events = getattr(handlers[0], "events", None)
+        if events is None:
+            return EVERY_EVENT
+        if type(events) is frozenset:
+            return events
     out: frozenset[str] = frozenset()
     for handler in handlers:
         events = getattr(handler, "events", None)
@@ -386,6 +392,25 @@ def attach_default_logger(
     handler = DefaultLogger(level, background=background)
     attach(handler_id, handler)
     return handler
+
+
+class SecondCachingFormatter(logging.Formatter):
+    """A logging.Formatter whose `asctime` renders the date and time once per second: the records of a
+    batch share their second, and `time.strftime(localtime(...))` was half of formatting a job line (the
+    `belay-log-flush` thread's work, which shares the GIL with the job threads). With a `datefmt`, or a
+    subclass that changes the converter or the formats, it formats exactly as logging.Formatter does."""
+
+    _cached: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached_second, text = self._cached
+        if cached_second != second:
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._cached = (second, text)  # one tuple: a reader on another thread sees a whole pair
+        return self.default_msec_format % (text, record.msecs)
 
 
 class BatchingStreamHandler(logging.StreamHandler):

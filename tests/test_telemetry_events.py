@@ -450,3 +450,21 @@ def test_telemetry_flush_hands_over_every_background_loggers_queued_lines(on_roo
         assert len(_records(on_root, logger.name)) == 1
     finally:
         handler.close()
+
+
+def test_the_second_caching_formatter_formats_as_logging_formatter_does_across_seconds():
+    """`belay worker`'s job lines: the date and time rendered once per second, the same text as the stdlib's."""
+    import time as _time
+
+    from impl.telemetry import SecondCachingFormatter
+
+    fmt = "%(asctime)s %(levelname)s %(message)s"
+    cached, plain = SecondCachingFormatter(fmt), logging.Formatter(fmt)
+    base = _time.time()
+    for offset in (0.0, 0.001, 0.5, 0.999, 1.0, 1.2, 59.9, 60.0, 3600.5, 0.2, 86400.0, 0.3):
+        record = logging.LogRecord("belay", logging.INFO, __file__, 1, "belay job=%s", (offset,), None)
+        record.created = base + offset
+        record.msecs = int((record.created - int(record.created)) * 1000) + 0.0
+        assert cached.format(record) == plain.format(record), offset
+    dated = SecondCachingFormatter(fmt, datefmt="%H:%M")
+    assert dated.format(record) == logging.Formatter(fmt, datefmt="%H:%M").format(record)
