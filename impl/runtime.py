@@ -212,9 +212,7 @@ class _Producer:
         store, clock = self.worker.store, self.worker.clock
         contexts = [JobContext(job, store, clock) for job in jobs]
         with self.lock:
-            for ctx in finished:
-                if self.running.get(ctx.id) is ctx:
-                    del self.running[ctx.id]
+            self._forget(finished)
             for ctx in contexts:
                 zombie = self.running.get(ctx.id)
                 if zombie is not None:  # an earlier attempt still runs here: its lease is gone (§6), and
@@ -281,13 +279,16 @@ class _Producer:
         self.done_many((ctx,))
 
     def done_many(self, contexts: Sequence[JobContext]) -> None:
+        with self.lock:
+            self._forget(contexts)
+        self.poke()
+
+    def _forget(self, contexts: Sequence[JobContext]) -> None:  # with self.lock held
         """Forget finished executions — each only if it is still the one registered: a zombie attempt
         of a job ending here must not orphan the live attempt the same node claimed since."""
-        with self.lock:
-            for ctx in contexts:
-                if self.running.get(ctx.id) is ctx:
-                    del self.running[ctx.id]
-        self.poke()
+        for ctx in contexts:
+            if self.running.get(ctx.id) is ctx:
+                del self.running[ctx.id]
 
 
 class Worker:

@@ -38,7 +38,7 @@ from model.rows import TERMINAL, Event, Job, Signal, Step
 from model.settle import Member, settle
 from model.workflow import check_graph
 
-# insert_jobs' array parameters, in the order PgStore._row builds a row (the id comes separately).
+# The insert's per-row fields, in the order PgStore._row builds a row (the id comes separately).
 _ROW_FIELDS = (
     "queue",
     "worker",
@@ -91,9 +91,10 @@ _COMPACT_SQL: dict[tuple[str, tuple[int, ...]], bytes] = {}
 
 
 def _compact_insert(q: Any, varying: tuple[int, ...]) -> bytes:
-    """insert_jobs (impl/sql/queries.sql) for one pattern of varying columns: a varying column comes from
+    """§5.1's set-based insert for one pattern of varying columns: a varying column comes from
     its array (unnest, in the rows' order), any other column is one parameter for every row. Built once
-    per schema and pattern; the same columns, casts, defaults and conflict clause as insert_jobs."""
+    per schema and pattern; the same columns, casts, defaults and conflict clause as insert_staged_jobs
+    (impl/sql/queries.sql), with `attempt=0`, `errors='[]'`, `spent_*=0`, `cancel_requested=false`."""
     key = (q.schema, varying)
     found = _COMPACT_SQL.get(key)
     if found is not None:
@@ -283,7 +284,7 @@ class PgStore(WorkerOps):
 
     @staticmethod
     def _insert_compact(tx: _Tx, ids: list[int], columns: list[tuple], varying: tuple[int, ...]) -> set[int]:
-        """insert_jobs with the batch's constant columns bound as scalars: one array parameter per varying
+        """The §5.1 insert with the batch's constant columns bound as scalars: one array parameter per varying
         column (the ids always), one value for each other column (`_compact_insert` builds the statement)."""
         params: dict[str, Any] = {"id": ids, "now": tx.now}
         for i, name in enumerate(_ROW_FIELDS):
@@ -334,7 +335,7 @@ class PgStore(WorkerOps):
 
     @staticmethod
     def _row(spec: ops.JobSpec, now: datetime, state: str = "ready", wf: tuple = (None, None, None, None)) -> tuple:
-        """One row of insert_jobs' arrays, in _ROW_FIELDS order; §5.1's required defaults are in the SQL."""
+        """One row of the insert's fields, in _ROW_FIELDS order; §5.1's required defaults are in the SQL."""
         key = spec.unique_key
         if spec.unique_mode == "window":
             key = ops.window_key(key, now, spec.unique_window)

@@ -13,36 +13,9 @@ SELECT version, contract_major FROM {meta}
 -- Reserve one id per row from the bigserial sequence, exactly as a VALUES row's default would.
 SELECT nextval({jobs_seq}::regclass) AS id FROM generate_series(1, %(n)s)
 
--- insert_jobs --
--- §5.1 multi-row insert, set-based: one array parameter per column (unnest keeps the rows' order and
--- any batch size fits in 21 parameters); the targetless conflict clause absorbs unique-key and
--- cron-slot dedup exactly as the contract's VALUES form does. attempt=0, errors='[]', spent_*=0 and
--- cancel_requested=false are the §5.1 defaults. wf_deps/wf_ignore travel as JSON arrays (unnest would
--- flatten a text[][]) and NULL stays NULL.
-INSERT INTO {jobs} (id, queue, worker, input, meta, state, priority, attempt, max_attempts,
-                    ready_at, inserted_at, errors, cancel_requested, unique_key, unique_mode,
-                    cron_name, cron_slot, workflow_id, wf_name, wf_deps, wf_ignore, parent_id,
-                    budget_usd_micros, budget_tokens, spent_usd_micros, spent_tokens)
-SELECT r.id, r.queue, r.worker, r.input::jsonb, r.meta::jsonb, r.state, r.priority, 0, r.max_attempts,
-       r.ready_at, %(now)s, '[]'::jsonb, false, r.unique_key, r.unique_mode,
-       r.cron_name, r.cron_slot, r.workflow_id, r.wf_name,
-       CASE WHEN r.wf_deps IS NULL THEN NULL
-            ELSE ARRAY(SELECT jsonb_array_elements_text(r.wf_deps::jsonb)) END,
-       CASE WHEN r.wf_ignore IS NULL THEN NULL
-            ELSE ARRAY(SELECT jsonb_array_elements_text(r.wf_ignore::jsonb)) END,
-       r.parent_id, r.budget_usd_micros, r.budget_tokens, 0, 0
-FROM unnest(%(id)s::bigint[], %(queue)s::text[], %(worker)s::text[], %(input)s::text[], %(meta)s::text[],
-            %(state)s::text[], %(priority)s::int[], %(max_attempts)s::int[], %(ready_at)s::timestamptz[],
-            %(unique_key)s::text[], %(unique_mode)s::text[], %(cron_name)s::text[],
-            %(cron_slot)s::timestamptz[], %(workflow_id)s::text[], %(wf_name)s::text[], %(wf_deps)s::text[],
-            %(wf_ignore)s::text[], %(parent_id)s::bigint[], %(budget_usd_micros)s::bigint[],
-            %(budget_tokens)s::bigint[])
-     WITH ORDINALITY AS r(id, queue, worker, input, meta, state, priority, max_attempts, ready_at,
-                          unique_key, unique_mode, cron_name, cron_slot, workflow_id, wf_name, wf_deps,
-                          wf_ignore, parent_id, budget_usd_micros, budget_tokens, ord)
-ORDER BY r.ord
-ON CONFLICT DO NOTHING
-RETURNING id
+-- (§5.1's set-based insert over arrays is built per batch by impl/store.py `_compact_insert`: a column with
+-- one value across the batch is one parameter, the others arrays unnested in the rows' order; the same
+-- columns, defaults and targetless ON CONFLICT DO NOTHING as insert_staged_jobs below.)
 
 -- stage_jobs_table --
 -- A session-local staging table for large batches (rows vanish at commit). input and meta travel as JSON

@@ -106,10 +106,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         "AckMany's bulk succeed matches rows by id and state only: a stale row in a batch is acked",
         "§7",
         (
-            Edit(
+            Edit(  # the bulk succeed with a result and a time per row
                 WORKER_SQL,
-                "WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
-                "WHERE j.id = v.id AND j.state = 'running'\n",
+                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
+                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state = 'running'\n",
+            ),
+            Edit(  # ... and the one for a chunk sharing one result and time
+                WORKER_SQL,
+                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
+                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running'\n",
             ),
         ),
     ),
