@@ -157,7 +157,9 @@ class _Producer:
                 new = max(self.limit // 2, lo)
             if new == self.limit:
                 return
-            self.limit = new
+            grew, self.limit = new > self.limit, new
+        if grew:
+            self.poke()  # a refill that grew the limit: the producer claims the new slots now
         self.worker.emit("queue.scale", {"queue": self.name, "limit": new})
 
     def claim(self, demand: int) -> int:
