@@ -39,10 +39,9 @@ class Tx:
 
     def column(self, name: str, params: dict[str, Any] | None = None) -> list[Any]:
         """The first column of every row, read as tuples: no dict per row on the bulk paths."""
-        with self.cur.connection.cursor(row_factory=tuple_row) as cur:
-            return [r[0] for r in cur.execute(self.q.qb(name), params).fetchall()]
+        return self.column_sql(self.q.qb(name), params)
 
-    def column_sql(self, query: bytes, params: dict[str, Any]) -> list[Any]:
+    def column_sql(self, query: bytes, params: dict[str, Any] | None) -> list[Any]:
         """`column` for a statement built at run time (impl.store's compact insert)."""
         with self.cur.connection.cursor(row_factory=tuple_row) as cur:
             return [r[0] for r in cur.execute(query, params).fetchall()]
