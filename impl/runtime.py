@@ -6,7 +6,9 @@ One `Worker` is one node:
   woken early by local pokes (an insert through this process, a release, a completion) and by the
   optional pg_notify accelerator; a storm of pokes coalesces into one claim round; a chunk execution
   that has acked claims the next jobs for its own slots (`_Producer.refill`) on plain queues;
-- executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped);
+- executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped); acks
+  that finish while another ack of the node is committing are committed together in one transaction
+  (`AckGroup`: group commit, each row still fenced on its own attempt; a lone ack commits at once);
 - a renewer extends every local lease each ttl/3 in one statement and flags executions whose lease
   was lost, which stop at their next step boundary;
 - a sweeper reclaims expired leases, runs the `$children` reconciler, fires crons and prunes;
@@ -82,9 +84,14 @@ class WorkerConfig:
     # Client-side deadline of one store call, after which its connection is cut and the call retried
     # (impl/deadline.py, docs/connections.md): None = max(lease_ttl / 4, 2 s), 0 = none.
     call_timeout: float | None = None
+    # Group commit of single-job acks (issue 33): acks that finish while one commits go in the next
+    # AckMany (each row fenced on its own attempt; a lone ack takes the one-statement path). 1 = off.
+    ack_group_max: int = 64
 
     def __post_init__(self) -> None:
         ops.require_name(self.node, "node")
+        if self.ack_group_max < 1:
+            raise ValueError("ack_group_max must be at least 1")
         if self.lease_ttl <= 0 or self.shutdown_grace < 0 or self.busy_poll <= 0 or self.poll_interval <= 0:
             raise ValueError("lease_ttl, busy_poll and poll_interval must be positive; shutdown_grace >= 0")
         names = [q.name for q in self.queues]
@@ -95,6 +102,97 @@ class WorkerConfig:
 # Telemetry: one small interface (impl/telemetry.py); `default_logger` is re-exported for callers.
 Telemetry = telemetry.Handler
 default_logger = telemetry.default_logger
+
+
+class _Waiter:
+    __slots__ = ("op", "event", "lead", "result", "error")
+
+    def __init__(self, op: w.Ack) -> None:
+        self.op = op
+        self.event = threading.Event()
+        self.lead = False
+        self.result: w.Acked | w.Stale | None = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> w.Acked | w.Stale:
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
+
+
+class AckGroup:
+    """Group commit of the acks of single-job executions (issue 33), leader/follower, no thread of its own.
+
+    An ack that finds no commit in flight commits at once on its own thread, alone (the one-statement
+    path: idle latency is unchanged). Acks that arrive while a commit is in flight queue up; when it
+    ends, the first of them leads the next commit with every queued ack (up to `max_batch`) as one
+    `AckMany`: one transaction, each row fenced on its own attempt exactly as a single Ack, the §7
+    after-terminal steps once for all. Every caller returns only after its own ack committed (durable
+    before its result is visible). A batch that fails with a permanent error is retried ack by ack, so
+    each execution sees its own ack's outcome."""
+
+    def __init__(
+        self,
+        one: Callable[[w.Ack], w.Acked | w.Stale],
+        many: Callable[[w.AckMany], w.AckedMany],
+        max_batch: int = 64,
+    ) -> None:
+        self._one, self._many, self.max_batch = one, many, max_batch
+        self._lock = threading.Lock()
+        self._queue: list[_Waiter] = []
+        self._busy = False
+        self.commits = 0  # transactions committed (for benchmarks and tests)
+        self.acks = 0
+
+    def ack(self, op: w.Ack) -> w.Acked | w.Stale:
+        me = _Waiter(op)
+        with self._lock:
+            self._queue.append(me)
+            lead = not self._busy
+            self._busy = True
+        if not lead:
+            me.event.wait()  # either my ack committed in someone's batch, or I lead the next batch
+            if not me.lead:
+                return me.outcome()
+        self._lead()
+        return me.outcome()
+
+    def _lead(self) -> None:
+        with self._lock:
+            batch = self._queue[: self.max_batch]
+            del self._queue[: self.max_batch]
+        try:
+            self._commit(batch)
+        finally:
+            for waiter in batch:
+                if not waiter.lead:
+                    waiter.event.set()
+            with self._lock:
+                if self._queue:  # hand the lead to the oldest queued ack
+                    nxt = self._queue[0]
+                    nxt.lead = True
+                    nxt.event.set()
+                else:
+                    self._busy = False
+
+    def _commit(self, batch: list[_Waiter]) -> None:
+        self.acks += len(batch)
+        if len(batch) > 1:
+            try:
+                done = self._many(w.AckMany(max(x.op.now for x in batch), tuple(x.op for x in batch)))
+                self.commits += 1
+                for waiter, result in zip(batch, done.results, strict=True):
+                    waiter.result = result
+                return
+            except Exception:  # noqa: BLE001 - a permanent fault of the batch: each ack alone says its own
+                log.warning("belay: a grouped ack of %d jobs failed; acking them one by one", len(batch))
+        for waiter in batch:
+            try:
+                waiter.result = self._one(waiter.op)
+                self.commits += 1
+            except BaseException as exc:  # noqa: BLE001 - the execution's own ack raises it
+                waiter.error = exc
 
 
 class _Producer:
@@ -327,6 +425,11 @@ class Worker:
         self.stale_acks = 0
         self.completed = 0
         self.connectivity = Connectivity(log)  # database lost / back, logged once per change
+        self.acks = AckGroup(
+            lambda op: self.call(lambda: self.store.apply(op), "ack"),
+            lambda op: self.call(lambda: self.store.apply(op), "ack group"),
+            max_batch=config.ack_group_max,
+        )
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -468,7 +571,7 @@ class Worker:
     def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
         ctx.releasing.set()
         op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
-        result = self.call(lambda: self.store.apply(op), "ack")
+        result = self.acks.ack(op)
         if isinstance(result, w.Stale):
             self.stale_acks += 1
             _log_stale(ctx.id, ctx.attempt)

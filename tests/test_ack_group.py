@@ -1,0 +1,207 @@
+"""Group commit of single-job acks (impl.runtime.AckGroup, issue 33).
+
+The unit tests drive AckGroup with fake commit functions and real threads; the integration tests run a
+Worker on PostgreSQL and check the per-job guarantees the grouping must keep: each job acked with its own
+value and time, each row fenced on its own attempt (a stale ack in a group changes nothing), and fewer
+ack transactions than jobs under load."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+
+from impl.client import Client, result_value
+from impl.runtime import AckGroup, QueueConfig, Worker, WorkerConfig
+from impl.worker import Registry
+from model import worker_ops as w
+from model.queues import QueueOpts
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+def _ack(job_id: int) -> w.Ack:
+    return w.Ack(NOW + timedelta(milliseconds=job_id), job_id, 1, w.Succeed(job_id))
+
+
+class FakeStore:
+    """Commits take `delay` seconds; records each commit's ids."""
+
+    def __init__(self, delay: float = 0.02, fail_many: bool = False) -> None:
+        self.delay, self.fail_many = delay, fail_many
+        self.commits: list[tuple[str, tuple[int, ...]]] = []
+        self.lock = threading.Lock()
+
+    def one(self, op: w.Ack) -> w.Acked:
+        time.sleep(self.delay)
+        with self.lock:
+            self.commits.append(("one", (op.job_id,)))
+        return w.Acked(op.job_id, "succeeded")
+
+    def many(self, op: w.AckMany) -> w.AckedMany:
+        time.sleep(self.delay)
+        if self.fail_many:
+            raise RuntimeError("permanent")
+        with self.lock:
+            self.commits.append(("many", tuple(a.job_id for a in op.acks)))
+        return w.AckedMany(tuple(w.Acked(a.job_id, "succeeded") for a in op.acks))
+
+
+def _run_concurrently(group: AckGroup, ids: list[int]) -> dict[int, object]:
+    results: dict[int, object] = {}
+    barrier = threading.Barrier(len(ids))
+
+    def one(i: int) -> None:
+        barrier.wait()
+        results[i] = group.ack(_ack(i))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads), "an ack never returned"
+    return results
+
+
+def test_a_lone_ack_commits_at_once_on_the_single_path() -> None:
+    store = FakeStore(delay=0)
+    group = AckGroup(store.one, store.many)
+    assert group.ack(_ack(1)) == w.Acked(1, "succeeded")
+    assert store.commits == [("one", (1,))]
+
+
+def test_acks_arriving_during_a_commit_share_the_next_one_and_each_gets_its_own_result() -> None:
+    store = FakeStore(delay=0.05)
+    group = AckGroup(store.one, store.many, max_batch=64)
+    results = _run_concurrently(group, list(range(1, 21)))
+    assert results == {i: w.Acked(i, "succeeded") for i in range(1, 21)}
+    committed = sorted(i for _, ids in store.commits for i in ids)
+    assert committed == list(range(1, 21)), "every ack committed exactly once"
+    assert len(store.commits) < 20 and any(kind == "many" for kind, _ in store.commits)
+
+
+def test_a_batch_never_exceeds_max_batch() -> None:
+    store = FakeStore(delay=0.05)
+    group = AckGroup(store.one, store.many, max_batch=3)
+    _run_concurrently(group, list(range(1, 13)))
+    assert max(len(ids) for _, ids in store.commits) <= 3
+    assert sorted(i for _, ids in store.commits for i in ids) == list(range(1, 13))
+
+
+def test_a_failed_batch_is_retried_ack_by_ack() -> None:
+    store = FakeStore(delay=0.03, fail_many=True)
+    group = AckGroup(store.one, store.many)
+    results = _run_concurrently(group, list(range(1, 9)))
+    assert results == {i: w.Acked(i, "succeeded") for i in range(1, 9)}
+    assert all(kind == "one" for kind, _ in store.commits)
+
+
+def test_an_error_reaches_only_its_own_caller() -> None:
+    def one(op: w.Ack) -> w.Acked:
+        if op.job_id == 2:
+            raise ValueError("no")
+        return w.Acked(op.job_id, "succeeded")
+
+    group = AckGroup(one, lambda op: (_ for _ in ()).throw(RuntimeError("x")))
+    assert group.ack(_ack(1)) == w.Acked(1, "succeeded")
+    with pytest.raises(ValueError):
+        group.ack(_ack(2))
+    assert group.ack(_ack(3)) == w.Acked(3, "succeeded")  # the group is not wedged by an error
+
+
+# --- on PostgreSQL ----------------------------------------------------------------------------------
+
+registry = Registry()
+GATE = threading.Event()
+
+
+@registry.kind("ag_echo", queue="ag")
+def ag_echo(ctx, input):
+    return {"n": input["n"], "attempt": ctx.attempt}
+
+
+@registry.kind("ag_gated", queue="ag")
+def ag_gated(ctx, input):
+    GATE.wait(10)
+    return {"n": input["n"]}
+
+
+def _worker(url: str, limit: int, **kw) -> Worker:
+    cfg = WorkerConfig(
+        queues=(QueueConfig("ag", QueueOpts(limit_min=limit, limit_max=limit)),),
+        busy_poll=0.005,
+        poll_interval=0.05,
+        sweep_interval=0.2,
+        **kw,
+    )
+    return Worker(url, registry, cfg)
+
+
+def test_a_drain_groups_acks_and_every_job_keeps_its_own_result(db_url: str) -> None:
+    n = 300
+    with Client(db_url) as client:
+        ids = [client.enqueue("ag", "ag_echo", {"n": i}).id for i in range(n)]
+        worker = _worker(db_url, 10).start()
+        try:
+            deadline = time.monotonic() + 60
+            with psycopg.connect(db_url, autocommit=True) as pg:
+                while time.monotonic() < deadline:
+                    done = pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'succeeded'").fetchone()[0]
+                    if done == n:
+                        break
+                    time.sleep(0.05)
+                assert done == n
+                rows = pg.execute("SELECT id, lease_until, leased_by FROM belay_jobs ORDER BY id").fetchall()
+            assert all(r[1] is None and r[2] is None for r in rows), "a grouped ack left a lease behind"
+            for i, job_id in enumerate(ids):
+                job = client.job(job_id)
+                assert result_value(job) == {"n": i, "attempt": 1}
+            acks, commits = worker.acks.acks, worker.acks.commits
+        finally:
+            worker.stop(grace=5)
+    assert acks == n
+    assert commits < n, f"{commits} ack commits for {n} jobs: nothing was grouped"
+    print(f"{n} jobs acked in {commits} commits ({commits / n:.2f} per job)")
+
+
+def test_a_stale_ack_in_a_group_changes_nothing(db_url: str) -> None:
+    """Three jobs run gated; one is reclaimed under the execution (its attempt moves on) before the gate
+    opens, so its ack arrives in a group with the others' and must be fenced on its own attempt."""
+    GATE.clear()
+    with Client(db_url) as client:
+        ids = [client.enqueue("ag", "ag_gated", {"n": i}).id for i in range(3)]
+        worker = _worker(db_url, 3).start()
+        try:
+            with psycopg.connect(db_url, autocommit=True) as pg:
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    running = pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'running'").fetchone()[0]
+                    if running == 3:
+                        break
+                    time.sleep(0.02)
+                assert running == 3
+                # another node took job 0 over: attempt 2, its own lease
+                pg.execute(
+                    "UPDATE belay_jobs SET attempt = attempt + 1, leased_by = 'other' WHERE id = %s", (ids[0],)
+                )
+                worker.acks.max_batch = 64
+                GATE.set()
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    done = pg.execute(
+                        "SELECT count(*) FROM belay_jobs WHERE state = 'succeeded' AND id = ANY(%s)", (ids[1:],)
+                    ).fetchone()[0]
+                    if done == 2:
+                        break
+                    time.sleep(0.02)
+                row = pg.execute("SELECT state, attempt, leased_by FROM belay_jobs WHERE id = %s", (ids[0],)).fetchone()
+            assert done == 2
+            assert row == ("running", 2, "other"), f"the stale ack of attempt 1 wrote the row: {row}"
+            assert worker.stale_acks == 1
+        finally:
+            GATE.set()
+            worker.stop(grace=5)
