@@ -105,7 +105,7 @@ default_logger = telemetry.default_logger
 
 
 class _Waiter:
-    __slots__ = ("op", "event", "lead", "result", "error")
+    __slots__ = ("error", "event", "lead", "op", "result")
 
     def __init__(self, op: w.Ack) -> None:
         self.op = op

@@ -185,9 +185,7 @@ def test_a_stale_ack_in_a_group_changes_nothing(db_url: str) -> None:
                     time.sleep(0.02)
                 assert running == 3
                 # another node took job 0 over: attempt 2, its own lease
-                pg.execute(
-                    "UPDATE belay_jobs SET attempt = attempt + 1, leased_by = 'other' WHERE id = %s", (ids[0],)
-                )
+                pg.execute("UPDATE belay_jobs SET attempt = attempt + 1, leased_by = 'other' WHERE id = %s", (ids[0],))
                 worker.acks.max_batch = 64
                 GATE.set()
                 deadline = time.monotonic() + 20
