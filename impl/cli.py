@@ -181,7 +181,8 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
     "--queues",
     envvar="BELAY_QUEUES",
     default=None,
-    help="comma-separated queues to run (default: every queue of the registry's kinds)",
+    help="comma-separated queues to run, exactly these, each with --limit; only their crons fire "
+    "(default: every queue of the registry's kinds)",
 )
 @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
 @click.option("--node", envvar="BELAY_NODE", default=None, help="node id ($BELAY_NODE; default: random)")
@@ -254,6 +255,7 @@ def worker_cmd(
     # A daemon never gives up on a transient fault by itself; --exit-on-unreachable is the user's limit.
     config = WorkerConfig(
         queues=tuple(QueueConfig(n, opts) for n in names),
+        exclusive_queues=bool(queues),  # --queues A: claim from A only, fire only A's crons
         lease_ttl=lease_ttl,
         shutdown_grace=shutdown_grace,
         notify=notify,

@@ -72,6 +72,9 @@ class WorkerConfig:
     notify: bool = False  # the pg_notify accelerator (one LISTEN connection per node)
     listen_url: str | None = None  # a direct connection for LISTEN (past any transaction pooler)
     crons: tuple[CronDef, ...] = ()
+    # True: run exactly `queues` (not also the registry's other queues) and fire only the crons of
+    # those queues — `belay worker --queues A,B`. False: `queues` plus every queue of the registry's kinds.
+    exclusive_queues: bool = False
     retention: tuple[tuple[str, int | None], ...] = (
         ("succeeded", 86400),
         ("failed", 7 * 86400),
@@ -410,8 +413,11 @@ class Worker:
         self.clock = clock
         self.telemetry = telemetry
         queues = {q.name: q for q in config.queues}
-        for name in sorted(registry.queues() - set(queues)):
+        for name in sorted(registry.queues() - set(queues)) if not config.exclusive_queues else ():
             queues[name] = QueueConfig(name)
+        # Static crons: the config's and those declared beside the kinds (Registry.cron); by name, the config's win.
+        self.crons = tuple({c.name: c for c in (*getattr(registry, "static_crons", tuple)(), *config.crons)}.values())
+        self.cron_queues = frozenset(queues) if config.exclusive_queues else None
         # Without the accelerator the node sends no pg_notify at all (pokes nor results): droppable by config.
         pool_size = min(sum(q.opts.limit_max for q in queues.values()) + 4, 32)
         call_timeout = max(config.lease_ttl / 4, 2.0) if config.call_timeout is None else config.call_timeout
@@ -625,7 +631,7 @@ class Worker:
         if reclaimed.retried or woken.woken:
             for producer in self.producers.values():
                 producer.poke()
-        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")
+        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.crons, self.cron_queues)), "cron")
         self.call(lambda: self.store.apply(w.Prune(now, dict(self.config.retention), self.config.signal_ttl)), "prune")
         return now
 

@@ -20,13 +20,14 @@ it resumes, and memoized steps bring it back to where it was.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from impl.flag import Flag
 from model import ops
 from model import worker_ops as w
+from model.cron import CronDef
 from model.envelope import decode
 from model.rows import Job
 
@@ -87,10 +88,13 @@ class Kind:
 
 
 class Registry:
-    """Kinds by name. Unknown kinds fail the job with error `unknown_kind` (never silently)."""
+    """Kinds by name, and static crons declared beside them (`cron`). Unknown kinds fail the job with
+    error `unknown_kind` (never silently)."""
 
     def __init__(self) -> None:
         self.kinds: dict[str, Kind] = {}
+        self.crons: dict[str, CronDef] = {}  # as declared; `static_crons()` resolves their queues
+        self._cron_queue_given: set[str] = set()
 
     def kind(
         self, name: str, *, queue: str = "default", chunk: dict | None = None, backoff: w.Backoff = w.Backoff()
@@ -115,6 +119,44 @@ class Registry:
 
     def queues(self) -> set[str]:
         return {k.queue for k in self.kinds.values()}
+
+    def cron(
+        self,
+        name: str,
+        expression: str,
+        kind: str,
+        input: Any = None,
+        *,
+        queue: str | None = None,
+        priority: int = 0,
+        max_attempts: int = 20,
+    ) -> CronDef:
+        """Declare a static cron (§8.5): every UTC minute slot matching `expression` inserts one job of
+        `kind` (exactly once per slot across the fleet). `queue` defaults to the kind's queue (or
+        'default' for a kind this registry does not run). A belay_crons row of the same name (`belay
+        cron put`, `Client.put_cron`) merges over it; a paused row silences it.
+
+            registry.cron("nightly-report", "0 3 * * *", "report", {"scope": "all"})
+        """
+        ops.require_name(name, "cron name")
+        ops.require_name(kind, "kind")
+        if name in self.crons:
+            raise ValueError(f"cron {name!r} is declared twice")
+        declared = CronDef(name, expression, kind, input, queue or "default", priority, max_attempts)
+        self.crons[name] = declared
+        if queue is not None:
+            self._cron_queue_given.add(name)
+        return declared
+
+    def static_crons(self) -> tuple[CronDef, ...]:
+        """The declared crons, each on its queue (given, else its kind's), in name order."""
+        out = []
+        for name, c in sorted(self.crons.items()):
+            kind = self.kinds.get(c.worker)
+            if name not in self._cron_queue_given and kind is not None:
+                c = replace(c, queue=kind.queue)
+            out.append(c)
+        return tuple(out)
 
 
 def _deadline(now: datetime, timeout: timedelta | float | None) -> datetime | None:

@@ -393,7 +393,7 @@ class WorkerOps:
     def _fire_crons(self, op: w.FireCrons, conn: Any) -> w.CronsFired:
         with self.transaction(op.now) as tx:
             rows = [CronRow(**r) for r in tx.all("cron_rows")]
-            plan = cron_plan(op.static, rows, op.since, op.now)
+            plan = cron_plan(op.static, rows, op.since, op.now, op.queues)
             if not plan:
                 return w.CronsFired(())
             outcomes = self._insert(tx, [self._row(cron_job(c, slot), op.now) for c, slot in plan])

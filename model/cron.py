@@ -74,10 +74,20 @@ def effective_crons(static: Iterable[CronDef], rows: Iterable[CronRow]) -> list[
 
 
 def cron_plan(
-    static: Iterable[CronDef], rows: Iterable[CronRow], since: datetime, now: datetime
+    static: Iterable[CronDef],
+    rows: Iterable[CronRow],
+    since: datetime,
+    now: datetime,
+    queues: frozenset[str] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """(cron, slot) for every due minute slot in (since, now] of every effective cron, by name then slot."""
-    return [(c, slot) for c in effective_crons(static, rows) for slot in due_slots(c.expression, since, now)]
+    """(cron, slot) for every due minute slot in (since, now] of every effective cron, by name then slot;
+    with `queues`, only the crons whose jobs go to one of those queues."""
+    return [
+        (c, slot)
+        for c in effective_crons(static, rows)
+        if queues is None or c.queue in queues
+        for slot in due_slots(c.expression, since, now)
+    ]
 
 
 def cron_job(cron: CronDef, slot: datetime) -> JobSpec:

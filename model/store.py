@@ -675,7 +675,7 @@ def _reconcile(t: Tables, op: w.Reconcile) -> w.Reconciled:
 
 
 def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
-    plan = cron_plan(op.static, t.crons.values(), op.since, op.now)
+    plan = cron_plan(op.static, t.crons.values(), op.since, op.now, op.queues)
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(

@@ -361,11 +361,14 @@ class FireCrons:
     now: datetime
     since: datetime
     static: tuple[CronDef, ...] = ()
+    queues: frozenset[str] | None = None  # fire only the crons of these queues (None: every cron)
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
         require_aware(self.since, "since")
         object.__setattr__(self, "static", tuple(self.static))
+        if self.queues is not None:
+            object.__setattr__(self, "queues", frozenset(self.queues))
 
 
 @dataclass(frozen=True)
