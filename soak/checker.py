@@ -289,6 +289,7 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
     d.p8_attempts(duties["P8"], state, expected)
     d.p9_outcomes(duties["P9"], state, ledger)
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
+    extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps))  # P11–P17 (issue 30)
     for r in results.values():
         extra.update(r.scenario)
     for r in duties.values():

@@ -63,6 +63,13 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
         ("cancel_running_steps", "cancel of a running multi-step job"),
     ],
     "P10": [("parents_parked", "parents parked on $children whose children workers finished")],
+    "P11": [("drains_sampled", "SIGTERM drains with lease samples taken after the claims in flight settled")],
+    "P12": [("cron_jobs", "cron jobs inserted")],
+    "P13": [("cancels_judged", "cancels requested while a multi-step job ran")],
+    "P14": [("long_leases", "attempts holding a lease longer than the ttl")],
+    "P15": [("parks_resumed", "parking jobs (awaiter, parent, sleeper) that parked, resumed and succeeded")],
+    "P16": [("reclaims", "leases reclaimed (lease_expired entries)")],
+    "P17": [("kills", "kill -9 of a worker (its leases expire and must be reclaimed)")],
 }
 
 

@@ -17,12 +17,23 @@ the latter); `invalid` names the job or node and what went wrong.
 | P8 | PROTOCOL §2 | every successful result carries the attempt that produced it |
 | P9 | PROTOCOL §3 | every soak job ends as its kind prescribes (the ledger's expected outcome), cancels of parked jobs included |
 | P10 | §7 step 2, §8.4 (R1) | every terminal write of a child delivers `$children` to its parent, unconditionally |
+| P11 | operations "Shutdown", PROTOCOL §1 | on SIGTERM producers stop claiming first: no attempt is claimed by a node after its own SIGTERM |
+| P12 | §8.5 | a cron slot is inserted only once due (its whole UTC minute reached, by the inserting node's clock) and never after its row was paused |
+| P13 | §8.6 | a cancel requested while a job runs stops it at the next step boundary: at most one step is journaled after the request |
+| P14 | §6 | leases are renewed each ttl/3: a live attempt's remaining lease never falls below ttl/3 (twice on a node) |
+| P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
+| P16 | §6, §7 | attempts are bounded: no job's attempt exceeds its max_attempts (a reclaim on the last attempt fails the job) |
+| P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no lease stays expired for long while a node runs |
+
+The time duties (P4's grace, P11, P12, P13, P14) compare the harness's clock (the fault log's `t`, lease
+samples' `at`, the driver's cancel times) with the timestamps the rows carry (a worker's `now`:
+`inserted_at`, `lease_until`), allowing for the node's own declared clock offset (`BELAY_CLOCK_OFFSET`).
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -37,10 +48,21 @@ DUTIES: dict[str, str] = {
     "P8": "PROTOCOL §2: every successful result carries the attempt that produced it",
     "P9": "PROTOCOL §3: every soak job ends as its kind prescribes (cancels of parked jobs included)",
     "P10": "§7/§8.4 R1: every terminal write of a child delivers $children to its parent, unconditionally",
+    "P11": "operations Shutdown, PROTOCOL §1: on SIGTERM a node stops claiming — no attempt claimed after its own SIGTERM",
+    "P12": "§8.5: a cron slot is inserted only when due (its minute reached) and not after its row is paused",
+    "P13": "§8.6: a cancel requested while a job runs stops it at the next step boundary (≤ 1 step journaled after)",
+    "P14": "§6: leases renewed each ttl/3 — a live attempt's remaining lease never falls below ttl/3",
+    "P15": "§7 (decisions.md outcome table): a wait spends no attempt — every park raises max_attempts by one",
+    "P17": "§6, PROTOCOL §1: expired leases are reclaimed — a sweeper at least every 2 s, no lease left expired",
+    "P16": "§6/§7: attempts are bounded — no attempt beyond max_attempts (reclaim on the last attempt fails the job)",
 }
 TERMINAL = ("succeeded", "failed", "cancelled")
 SKEW_SLACK = 1.0  # seconds of clock disagreement tolerated when comparing a worker's timestamps with the harness's
 DRAIN_LIMIT = 15.0  # PROTOCOL §1: grace ≤ 15 s
+GRACE_MIN = 10.0  # PROTOCOL §1: grace ≥ 10 s
+CLAIM_SETTLE = 1.5  # a claim in flight at SIGTERM has committed this long after it (else: claimed after SIGTERM)
+STAMP_SLACK = 0.05  # rounding between a worker's timestamps and the harness clock (same machine)
+PARKING_KINDS = ("awaiter", "parent", "sleeper")  # the soak kinds that park (P15)
 
 
 class Evidence:
@@ -53,6 +75,8 @@ class Evidence:
             self.by_type[e.get("type")].append(e)
         # (job, attempt) → node, first seen, last seen; lease_until values seen
         self.attempt_node: dict[tuple[int, int], str] = {}
+        self.attempt_kind: dict[tuple[int, int], str] = {}
+        self.until_last: dict[tuple[int, int], float] = {}  # the latest lease_until seen for each attempt
         self.span: dict[tuple[int, int], list[float]] = {}
         self.renewed: set[tuple[int, int]] = set()
         self.skewed_nodes = {
@@ -60,18 +84,24 @@ class Evidence:
         }
         self.skew_seen: dict[str, float] = {}
         last_until: dict[tuple[int, int], float] = {}
-        for e in self.by_type["lease_sample"]:
+        # every lease sample in time order: (at, {(job, attempt): (node, lease_until, kind)}) — a sample
+        # lists every running row of one consistent read (soak/scenarios.py)
+        self.samples: list[tuple[float, dict[tuple[int, int], tuple[str, float | None, str]]]] = []
+        for e in sorted(self.by_type["lease_sample"], key=lambda e: float(e.get("at", e["t"]))):
             at = float(e.get("at", e["t"]))
+            self.samples.append((at, {(int(j), int(a)): (n, u, k) for j, a, n, u, k in e.get("rows", ())}))
             for job_id, attempt, node, until, _kind in e.get("rows", ()):
                 key = (int(job_id), int(attempt))
                 if node:
                     self.attempt_node[key] = node
+                self.attempt_kind[key] = _kind
                 span = self.span.setdefault(key, [at, at])
                 span[1] = at
                 if until is not None:
                     if key in last_until and until > last_until[key] + 0.05:
                         self.renewed.add(key)
                     last_until[key] = until
+                    self.until_last[key] = until
                     ahead = until - at - ttl
                     if node in self.skewed_nodes and ahead > 0.1:
                         self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), ahead)
@@ -217,17 +247,39 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
         # drain can expire a lease the node could not renew — that is the network's doing, not the drain's.
         if timeline.cut_during(node, t - ev.ttl, end + 1):
             continue
-        for job_id, attempt, kind in e.get("running", ()):
+        # Every attempt this node held around its SIGTERM: the ones the nemesis saw running at the signal and
+        # the ones lease samples attribute to it (claimed later, or missed by the nemesis's read).
+        if any(a <= t and b >= t - ev.ttl - 2 for a, b in timeline.stopped.get(node, ())):
+            continue  # SIGSTOPped shortly before: its leases may have lapsed while it was frozen (P2's business)
+        held = {(int(j), int(a)): k for j, a, k in e.get("running", ())}
+        listed = set(held)
+        for (job_id, attempt), n in ev.attempt_node.items():
+            if n == node:
+                held.setdefault((job_id, attempt), ev.attempt_kind.get((job_id, attempt), "?"))
+        lived = d.get("seconds")
+        for (job_id, attempt), kind in sorted(held.items()):
             job = state.jobs.get(job_id)
-            if job is None or kind == "slow":
+            if job is None:
                 continue
-            r.checks += 1
             # Only a lease that expired after the SIGTERM is the drain's: one gone before it was lost earlier.
-            if any(_ts(x["at"]) >= t - 1 for x in _errors_for(job, attempt, "lease_expired") if x.get("at")):
+            expired = [x for x in _errors_for(job, attempt, "lease_expired") if x.get("at") and _ts(x["at"]) >= t - 1]
+            if (job_id, attempt) in listed:
+                r.checks += 1
+            if not expired or ev.until_last.get((job_id, attempt), float("inf")) < t:
+                continue  # no lease expiry, or the lease had already lapsed before the SIGTERM
+            if isinstance(lived, int | float) and lived < GRACE_MIN - 0.5:
+                r.add(
+                    [
+                        f"P4 job {job_id} ({kind}) attempt {attempt} was running on {node}, which exited "
+                        f"{lived}s after its SIGTERM and left the job to lease expiry: the grace must be at "
+                        f"least {GRACE_MIN:.0f}s (PROTOCOL §1: running jobs get the grace to finish)"
+                    ]
+                )
+            elif (job_id, attempt) in listed and kind != "slow":
                 r.add(
                     [
                         f"P4 job {job_id} ({kind}) attempt {attempt} was running on {node} when it got SIGTERM; the "
-                        f"worker exited after {d.get('seconds')}s without finishing it (its lease expired): SIGTERM "
+                        f"worker exited after {lived}s without finishing it (its lease expired): SIGTERM "
                         "must let running jobs finish within the grace"
                     ]
                 )
@@ -398,9 +450,281 @@ def p10_children_signal(r: Any, state: Any, ev: Evidence, timeline: Any) -> int:
     return len(parked)
 
 
+# --- the time and attempt duties (issue 30) ------------------------------------------------------------------
+
+
+def _drain_end(ev: Evidence, node: str, t: float) -> float:
+    d = next((x for x in ev.by_type["worker_drained"] if x["node"] == node and float(x["t"]) >= t), None)
+    if d is None or d.get("seconds") is None:
+        return t + DRAIN_LIMIT + 5
+    return t + float(d["seconds"])
+
+
+def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) -> int:
+    """Claims by a node after its own SIGTERM (operations guide "producers stop claiming first").
+
+    Evidence: two lease samples s0 < s1, s0 taken at least CLAIM_SETTLE after the SIGTERM (a claim in flight
+    at the signal has committed by then); an attempt leased by the node that s1 shows and s0 does not was
+    claimed after s0 (an attempt's row stays running under the same node until it ends; a new claim is a new
+    attempt number). As a second guard its first lease_until seen, less the ttl and the node's declared clock
+    offset, must lie after the SIGTERM (the claim's own `now`). Returns the drains that had such samples."""
+    judged = 0
+    for e in ev.by_type["worker_drain_term"]:
+        node, t = e["node"], float(e["t"])
+        end = _drain_end(ev, node, t)
+        if timeline.db_down_during(t - ev.ttl, end + 1) or timeline.cut_during(node, t - ev.ttl, end + 1):
+            r.notes.append(f"drain of {node}: a database outage or network cut around it; claims not judged")
+            continue
+        after = [(at, rows) for at, rows in ev.samples if at >= t + CLAIM_SETTLE]
+        if not after or after[0][0] > end:
+            continue  # no sample while the node could still claim
+        judged += 1
+        skew = ev.skewed_nodes.get(node, 0.0)
+        late: dict[tuple[int, int], float] = {}
+        seen = {k for k, v in after[0][1].items() if v[0] == node}
+        for at, rows in after[1:]:
+            for key, (n, until, _kind) in rows.items():
+                if n != node or key in seen:
+                    continue
+                seen.add(key)
+                if until is None or until - ev.ttl - skew > t + STAMP_SLACK:
+                    late[key] = at
+        r.checks += 1
+        if late:
+            keys = sorted(late)
+            lost = [
+                k for k in keys if (job := state.jobs.get(k[0])) is not None and _errors_for(job, k[1], "lease_expired")
+            ]
+            first = min(late.values())
+            r.add(
+                [
+                    f"P11 node {node} claimed {len(keys)} attempt(s) after its SIGTERM at +{t - ev.t0:.1f}s "
+                    f"(first seen +{first - ev.t0:.1f}s, absent from an earlier sample taken ≥ {CLAIM_SETTLE}s after "
+                    f"the signal): e.g. job/attempt {', '.join(f'{j}/{a}' for j, a in keys[:4])}; {len(lost)} of them "
+                    "ended by lease expiry — on SIGTERM producers stop claiming first (operations guide, PROTOCOL §1)"
+                ]
+            )
+    return judged
+
+
+def p12_cron_due(r: Any, state: Any, ev: Evidence) -> None:
+    """Cron slots only when due: a slot is a whole UTC minute, inserted no earlier than that minute by the
+    inserting node's own `now` (the row's inserted_at), and none due after the cron row was paused."""
+    paused = {e["name"]: float(e["t"]) for e in ev.by_type["cron_paused"]}
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        if job.cron_name is None or job.cron_slot is None:
+            continue
+        r.checks += 1
+        slot = job.cron_slot.timestamp()
+        if job.cron_slot.second or job.cron_slot.microsecond:
+            r.add([f"P12 cron job {job.id}: slot {job.cron_slot.isoformat()} is not a whole UTC minute (§8.5)"])
+            continue
+        early = slot - job.inserted_at.timestamp()
+        if early > STAMP_SLACK:
+            r.add(
+                [
+                    f"P12 cron job {job.id} (slot {job.cron_slot.isoformat()}) was inserted at "
+                    f"{job.inserted_at.isoformat()}, {early:.1f}s before its slot was due (§8.5: each due minute slot)"
+                ]
+            )
+        t_paused = paused.get(job.cron_name)
+        if t_paused is not None and slot > t_paused + ev.max_skew + 1.0:
+            r.add(
+                [
+                    f"P12 cron job {job.id} fills slot {job.cron_slot.isoformat()}, due "
+                    f"{slot - t_paused:.0f}s after its belay_crons row was paused (+{t_paused - ev.t0:.1f}s): "
+                    "paused rows are skipped (§8.5)"
+                ]
+            )
+
+
+def _step_attempt(step: Any) -> int | None:
+    from model.envelope import decode
+
+    try:
+        value = decode(step.value)
+    except Exception:  # noqa: BLE001 - a foreign value: no attempt to attribute
+        return None
+    return value.get("attempt") if isinstance(value, Mapping) and isinstance(value.get("attempt"), int) else None
+
+
+def p13_cancel_at_next_step(r: Any, state: Any, ev: Evidence, steps: Mapping[int, Mapping[str, Any]]) -> int:
+    """A cancel requested while a `steps` job runs: the step in flight may still be journaled, the next
+    boundary must stop the job — so at most one step is journaled after the request committed (the driver
+    records the cancel after its commit; a step's inserted_at is its node's `now`, less that node's offset)."""
+    first: dict[int, float] = {}
+    for e in ev.by_type["cancel"]:
+        if e.get("kind") == "steps" and e.get("result") == "CancelRequested":
+            first.setdefault(e["job_id"], float(e["t"]))
+    judged = 0
+    for job_id, tc in sorted(first.items()):
+        job = state.jobs.get(job_id)
+        if job is None or job.worker != "steps":
+            continue
+        judged += 1
+        r.checks += 1
+        after = []
+        for name, st in steps.get(job_id, {}).items():
+            attempt = _step_attempt(st)
+            node = ev.attempt_node.get((job_id, attempt)) if attempt is not None else None
+            skew = ev.skewed_nodes.get(node, 0.0) if node else ev.max_skew
+            if st.inserted_at.timestamp() - skew > tc + STAMP_SLACK:
+                after.append(name)
+        if len(after) >= 2:
+            r.add(
+                [
+                    f"P13 job {job_id} (steps): a cancel was requested at +{tc - ev.t0:.1f}s while it ran, yet "
+                    f"{len(after)} steps ({', '.join(sorted(after))}) were journaled after it and the job ended "
+                    f"{job.state}: a pending cancel must stop the job at its next step boundary (§8.6)"
+                ]
+            )
+    return judged
+
+
+def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
+    """§6 renew each ttl/3: a lease renewed on time never has less than 2/3 ttl left (less the renewal's own
+    latency); one seen with under ttl/3 left while its node ran, connected, with the database up for the
+    ttl before, was renewed late. One such sample can be a stalled machine; a node seen so in two renewal
+    cycles (two different lease_until values) is flagged."""
+    low: dict[str, dict[float, tuple[float, tuple[int, int], float]]] = defaultdict(dict)
+    for at, rows in ev.samples:
+        for key, (node, until, _kind) in rows.items():
+            if until is None or not node:
+                continue
+            left = until - at
+            if left >= ev.ttl / 3:
+                continue
+            r.checks += 1
+            if (
+                not timeline.node_ran(node, at - ev.ttl, at)
+                or timeline.db_down_during(at - ev.ttl, at + 0.5)
+                or timeline.cut_during(node, at - ev.ttl, at + 0.5)
+            ):
+                continue
+            low[node].setdefault(until, (at, key, left))
+    r.checks += len(ev.samples)
+    for node, cycles in sorted(low.items()):
+        if len(cycles) < 2:
+            continue
+        at, (job_id, attempt), left = min(cycles.values())
+        r.add(
+            [
+                f"P14 node {node}: leases seen with under ttl/3 ({ev.ttl / 3:.2f}s) left in {len(cycles)} renewal "
+                f"cycles while it ran and the database was up — e.g. job {job_id} attempt {attempt} at "
+                f"+{at - ev.t0:.1f}s with {left:.2f}s left: leases must be renewed each ttl/3 (§6)"
+            ]
+        )
+
+
+def p15_wait_spends_no_attempt(r: Any, state: Any, ledger: Any) -> int:
+    """Every park (await a signal, also parked as ready at once; durable sleep; await children) raises
+    max_attempts by one, so a succeeded job's max_attempts is its enqueued value plus its parks. Parks of a
+    succeeded job = attempt − 1 − errors (every other attempt ended by an error entry, reclaims included).
+    The enqueued value is the one this run's non-parking ledger jobs kept (the driver gives all the same).
+    Returns the parked-and-succeeded jobs judged."""
+    kinds = {e.job_id: e.kind for e in ledger.entries}
+    base = Counter(
+        state.jobs[i].max_attempts
+        for i, k in kinds.items()
+        if i in state.jobs and k not in PARKING_KINDS and k != "slow"
+    )
+    if not base:
+        return 0
+    m0 = base.most_common(1)[0][0]
+    judged = 0
+    for job_id, kind in sorted(kinds.items()):
+        job = state.jobs.get(job_id)
+        if kind not in PARKING_KINDS or job is None or job.state != "succeeded":
+            continue
+        parks = job.attempt - 1 - len(job.errors)
+        if parks < 1:
+            continue
+        judged += 1
+        r.checks += 1
+        if job.max_attempts != m0 + parks:
+            r.add(
+                [
+                    f"P15 job {job_id} ({kind}) parked {parks} time(s) (attempt {job.attempt}, {len(job.errors)} "
+                    f"error(s)) and ended with max_attempts {job.max_attempts}; enqueued with {m0}, it should be "
+                    f"{m0 + parks}: a wait spends no attempt — each park raises max_attempts by one (§7 table)"
+                ]
+            )
+    return judged
+
+
+def p16_attempts_bounded(r: Any, state: Any) -> int:
+    """No job runs more attempts than max_attempts allows: a claim takes attempt+1 only from a job an error or
+    reclaim left ready with attempts to spare; a reclaim on the last attempt fails it (§6). Parks raise
+    max_attempts (P15), operator retries raise it to attempt+1, so attempt ≤ max_attempts always holds.
+    Returns the jobs that used their last attempt (the scenario that exposes a reclaim past the budget)."""
+    exhausted = 0
+    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+        r.checks += 1
+        exhausted += job.attempt >= job.max_attempts and bool(job.errors)
+        if job.attempt > job.max_attempts:
+            r.add(
+                [
+                    f"P16 job {job.id} ({job.worker}) ran attempt {job.attempt} of max_attempts {job.max_attempts} "
+                    f"(ended {job.state}; errors {[e.get('error') for e in job.errors if isinstance(e, Mapping)][-3:]}): "
+                    "an attempt past the budget — a reclaim (or error) on the last attempt must fail the job (§6, §7)"
+                ]
+            )
+    r.notes.append(f"{exhausted} job(s) reached their last attempt with errors")
+    return exhausted
+
+
+RECLAIM_OVERDUE = 8.0  # seconds a lease may stay expired: the 2 s sweeper period, a pass's own time, load
+
+
+def p17_reclaims_expired(r: Any, ev: Evidence, timeline: Any) -> None:
+    """A row seen running with its lease expired for more than RECLAIM_OVERDUE seconds while some node was
+    alive and running and the database up for that whole time: no sweeper reclaimed it (§6 "any node
+    reclaims expirees", PROTOCOL §1 "a sweeper at least every 2 s")."""
+    flagged: set[tuple[int, int]] = set()
+    for at, rows in ev.samples:
+        for key, (node, until, kind) in rows.items():
+            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:
+                continue
+            r.checks += 1
+            if timeline.db_down_during(until, at) or not any(timeline.node_ran(n, until, at) for n in timeline.started):
+                continue
+            flagged.add(key)
+            if len(flagged) <= 3 or len(flagged) % 50 == 0:
+                r.add(
+                    [
+                        f"P17 job {key[0]} ({kind}) attempt {key[1]} leased by {node}: its lease expired at "
+                        f"+{until - ev.t0:.1f}s and the row was still running {at - until:.1f}s later (+{at - ev.t0:.1f}s) "
+                        "although workers ran with the database up: no sweeper reclaimed it (§6)"
+                    ]
+                )
+            else:
+                r.violations += 1
+    r.checks += len(ev.samples)
+
+
+def later_duties(
+    duties: Mapping[str, Any],
+    state: Any,
+    ledger: Any,
+    ev: Evidence,
+    timeline: Any,
+    steps: Mapping[int, Mapping[str, Any]],
+) -> dict[str, int]:
+    """P11–P17 (the checker calls this once); returns their scenario counts for soak/coverage.py."""
+    counts = {"drains_sampled": p11_no_claims_after_term(duties["P11"], state, ev, timeline)}
+    p12_cron_due(duties["P12"], state, ev)
+    counts["cancels_judged"] = p13_cancel_at_next_step(duties["P13"], state, ev, steps)
+    p14_renewal_cadence(duties["P14"], ev, timeline)
+    counts["parks_resumed"] = p15_wait_spends_no_attempt(duties["P15"], state, ledger)
+    counts["last_attempts"] = p16_attempts_bounded(duties["P16"], state)
+    p17_reclaims_expired(duties["P17"], ev, timeline)
+    return counts
+
+
 __all__ = [
     "DUTIES",
     "Evidence",
+    "later_duties",
     "p1_stays_up",
     "p2_renews_leases",
     "p3_cancel_at_park",
@@ -411,4 +735,11 @@ __all__ = [
     "p8_attempts",
     "p9_outcomes",
     "p10_children_signal",
+    "p11_no_claims_after_term",
+    "p12_cron_due",
+    "p13_cancel_at_next_step",
+    "p14_renewal_cadence",
+    "p15_wait_spends_no_attempt",
+    "p16_attempts_bounded",
+    "p17_reclaims_expired",
 ]

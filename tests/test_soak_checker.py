@@ -126,12 +126,24 @@ def baseline() -> Run:
         step(3, 2, "c2", {"token": "y", "attempt": 1}, usd=60),
     ]
     # awaiter with a delivered signal
-    r.add(job(4, "awaiter", input={"signal": "go"}, attempt=2, result={"payload": {"x": 1}, "attempt": 2}), "awaiter")
+    # (parked once, so max_attempts 10 + 1: a wait spends no attempt, P15)
+    r.add(
+        job(
+            4, "awaiter", input={"signal": "go"}, attempt=2, max_attempts=11, result={"payload": {"x": 1}, "attempt": 2}
+        ),
+        "awaiter",
+    )
     r.signals.append(Signal("job:4", "go", {"x": 1}, at(1)))
     # parent with two spawned children
     r.add(
         job(
-            5, "parent", input={"children": 2}, result={"children": [6, 7], "attempt": 2}, attempt=2, finished_at=at(9)
+            5,
+            "parent",
+            input={"children": 2},
+            result={"children": [6, 7], "attempt": 2},
+            attempt=2,
+            max_attempts=11,
+            finished_at=at(9),
         ),
         "parent",
     )
@@ -245,6 +257,18 @@ def test_i1_a_due_job_left_ready_after_the_drain_is_flagged():
     r = baseline()
     r.jobs[1] = replace(r.jobs[1], state="ready", result=None, finished_at=None)
     assert_only(r.check(), "I1", contains="after the drain")
+
+
+def test_i1_jobs_an_unfinished_drain_left_ready_are_unknown_with_their_count():
+    r = baseline()
+    for jid in (1, 2, 3):
+        r.jobs[jid] = replace(r.jobs[jid], state="ready", result=None, finished_at=None, errors=())
+    r.history = [{**e, "drained": False} if e["type"] == "drain_end" else e for e in r.history]
+    result = r.check()
+    i1 = result.invariants["I1"]
+    assert i1.verdict == "unknown" and i1.violations == 0 and not i1.counterexamples, i1.to_json()
+    assert "the drain did not finish: 3 job(s) were left non-terminal (ready 3" in i1.why_unknown
+    assert result.verdict == "unknown" and result.exit_code == 2
 
 
 def test_i1_a_job_waiting_for_a_future_deadline_makes_the_verdict_unknown():
