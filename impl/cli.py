@@ -345,7 +345,11 @@ def _wait_for_database(url: str, schema: str, termination, give_up_after: float 
 
 @main.command("smoke")
 def smoke_cmd() -> None:
-    """Migrate, enqueue, read back on a throwaway database: the foundation's end-to-end check."""
+    """Migrate, enqueue, read back: the foundation's end-to-end check, on a throwaway database.
+
+    With $BELAY_DATABASE_URL it runs in a throwaway schema of that database (belay_smoke_<random>,
+    dropped afterwards): nothing is written into the real schema. Without it, on an embedded
+    throwaway cluster."""
     from impl.smoke import run
 
     sys.exit(run(click.echo))
@@ -452,8 +456,20 @@ _register_ops(main)
     default=False,
     help="first create the dashboard's optional index variants (CREATE INDEX CONCURRENTLY)",
 )
+@click.option(
+    "--authorizer",
+    default=None,
+    help="MODULE:CALLABLE called as authorizer(tool, arguments) before each action (belay mcp's contract)",
+)
 def dashboard_cmd(
-    database_url: str, schema: str, host: str, port: int, token: str | None, reports_dir: str, create_indexes: bool
+    database_url: str,
+    schema: str,
+    host: str,
+    port: int,
+    token: str | None,
+    reports_dir: str,
+    create_indexes: bool,
+    authorizer: str | None,
 ) -> None:
     """Serve the operator's dashboard: queue tiles, jobs, workflows, actions, soak reports."""
     import uvicorn
@@ -461,9 +477,14 @@ def dashboard_cmd(
     from impl.dashboard import create_app
     from impl.dashboard.auth import BindRefused, check_bind
     from impl.dashboard.queries import DashboardQueries
+    from impl.mcp_server import load_authorizer
 
     try:
-        check_bind(host, token or None)
+        guard = load_authorizer(authorizer) if authorizer else None
+    except (ValueError, ImportError, AttributeError) as exc:
+        raise click.UsageError(f"--authorizer {authorizer}: {exc}") from None
+    try:
+        check_bind(host, token or None, guard)
     except BindRefused as exc:
         raise click.UsageError(str(exc)) from None
     check_database(database_url, schema=schema)  # before binding: fail in seconds with one clear line
@@ -471,9 +492,10 @@ def dashboard_cmd(
         if create_indexes:
             created = DashboardQueries(schema).ensure_indexes(conn)
             click.echo(f"dashboard indexes: {'created ' + ', '.join(created) if created else 'all present'}", err=True)
-    app = create_app(database_url, token=token or None, schema=schema, reports_dir=reports_dir)
+    app = create_app(database_url, token=token or None, authorizer=guard, schema=schema, reports_dir=reports_dir)
     click.echo(
-        f"belay dashboard: http://{host}:{port}/ ({'actions need the token' if token else 'read-only: no token'})",
+        f"belay dashboard: http://{host}:{port}/ "
+        f"({'actions need the token' if token else 'actions by the authorizer' if guard else 'read-only: no token'})",
         err=True,
     )
     uvicorn.run(app, host=host, port=port, log_level="info")

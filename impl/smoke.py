@@ -1,13 +1,20 @@
 """A smoke scenario on a provisioned PostgreSQL: migrate, compatibility check, enqueue (single,
 batch, a duplicate, a workflow), signal, cancel and retry, then read everything back and verify it.
-It exits non-zero on the first mismatch."""
+It exits non-zero on the first mismatch.
+
+It never writes into the database it is given: the scenario runs in a throwaway schema
+(`belay_smoke_<random>`, migrated there and dropped afterwards, also on failure), so a real
+database's jobs, workflows and signals are untouched and no real job awaiting `orders/paid` wakes.
+Without BELAY_DATABASE_URL the whole cluster is an embedded throwaway one."""
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import psycopg
+from psycopg import sql
 
 from impl.client import Client
 from impl.migrate import migrate
@@ -19,13 +26,16 @@ from model.ops import JobSpec, WorkflowMember
 def run(echo: Callable[[str], None] = print) -> int:
     started = time.monotonic()
     db = provision()
+    schema = f"belay_smoke_{uuid.uuid4().hex[:6]}"  # short: pg_notify channels name it (63 bytes)
     try:
         echo(f"provisioning: {db.kind} — {db.reason} ({time.monotonic() - started:.2f}s)")
         echo(f"database: {redact(db.url)}")
+        echo(f"throwaway schema {schema}: the scenario writes only there, and it is dropped afterwards")
         with psycopg.connect(db.url, autocommit=True) as conn:
-            applied = migrate(conn)
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            applied = migrate(conn, schema)
         echo(f"migrations applied: {applied or 'none (already current)'}")
-        with Client(db.url) as client:
+        with Client(db.url, schema=schema) as client:
             echo(f"compatible: version {client.compat.version}, contract major {client.compat.contract_major}")
             single = client.enqueue("default", "echo", {"hello": "world"})
             batch = client.enqueue_many(
@@ -61,4 +71,8 @@ def run(echo: Callable[[str], None] = print) -> int:
         echo(f"smoke {'passed' if not failed else 'FAILED'} in {time.monotonic() - started:.2f}s")
         return 1 if failed else 0
     finally:
-        db.close()
+        try:
+            with psycopg.connect(db.url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        finally:
+            db.close()
