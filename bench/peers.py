@@ -6,10 +6,11 @@
 For every system, each round: a fresh database on the one embedded PostgreSQL the bench provisions
 (fsync and synchronous_commit on, as provisioned), the system's own schema installed its own way,
 N no-op jobs enqueued with the system's batch API (1,000 per call; timed: bulk enqueue jobs/s), then
-drained by ONE worker process. The drain clock runs from starting that process until SQL on the
-system's own tables shows all N finished (never the system's own counters); a drain that sees failed
-jobs stops at once. The watcher polls inside one READ COMMITTED transaction (each statement sees the
-latest commits) and the counters are read from another database, so neither adds to the commits.
+drained by ONE worker process, run as the system's own documentation or CLI runs it. Every system is
+observed the same way, from outside its process: the drain clock runs from starting the worker process
+until SQL on the system's own tables — polled every 50 ms by the bench's own process on its own
+connection, never inside the worker — shows all N finished (never the system's own counters); a drain
+that shows failed jobs stops at once. The worker process measures nothing; the bench terminates it.
 Rounds are interleaved, alternating the order, so a noisy neighbour hurts every system alike;
 the table shows medians and the median of per-round (paired) ratios to Belay batched.
 Per job, the database work of each drain (commits and rows written from pg_stat_database, WAL bytes
@@ -18,7 +19,8 @@ and syncs from pg_stat_wal; the enqueue's too, in the JSON) explains the differe
 Each system runs at a common concurrency (10 jobs in flight) and at its high-throughput setting:
 
   Belay           enqueue_many; batched kind (chunk 100, limit 200) / unbatched (limit 10)
-  pgqueuer        Queries.enqueue over lists; QueueManager.run(batch_size=100) / its default 10
+  pgqueuer        Queries.enqueue over lists; QueueManager.run(batch_size=100) / its default 10, on one
+                  asyncpg connection under uvloop, as its `pgq run` does
   procrastinate   Task.batch_defer_async; worker concurrency 50 / 10 (asyncio jobs, LISTEN/NOTIFY)
   chancy          Chancy.push_many(batch_size=1000); AsyncExecutor (its choice for many small I/O
                   jobs) with eager_polling, queue concurrency 50 / 10
@@ -120,24 +122,51 @@ class System:
         return None
 
 
-def _python(code: str, url: str, timeout: float) -> float:
-    """Run a drain in its own worker process; it prints the seconds it measured."""
+POLL_S = 0.05  # the observer's cadence, the same for every system
+
+
+def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> float:
+    """Run a system's worker in its own process and time its drain from outside it, the same way for
+    every system: the clock starts when the process is started and stops when `finished_sql` — run by
+    this (the bench's) process every POLL_S on its own autocommit connection — shows all n finished
+    (first column) with none failed (second). The worker process only works: it measures nothing and
+    runs until it is terminated."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
         "BENCH_URL": url,
     }
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        cwd=ROOT,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"drain process failed: {done.stderr[-2000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    with psycopg.connect(url, autocommit=True) as probe:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+        try:
+            while True:
+                ok, failed = probe.execute(finished_sql).fetchone()
+                if failed:
+                    raise RuntimeError(f"{failed} jobs failed")
+                if ok >= n:
+                    return time.perf_counter() - started
+                if proc.poll() is not None:
+                    raise RuntimeError(f"drain process exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+                if time.perf_counter() - started > timeout:
+                    raise RuntimeError(f"drain not finished after {timeout} s ({ok} of {n})")
+                time.sleep(POLL_S)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
 
 
 # Belay ------------------------------------------------------------------------------------------------
@@ -169,7 +198,7 @@ from impl.worker import Registry
 from model.queues import QueueOpts
 import psycopg
 logging.disable(logging.WARNING)
-url, n, mode = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), os.environ["BENCH_MODE"]
+url, mode = os.environ["BENCH_URL"], os.environ["BENCH_MODE"]
 reg = Registry()
 if mode == "batched":
     @reg.kind("noop", queue="bench", chunk={"size": 100, "gather_ms": 20})
@@ -182,22 +211,20 @@ else:
         return None
     opts = QueueOpts(10, 10)
 config = WorkerConfig(queues=(QueueConfig("bench", opts),), notify=True, sweep_interval=3600)
-logging.disable(logging.WARNING)
-with psycopg.connect(url, autocommit=False) as c:
-    started = time.perf_counter()
-    worker = Worker(url, reg, config).start()
-    while c.execute("SELECT count(*) FROM belay_jobs WHERE queue = 'bench' AND state = 'succeeded'").fetchone()[0] < n:
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - started
-worker.stop(grace=5)
-print(elapsed)
+worker = Worker(url, reg, config).start()
+while True:  # until the bench terminates the process
+    time.sleep(3600)
 """
+BELAY_FINISHED = (
+    "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'failed') "
+    "FROM belay_jobs WHERE queue = 'bench'"
+)
 
 
 def belay_drain(mode: str):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_MODE"] = str(n), mode
-        return _python(BELAY_DRAIN, url, timeout=600)
+        return _python(BELAY_DRAIN, url, 600, BELAY_FINISHED, n)
 
     return drain
 
@@ -243,48 +270,38 @@ def pgqueuer_enqueue(url: str, n: int) -> float:
 
 
 PGQUEUER_DRAIN = """
-import asyncio, os, time, logging
-import psycopg
-from pgqueuer.db import PsycopgDriver
+# As pgqueuer's own `pgq run` runs a worker: one asyncpg connection (AsyncpgDriver) on uvloop.
+import os, logging
+import asyncpg, uvloop
+from pgqueuer.db import AsyncpgDriver
 from pgqueuer.qm import QueueManager
 from pgqueuer.queries import Queries
 logging.disable(logging.WARNING)
-url, n, batch = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_BATCH"])
+url, batch = os.environ["BENCH_URL"], int(os.environ["BENCH_BATCH"])
 
 async def main():
-    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-    probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
-    qm = QueueManager(Queries(PsycopgDriver(conn)))
+    conn = await asyncpg.connect(url)
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
     @qm.entrypoint("noop")
     async def noop(job):
         return None
 
-    async def watch():
-        # completion as the database shows it: the job rows gone and logged successful
-        while True:
-            cur = await probe.execute("SELECT (SELECT count(*) FROM pgqueuer), "
-                                      "(SELECT count(*) FROM pgqueuer_log WHERE status = 'successful')")
-            left, ok = await cur.fetchone()
-            if left == 0 and ok >= n:
-                qm.shutdown.set()
-                return time.perf_counter()
-            await asyncio.sleep(0.02)
-
-    started = time.perf_counter()
-    watcher = asyncio.create_task(watch())
     await qm.run(batch_size=batch)
-    ended = await watcher
-    print(ended - started)
 
-asyncio.run(main())
+uvloop.run(main())
 """
+# completion as the database shows it: the job rows logged successful (and none logged as an exception)
+PGQUEUER_FINISHED = (
+    "SELECT count(*) FILTER (WHERE status = 'successful'), count(*) FILTER (WHERE status = 'exception') "
+    "FROM pgqueuer_log"
+)
 
 
 def pgqueuer_drain(batch: int):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_BATCH"] = str(n), str(batch)
-        return _python(PGQUEUER_DRAIN, url, timeout=600)
+        return _python(PGQUEUER_DRAIN, url, 600, PGQUEUER_FINISHED, n)
 
     return drain
 
@@ -334,7 +351,7 @@ PROCRASTINATE_DRAIN = """
 import asyncio, os, time, logging
 import procrastinate
 logging.disable(logging.WARNING)
-url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+url, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_CONCURRENCY"])
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
 
 @app.task(name="noop", queue="bench")
@@ -343,38 +360,20 @@ async def noop():
 
 async def main():
     async with app.open_async():
-        probe = await __import__("psycopg").AsyncConnection.connect(url, autocommit=False)
-        started = time.perf_counter()
-        worker = asyncio.create_task(app.run_worker_async(
-            queues=["bench"], concurrency=conc, wait=True, install_signal_handlers=False))
-        while True:
-            cur = await probe.execute("SELECT count(*) FILTER (WHERE status = 'succeeded'), "
-                                      "count(*) FILTER (WHERE status = 'failed') FROM procrastinate_jobs")
-            ok, failed = await cur.fetchone()
-            if failed:
-                raise SystemExit(f"{failed} jobs failed")
-            if ok >= n:
-                break
-            if worker.done():
-                worker.result()
-                raise SystemExit("worker stopped early")
-            await asyncio.sleep(0.02)
-        elapsed = time.perf_counter() - started
-        worker.cancel()
-        try:
-            await worker
-        except asyncio.CancelledError:
-            pass
-        print(elapsed)
+        await app.run_worker_async(queues=["bench"], concurrency=conc, wait=True, install_signal_handlers=False)
 
 asyncio.run(main())
 """
+PROCRASTINATE_FINISHED = (
+    "SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'failed') "
+    "FROM procrastinate_jobs"
+)
 
 
 def procrastinate_drain(concurrency: int):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_CONCURRENCY"] = str(n), str(concurrency)
-        return _python(PROCRASTINATE_DRAIN, url, timeout=900)
+        return _python(PROCRASTINATE_DRAIN, url, 900, PROCRASTINATE_FINISHED, n)
 
     return drain
 
@@ -420,39 +419,29 @@ def chancy_enqueue(url: str, n: int) -> float:
 
 
 CHANCY_DRAIN = """
-import asyncio, os, time, logging
-import psycopg
+import asyncio, os, logging
 from chancy import Chancy, Queue, Worker
 logging.disable(logging.WARNING)
-url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+url, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_CONCURRENCY"])
 
 async def main():
     async with Chancy(url) as chancy:
         await chancy.declare(Queue("bench", concurrency=conc, executor=Chancy.Executor.Async,
                                    polling_interval=1, eager_polling=True), upsert=True)
-        probe = await psycopg.AsyncConnection.connect(url, autocommit=False)
-        started = time.perf_counter()
-        async with Worker(chancy, register_signal_handlers=False) as worker:
-            while True:
-                cur = await probe.execute("SELECT count(*) FILTER (WHERE state = 'succeeded'), "
-                                          "count(*) FILTER (WHERE state = 'failed') FROM chancy_jobs")
-                ok, failed = await cur.fetchone()
-                if failed:
-                    raise SystemExit(f"{failed} jobs failed")
-                if ok >= n:
-                    break
-                await asyncio.sleep(0.02)
-            elapsed = time.perf_counter() - started
-        print(elapsed)
+        async with Worker(chancy, register_signal_handlers=False):
+            await asyncio.Event().wait()  # until the bench terminates the process
 
 asyncio.run(main())
 """
+CHANCY_FINISHED = (
+    "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'failed') FROM chancy_jobs"
+)
 
 
 def chancy_drain(concurrency: int):
     def drain(url: str, n: int) -> float:
         os.environ["BENCH_N"], os.environ["BENCH_CONCURRENCY"] = str(n), str(concurrency)
-        return _python(CHANCY_DRAIN, url, timeout=900)
+        return _python(CHANCY_DRAIN, url, 900, CHANCY_FINISHED, n)
 
     return drain
 
@@ -498,7 +487,7 @@ import os, time, logging
 import psycopg
 from dbos import DBOS
 logging.disable(logging.WARNING)
-url, n, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_N"]), int(os.environ["BENCH_CONCURRENCY"])
+url, conc = os.environ["BENCH_URL"], int(os.environ["BENCH_CONCURRENCY"])
 poll = float(os.environ["BENCH_POLL"])
 DBOS(config={"name": "bench", "system_database_url": url, "log_level": "ERROR", "executor_id": "bench"})
 
@@ -506,23 +495,15 @@ DBOS(config={"name": "bench", "system_database_url": url, "log_level": "ERROR", 
 def noop():
     return None
 
-with psycopg.connect(url, autocommit=False) as probe:
-    started = time.perf_counter()
-    DBOS.launch()
-    DBOS.register_queue("bench", worker_concurrency=conc, polling_interval_sec=poll, on_conflict="always_update")
-    while True:
-        ok, failed = probe.execute("SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER "
-                                   "(WHERE status IN ('ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) "
-                                   "FROM dbos.workflow_status").fetchone()
-        if failed:
-            raise SystemExit(f"{failed} workflows failed")
-        if ok >= n:
-            break
-        time.sleep(0.02)
-    elapsed = time.perf_counter() - started
-DBOS.destroy()
-print(elapsed)
+DBOS.launch()
+DBOS.register_queue("bench", worker_concurrency=conc, polling_interval_sec=poll, on_conflict="always_update")
+while True:  # until the bench terminates the process
+    time.sleep(3600)
 """
+DBOS_FINISHED = (
+    "SELECT count(*) FILTER (WHERE status = 'SUCCESS'), "
+    "count(*) FILTER (WHERE status IN ('ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) FROM dbos.workflow_status"
+)
 
 
 def dbos_drain(concurrency: int, poll: float):
@@ -532,7 +513,7 @@ def dbos_drain(concurrency: int, poll: float):
             str(concurrency),
             str(poll),
         )
-        return _python(DBOS_DRAIN, url, timeout=900)
+        return _python(DBOS_DRAIN, url, 900, DBOS_FINISHED, n)
 
     return drain
 
@@ -677,6 +658,43 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
     return table
 
 
+# The README's claims: each compares two systems round by round (the same round, so the same noise).
+CLAIMS = (
+    ("belay-unbatched", "pgqueuer-10", "the default kind ÷ pgqueuer's default"),
+    ("belay-batched", "pgqueuer-100", "batched ÷ pgqueuer batch 100"),
+)
+
+
+def paired(results: dict[str, list[dict]]) -> list[dict]:
+    """Per-round drain ratios of each claim pair: min, median, max and every round's value."""
+    out = []
+    for a, b, what in CLAIMS:
+        if a in results and b in results and results[a] and len(results[a]) == len(results[b]):
+            ratios = [x["drain_per_s"] / y["drain_per_s"] for x, y in zip(results[a], results[b], strict=True)]
+            out.append(
+                {
+                    "pair": f"{a} / {b}",
+                    "what": what,
+                    "rounds": [round(r, 3) for r in ratios],
+                    "min": min(ratios),
+                    "median": statistics.median(ratios),
+                    "max": max(ratios),
+                }
+            )
+    return out
+
+
+def print_rounds(results: dict[str, list[dict]]) -> None:
+    keys = list(results)
+    if not keys:
+        return
+    print(f"{'drain jobs/s per round':<40} " + " ".join(f"{'r' + str(i + 1):>8}" for i in range(len(results[keys[0]]))))
+    for key in keys:
+        print(f"{key:<40} " + " ".join(f"{x['drain_per_s']:>8,.0f}" for x in results[key]))
+    for row in paired(results):
+        print(f"{row['what']:<40} " + " ".join(f"{r:>8.2f}" for r in row["rounds"]) + f"   min {row['min']:.2f}")
+
+
 def print_table(table: dict[str, dict], not_run: dict[str, str]) -> None:
     print(
         f"{'system':<40} {'enqueue/s':>10} {'÷ belay':>7} {'drain/s':>9} {'÷ belay':>7} "
@@ -692,8 +710,8 @@ def print_table(table: dict[str, dict], not_run: dict[str, str]) -> None:
     for key, why in not_run.items():
         print(f"{SYSTEMS[key][0].label if key in SYSTEMS else key:<40} not run: {why}")
     print(
-        "drain/s: N jobs ÷ seconds from starting the worker process until SQL on the system's own tables shows "
-        "all N finished; ÷ belay: median of per-round ratios to Belay batched; per job: drain deltas of "
+        "drain/s: N jobs ÷ seconds from starting the worker process until SQL on the system's own tables, polled "
+        "every 50 ms from the bench's process, shows all N finished; ÷ belay: median of per-round ratios to Belay batched; per job: drain deltas of "
         "pg_stat_database (commits, rows inserted+updated+deleted) and pg_stat_wal (bytes, syncs)."
     )
 
@@ -757,6 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {k: v for k, v in results.items() if k not in not_run}
     table = summarise(results)
     print()
+    print_rounds(results)
+    print()
     print_table(table, not_run)
     print(f"load average before {load_before}, after {load_after} ({os.cpu_count()} cores)")
     out = {
@@ -770,6 +790,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_after": load_after,
         "versions": package_versions(),
         "systems": table,
+        "paired": paired(results),
         "not_run": not_run,
     }
     if args.json:
