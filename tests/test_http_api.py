@@ -10,6 +10,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
 import httpx
 import psycopg
@@ -51,7 +52,7 @@ def claim(api, queue: str = "q", limit: int = 1, timeout: int = 30) -> list[dict
     return r.json()["tasks"]
 
 
-def job_row(db_url: str, task_id: str) -> dict:
+def job_row(db_url: str, task_id: str) -> Any:
     with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
         return c.execute("SELECT * FROM belay_jobs WHERE id = %s", (int(task_id.removeprefix("task_")),)).fetchone()
 
@@ -82,13 +83,44 @@ def test_queue_is_a_belay_queues_row_and_a_duplicate_is_409(api, db_url):
         assert c.execute("SELECT name FROM belay_queues").fetchall() == [("orders",)]
 
 
-def test_delete_queue_with_unfinished_tasks_is_409_and_deletes_nothing(api, db_url):
+def test_delete_queue_with_a_pending_task_is_409_and_deletes_nothing(api, db_url):
     make_queue(api)
     task = make_task(api)
     assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
     assert job_row(db_url, task["task_id"])["state"] == "ready"
-    run = claim(api)[0]
+    assert [q["name"] for q in api.get("/queues").json()["queues"]] == ["q"]
+
+
+def test_delete_queue_with_a_claimed_task_is_409_and_deletes_nothing(api, db_url):
+    make_queue(api)
+    task = make_task(api)
+    claim(api)
     assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
+    assert job_row(db_url, task["task_id"])["state"] == "running"
+
+
+@pytest.mark.parametrize("how", ["schedule", "wait", "retry"])
+def test_delete_queue_with_a_sleeping_task_is_409_and_deletes_nothing(api, clock, db_url, how):
+    make_queue(api)
+    task = make_task(api, max_attempts=2, retry_strategy={"kind": "fixed", "base_seconds": 60})
+    run = claim(api)[0]
+    if how == "schedule":
+        api.post(f"/runs/{run['run_id']}/schedule", json={"run_at": iso(clock() + timedelta(seconds=60))})
+    elif how == "wait":
+        assert wait(api, run, "later").status_code == 202
+    else:
+        assert "next_run_id" in api.post(f"/runs/{run['run_id']}/fail", json={"error": "x"}).json()
+    assert runs_of(api, task)[-1][2] == "sleeping"
+    assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
+    assert job_row(db_url, task["task_id"]) is not None
+
+
+def test_delete_queue_with_only_finished_tasks_deletes_them_as_the_served_document_says(api, db_url):
+    make_queue(api)
+    task = make_task(api)
+    run = claim(api)[0]
+    described = api.get("/openapi.json").json()["paths"]["/queues/{queue_name}"]["delete"]["description"]
+    assert "deleted together with its finished tasks" in described
     assert api.post(f"/runs/{run['run_id']}/complete", json={}).status_code == 200
     assert api.delete("/queues/q").status_code == 204
     assert job_row(db_url, task["task_id"]) is None  # its finished tasks go with it
@@ -243,30 +275,66 @@ def test_schedule_snoozes_the_run_and_spends_no_attempt(api, clock, db_url):
     task = make_task(api, max_attempts=1)
     run = claim(api)[0]["run_id"]
     at = clock() + timedelta(seconds=60)
+    resumes_as = f"run_{task['task_id'][5:]}_2"
     assert api.post(f"/runs/{run}/schedule", json={"run_at": iso(at)}).json() == {
-        "run_id": run,
+        "run_id": resumes_as,  # the run that resumes, under the id of its next claim
         "scheduled_at": iso(at),
     }
+    assert runs_of(api, task) == [(resumes_as, 1, "sleeping")]  # one run, the scheduled one, no phantom
     assert claim(api) == []
+    assert_error(api.post(f"/runs/{run}/complete", json={}), 409, "STALE_RUN")
     clock.advance(60)
+    assert runs_of(api, task) == [(resumes_as, 1, "pending")]
     again = claim(api)[0]
-    assert again["run_id"] == f"run_{task['task_id'][5:]}_2"
+    assert (again["run_id"], again["attempt"], again["max_attempts"]) == (resumes_as, 1, 1)
+    assert runs_of(api, task) == [(resumes_as, 1, "claimed")]
     r = api.post(f"/runs/{again['run_id']}/fail", json={"error": "x"}).json()
     assert "next_run_id" not in r  # max_attempts 1: the schedule did not use it up, the failure did
     assert job_row(db_url, task["task_id"])["state"] == "failed"
 
 
-def test_an_expired_claim_is_claimable_again_and_fails_when_attempts_are_spent(api, clock, db_url):
+def runs_of(api, task: dict) -> list[tuple[str, int, str]]:
+    """(id, attempt, status) of every run of a task, as GET /runs lists them."""
+    r = api.get("/runs", params={"task_id": task["task_id"]})
+    assert r.status_code == 200, r.text
+    return [(x["id"], x["attempt"], x["status"]) for x in r.json()["runs"]]
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2])
+def test_an_expired_claim_is_claimable_again_without_spending_an_attempt(api, clock, db_url, max_attempts):
     make_queue(api)
-    task = make_task(api, max_attempts=2)
-    claim(api, timeout=5)
-    clock.advance(5)
-    api.belay.sweep_once()
-    assert claim(api, timeout=5)[0]["attempt"] == 2
-    clock.advance(5)
-    api.belay.sweep_once()
+    task = make_task(api, max_attempts=max_attempts)
+    n = task["task_id"][5:]
+    first = claim(api, timeout=5)[0]
+    clock.advance(4)
+    assert api.belay.sweep_once().requeued == []  # not yet expired
+    clock.advance(1)
+    assert api.belay.sweep_once().requeued == [int(n)]
+    assert runs_of(api, task) == [(f"run_{n}_2", 1, "pending")]  # the same run, back in the queue
+    for lap in range(3):  # expiring again and again never spends the budget
+        again = claim(api, timeout=5)[0]
+        assert (again["run_id"], again["attempt"], again["max_attempts"]) == (f"run_{n}_{lap + 2}", 1, max_attempts)
+        clock.advance(5)
+        api.belay.sweep_once()
+    again = claim(api, timeout=5)[0]
+    stale = first["run_id"]  # the holder whose claim expired is refused everywhere, and changes nothing
+    assert_error(api.post(f"/runs/{stale}/complete", json={"result": 1}), 409, "STALE_RUN")
+    assert_error(api.post(f"/runs/{stale}/fail", json={"error": "late"}), 409, "STALE_RUN")
+    assert_error(api.post(f"/runs/{stale}/schedule", json={"run_at": iso(clock())}), 409, "STALE_RUN")
+    assert_error(
+        api.put(f"/tasks/{task['task_id']}/checkpoints/s", json={"state": 1, "owner_run": stale}), 409, "STALE_RUN"
+    )
+    assert_error(wait(api, {**first, "run_id": stale}, "e"), 409, "STALE_RUN")
+    assert api.get(f"/tasks/{task['task_id']}/checkpoints/s").status_code == 404
     row = job_row(db_url, task["task_id"])
-    assert row["state"] == "failed" and [e["error"] for e in row["errors"]] == ["lease_expired"] * 2
+    assert (row["state"], row["errors"]) == ("running", [])
+    failed = api.post(f"/runs/{again['run_id']}/fail", json={"error": "boom"}).json()
+    assert failed["attempt"] == 1
+    assert ("next_run_id" in failed) == (max_attempts > 1), "the budget is the one the task was created with"
+    assert runs_of(api, task)[0] == (again["run_id"], 1, "failed")
+
+
+# --- timeouts --------------------------------------------------------------------------------------
 
 
 # --- timeouts --------------------------------------------------------------------------------------
@@ -436,8 +504,9 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
     api.post(f"/runs/{running['run_id']}/schedule", json={"run_at": iso(clock() + timedelta(seconds=60))})
     done = claim(api)[0]
     api.post(f"/runs/{done['run_id']}/complete", json={})
-    listing = api.get("/tasks", params={"queue": "q"}).json()
-    assert [(t["task_id"], t["status"]) for t in listing["tasks"]] == [
+    listing = api.get("/tasks", params={"queue_name": "q"}).json()
+    assert api.get("/tasks", params={"queue": "q"}).json() == listing  # the earlier parameter name
+    assert [(t["id"], t["status"]) for t in listing["tasks"]] == [
         (a["task_id"], "sleeping"),
         (b["task_id"], "completed"),
         (c["task_id"], "pending"),
@@ -447,22 +516,33 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
         "queue_name": "q",
         "task_name": "work",
         "attempt": 1,
-        "max_attempts": 2,
+        "max_attempts": 1,
         "params": {"i": 0},
         "headers": {"h": "v"},
-    }, "the effective budget: the schedule gave its attempt back"
-    assert listing["tasks"][1]["completed_at"] == iso(clock())
+    }, "max_attempts as created: the schedule spent none"
+    assert set(first) >= {"id", "task_name", "status", "queue_name", "max_attempts", "created_at", "completed_at"}
+    assert first["completed_at"] is None and listing["tasks"][1]["completed_at"] == iso(clock())
+    named = make_task(api, task_name="other_kind")
+    assert [t["id"] for t in api.get("/tasks", params={"task_name": "other_kind"}).json()["tasks"]] == [
+        named["task_id"]
+    ]
+    assert api.get("/tasks", params={"queue_name": "other", "task_name": "other_kind"}).json() == {"tasks": []}
     assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
         c["task_id"],
         elsewhere["task_id"],
+        named["task_id"],
     ]
     page = api.get("/tasks", params={"limit": 2}).json()
     assert [t["task_id"] for t in page["tasks"]] == [a["task_id"], b["task_id"]]
     rest = api.get("/tasks", params={"limit": 2, "cursor": page["next_cursor"]}).json()
-    assert [t["task_id"] for t in rest["tasks"]] == [c["task_id"], elsewhere["task_id"]] and "next_cursor" not in rest
-    assert_error(api.get("/tasks", params={"queue": "nope"}), 404, "QUEUE_NOT_FOUND")
+    assert [t["task_id"] for t in rest["tasks"]] == [c["task_id"], elsewhere["task_id"]]
+    last = api.get("/tasks", params={"limit": 2, "cursor": rest["next_cursor"]}).json()
+    assert [t["task_id"] for t in last["tasks"]] == [named["task_id"]] and "next_cursor" not in last
+    assert_error(api.get("/tasks", params={"queue_name": "nope"}), 404, "QUEUE_NOT_FOUND")
     assert_error(api.get("/tasks", params={"status": "claimed"}), 400, "VALIDATION_ERROR")
-    assert_error(api.get("/tasks", params={"limit": 0}), 400, "VALIDATION_ERROR")
+    r = api.get("/tasks", params={"limit": 0})
+    assert_error(r, 400, "VALIDATION_ERROR")
+    assert r.json()["error"] == "limit must be at least 1, got 0"
     assert_error(api.get("/tasks", params={"cursor": "zz"}), 400, "VALIDATION_ERROR")
 
 
@@ -490,30 +570,42 @@ def test_wait_parks_the_run_with_its_deadline_and_emit_wakes_it(api, clock, db_u
     task = make_task(api, max_attempts=1)
     run = claim(api)[0]
     r = wait(api, run, "go", timeout=300)
+    n = task["task_id"][5:]
     assert r.status_code == 202 and r.json()["status"] == "sleeping"
+    assert r.json()["next_run_id"] == f"run_{n}_2"
+    assert runs_of(api, task) == [(f"run_{n}_2", 1, "sleeping")]  # the run that waits, and no other
     row = job_row(db_url, task["task_id"])
     assert (row["state"], row["await_name"], row["ready_at"]) == ("awaiting", "go", clock() + timedelta(seconds=300))
     assert claim(api) == []
     assert_error(api.post(f"/runs/{run['run_id']}/complete", json={}), 409, "STALE_RUN")  # it sleeps
     api.post("/events", json={"event_name": "go", "payload": [1, 2]})
+    assert runs_of(api, task) == [(f"run_{n}_2", 1, "pending")]  # woken in place
     resumed = claim(api)[0]
-    assert resumed["run_id"] == f"run_{task['task_id'][5:]}_2"
+    assert (resumed["run_id"], resumed["attempt"], resumed["max_attempts"]) == (f"run_{n}_2", 1, 1)
     assert wait(api, resumed, "go").json() == {"status": "resolved", "payload": [1, 2]}
     assert api.post(f"/runs/{resumed['run_id']}/complete", json={}).status_code == 200
+    assert runs_of(api, task) == [(f"run_{n}_2", 1, "completed")]
+    assert api.get("/runs", params={"status": "sleeping"}).json() == {"runs": []}
 
 
 def test_wait_resumed_after_the_deadline_without_the_event_answers_408(api, clock):
     make_queue(api)
-    make_task(api, max_attempts=1)
+    task = make_task(api, max_attempts=1)
     run = claim(api)[0]
     assert wait(api, run, "never", timeout=30).status_code == 202
     clock.advance(29)
     assert claim(api) == []
+    [listed] = api.get("/runs", params={"task_id": task["task_id"]}).json()["runs"]
+    assert listed["status"] == "sleeping" and "wait_timed_out" not in listed
     clock.advance(1)
+    [listed] = api.get("/runs", params={"task_id": task["task_id"]}).json()["runs"]
+    assert (listed["status"], listed["wait_timed_out"]) == ("pending", True)  # marked: woken by its deadline
     resumed = claim(api)[0]  # the deadline made it claimable again
+    assert resumed["run_id"] == listed["id"]
     r = wait(api, resumed, "never", timeout=30)  # the first deadline holds, not a fresh 30 s
     assert r.status_code == 408 and r.json()["status"] == "timeout"
     assert api.post(f"/runs/{resumed['run_id']}/fail", json={"error": "no event"}).status_code == 200
+    assert runs_of(api, task) == [(resumed["run_id"], 1, "failed")]
 
 
 def test_concurrent_emit_and_wait_for_event_never_strand_a_run(api, db_url):

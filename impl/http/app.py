@@ -127,7 +127,7 @@ def _page_query(request: Request, statuses: tuple[str, ...]) -> tuple[str | None
         except ValueError:
             raise e.bad("limit must be an integer") from None
         if limit < 1:
-            raise e.bad("limit must be >= 1")
+            raise e.bad(f"limit must be at least 1, got {limit}")
     return status, limit
 
 
@@ -140,7 +140,8 @@ async def list_runs(request: Request, s: HttpService, now: datetime) -> Response
 async def list_tasks(request: Request, s: HttpService, now: datetime) -> Response:
     status, limit = _page_query(request, TASK_STATUSES)
     q = request.query_params
-    return ok(await call(s.list_tasks, now, q.get("queue"), status, q.get("cursor"), limit))
+    queue = q.get("queue_name", q.get("queue"))  # `queue`: the name this server read before the clients'
+    return ok(await call(s.list_tasks, now, queue, status, q.get("cursor"), limit, q.get("task_name")))
 
 
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:

@@ -135,7 +135,10 @@ def integer(
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise bad(f"{key} must be an integer")
-    if value < minimum or (maximum is not None and value > maximum):
+    if maximum is None:
+        if value < minimum:
+            raise bad(f"{key} must be at least {minimum}, got {value}")
+    elif value < minimum or value > maximum:
         raise bad(f"{key} must be between {minimum} and {maximum}, got {value}")
     return value
 

@@ -63,7 +63,7 @@ _LINKS = {
         "CreateTask": ("createTask", {"queue_name": "$response.body#/name"}),
         "ClaimTasks": ("claimTasks", {"queue_name": "$response.body#/name"}),
         "DeleteQueue": ("deleteQueue", {"queue_name": "$response.body#/name"}),
-        "ListQueueTasks": ("listTasks", {"queue": "$response.body#/name"}),
+        "ListQueueTasks": ("listTasks", {"queue_name": "$response.body#/name"}),
     },
     ("createTask", "201"): {
         "ListTaskRuns": ("listRuns", {"task_id": "$response.body#/task_id"}),
@@ -92,8 +92,9 @@ _EXTENSION_PATHS = {
             "operationId": "listTasks",
             "summary": "List tasks (extension)",
             "description": (
-                "A Belay extension the reference client uses (not in the spec): tasks in creation order, "
-                "optionally of one queue and one status, at most `limit` (values above 1000 return 1000), with "
+                "A Belay extension the reference clients use (not in the spec): tasks in creation order, "
+                "optionally of one queue, one task name and one status, at most `limit` (values above 1000 "
+                "return 1000), with "
                 "`next_cursor` when more follow. Status: pending (claimable now, or held), running (claimed), "
                 "sleeping (scheduled, backing off before a retry, or waiting for an event), completed, failed, "
                 "canceled. 404 when the named queue does not exist."
@@ -102,10 +103,25 @@ _EXTENSION_PATHS = {
             "x-belay-extension": True,
             "parameters": [
                 {
-                    "name": "queue",
+                    "name": "queue_name",
                     "in": "query",
                     "required": False,
                     "description": "Only tasks of this queue",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 63},
+                },
+                {
+                    "name": "task_name",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only tasks of this task name",
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 63},
+                },
+                {
+                    "name": "queue",
+                    "in": "query",
+                    "required": False,
+                    "deprecated": True,
+                    "description": "The earlier name of `queue_name` (ignored when `queue_name` is given)",
                     "schema": {"type": "string", "minLength": 1, "maxLength": 63},
                 },
                 {
@@ -159,29 +175,27 @@ _EXTENSION_PATHS = {
 _EXTENSION_SCHEMAS = {
     "TaskSummary": {
         "type": "object",
-        "required": ["task_id", "queue_name", "task_name", "status", "attempt", "max_attempts", "created_at"],
+        "required": ["id", "queue_name", "task_name", "status", "max_attempts", "created_at", "completed_at"],
         "x-belay-extension": True,
         "properties": {
-            "task_id": {"type": "string"},
+            "id": {"type": "string", "description": "The task's id (task_<n>)"},
+            "task_id": {"type": "string", "description": "The same id, under the name earlier servers used"},
             "queue_name": {"type": "string"},
             "task_name": {"type": "string"},
             "status": {"type": "string", "enum": _TASK_STATUSES},
-            "attempt": {"type": "integer", "description": "Runs claimed so far"},
-            "max_attempts": {
+            "attempt": {
                 "type": "integer",
-                "description": (
-                    "The effective budget: as requested at creation, plus one for every schedule and wait so far "
-                    "(neither spends an attempt)"
-                ),
+                "description": "The attempt of the task's current (or last) run: 1 + the runs that failed before it",
             },
+            "max_attempts": {"type": "integer", "description": "As the task was created with"},
             "params": {"description": "Task parameters as provided when created"},
             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
             "workflow_run_id": {"type": "string"},
             "created_at": {"type": "string", "format": "date-time"},
             "completed_at": {
-                "type": "string",
+                "type": ["string", "null"],
                 "format": "date-time",
-                "description": "When the task finished (completed, failed or canceled)",
+                "description": "When the task finished (completed, failed or canceled); null until then",
             },
         },
     },
@@ -226,8 +240,15 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
         "(names 1..63 characters, max_attempts ≤ 1,000,000, seconds ≤ 2^31-1) and response links. Ids: "
         "task_<n>, run_<n>_<attempt>, wfr_<hex>. A checkpoint PUT replaces its state (a new version; GET "
         "returns the latest) and only the task's live run may write (409 for a stale or foreign run). A run "
-        "resumed after schedule or wait-for-event is the task's next run (a new run_id); neither spends an "
-        "attempt. Extensions (x-belay-extension): GET /tasks.\n"
+        "leaves its holder — its claim expires, or it is scheduled, or it waits for an event — and goes back "
+        "to the queue as the same run (one attempt: none of the three spends one of max_attempts); it is "
+        "`sleeping` until due, then `pending`, and the next claim hands it out under a new run_id, the id "
+        "of that claim: the old id is refused (409) from then on, so a holder whose claim expired can never "
+        "overwrite the new holder's work. scheduleRun and wait-for-event's 202 (`next_run_id`) return that "
+        "new id; GET /runs lists every run under its current id. `attempt` counts runs (1 + the failed "
+        "ones before it) and `max_attempts` is the one the task was created with. An expired claim is "
+        "re-queued by the server's sweeper (every second by default). Full semantics: docs/http-api.md in "
+        "the Belay repository. Extensions (x-belay-extension): GET /tasks.\n"
     )
     ops = _operations(doc)
     methods = _methods(doc)
@@ -257,6 +278,33 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
     ]
     age.pop("nullable", None)
     age["type"] = ["number", "null"]
+    # what this server does where the spec leaves it open
+    ops["deleteQueue"]["description"] += (
+        "Served by Belay: 409 while the queue has a task that is not finished (pending, claimed or sleeping) "
+        "or a finished task of a workflow that is still running; otherwise the queue is deleted together "
+        "with its finished tasks, their runs and checkpoints (a departure from the spec's wording, which "
+        "counts finished tasks too: they would otherwise pin the queue until the cleanup policy removes "
+        "them).\n"
+    )
+    ops["claimTasks"]["description"] += (
+        "Served by Belay: a run whose claim expired is re-queued without spending an attempt and is "
+        "handed out again under a new run_id; the expired holder's complete, fail, schedule, "
+        "wait-for-event and checkpoint writes are refused with 409.\n"
+    )
+    ops["scheduleRun"]["description"] += (
+        " The run goes back to the queue (sleeping until run_at, then pending) without spending an attempt; "
+        "the run_id returned is the id it resumes under when claimed next (the caller's id is stale from now on)."
+    )
+    sleeping = ops["waitForEvent"]["responses"]["202"]["content"]["application/json"]["schema"]
+    sleeping["properties"]["next_run_id"] = {
+        "type": "string",
+        "description": "The id the run resumes under when it is claimed again (Belay)",
+    }
+    schemas["RunSummary"]["properties"]["wait_timed_out"] = {
+        "type": "boolean",
+        "description": "Present (true) on a run woken by its wait's deadline rather than its event, until "
+        "claimed: its next wait-for-event on that step answers 408 (Belay)",
+    }
     # statuses
     for op_id, statuses in _EXTRA_STATUSES.items():
         for status in statuses:

@@ -32,6 +32,7 @@ from psycopg.types.json import Jsonb
 from impl.http import checkpoints as cp
 from impl.http import errors as e
 from impl.http import fastpath as fast
+from impl.http import sql as http_sql
 from impl.http.errors import ApiError, iso
 from impl.http.ids import (
     RunRef,
@@ -53,6 +54,7 @@ from impl.http.tasks import (
     RetryStrategy,
     TaskConfig,
     claimed_task,
+    failures_of,
     headers_of,
     runs_of,
 )
@@ -110,7 +112,8 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass
 class SweepReport:
-    reclaimed: list[int] = field(default_factory=list)
+    reclaimed: list[int] = field(default_factory=list)  # jobs of other clients (§6 reclaim)
+    requeued: list[int] = field(default_factory=list)  # HTTP tasks whose claim expired
     timed_out: list[int] = field(default_factory=list)
     pruned_tasks: list[int] = field(default_factory=list)
     pruned_events: int = 0
@@ -405,10 +408,18 @@ class HttpService:
             out["next_cursor"] = encode_cursor(found[limit - 1][0])
         return out
 
-    def list_tasks(self, now: datetime, queue: str | None, status: str | None, cursor: str | None, limit: int) -> dict:
-        """listTasks (an extension the reference client uses): tasks in id order, optionally of one
-        queue (404 when it does not exist) and one status, at most `limit` (clamped to MAX_PAGE), with
-        next_cursor when more follow."""
+    def list_tasks(
+        self,
+        now: datetime,
+        queue: str | None,
+        status: str | None,
+        cursor: str | None,
+        limit: int,
+        task_name: str | None = None,
+    ) -> dict:
+        """listTasks (an extension the reference clients call): tasks in id order, optionally of one
+        queue (404 when it does not exist), one task name and one status, at most `limit` (clamped to
+        MAX_PAGE), with next_cursor when more follow."""
         after = 0
         if cursor is not None:
             ref = decode_cursor(cursor)
@@ -416,11 +427,22 @@ class HttpService:
                 raise e.bad("cursor is not one this server handed out (pass next_cursor as given)")
             after = ref.job_id
         if queue is not None:
-            e.check_name(queue, "queue")
+            e.check_name(queue, "queue_name")
             self._queue(queue)
+        if task_name is not None:
+            e.check_name(task_name, "task_name")
         limit = min(limit, MAX_PAGE)
-        rows = self.store.statement(
-            "http_tasks_page", {"now": now, "after": after, "queue": queue, "status": status, "limit": limit + 1}
+        rows = http_sql.run(
+            self.store,
+            "tasks_page",
+            {
+                "now": now,
+                "after": after,
+                "queue": queue,
+                "task_name": task_name,
+                "status": status,
+                "limit": limit + 1,
+            },
         )
         out: dict[str, Any] = {"tasks": [self._task_json(r) for r in rows[:limit]]}
         if len(rows) > limit:
@@ -429,23 +451,26 @@ class HttpService:
 
     @staticmethod
     def _task_json(row: dict) -> dict:
+        """A TaskSummary: the keys the reference clients read (id, task_name, status, queue_name,
+        max_attempts — as created —, created_at, completed_at: null until finished) and more."""
         config = TaskConfig.from_step(row["config"], row["max_attempts"])
+        failures = failures_of(row["errors"])
         item: dict[str, Any] = {
+            "id": task_id(row["id"]),
             "task_id": task_id(row["id"]),
             "queue_name": row["queue"],
             "task_name": row["worker"],
             "status": row["status"],
-            "attempt": row["attempt"],
-            "max_attempts": row["max_attempts"],
+            "attempt": failures if row["state"] == "failed" and failures else failures + 1,
+            "max_attempts": config.max_attempts,
             "params": row["input"],
             "headers": headers_of(row["meta"]),
             "created_at": iso(row["inserted_at"]),
+            "completed_at": iso(row["finished_at"]) if row["finished_at"] is not None else None,
         }
         workflow_run = config.workflow_run_id or row["workflow_id"]
         if workflow_run is not None:
             item["workflow_run_id"] = workflow_run
-        if row["finished_at"] is not None:
-            item["completed_at"] = iso(row["finished_at"])
         return item
 
     def completion_params(self, now: datetime, run: str, body: Any) -> dict | None:
@@ -510,7 +535,7 @@ class HttpService:
         acked = self.store.apply(w.Ack(now, ref.job_id, ref.attempt, outcome))
         if isinstance(acked, w.Stale):
             raise self._stale(ref)
-        out: dict[str, Any] = {"run_id": str(ref), "status": "failed", "attempt": ref.attempt}
+        out: dict[str, Any] = {"run_id": str(ref), "status": "failed", "attempt": failures_of(row["errors"]) + 1}
         if acked.state == "ready":
             out["next_run_id"] = run_id(ref.job_id, ref.attempt + 1)
             out["next_attempt_at"] = iso(retry_at)
@@ -530,7 +555,8 @@ class HttpService:
         if isinstance(self.store.apply(w.Ack(now, ref.job_id, ref.attempt, w.Snooze(run_at))), w.Stale):
             raise self._stale(ref)
         self.on_ready(row["queue"])
-        return {"run_id": str(ref), "scheduled_at": iso(run_at)}
+        # the run that resumes: this run, handed back to the queue under the id of its next claim
+        return {"run_id": run_id(ref.job_id, ref.attempt + 1), "scheduled_at": iso(run_at)}
 
     def wait_for_event(self, now: datetime, run: str, body: Any) -> tuple[int, dict]:
         """The spec's flow: 200 with the payload when the event exists (or this step already resolved),
@@ -593,10 +619,12 @@ class HttpService:
             parked = self.store._park(tx, ref.job_id, ref.attempt, EVENT_SCOPE, event_name, deadline)
             if parked is None:
                 raise self._stale(ref)  # the park itself spends no attempt (model.store.max_attempts_after_park)
+            resumed = run_id(ref.job_id, ref.attempt + 1)
             return 202, {
                 "status": "sleeping",
-                "message": f"run {ref} sleeps until event {event_name!r} or {iso(deadline)}; "
-                "claim again to resume the task",
+                "message": f"the run sleeps until event {event_name!r} or {iso(deadline)}; it resumes as "
+                f"{resumed} when claimed again (stop working on {ref})",
+                "next_run_id": resumed,
             }
 
     # --- checkpoints --------------------------------------------------------------------------------
@@ -813,12 +841,17 @@ class HttpService:
         """Reclaim expired claims (claimable again at once, or failed when attempts are spent), cancel
         tasks past their start/execution deadlines, and apply every queue's cleanup policy."""
         report = SweepReport()
-        while True:
+        while True:  # HTTP tasks: claimable again, no attempt spent (impl/http/sql.py requeue_expired)
+            requeued = http_sql.run(self.store, "requeue_expired", {"now": now, "limit": batch})
+            report.requeued += [r["id"] for r in requeued]
+            if len(requeued) < batch:
+                break
+        while True:  # any other job: the contract's §6 reclaim
             done = self.store.apply(w.Reclaim(now, NO_BACKOFF, batch))
             report.reclaimed += [*done.retried, *done.failed]
             if len(done.retried) + len(done.failed) < batch:
                 break
-        if report.reclaimed:
+        if report.reclaimed or report.requeued:
             self.on_ready(None)
         for row in self.store.statement("http_timed_out", {"now": now, "limit": batch}):
             if self.cancel_task(now, row["id"], row["reason"], state=row["state"], attempt=row["attempt"]):

@@ -121,18 +121,25 @@ def headers_of(meta: Any) -> dict[str, str]:
     return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in meta.items()}
 
 
+def failures_of(errors: Any) -> int:
+    """How many runs of a task failed so far: the entries of its errors (a failRun records one; an
+    expired claim records none, as it spends no attempt)."""
+    return sum(1 for e in errors or [] if isinstance(e, dict))
+
+
 def claimed_task(job: Any, config: TaskConfig) -> dict[str, Any]:
-    """The spec's ClaimedTask for a job just claimed. max_attempts is the job's effective budget (the
-    column): the requested value plus one for every schedule and wait so far, which spend no attempt —
-    so `attempt == max_attempts` always means "this is the last run"."""
+    """The spec's ClaimedTask for a job just claimed. `attempt` counts the task's runs as the spec
+    does — 1 plus the runs that failed before this one (an expired claim, a schedule or a wait
+    spends none) — and `max_attempts` is the one the task was created with, so `attempt ==
+    max_attempts` means "this is the last run". The run id names this claim (the §7 fence)."""
     out = {
         "run_id": run_id(job.id, job.attempt),
         "task_id": task_id(job.id),
-        "attempt": job.attempt,
+        "attempt": failures_of(job.errors) + 1,
         "task_name": job.worker,
         "params": job.input,
         "headers": headers_of(job.meta),
-        "max_attempts": job.max_attempts,
+        "max_attempts": config.max_attempts,
     }
     if config.retry_strategy is not None:
         out["retry_strategy"] = config.retry_strategy.as_json()
@@ -154,67 +161,63 @@ def error_text(entry: dict) -> str:
 
 
 def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
-    """Every run of one job, in attempt order, as (position, RunSummary).
+    """Every run of one job, in attempt order, as (position, RunSummary); position is
+    (job id, attempt) with the run's attempt as the spec counts it (1 + the failed runs before it).
 
-    Runs 1..attempt were claimed. A past run failed when the job's errors hold an entry for its
-    attempt; otherwise it ended by schedule or wait-for-event and stays `sleeping` in the history.
-    A job waiting to be claimed also has its next run: `pending` when claimable now, else `sleeping`.
-    A cancelled job's cancelled run reports `failed` with the recorded reason.
+    A run is one attempt at the task (docs/http-api.md, "Runs"). It is created by createTask (the
+    first) or by a failRun that schedules a retry (the next); it ends completed, failed (a reported
+    failure, or the task's cancellation) — nothing else makes or ends one. A claim that expires, a
+    schedule and a wait-for-event hand the same run back to the queue: while it waits it is
+    `sleeping`, once claimable `pending`, claimed again `claimed`. Its id names the claim that holds it
+    (the §7 fence: `run_<job>_<claim>`), and one that is not held names the claim that will take it
+    next, so the id a stale holder kept never acts again; the id changes exactly when the run leaves
+    its holder (expiry, schedule, wait) and is the one scheduleRun and wait-for-event's 202 return.
+    A run woken by its wait's deadline rather than its event is marked `wait_timed_out` (its next
+    wait-for-event on that step answers 408).
     """
-    job_id, state, attempt = row["id"], row["state"], row["attempt"]
-    errors = {e.get("attempt"): e for e in (row["errors"] or []) if isinstance(e, dict)}
+    job_id, state, claims = row["id"], row["state"], row["attempt"]
+    errors = [e for e in (row["errors"] or []) if isinstance(e, dict)]
     cancel = decode(bytes(row["cancel_step"])) if row.get("cancel_step") is not None else None
-    created: dict[int, datetime] = {1: row["inserted_at"]}
-    for k in range(2, attempt + 2):
-        previous = errors.get(k - 1)
-        at = _dt(previous["at"]) if previous and previous.get("at") else None
-        created[k] = at or created[k - 1]
 
-    def summary(k: int, status: str, error: str | None = None, done: datetime | None = None) -> tuple:
+    def summary(n: int, claim: int, created: datetime, status: str, **extra: Any) -> tuple[RunRef, dict[str, Any]]:
         item: dict[str, Any] = {
-            "id": run_id(job_id, k),
+            "id": run_id(job_id, max(claim, 1)),
             "task_id": task_id(job_id),
-            "attempt": k,
+            "attempt": n,
             "status": status,
-            "created_at": iso(created[k]),
+            "created_at": iso(created),
         }
-        if error is not None:
-            item["error"] = error
-        if done is not None:
-            item["completed_at"] = iso(done)
-        return RunRef(job_id, k), item
+        for key, value in extra.items():
+            if value is not None:
+                item[key] = iso(value) if isinstance(value, datetime) else value
+        return RunRef(job_id, n), item
 
     out = []
-    for k in range(1, attempt):
-        e = errors.get(k)
-        out.append(summary(k, "failed", error_text(e), _dt(e.get("at"))) if e else summary(k, "sleeping"))
+    created = row["inserted_at"]
+    for n, e in enumerate(errors, start=1):
+        at = _dt(e.get("at")) if e.get("at") else None
+        recorded_claim = e.get("attempt")
+        claim = recorded_claim if isinstance(recorded_claim, int) else n
+        out.append(summary(n, claim, created, "failed", error=error_text(e), completed_at=at or row["finished_at"]))
+        created = at or created
+    n = len(errors) + 1
+    if state == "failed":
+        if not errors or errors[-1].get("attempt") != claims:  # a failure no errors entry records
+            out.append(summary(n, claims, created, "failed", error="failed", completed_at=row["finished_at"]))
+        return out
     if state == "cancelled":
         reason = cancel.get("reason") if isinstance(cancel, dict) else None
+        recorded = cancel.get("attempt") if isinstance(cancel, dict) else None
+        at_claim = recorded if isinstance(recorded, int) else max(claims, 1)
         text = f"cancelled: {reason}" if reason else "cancelled"
-        at_run = cancel.get("attempt") if isinstance(cancel, dict) else None
-        if at_run is None:
-            at_run = attempt if attempt >= 1 and attempt not in errors else attempt + 1
-        at_run = min(max(at_run, 1), attempt + 1)
-        if attempt >= 1 and at_run != attempt:
-            e = errors.get(attempt)
-            out.append(
-                summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e else summary(attempt, "sleeping")
-            )
-        out.append(summary(max(at_run, 1), "failed", text, row["finished_at"]))
+        out.append(summary(n, at_claim, created, "failed", error=text, completed_at=row["finished_at"]))
         return out
-    if attempt >= 1:
-        e = errors.get(attempt)
-        if state == "running":
-            out.append(summary(attempt, "claimed"))
-        elif state == "succeeded":
-            out.append(summary(attempt, "completed", None, row["finished_at"]))
-        elif state == "failed":
-            out.append(summary(attempt, "failed", error_text(e) if e else "failed", row["finished_at"]))
-        else:
-            out.append(
-                summary(attempt, "failed", error_text(e), _dt(e.get("at"))) if e else summary(attempt, "sleeping")
-            )
-    if state in ("ready", "awaiting", "held", "paused"):
+    if state == "running":
+        out.append(summary(n, claims, created, "claimed"))
+    elif state == "succeeded":
+        out.append(summary(n, claims, created, "completed", completed_at=row["finished_at"]))
+    else:  # ready, awaiting, held, paused: waiting for its next claim
         pending = claimable(state, row["ready_at"], now)
-        out.append(summary(attempt + 1, "pending" if pending else "sleeping"))
+        timed_out = True if state == "awaiting" and pending else None
+        out.append(summary(n, claims + 1, created, "pending" if pending else "sleeping", wait_timed_out=timed_out))
     return out
