@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from impl.pgrows import job_from_row
 from model import ops
@@ -226,7 +226,9 @@ class HarnessLedger:
             records = (json.loads(line) for line in p.read_text().splitlines() if line.strip())
         else:
             records = source
-        cancels, signals, silent = set(), set(), set()
+        cancels: set[int] = set()
+        signals: set[int] = set()
+        silent: set[int] = set()
         for r in records:
             t = r.get("type")
             if t == "cancel" and r.get("job_id") is not None:
@@ -275,7 +277,7 @@ class World:
     # --- writes ------------------------------------------------------------------------------------
 
     @staticmethod
-    def _keys(j: Job) -> list[tuple[dict, Any]]:
+    def _keys(j: Job) -> list[tuple[str, Any]]:
         return [
             (idx, k)
             for idx, k in (
@@ -311,11 +313,11 @@ class World:
         if table == JOBS:
             return self.jobs.get(key)
         if table == STEPS:
-            by = self.steps.get(key[0])
-            return by.get(key[1]) if by else None
+            steps = self.steps.get(key[0])
+            return steps.get(key[1]) if steps else None
         if table == EVENTS:
-            by = self.events.get(key[0])
-            return by.get(key[1]) if by else None
+            events = self.events.get(key[0])
+            return events.get(key[1]) if events else None
         return getattr(self, ATTR[table]).get(key)
 
     def put(self, table: str, key: Any, row: Any) -> None:
@@ -376,7 +378,7 @@ class World:
         keys = set(signal_keys)
         for i in ids:
             j = self.jobs[i]
-            if j.await_scope is not None:
+            if j.await_scope is not None and j.await_name is not None:
                 keys.add((j.await_scope, j.await_name))
             for name in self.by_scope.get(f"job:{i}", ()):
                 keys.add((f"job:{i}", name))
@@ -705,7 +707,6 @@ class Validator:
         head: list[tuple[str, Any]] = []  # (kind, op) applied first: config, inserts, journal, signals
         tail: list[tuple[str, Any]] = []
         choices: list[list[list[tuple[str, Any]]]] = []  # alternatives, one list chosen from each
-        mask: dict[str, set] = {}
         claimed: dict[tuple, list[Job]] = defaultdict(list)
         renewed: dict[tuple, list[int]] = defaultdict(list)
         reclaimed: list[tuple[Job, Job]] = []
@@ -769,7 +770,7 @@ class Validator:
             else:
                 plain.append(j)
         for name in ("queues", "crons"):
-            for key, (b, a) in R.get(QUEUES if name == "queues" else CRONS, {}).items():
+            for key, (_b, a) in R.get(QUEUES if name == "queues" else CRONS, {}).items():
                 if a is None:
                     raise Mismatch(f"belay_{name} {key!r} deleted: no model operation deletes it")
                 if name == "queues":
@@ -842,8 +843,8 @@ class Validator:
                     raise Mismatch(f"step {name!r} of job {job_id}: undecodable value ({exc})") from None
                 head.append(("record_step", w.RecordStep(a.inserted_at, job_id, name, value, a.usd_micros, a.tokens)))
         for parent, by_name in spawned_keys.items():
-            for name, kids in by_name.items():
-                if kids:
+            for name, left in by_name.items():
+                if left:
                     raise Mismatch(
                         f"children of job {parent} inserted with spawn keys but no $spawn:{name} step journaled"
                     )
@@ -857,7 +858,7 @@ class Validator:
             head.append(("emit_event", w.EmitEvent(a.inserted_at, job_id, a.payload)))
         # --- signals
         children_written = [a for (_s, n), (_b, a) in G.items() if n == "$children" and a is not None]
-        for (scope, name), (b, a) in sorted(G.items()):
+        for (scope, name), (_b, a) in sorted(G.items()):
             if a is not None and name != "$children":
                 self.now_ok(a.inserted_at, at, f"signal {scope}/{name}")
                 attested = True
@@ -876,7 +877,7 @@ class Validator:
                 )
             due = [J[r.id][0].ready_at for r in rows if J[r.id][0].ready_at is not None]
             if first_claims:
-                now = next(iter(first_claims))
+                now = next(iter(first_claims)) or at
             else:
                 now = max([at, *due]) if due and max(due) > at else at
             self.now_ok(now, at, f"claim by {node}")
@@ -891,8 +892,8 @@ class Validator:
                 qopts = QueueOpts.parse(qrow.opts) if qrow is not None else QueueOpts()
             except ops.InvalidInput:
                 qopts = QueueOpts()
-            op = w.Claim(now, queue, node, len(rows), lease_until - now, qopts)
-            tail.append(("claim", ("mask_claim", {r.id for r in rows}, op)))
+            claim = w.Claim(now, queue, node, len(rows), lease_until - now, qopts)
+            tail.append(("claim", ("mask_claim", {r.id for r in rows}, claim)))
         # --- renewals
         for (node, lease_until), ids in renewed.items():
             if node is None or lease_until is None:
@@ -909,7 +910,7 @@ class Validator:
             tail.append(("cancel", ops.Cancel(now, a.id)))
         if maybe_derived_cancel:
             alt_cancel = []
-            for b, a in maybe_derived_cancel:
+            for _b, a in maybe_derived_cancel:
                 now = a.finished_at or at
                 self.now_ok(now, at, f"cancel of job {a.id}")
                 alt_cancel.append(("cancel", ops.Cancel(now, a.id)))
@@ -922,31 +923,28 @@ class Validator:
         # --- reclaim
         if reclaimed:
             nows = {_parse_at(a.errors[-1]["at"]) for _, a in reclaimed}
-            if len(nows) > 1:
-                # several sweeps' worth in one transaction: one Reclaim per `now`
-                pass
-            for now in sorted(nows):
-                rows = [(b, a) for b, a in reclaimed if _parse_at(a.errors[-1]["at"]) == now]
+            for now in sorted(nows):  # several sweeps' worth in one transaction: one Reclaim per `now`
+                swept = [(b, a) for b, a in reclaimed if _parse_at(a.errors[-1]["at"]) == now]
                 self.now_ok(now, at, "reclaim")
                 by_attempt: dict[int, list[datetime]] = defaultdict(list)
-                for b, a in sorted(rows, key=lambda ba: ba[0].id):
+                for b, a in sorted(swept, key=lambda ba: ba[0].id):
                     if a.state == "ready":
                         if a.ready_at is None or a.ready_at < now:
                             raise Mismatch(
                                 f"reclaim retries job {a.id} at {a.ready_at}, before its now {now.isoformat()}"
                             )
                         by_attempt[b.attempt].append(a.ready_at)
-                op = w.Reclaim(now, ObservedRetry(by_attempt), limit=len(rows))  # type: ignore[arg-type]
-                tail.append(("reclaim", ("mask_reclaim", {b.id for b, _ in rows}, op)))
+                sweep = w.Reclaim(now, ObservedRetry(by_attempt), limit=len(swept))  # type: ignore[arg-type]
+                tail.append(("reclaim", ("mask_reclaim", {b.id for b, _ in swept}, sweep)))
         # --- acks (one AckMany when several rows in one transaction)
         ack_ops: list[w.Ack] = []
         sleep_ops: list[tuple[str, Any]] = []
         for b, a in sorted(acks, key=lambda ba: ba[0].id):
-            op = self._ack_of(b, a, at, sleeps)
-            if isinstance(op, w.Sleep):
-                sleep_ops.append(("sleep", op))
+            ack = self._ack_of(b, a, at, sleeps)
+            if isinstance(ack, w.Sleep):
+                sleep_ops.append(("sleep", ack))
             else:
-                ack_ops.append(op)
+                ack_ops.append(ack)
         for job_id in sleeps:
             if not any(isinstance(op, w.Sleep) and op.job_id == job_id for _, op in sleep_ops):
                 raise Mismatch(f"$sleep step of job {job_id} journaled but the job did not go to sleep")
@@ -962,7 +960,7 @@ class Validator:
         tail.extend(sleep_ops)
         for b, a in parks:
             now = at
-            alts = []
+            alts: list[list[tuple[str, Any]]] = []
             if a.await_name == "$children" and a.await_scope == f"job:{a.id}":
                 alts.append([("await_children", w.AwaitChildren(now, a.id, b.attempt, a.ready_at))])
             if a.await_scope is None or a.await_name is None:
@@ -1015,7 +1013,7 @@ class Validator:
             out.append(Candidate(" + ".join(kinds) or "no operation", [op for _, op in seq], kinds))
         return out
 
-    ORDER = {
+    ORDER: ClassVar[dict[str, int]] = {
         "put_queue": 0,
         "put_cron": 0,
         "enqueue": 1,
@@ -1162,11 +1160,12 @@ class Validator:
                 t.jobs[i] = m
         if what == "claim":  # each taken row must be claimable under the model's own predicate
             for i in ids:
-                j = t.jobs.get(i)
-                if j is None or not model_store.claimable(j, op.now):
+                taken = t.jobs.get(i)
+                if taken is None or not model_store.claimable(taken, op.now):
                     raise Mismatch(
-                        f"claim of job {i}: not claimable at {op.now.isoformat()} (state {j.state if j else None}, "
-                        f"ready_at {j.ready_at.isoformat() if j and j.ready_at else None})"
+                        f"claim of job {i}: not claimable at {op.now.isoformat()} "
+                        f"(state {taken.state if taken else None}, "
+                        f"ready_at {taken.ready_at.isoformat() if taken and taken.ready_at else None})"
                     )
         model_store.HANDLERS[type(op)](t, op)
         for i, (orig, m) in hidden.items():
@@ -1184,9 +1183,7 @@ class Validator:
         buckets = {k[0] for k in R.get(RATE, {})}
         for op in cand.ops:
             inner = op[-1] if isinstance(op, tuple) else op
-            if isinstance(inner, (ops.DeliverSignal,)):
-                signal_keys.add((inner.scope, inner.name))
-            elif isinstance(inner, (w.ParkAwait,)):
+            if isinstance(inner, (ops.DeliverSignal, w.ParkAwait)):
                 signal_keys.add((inner.scope, inner.name))
             elif isinstance(inner, w.Claim):
                 job_ids |= self.world.running.get(inner.queue, set())
@@ -1239,7 +1236,8 @@ class Validator:
                 if _rows_equal(expected, got):
                     continue
                 if got is None:
-                    return f"{table} {k!r}: the transaction {'leaves' if k not in written else 'writes'} {_brief(expected)}, the model deletes it / never writes it"
+                    verb = "writes" if k in written else "leaves"
+                    return f"{table} {k!r}: the transaction {verb} {_brief(expected)}, the model deletes it / never writes it"
                 if expected is None:
                     return f"{table} {k!r}: the model writes {_brief(got)}, the transaction {'deletes it' if k in written else 'does not'}"
                 col = _diff_columns(expected, got)[0]
@@ -1312,7 +1310,7 @@ class Validator:
 
     def compare(self, final: State) -> list[str]:
         diff = []
-        mine = {
+        mine: dict[str, dict[Any, Any]] = {
             "jobs": self.world.jobs,
             "steps": {(j, n): s for j, by in self.world.steps.items() for n, s in by.items()},
             "events": {(j, q): e for j, by in self.world.events.items() for q, e in by.items()},
@@ -1322,7 +1320,7 @@ class Validator:
             "crons": self.world.crons,
         }
         for attr, have in mine.items():
-            theirs = dict(getattr(final, attr))
+            theirs: dict[Any, Any] = dict(getattr(final, attr))
             for k in set(have) | set(theirs):
                 if not _rows_equal(have.get(k), theirs.get(k)):
                     diff.append(f"{attr} {k!r}")

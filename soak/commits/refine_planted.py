@@ -1,0 +1,45 @@
+"""Planted bugs that only trace validation (soak.commits.refine) is meant to see: the reference worker
+with one named query of impl/sql edited, so that the implementation disagrees with model/.
+
+    soak/run.sh --worker '"$BELAY_SOAK_PYTHON" -m soak.commits.refine_planted claim_resets_started_at'
+    python -m soak.commits.refine reports/latest          # INVALID, naming the first claim that differs
+
+Variants (argv[1]):
+  claim_resets_started_at  the claim writes started_at = now on every attempt (the model keeps the first
+                           claim's time: COALESCE(started_at, now)); no invariant reads started_at.
+  reclaim_past_max         the reclaim pass reads max_attempts + 2, so an expired lease at attempt 6 of 6
+                           is retried (attempts 7 and 8 of 6 run); leases are never renewed, so every
+                           `slow` attempt (12 s under a 10 s lease) expires and the budget is reached.
+  snooze_credits_two       a snooze adds 2 to max_attempts instead of 1 (the model: one).
+Not part of the broken-worker catalogue: these exist to show the refinement check failing.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from soak.broken.base import patched_queries
+from soak.reference_worker import main
+
+VARIANTS = {
+    "claim_resets_started_at": {
+        "claim_plain": ("started_at = COALESCE(started_at, %(now)s)", "started_at = %(now)s"),
+    },
+    "reclaim_past_max": {
+        "expired_leases": (
+            "SELECT id, attempt, max_attempts FROM",
+            "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM",
+        ),
+        "renew_leases": ("WHERE id = ANY(%(ids)s)", "WHERE false AND id = ANY(%(ids)s)"),
+    },
+    "snooze_credits_two": {
+        "ack_snooze": ("max_attempts = max_attempts + 1", "max_attempts = max_attempts + 2"),
+    },
+}
+
+
+if __name__ == "__main__":
+    name = sys.argv[1] if len(sys.argv) > 1 else ""
+    if name not in VARIANTS:
+        sys.exit(f"usage: python -m soak.commits.refine_planted {{{','.join(VARIANTS)}}}")
+    main(store_class=patched_queries(**VARIANTS[name]))
