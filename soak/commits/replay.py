@@ -16,6 +16,18 @@ For each committed transaction, in commit order:
      operator-retried ids from the history itself.
 At the end the replayed state must equal the final snapshot (`matches_snapshot`).
 
+Capture gaps never produce findings (issue 27). A committed change the capture missed shows, with
+REPLICA IDENTITY FULL, either as a later change whose old row differs from the replayed one, or as a
+row whose final state differs from the replay (a change undone inside the gap leaves the replay right
+afterwards). Every such row taints its job (steps and events: their job; a signal: it and its
+awaiters); findings are held until the end and each one whose job — or a job related to it when it was
+found: workflow, unique key, cron slot, spawn parent and children, awaited signal — is tainted is
+suppressed (counted, never reported). One kind is kept: an illegal belay_jobs change judged from the
+server's own old row (REPLICA IDENTITY FULL) is what the server wrote in one commit, whatever the
+capture missed around it. Findings about untouched jobs still make the verdict invalid; a
+gap with no such finding makes it unknown and names the tainted jobs. Lost ranges the capture itself
+noticed (`capture["lost_ranges"]`) and a torn file tail make it unknown too.
+
 The first violating transaction is reported with its LSN, commit time, the rows it changed and the
 preceding transitions of the rows involved.
 """
@@ -117,6 +129,12 @@ class Finding:
     text: str
     node: str | None = None
     attempt: int | None = None
+    # jobs and non-job rows related to the finding when it was found (gap suppression)
+    related_jobs: frozenset = field(default=frozenset(), repr=False, compare=False)
+    related_rows: frozenset = field(default=frozenset(), repr=False, compare=False)
+    # a belay_jobs change judged from the server's own old row (or an insert): exactly what the server
+    # wrote in one committed change, whatever the replay missed around it — never suppressed
+    self_contained: bool = field(default=False, repr=False, compare=False)
 
     def __str__(self) -> str:
         # attribution from the rows: the lease holder and attempt of the row when it was written (a stale,
@@ -148,6 +166,8 @@ class HistoryResult:
     seconds: float = 0.0  # wall time of the replay
     cpu_seconds: float = 0.0  # CPU time of the replay (the machine may be shared)
     timelines: dict[int, list[Transition]] = field(default_factory=dict)  # selected jobs, for the report
+    tainted: list[int] = field(default_factory=list)  # jobs a capture gap touched: not judged
+    suppressed: int = 0  # findings about tainted jobs (or rows related to them), not reported
 
     def line(self) -> str:
         base = (
@@ -177,6 +197,9 @@ class HistoryResult:
             "capture": self.capture,
             "matches_snapshot": self.matches_snapshot,
             "snapshot_diff": self.snapshot_diff[:20],
+            "tainted_jobs": self.tainted[:200],
+            "tainted_count": len(self.tainted),
+            "suppressed_findings": self.suppressed,
             "seconds": round(self.seconds, 2),
             "cpu_seconds": round(self.cpu_seconds, 2),
         }
@@ -219,6 +242,9 @@ class Replayer:
         # old row disagreed with the replay). Their later transitions are judged from that old row — the
         # server's truth — and the state predicates skip them: what was not seen cannot be checked.
         self.tainted: set[int] = set()
+        self.tainted_rows: set[tuple[str, Any]] = set()  # non-job rows (signals, rate windows, queues, crons)
+        self.suppressed_now = 0
+        self.first_candidates: list[tuple[list[Finding], dict]] = []
         self.result = HistoryResult("valid")
 
     # --- indexes -------------------------------------------------------------------------------
@@ -324,10 +350,7 @@ class Replayer:
                     diff = ", ".join(sorted(tr.changed_columns(current, old)))
                     self._capture_gap(tx, f"{c.table} {key}: the old row differs from the replayed one in {diff}")
             if gap:
-                gap_job = key if c.table == "belay_jobs" else key[0] if c.table in GAP_JOB_TABLES else None
-                if isinstance(gap_job, int):
-                    self.tainted.add(gap_job)
-                    r.capture["gap_jobs"] = len(self.tainted)
+                self.taint(c.table, key)
                 if c.kind != "insert":  # judge this change from the row the server replaced, not the stale one
                     if old is None and c.old_raw is not None:
                         old = make(self.decoder.load(c.old_raw, c.relation))
@@ -377,6 +400,7 @@ class Replayer:
                             f"job {job_id}: illegal transition [{j.rule}] {j.why}",
                             j.node,
                             j.attempt,
+                            self_contained=c.kind == "insert" or c.old_raw is not None,
                         )
                     )
                 if before is not None:
@@ -417,6 +441,7 @@ class Replayer:
                             j.rule,
                             job,
                             f"{c.table} {key}: illegal change [{j.rule}] {j.why}",
+                            related_rows=frozenset({(c.table, key)}),
                         )
                     )
             if new is None:
@@ -427,6 +452,7 @@ class Replayer:
             r.states += 1
             for v in self._predicates(touched_jobs, touched_signals):
                 if v.job_id in self.tainted:  # its history has a gap: unknown, not a finding
+                    self.suppressed_now += 1
                     continue
                 text = str(v)
                 if text in self.reported:
@@ -436,29 +462,66 @@ class Replayer:
                     Finding("invariant", tx.commit_lsn, at, v.invariant, v.job_id, f"after this commit {text}")
                 )
         if new_findings:
+            for f in new_findings:
+                self._relate(f)
             self._report(tx, new_findings, changed_rows)
+
+    # --- capture gaps ------------------------------------------------------------------------------
+
+    def taint(self, table: str, key: Any) -> None:
+        """A change of this row is missing from the capture: its job (or row) is not judged."""
+        if table == "belay_jobs":
+            self.tainted.add(key)
+        elif table in GAP_JOB_TABLES:
+            self.tainted.add(key[0])
+        else:
+            self.tainted_rows.add((table, key))
+            if table == "belay_signals":
+                self.tainted |= self.awaits.get(key, set())
+                if str(key[0]).startswith("job:") and key[0][4:].isdigit():
+                    self.tainted.add(int(key[0][4:]))
+        self.result.capture["gap_jobs"] = len(self.tainted)
+
+    def _relate(self, f: Finding) -> None:
+        """Record what the finding depends on, as the replay sees it now (its neighbourhood)."""
+        if f.job_id is None:
+            return
+        ids, keys = self._neighbourhood({f.job_id}, set())
+        f.related_jobs = frozenset(ids | {f.job_id})
+        f.related_rows = frozenset(("belay_signals", k) for k in keys)
+
+    def suppressed(self, f: Finding) -> bool:
+        if f.self_contained:
+            return False
+        if f.job_id is not None and f.job_id in self.tainted:
+            return True
+        return bool(f.related_jobs & self.tainted) or bool(f.related_rows & self.tainted_rows)
 
     def _report(self, tx: Transaction, findings: list[Finding], changed_rows: list) -> None:
         r = self.result
-        for f in findings:
-            r.by_rule[f.rule] = r.by_rule.get(f.rule, 0) + 1
         r.findings.extend(findings)
-        if r.first is None:
+        if len(self.first_candidates) < 50:
             involved = sorted({f.job_id for f in findings if f.job_id is not None})
             preceding = {}
             for job_id in involved[:8]:
                 hist = self.history.get(job_id, [])
                 preceding[str(job_id)] = [str(t) for t in hist[-KEEP_TRANSITIONS:]]
-            r.first = {
-                "lsn": lsn_str(tx.commit_lsn),
-                "commit_time": tx.commit_time.isoformat(),
-                "xid": tx.xid,
-                "violations": [str(f) for f in findings],
-                "rows_changed": [
-                    str(x) if isinstance(x, Transition) else f"{x[0]} {x[1]!r} {x[2]}" for x in changed_rows[:40]
-                ],
-                "preceding_transitions": preceding,
-            }
+            self.first_candidates.append(
+                (
+                    findings,
+                    {
+                        "lsn": lsn_str(tx.commit_lsn),
+                        "commit_time": tx.commit_time.isoformat(),
+                        "xid": tx.xid,
+                        "violations": [str(f) for f in findings],
+                        "rows_changed": [
+                            str(x) if isinstance(x, Transition) else f"{x[0]} {x[1]!r} {x[2]}"
+                            for x in changed_rows[:40]
+                        ],
+                        "preceding_transitions": preceding,
+                    },
+                )
+            )
 
     # --- per-commit predicates ------------------------------------------------------------------------
 
@@ -527,18 +590,22 @@ class Replayer:
         )
 
     def compare(self, final: State) -> list[str]:
+        return [text for _, _, text in self.differences(final)]
+
+    def differences(self, final: State) -> list[tuple[str, Any, str]]:
+        """(table, key, text) of every row whose replayed state differs from the final snapshot."""
         diff = []
+        table_of = {v: k for k, v in TABLE_ATTR.items()}
         for attr in ("jobs", "steps", "events", "signals", "rate", "queues", "crons"):
             mine, theirs = getattr(self, attr), dict(getattr(final, attr))
             for k in sorted(set(mine) | set(theirs), key=repr):
                 a, b = mine.get(k), theirs.get(k)
                 if a != b:
                     if a is None or b is None:
-                        diff.append(
-                            f"{attr} {k!r}: {'missing from the replay' if a is None else 'not in the snapshot'}"
-                        )
+                        text = f"{attr} {k!r}: {'missing from the replay' if a is None else 'not in the snapshot'}"
                     else:
-                        diff.append(f"{attr} {k!r}: differs in {', '.join(sorted(tr.changed_columns(a, b)))}")
+                        text = f"{attr} {k!r}: differs in {', '.join(sorted(tr.changed_columns(a, b)))}"
+                    diff.append((table_of[attr], k, text))
         return diff
 
 
@@ -557,18 +624,50 @@ def replay(
     r.capture = dict(capture_stats or {})
     for tx in transactions:
         rp.apply(tx)
+    if getattr(transactions, "truncated", False):  # a TransactionReader whose file ends mid-frame
+        r.capture["truncated"] = True
     if final is not None:
-        r.snapshot_diff = rp.compare(final)
-        r.matches_snapshot = not r.snapshot_diff
+        diffs = rp.differences(final)
+        r.snapshot_diff = [text for _, _, text in diffs]
+        r.matches_snapshot = not diffs
+        for table, key, _ in diffs:
+            if table in CONVERT:
+                rp.taint(table, key)
+    # a gap never makes a finding: drop every one about a tainted job or a row related to one
+    kept = [f for f in r.findings if not rp.suppressed(f)]
+    r.suppressed = len(r.findings) - len(kept) + rp.suppressed_now
+    r.findings = kept
+    r.by_rule = {}
+    for f in kept:
+        r.by_rule[f.rule] = r.by_rule.get(f.rule, 0) + 1
+    r.first = next(
+        (
+            dict(detail, violations=[str(f) for f in found if not rp.suppressed(f)])
+            for found, detail in rp.first_candidates
+            if any(not rp.suppressed(f) for f in found)
+        ),
+        None,
+    )
+    r.tainted = sorted(rp.tainted)
     gaps = r.capture.get("gap_count", 0)
+    lost = r.capture.get("lost_ranges") or []
+    incomplete = (
+        gaps
+        or lost
+        or r.matches_snapshot is False
+        or r.capture.get("errors")
+        or r.capture.get("truncated")
+        or rp.tainted
+        or rp.tainted_rows
+    )
     if r.findings:
         r.verdict = "invalid"
         r.why = f"{len(r.findings)} violation(s) in the committed history"
-    elif gaps or r.matches_snapshot is False or (capture_stats or {}).get("errors"):
+        if incomplete:
+            r.why += f" about jobs no capture gap touched ({_gap_text(r, rp)})"
+    elif incomplete:
         r.verdict = "unknown"
-        r.why = (
-            f"the capture is incomplete ({gaps} gap(s), {len(r.snapshot_diff)} difference(s) from the final snapshot)"
-        )
+        r.why = f"the capture is incomplete: {_gap_text(r, rp)}"
     else:
         r.verdict = "valid"
         if r.matches_snapshot:
@@ -577,6 +676,23 @@ def replay(
     r.seconds = time.perf_counter() - t0
     r.cpu_seconds = time.process_time() - c0
     return r
+
+
+def _gap_text(r: HistoryResult, rp: Replayer) -> str:
+    parts = [f"{r.capture.get('gap_count', 0)} gap(s)", f"{len(r.snapshot_diff)} difference(s) from the final snapshot"]
+    lost = r.capture.get("lost_ranges") or []
+    if lost:
+        parts.append("the slot passed " + ", ".join(f"{a}..{b or 'the end'}" for a, b in lost[:3]) + " without us")
+    if r.capture.get("errors"):
+        parts.append(f"{r.capture['errors']} capture error(s)")
+    if r.capture.get("truncated"):
+        parts.append("the history file ends mid-frame")
+    ids = ", ".join(str(j) for j in r.tainted[:10]) + (" …" if len(r.tainted) > 10 else "")
+    text = "; ".join(parts) + f"; {len(r.tainted)} job(s) tainted" + (f" ({ids})" if r.tainted else "")
+    if rp.tainted_rows:
+        text += f" and {len(rp.tainted_rows)} other row(s)"
+    text += f", {r.suppressed} finding(s) about them suppressed; every other job judged"
+    return text
 
 
 def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[Transition]]:
