@@ -262,3 +262,185 @@ def test_p4_a_lease_lost_after_a_database_crash_shortly_before_the_sigterm_is_th
     assert p4.verdict == "invalid" and "job 2 (steps) attempt 1" in p4.counterexamples[0]
     r.history += [{"t": E0 + 5, "type": "db_crash"}, {"t": E0 + 6.5, "type": "db_restarted"}]
     assert duty(r.check(), "P4").verdict == "valid"
+
+
+# --- issue 30: the time duties (P4's grace, P11–P14) and the attempt duties (P15–P17) ----------------------
+# Each is fed a run that breaks it (and, where a near miss is legal, the near miss, which must stay valid).
+
+
+def drain(t, node="w2-1", running=(), seconds=1.0, code=0):
+    return [
+        {"t": E0 + t, "type": "worker_drain_term", "node": node, "running": [list(x) for x in running]},
+        {"t": E0 + t + seconds, "type": "worker_drained", "node": node, "code": code, "seconds": seconds},
+    ]
+
+
+def test_p11_an_attempt_claimed_by_a_node_after_its_own_sigterm_is_flagged():
+    r = baseline()
+    r.history += drain(10, running=[[1, 1, "echo"]], seconds=12.0)
+    r.history += [
+        lease_sample(12, [[1, 1, "w2-1", E0 + 19, "echo"]]),  # 2 s after the SIGTERM: job 16 not yet claimed
+        lease_sample(14, [[16, 1, "w2-1", E0 + 23.5, "echo"]]),  # claimed at +13.5 by w2-1, draining since +10
+    ]
+    p11 = duty(r.check(), "P11")
+    assert p11.verdict == "invalid" and "node w2-1 claimed 1 attempt(s) after its SIGTERM" in p11.counterexamples[0]
+    assert "16/1" in p11.counterexamples[0]
+
+
+def test_p11_a_claim_in_flight_at_the_sigterm_is_not_a_claim_after_it():
+    r = baseline()
+    r.history += drain(10, running=[[1, 1, "echo"]], seconds=3.0)
+    r.history += [
+        lease_sample(12, [[1, 1, "w2-1", E0 + 19, "echo"], [16, 1, "w2-1", E0 + 20, "echo"]]),  # claimed at +10.0
+        lease_sample(12.5, [[16, 1, "w2-1", E0 + 20, "echo"]]),
+        # another node's claim after w2-1's SIGTERM is fine
+        lease_sample(13, [[16, 1, "w2-1", E0 + 20, "echo"], [17, 1, "w1-2", E0 + 22.9, "echo"]]),
+    ]
+    p11 = duty(r.check(), "P11")
+    assert p11.violations == 0 and p11.verdict == "valid", p11.to_json()
+
+
+def test_p11_an_attempt_first_seen_late_whose_lease_predates_the_sigterm_is_not_flagged():
+    """Absent from the earlier sample but leased before the SIGTERM by its own clock: the claim was slow to
+    commit (or the sample missed it); the second guard keeps it from being blamed."""
+    r = baseline()
+    r.history += drain(10, running=[], seconds=5.0)
+    r.history += [lease_sample(12, []), lease_sample(12.5, [[16, 1, "w2-1", E0 + 19.9, "echo"]])]
+    assert duty(r.check(), "P11").violations == 0
+
+
+def test_p4_a_node_that_exits_before_the_10_s_grace_with_a_job_still_running_is_flagged():
+    r = baseline()
+    r.jobs[11] = replace(r.jobs[11], errors=[*r.jobs[11].errors, err(2, "lease_expired", 50)], attempt=3)
+    r.history += drain(40, running=[[11, 2, "slow"]], seconds=2.0)
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "exited 2.0s after its SIGTERM" in p4.counterexamples[0]
+    assert "grace must be at least 10s" in p4.counterexamples[0]
+    # the same slow job outlasting a full grace is excused (it may run longer than any grace)
+    r.history = [e for e in r.history if e["type"] not in ("worker_drain_term", "worker_drained")]
+    r.history += drain(40, running=[[11, 2, "slow"]], seconds=10.2)
+    assert duty(r.check(), "P4").violations == 0
+
+
+def test_p12_a_cron_slot_inserted_before_its_minute_is_flagged():
+    r = baseline()
+    r.jobs[14] = replace(r.jobs[14], inserted_at=at(60 * 3 - 20))
+    p12 = duty(r.check(), "P12")
+    assert p12.verdict == "invalid" and "20.0s before its slot was due" in p12.counterexamples[0]
+
+
+def test_p12_a_cron_slot_due_after_the_row_was_paused_is_flagged():
+    r = baseline()
+    r.add(job(30, cron_name="soak_cron", cron_slot=at(60 * 4), inserted_at=at(60 * 4 + 1)))
+    r.history = [e for e in r.history if e["type"] != "cron_paused"]
+    r.history.append({"t": E0 + 300, "type": "cron_paused", "name": "soak_cron"})
+    assert duty(r.check(), "P12").violations == 0  # slot +240, paused at +300: due while active
+    r.history[-1] = {"t": E0 + 200, "type": "cron_paused", "name": "soak_cron"}
+    p12 = duty(r.check(), "P12")
+    assert p12.verdict == "invalid" and "after its belay_crons row was paused" in p12.counterexamples[0]
+
+
+def test_p12_the_baseline_crons_hold():
+    p12 = duty(baseline().check(), "P12")
+    assert p12.violations == 0 and p12.checks == 3
+
+
+def cancel_requested(t, job_id):
+    return {
+        "t": E0 + t,
+        "type": "cancel",
+        "job_id": job_id,
+        "result": "CancelRequested",
+        "plan": "cancel",
+        "kind": "steps",
+        "state_before": "running",
+    }
+
+
+def steps_job(r, *, times, state="cancelled"):
+    from tests.test_soak_checker import step
+
+    r.add(
+        job(
+            20,
+            "steps",
+            input={"n": 4, "raise_after": None, "pause_ms": 400},
+            state=state,
+            result={"tokens": [f"k{i}" for i in range(len(times))], "attempt": 1} if state == "succeeded" else None,
+        ),
+        "steps",
+        "cancelled|succeeded",
+        plan="cancel",
+    )
+    r.steps += [step(20, i + 1, f"s{i + 1}", {"token": f"k{i}", "attempt": 1}, t=t) for i, t in enumerate(times)]
+
+
+def test_p13_steps_run_past_a_pending_cancel_are_flagged():
+    r = baseline()
+    steps_job(r, times=[10.0, 10.45, 10.9, 11.35], state="succeeded")
+    r.history.append(cancel_requested(10.2, 20))
+    p13 = duty(r.check(), "P13")
+    assert p13.verdict == "invalid" and "3 steps (s2, s3, s4) were journaled after it" in p13.counterexamples[0]
+
+
+def test_p13_the_step_in_flight_at_the_request_may_still_be_journaled():
+    r = baseline()
+    steps_job(r, times=[10.0, 10.45])
+    r.history.append(cancel_requested(10.2, 20))
+    p13 = duty(r.check(), "P13")
+    assert p13.violations == 0 and p13.verdict == "valid", p13.to_json()
+
+
+def test_p14_leases_left_to_fall_under_a_third_of_the_ttl_twice_are_flagged_once_is_not():
+    r = baseline()
+    # ttl 10: w2-1 ran from -1; its job 1 seen with 2.5 s left (renewed late) …
+    r.history += [lease_sample(20, [[1, 1, "w2-1", E0 + 22.5, "echo"]])]
+    assert duty(r.check(), "P14").violations == 0  # one stall is not a cadence
+    r.history += [lease_sample(29, [[1, 1, "w2-1", E0 + 31, "echo"]])]  # … and again, the next cycle
+    p14 = duty(r.check(), "P14")
+    assert p14.verdict == "invalid" and "node w2-1" in p14.counterexamples[0]
+
+
+def test_p14_a_stopped_node_or_a_database_outage_excuses_a_low_lease():
+    r = baseline()
+    # w1-1 was SIGSTOPped 5 … 25
+    r.history += [
+        lease_sample(20, [[1, 1, "w1-1", E0 + 21, "echo"]]),
+        lease_sample(24, [[1, 1, "w1-1", E0 + 25, "echo"]]),
+    ]
+    r.history += [{"t": E0 + 40, "type": "db_crash"}, {"t": E0 + 41, "type": "db_restarted"}]
+    r.history += [
+        lease_sample(44, [[2, 1, "w2-1", E0 + 45, "echo"]]),
+        lease_sample(48, [[2, 1, "w2-1", E0 + 49, "echo"]]),
+    ]
+    assert duty(r.check(), "P14").violations == 0
+
+
+def test_p15_a_park_that_spent_an_attempt_is_flagged():
+    r = baseline()
+    r.jobs[4] = replace(r.jobs[4], max_attempts=10)  # parked once, resumed: should be 10 + 1
+    p15 = duty(r.check(), "P15")
+    assert p15.verdict == "invalid" and "job 4 (awaiter) parked 1 time(s)" in p15.counterexamples[0]
+    assert duty(baseline().check(), "P15").verdict == "valid"
+
+
+def test_p16_an_attempt_past_max_attempts_is_flagged():
+    r = baseline()
+    r.jobs[11] = replace(
+        r.jobs[11],
+        max_attempts=6,
+        attempt=8,
+        errors=[err(a, "lease_expired", 20 + a) for a in range(1, 8)],
+        result=encode({"token": "t", "node": "w2-1", "attempt": 8}),
+    )
+    p16 = duty(r.check(), "P16")
+    assert p16.verdict == "invalid" and "ran attempt 8 of max_attempts 6" in p16.counterexamples[0]
+
+
+def test_p17_a_lease_left_expired_while_workers_ran_is_flagged_not_during_an_outage():
+    r = baseline()
+    r.history += [lease_sample(32, [[1, 1, "w2-1", E0 + 20, "echo"]])]  # expired at +20, still running at +32
+    p17 = duty(r.check(), "P17")
+    assert p17.verdict == "invalid" and "no sweeper reclaimed it" in p17.counterexamples[0]
+    r.history += [{"t": E0 + 21, "type": "db_crash"}, {"t": E0 + 31, "type": "db_restarted"}]
+    assert duty(r.check(), "P17").violations == 0
