@@ -108,10 +108,10 @@ default_logger = telemetry.default_logger
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "lead", "op", "result")
+    __slots__ = ("error", "event", "lead", "op", "result", "tag")
 
-    def __init__(self, op: w.Ack) -> None:
-        self.op = op
+    def __init__(self, op: w.Ack, tag: Any) -> None:
+        self.op, self.tag = op, tag
         self.event = threading.Event()
         self.lead = False
         self.result: w.Acked | w.Stale | None = None
@@ -126,6 +126,7 @@ class _Waiter:
 
 class AckGroup:
     """Group commit of the acks of single-job executions (issue 33), leader/follower, no thread of its own.
+    One per producer (queue): `many` may then claim the batch's slots in the same transaction (AckClaim).
 
     An ack that finds no commit in flight commits at once on its own thread, alone (the one-statement
     path: idle latency is unchanged). Acks that arrive while a commit is in flight queue up; when it
@@ -138,7 +139,7 @@ class AckGroup:
     def __init__(
         self,
         one: Callable[[w.Ack], w.Acked | w.Stale],
-        many: Callable[[w.AckMany], w.AckedMany],
+        many: Callable[[w.AckMany, tuple[Any, ...]], w.AckedMany],
         max_batch: int = 64,
     ) -> None:
         self._one, self._many, self.max_batch = one, many, max_batch
@@ -148,8 +149,9 @@ class AckGroup:
         self.commits = 0  # transactions committed (for benchmarks and tests)
         self.acks = 0
 
-    def ack(self, op: w.Ack) -> w.Acked | w.Stale:
-        me = _Waiter(op)
+    def ack(self, op: w.Ack, tag: Any = None) -> w.Acked | w.Stale:
+        """Commit `op` (with whatever acks queue up meanwhile); `tag` travels to `many` with it."""
+        me = _Waiter(op, tag)
         with self._lock:
             self._queue.append(me)
             lead = not self._busy
@@ -183,7 +185,8 @@ class AckGroup:
         self.acks += len(batch)
         if len(batch) > 1:
             try:
-                done = self._many(w.AckMany(max(x.op.now for x in batch), tuple(x.op for x in batch)))
+                acks = w.AckMany(max(x.op.now for x in batch), tuple(x.op for x in batch))
+                done = self._many(acks, tuple(x.tag for x in batch))
                 self.commits += 1
                 for waiter, result in zip(batch, done.results, strict=True):
                     waiter.result = result
@@ -214,6 +217,11 @@ class _Producer:
         self.gather_lock = threading.Lock()  # chunk executions refilling their slots gather too
         self.adapt_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(max_workers=config.opts.limit_max, thread_name_prefix=f"belay-{self.name}")
+        self.acks = AckGroup(
+            lambda op: worker.call(lambda: worker.store.apply(op), "ack"),
+            self.ack_group,
+            max_batch=worker.config.ack_group_max,
+        )
         self.thread = threading.Thread(target=self.loop, name=f"belay-producer-{self.name}", daemon=True)
 
     def poke(self) -> None:
@@ -307,6 +315,24 @@ class _Producer:
             log.error("belay producer %s: refill claim failed: %s", self.name, exc)
         finally:
             self.adopt(finished, jobs)
+
+    def ack_group(self, acks: w.AckMany, contexts: tuple[JobContext, ...]) -> w.AckedMany:
+        """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
+        (AckClaim: one commit for the acks and the jobs that take their slots — at most as many as the
+        group frees, within the limit; none while stopping or paused) and run what it claimed."""
+        worker, opts, take = self.worker, self.opts, 0
+        if not (worker.stopping.is_set() or opts.paused or opts.needs_admission_lock):
+            with self.lock:
+                others = len(self.running) - sum(1 for c in contexts if self.running.get(c.id) is c)
+                take = max(0, min(len(contexts), self.limit - others))
+        if not take:
+            return worker.call(lambda: worker.store.apply(acks), "ack group")
+        cfg = worker.config
+        claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), opts)
+        done = worker.call(lambda: worker.store.apply(w.AckClaim(acks, claim)), "ack group and claim")
+        self.adopt(contexts, done.claimed.jobs)
+        self.adapt(len(done.claimed.jobs), take)
+        return done.acked
 
     def adopt(self, finished: Sequence[JobContext], jobs: Sequence[Job]) -> None:
         """Register newly claimed jobs in place of finished executions (under one lock, so the slot count
@@ -431,11 +457,6 @@ class Worker:
         self.stale_acks = 0
         self.completed = 0
         self.connectivity = Connectivity(log)  # database lost / back, logged once per change
-        self.acks = AckGroup(
-            lambda op: self.call(lambda: self.store.apply(op), "ack"),
-            lambda op: self.call(lambda: self.store.apply(op), "ack group"),
-            max_batch=config.ack_group_max,
-        )
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -492,7 +513,7 @@ class Worker:
             error = exc
         try:
             outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
-            state = "parked" if outcome is None else self.ack(ctx, outcome)
+            state = "parked" if outcome is None else self.ack(ctx, outcome, producer)
             duration = int((time.monotonic() - started) * 1000)
             if error is not None and state != "parked":
                 if exception:
@@ -574,10 +595,13 @@ class Worker:
             self.completed += len(contexts)
             producer.refill(contexts)  # claims for the chunk's slots, then frees them
 
-    def ack(self, ctx: JobContext, outcome: w.Outcome) -> str:
+    def ack(self, ctx: JobContext, outcome: w.Outcome, producer: _Producer | None = None) -> str:
         ctx.releasing.set()
         op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
-        result = self.acks.ack(op)
+        if producer is None:
+            result = self.call(lambda: self.store.apply(op), "ack")
+        else:
+            result = producer.acks.ack(op, ctx)
         if isinstance(result, w.Stale):
             self.stale_acks += 1
             _log_stale(ctx.id, ctx.attempt)

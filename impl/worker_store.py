@@ -201,40 +201,62 @@ class WorkerOps:
         (A one-statement autocommit path for the succeeds with no after-terminal duties was measured
         slower than this transaction in bench.peers — 20.6k vs 23.1k jobs/s batched, notify on — and
         dropped.)"""
+        with self.transaction(op.now) as tx:
+            return self._ack_many_in(tx, op)
+
+    def _ack_claim(self, op: w.AckClaim, conn: Any) -> w.AckedClaimed:
+        """The acks, then the plain claim of their queue, in one transaction (issue 33: one commit for
+        a group of acks and the jobs that take their slots)."""
+        claim = op.claim
+        with self.transaction(op.acks.now) as tx:
+            acked = self._ack_many_in(tx, op.acks)
+            rows: list[dict] = []
+            if claim.demand:
+                params = {
+                    "queue": claim.queue,
+                    "now": claim.now,
+                    "take": claim.demand,
+                    "node": claim.node,
+                    "lease_until": claim.now + claim.lease_ttl,
+                }
+                rows = tx.all("claim_plain", params)
+            jobs = tuple(sorted((job_from_row(r) for r in rows), key=claim_order))
+            return w.AckedClaimed(acked, w.Claimed(jobs))
+
+    def _ack_many_in(self, tx: _Tx, op: w.AckMany) -> w.AckedMany:
         rows: dict[int, dict] = {}
         succeeds = [a for a in op.acks if isinstance(a.outcome, w.Succeed)]
-        with self.transaction(op.now) as tx:
-            if succeeds:
-                results = [a.outcome.encoded for a in succeeds]
-                nows = [a.now for a in succeeds]
-                # The ids and attempts as array literals (psycopg dumps a list element by element in
-                # Python: an eighth of a chunked drain's Python time); a chunk's acks mostly share one
-                # result (no-op: `null`) and one time, bound once.
-                params: dict[str, Any] = {
-                    "ids": "{" + ",".join(map(str, (a.job_id for a in succeeds))) + "}",
-                    "attempts": "{" + ",".join(map(str, (a.attempt for a in succeeds))) + "}",
-                }
-                if results.count(results[0]) == len(results) and nows.count(nows[0]) == len(nows):
-                    name, params["result"], params["now"] = "ack_succeed_many_same", results[0], nows[0]
-                else:
-                    name, params["results"], params["nows"] = "ack_succeed_many", results, nows
-                for row in tx.all(name, params):
+        if succeeds:
+            results = [a.outcome.encoded for a in succeeds]
+            nows = [a.now for a in succeeds]
+            # The ids and attempts as array literals (psycopg dumps a list element by element in
+            # Python: an eighth of a chunked drain's Python time); a chunk's acks mostly share one
+            # result (no-op: `null`) and one time, bound once.
+            params: dict[str, Any] = {
+                "ids": "{" + ",".join(map(str, (a.job_id for a in succeeds))) + "}",
+                "attempts": "{" + ",".join(map(str, (a.attempt for a in succeeds))) + "}",
+            }
+            if results.count(results[0]) == len(results) and nows.count(nows[0]) == len(nows):
+                name, params["result"], params["now"] = "ack_succeed_many_same", results[0], nows[0]
+            else:
+                name, params["results"], params["nows"] = "ack_succeed_many", results, nows
+            for row in tx.all(name, params):
+                rows[row["id"]] = row
+        for ack in op.acks:
+            if not isinstance(ack.outcome, w.Succeed):
+                name, params = self._ack_params(ack)
+                row = tx.one(name, params)
+                if row is not None:
                     rows[row["id"]] = row
-            for ack in op.acks:
-                if not isinstance(ack.outcome, w.Succeed):
-                    name, params = self._ack_params(ack)
-                    row = tx.one(name, params)
-                    if row is not None:
-                        rows[row["id"]] = row
-            terminal = [rows[a.job_id] for a in op.acks if a.job_id in rows and rows[a.job_id]["state"] in TERMINAL]
-            tx.pokes.update(r["queue"] for r in rows.values() if r["state"] not in TERMINAL)
-            self._terminal(tx, terminal)
-            return w.AckedMany(
-                tuple(
-                    w.Acked(a.job_id, rows[a.job_id]["state"]) if a.job_id in rows else w.Stale(a.job_id, a.attempt)
-                    for a in op.acks
-                )
+        terminal = [rows[a.job_id] for a in op.acks if a.job_id in rows and rows[a.job_id]["state"] in TERMINAL]
+        tx.pokes.update(r["queue"] for r in rows.values() if r["state"] not in TERMINAL)
+        self._terminal(tx, terminal)
+        return w.AckedMany(
+            tuple(
+                w.Acked(a.job_id, rows[a.job_id]["state"]) if a.job_id in rows else w.Stale(a.job_id, a.attempt)
+                for a in op.acks
             )
+        )
 
     def _park_await(self, op: w.ParkAwait, conn: Any) -> w.Parked | w.Stale:
         with self.transaction(op.now) as tx:
@@ -440,6 +462,7 @@ WORKER_HANDLERS = {
     w.Reclaim: WorkerOps._reclaim,
     w.Ack: WorkerOps._ack,
     w.AckMany: WorkerOps._ack_many,
+    w.AckClaim: WorkerOps._ack_claim,
     w.ParkAwait: WorkerOps._park_await,
     w.Sleep: WorkerOps._sleep,
     w.ReadStep: WorkerOps._read_step,

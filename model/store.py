@@ -507,6 +507,11 @@ def _ack_many(t: Tables, op: w.AckMany) -> w.AckedMany:
     return w.AckedMany(results)
 
 
+def _ack_claim(t: Tables, op: w.AckClaim) -> w.AckedClaimed:
+    acked = _ack_many(t, op.acks)
+    return w.AckedClaimed(acked, _claim(t, op.claim))
+
+
 def _ack_row(t: Tables, op: w.Ack) -> w.Acked | w.Stale:
     """The fenced row write of one ack (the after-terminal steps are the caller's)."""
     job = _running(t, op.job_id, op.attempt)
@@ -782,6 +787,7 @@ HANDLERS: dict[type, Callable[[Tables, Any], Any]] = {
     w.Reclaim: _reclaim,
     w.Ack: _ack,
     w.AckMany: _ack_many,
+    w.AckClaim: _ack_claim,
     w.ParkAwait: _park_await,
     w.Sleep: _sleep,
     w.ReadStep: _read_step,

@@ -219,6 +219,25 @@ class AckMany:
 
 
 @dataclass(frozen=True)
+class AckClaim:
+    """Acks and the next claim of their queue in one transaction (the runtime's group commit, issue 33):
+    exactly `acks` (an AckMany: each row fenced on its own attempt, the after-terminal steps once) and
+    then `claim`, committed together — the claim sees the rows the acks wrote. Plain queues only: a
+    queue whose claims take the admission lock (global limit, rate, partitions) claims on its own."""
+
+    acks: AckMany
+    claim: Claim
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.acks, AckMany) or not isinstance(self.claim, Claim):
+            raise InvalidInput("AckClaim needs an AckMany and a Claim")
+        if self.claim.opts.needs_admission_lock:
+            raise InvalidInput(
+                f"AckClaim claims only on plain queues; {self.claim.queue!r} has admission limits (claim it alone)"
+            )
+
+
+@dataclass(frozen=True)
 class ParkAwait:
     """§7 ack outcome `await`, fenced, with the normative park-and-wake rule: under the scope lock,
     a signal row already present parks the job as ready instead."""
@@ -421,6 +440,12 @@ class Acked:
 @dataclass(frozen=True)
 class AckedMany:
     results: tuple[Acked | Stale, ...]  # one per ack, in order
+
+
+@dataclass(frozen=True)
+class AckedClaimed:
+    acked: AckedMany
+    claimed: Claimed
 
 
 @dataclass(frozen=True)

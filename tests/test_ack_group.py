@@ -18,6 +18,7 @@ from impl.client import Client, result_value
 from impl.runtime import AckGroup, QueueConfig, Worker, WorkerConfig
 from impl.worker import Registry
 from model import worker_ops as w
+from model.ops import JobSpec
 from model.queues import QueueOpts
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -41,7 +42,7 @@ class FakeStore:
             self.commits.append(("one", (op.job_id,)))
         return w.Acked(op.job_id, "succeeded")
 
-    def many(self, op: w.AckMany) -> w.AckedMany:
+    def many(self, op: w.AckMany, tags: tuple = ()) -> w.AckedMany:
         time.sleep(self.delay)
         if self.fail_many:
             raise RuntimeError("permanent")
@@ -106,7 +107,7 @@ def test_an_error_reaches_only_its_own_caller() -> None:
             raise ValueError("no")
         return w.Acked(op.job_id, "succeeded")
 
-    group = AckGroup(one, lambda op: (_ for _ in ()).throw(RuntimeError("x")))
+    group = AckGroup(one, lambda op, tags: (_ for _ in ()).throw(RuntimeError("x")))
     assert group.ack(_ack(1)) == w.Acked(1, "succeeded")
     with pytest.raises(ValueError):
         group.ack(_ack(2))
@@ -122,6 +123,12 @@ GATE = threading.Event()
 @registry.kind("ag_echo", queue="ag")
 def ag_echo(ctx, input):
     return {"n": input["n"], "attempt": ctx.attempt}
+
+
+@registry.kind("ag_nap", queue="ag")
+def ag_nap(ctx, input):
+    time.sleep(0.003)
+    return input["n"]
 
 
 @registry.kind("ag_gated", queue="ag")
@@ -160,7 +167,8 @@ def test_a_drain_groups_acks_and_every_job_keeps_its_own_result(db_url: str) -> 
             for i, job_id in enumerate(ids):
                 job = client.job(job_id)
                 assert result_value(job) == {"n": i, "attempt": 1}
-            acks, commits = worker.acks.acks, worker.acks.commits
+            acks = sum(p.acks.acks for p in worker.producers.values())
+            commits = sum(p.acks.commits for p in worker.producers.values())
         finally:
             worker.stop(grace=5)
     assert acks == n
@@ -186,7 +194,6 @@ def test_a_stale_ack_in_a_group_changes_nothing(db_url: str) -> None:
                 assert running == 3
                 # another node took job 0 over: attempt 2, its own lease
                 pg.execute("UPDATE belay_jobs SET attempt = attempt + 1, leased_by = 'other' WHERE id = %s", (ids[0],))
-                worker.acks.max_batch = 64
                 GATE.set()
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline:
@@ -203,3 +210,30 @@ def test_a_stale_ack_in_a_group_changes_nothing(db_url: str) -> None:
         finally:
             GATE.set()
             worker.stop(grace=5)
+
+
+def test_grouped_acks_claim_the_slots_they_free_and_never_past_the_limit(db_url: str) -> None:
+    """AckClaim refills a group's slots in the ack's transaction: the database, sampled through the drain,
+    never shows the node holding more leases than its limit, and every job runs."""
+    n, limit = 400, 8
+    with Client(db_url) as client:
+        client.enqueue_many([JobSpec("ag", "ag_nap", {"n": i}) for i in range(n)])
+        worker = _worker(db_url, limit, node="ag-node").start()
+        peak, samples = 0, 0
+        try:
+            with psycopg.connect(db_url, autocommit=True) as pg:
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline:
+                    held, done = pg.execute(
+                        "SELECT count(*) FILTER (WHERE state = 'running' AND leased_by = 'ag-node'), "
+                        "count(*) FILTER (WHERE state = 'succeeded') FROM belay_jobs"
+                    ).fetchone()
+                    peak, samples = max(peak, held), samples + 1
+                    if done == n:
+                        break
+                    time.sleep(0.002)
+            assert done == n
+        finally:
+            worker.stop(grace=5)
+    assert samples > 20
+    assert peak <= limit, f"the node held {peak} leases at limit {limit}"
