@@ -10,14 +10,16 @@ and database (each example has its own queues and starts a day later on the shar
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import timedelta
+from types import MappingProxyType
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from impl.http.errors import iso
-from impl.http.service import EVENT_SCOPE, NO_BACKOFF
+from impl.http.service import EVENT_SCOPE
 from impl.http.tasks import RetryStrategy
 from impl.http.testing import FakeClock, serve_api
 from model import ops
@@ -48,6 +50,7 @@ class HttpVersusModel(RuleBasedStateMachine):
         self.runs: list[tuple[str, int, int]] = []  # (run id, model job id, attempt)
         self.waited: list[str] = []  # event names waited on and not emitted yet
         self.prefix, self.waits = prefix, 0
+        self.created_max: dict[int, int] = {}  # model job id → max_attempts as created
 
     def pick_run(self, data) -> tuple[str, int, int]:
         """Mostly a recent run (likely live), sometimes any run (likely stale)."""
@@ -69,14 +72,17 @@ class HttpVersusModel(RuleBasedStateMachine):
         spec = ops.JobSpec(self.queues[queue], "work", body["params"], {}, max_attempts=max_attempts)
         [inserted] = self.model.apply(ops.Enqueue(self.now(), (spec,))).outcomes
         self.tasks[int(r.json()["task_id"][5:])] = (inserted.id, strategy)
+        self.created_max[inserted.id] = max_attempts
 
     @rule(queue=st.sampled_from("ab"), limit=st.integers(1, 3), timeout=st.sampled_from([10, 30]))
     def claim(self, queue, limit, timeout):
         r = self.api.post(f"/queues/{self.queues[queue]}/tasks/claim", json={"limit": limit, "claim_timeout": timeout})
         assert r.status_code == 200, r.text
-        got = [(self.tasks[int(t["task_id"][5:])][0], t["attempt"]) for t in r.json()["tasks"]]
+        got = [(self.tasks[int(t["task_id"][5:])][0], int(t["run_id"].rsplit("_", 1)[1])) for t in r.json()["tasks"]]
         claimed = self.model.apply(w.Claim(self.now(), self.queues[queue], "http", limit, timedelta(seconds=timeout)))
-        assert got == [(j.id, j.attempt) for j in claimed.jobs]
+        assert got == [(j.id, j.attempt) for j in claimed.jobs]  # a run id names its claim: run_<job>_<claim>
+        for t, j in zip(r.json()["tasks"], claimed.jobs, strict=True):  # attempt counts runs, not claims
+            assert (t["attempt"], t["max_attempts"]) == (len(j.errors) + 1, self.created_max[j.id])
         self.runs += [(t["run_id"], mid, attempt) for t, (mid, attempt) in zip(r.json()["tasks"], got, strict=True)]
 
     def expect(self, r, result) -> None:
@@ -158,10 +164,30 @@ class HttpVersusModel(RuleBasedStateMachine):
 
     @rule()
     def sweep(self):
-        report = self.api.belay.sweep_once(self.now())
-        ours = {self.tasks[i][0] for i in report.reclaimed if i in self.tasks}
-        done = self.model.apply(w.Reclaim(self.now(), NO_BACKOFF, 500))
-        assert ours == {*done.retried, *done.failed}
+        """An HTTP task whose claim expired is claimable again at once and spends no attempt
+        (impl/http/sql.py requeue_expired): in the model, the §6 reclaim's retry without its errors
+        entry, with max_attempts grown by one as for a snooze."""
+        now = self.now()
+        report = self.api.belay.sweep_once(now)
+        ours = {self.tasks[i][0] for i in report.requeued if i in self.tasks}
+        assert not {i for i in report.reclaimed if i in self.tasks}, "an HTTP task went through the §6 reclaim"
+        expired = {
+            j.id
+            for j in self.model.state.jobs.values()
+            if j.queue in self.queues.values() and j.state == "running" and j.lease_until <= now
+        }
+        assert ours == expired
+        jobs = dict(self.model.state.jobs)
+        for mid in expired:
+            jobs[mid] = replace(
+                jobs[mid],
+                state="ready",
+                ready_at=now,
+                lease_until=None,
+                leased_by=None,
+                max_attempts=jobs[mid].max_attempts + 1,
+            )
+        self.model.state = replace(self.model.state, jobs=MappingProxyType(jobs))
 
     @invariant()
     def job_rows_agree(self):
