@@ -260,6 +260,7 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
         "observations": len(ledger.observations),
         "unique_attempts": len(ledger.unique),
         "outcome_mismatches": len(mismatched),
+        "worker_exits": _exits(ledger, history),
         "outcome_mismatch_examples": [
             f"job {i} ({by_id[i].kind}) expected {by_id[i].expected}, ended {state.jobs[i].state}"
             f"{' ' + str(_last_error(state.jobs[i])) if state.jobs[i].errors else ''}"
@@ -267,6 +268,20 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
         ],
     }
     return CheckResult(verdict, results, stats, duties, coverage)
+
+
+def _exits(ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """Worker self-exits (history `worker_exit`): deliberate — its node recorded an `exit` observation (a job
+    kind asked it to exit, PROTOCOL.md) — or other. Neither kind is an injected fault."""
+    asked = {o.node for o in ledger.observations if o.phase == "exit"}
+    deliberate = other = 0
+    for e in history:
+        if e.get("type") == "worker_exit":
+            if e.get("node") in asked:
+                deliberate += 1
+            else:
+                other += 1
+    return {"deliberate": deliberate, "other": other}
 
 
 def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps):
@@ -328,6 +343,10 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
             pending.append(job_id)
         else:
             stuck.append(job)
+    # An unfinished drain (timed out, or cut short) left these jobs behind: their end was not observed, so
+    # they are unknown, not violations — only after a drain that completed is a job stuck (issue 27).
+    left = [] if drained else stuck
+    stuck = stuck if drained else []
     for job in stuck:
         r.add(
             [
@@ -339,11 +358,22 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
                 )
             ]
         )
-    if pending:
-        r.why_unknown = (
-            f"{len(pending)} job(s) were still waiting for a future deadline or a live lease when the "
-            f"drain ended (e.g. {pending[:5]}): their end was not observed"
+    unknown = []
+    if left:
+        states = defaultdict(int)
+        for job in left:
+            states[job.state] += 1
+        unknown.append(
+            f"the drain did not finish: {len(left)} job(s) were left non-terminal "
+            f"({', '.join(f'{k} {v}' for k, v in sorted(states.items()))}; e.g. {[j.id for j in left[:5]]})"
         )
+    if pending:
+        unknown.append(
+            f"{len(pending)} job(s) were still waiting for a future deadline or a live lease when the "
+            f"drain ended (e.g. {pending[:5]})"
+        )
+    if unknown:
+        r.why_unknown = "; ".join(unknown) + ": their end was not observed"
         r.notes.append(r.why_unknown)
     elif not drained and not stuck:
         r.notes.append("the drain did not report completion, but every expected job is terminal in the snapshot")
@@ -382,7 +412,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
                             )
                         ]
                     )
-    r.exercised = bool(expected) and (drained or not pending)
+    r.exercised = bool(expected) and (drained or not pending) and not left
     if not ledger.entries:
         r.why_unknown = "the ledger is empty"
 

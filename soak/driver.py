@@ -38,6 +38,11 @@ from soak.scenarios import Scenarios
 QUEUE = "soak"
 CRON = "soak_cron"
 TERMINAL_SQL = "('succeeded','failed','cancelled')"
+STEP_WINDOW_SLACK_S = 5.0  # clock skew and commit delay between a job's finished_at and the sample that reads it
+STEPS_SINCE = (  # the steps of jobs not finished before the given epoch (sample_steps)
+    "SELECT s.job_id, s.name, s.seq, md5(s.value) FROM belay_steps s JOIN belay_jobs j ON j.id = s.job_id "
+    "WHERE j.finished_at IS NULL OR j.finished_at >= to_timestamp(%s)"
+)
 
 
 @dataclass(frozen=True)
@@ -130,7 +135,8 @@ class Driver:
         self.wf_seq = 0
         self.grp_seq = 0
         self.lock = threading.Lock()
-        self.digests: dict[tuple[int, str], tuple[int, str]] = {}
+        self.digests: dict[tuple[int, str], tuple[int, str]] = {}  # the steps the last sample read
+        self._sampled_since: float | None = None  # epoch seconds the last step sample began
         self._conn: psycopg.Connection | None = None
         self.scenarios = Scenarios(self)  # issue 11: the scenarios the coverage table needs
 
@@ -475,15 +481,29 @@ class Driver:
     # --- step-journal samples (I3 immutability over time) -----------------------------------------------------
 
     def sample_steps(self) -> None:
+        """Record the (seq, md5) of every step that is new or changed since the previous sample, for the steps
+        of jobs not finished before the previous sample began (less STEP_WINDOW_SLACK_S): each step is sampled
+        while its job runs and once more after it finished, and the checker compares the first value with
+        every later sample and with the final snapshot (I3). The digests kept here are those of the jobs
+        sampled last time only: memory bounded by the live jobs, not by the run's journal (issue 27)."""
+
         def go() -> None:
+            started = time.time()
+            since = self._sampled_since
             with psycopg.connect(self.url, autocommit=True, connect_timeout=3) as c:
-                rows = c.execute("SELECT job_id, name, seq, md5(value) FROM belay_steps").fetchall()
+                if since is None:
+                    rows = c.execute("SELECT job_id, name, seq, md5(value) FROM belay_steps").fetchall()
+                else:
+                    rows = c.execute(STEPS_SINCE, (since - STEP_WINDOW_SLACK_S,)).fetchall()
             delta = []
+            kept: dict[tuple[int, str], tuple[int, str]] = {}
             for job_id, name, seq, digest in rows:
                 key = (job_id, name)
                 if self.digests.get(key) != (seq, digest):
-                    self.digests[key] = (seq, digest)
                     delta.append([job_id, name, seq, digest])
+                kept[key] = (seq, digest)
+            self.digests = kept
+            self._sampled_since = started
             self.history.record("step_sample", rows=delta, total=len(rows))
 
         self._safely("sample", go)

@@ -1,8 +1,12 @@
 """The run's history: every fault, phase and driver action with its wall-clock time (epoch seconds).
 
-Thread-safe; kept in memory for the checker and appended to `history.jsonl` in the report folder as it
-happens (so a killed harness still leaves its fault log behind). Secrets never enter it: callers pass
-URLs through `impl.provision.redact`.
+Thread-safe; appended to `history.jsonl` in the report folder as it happens (so a killed harness still
+leaves its fault log behind). Only the fault log stays in memory during the run (faults, phases, driver
+actions: they grow with the faults, not with the jobs); the periodic samples (SAMPLES: lease, priority and
+step-journal samples, whose rows grow with the backlog and the journal) go to the file only, and
+`snapshot()` / `stream()` read the whole history back from it for the checker (issue 27: the harness's
+memory no longer grows with the length of the run). Without a file everything stays in memory. Secrets
+never enter it: callers pass URLs through `impl.provision.redact`.
 """
 
 from __future__ import annotations
@@ -10,32 +14,60 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+SAMPLES = frozenset({"lease_sample", "priority_sample", "step_sample"})
 
 
 class History:
     def __init__(self, path: Path | None = None) -> None:
-        self.events: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []  # the fault log (every event when there is no file)
         self.lock = threading.Lock()
+        self.path = path
         self.file = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 -- open for the history's lifetime, closed by close()
+        self.written = 0  # events in the file
 
     def record(self, type: str, **fields: Any) -> dict[str, Any]:
         event = {"t": time.time(), "type": type, **fields}
+        line = json.dumps(event, default=str) + "\n" if self.file is not None else ""
         with self.lock:
-            self.events.append(event)
             if self.file is not None:
-                self.file.write(json.dumps(event, default=str) + "\n")
+                self.file.write(line)
                 self.file.flush()
+                self.written += 1
+            if self.file is None or type not in SAMPLES:
+                self.events.append(event)
         return event
 
     def of(self, *types: str) -> list[dict[str, Any]]:
+        """Events of these types recorded so far (samples only when they are kept: use stream())."""
         with self.lock:
             return [e for e in self.events if e["type"] in types]
 
-    def snapshot(self) -> list[dict[str, Any]]:
+    def stream(self) -> Iterator[dict[str, Any]]:
+        """Every event recorded so far, in order, one at a time (read back from the file)."""
+        if self.path is None or (self.file is None and not self.path.exists()):
+            yield from self.snapshot_in_memory()
+            return
+        with self.lock:
+            if self.file is not None:
+                self.file.flush()
+            n = self.written
+        with open(self.path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if i >= n:
+                    break
+                yield json.loads(line)
+
+    def snapshot_in_memory(self) -> list[dict[str, Any]]:
         with self.lock:
             return list(self.events)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The whole history as a list (samples included)."""
+        return list(self.stream()) if self.path is not None else self.snapshot_in_memory()
 
     def close(self) -> None:
         if self.file is not None:

@@ -54,6 +54,7 @@ class MemorySampler:
             born = self._born.setdefault(key, now)
             workers.append({"slot": s.index, "incarnation": s.incarnation, "age": now - born, "rss": rss})
         self.samples.append({"t": now, "harness": rss_bytes() or 0, "workers": workers})
+        trace_top(now)
         if len(self.samples) > 4000:  # bounded even for a day-long run: keep every other old sample
             self.samples = self.samples[:2000:2] + self.samples[2000:]
 
@@ -97,6 +98,22 @@ class MemorySampler:
                 "rss_mib_at_oldest": mib(oldest["rss"]),
             }
         return out
+
+
+def trace_top(now: float, lines: int = 25) -> None:
+    """Under `python -X tracemalloc` with BELAY_SOAK_TRACEMALLOC=<file>: append the harness's largest
+    allocation sites (by line) to that file at every sample — what grows with the run."""
+    import os
+    import tracemalloc
+
+    path = os.environ.get("BELAY_SOAK_TRACEMALLOC")
+    if not path or not tracemalloc.is_tracing():
+        return
+    stats = tracemalloc.take_snapshot().statistics("lineno")
+    with open(path, "a") as f:
+        f.write(f"--- t={now:.0f} traced {tracemalloc.get_traced_memory()[0] / MiB:.1f} MiB\n")
+        for st in stats[:lines]:
+            f.write(f"{st.size / MiB:8.2f} MiB {st.count:9d} {st.traceback[0]}\n")
 
 
 def dir_size(path: Path) -> int:

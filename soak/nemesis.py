@@ -21,10 +21,11 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -201,15 +202,16 @@ class Workers:
             if s.proc is not None and s.proc.poll() is None and not s.stopped and not s.expected_end
         ]
 
-    def kill(self, slot: Slot) -> None:
-        """kill -9 the worker's process group; its watcher starts the next incarnation."""
+    def kill(self, slot: Slot) -> bool:
+        """kill -9 the worker's process group; its watcher starts the next incarnation. False: not killed."""
         with slot.lock:
             if slot.stopped or slot.expected_end or slot.proc is None or slot.proc.poll() is not None:
-                return
+                return False
             slot.expected_end = "kill"
             self.history.record("worker_kill", node=slot.node)
             self._signal(slot, signal.SIGKILL)
             self.kills += 1
+            return True
 
     def stop(self, slot: Slot) -> bool:
         with slot.lock:
@@ -229,11 +231,12 @@ class Workers:
             slot.stopped = False
             self.history.record("worker_cont", node=slot.node)
 
-    def drain_term(self, slot: Slot, running: list) -> None:
-        """SIGTERM one worker mid-run (duty P4) and wait for it to drain; its watcher starts the next one."""
+    def drain_term(self, slot: Slot, running: list) -> bool:
+        """SIGTERM one worker mid-run (duty P4) and wait for it to drain; its watcher starts the next one.
+        False: no SIGTERM was sent."""
         with slot.lock:
             if slot.stopped or slot.expected_end or slot.proc is None or slot.proc.poll() is not None:
-                return  # already being killed (or stopped): not a drain
+                return False  # already being killed (or stopped): not a drain
             slot.expected_end = "drain"
             proc, node = slot.proc, slot.node
             self.history.record("worker_drain_term", node=node, running=running)
@@ -252,6 +255,7 @@ class Workers:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        return True
 
     def cont_all(self) -> None:
         for slot in self.slots:
@@ -291,27 +295,128 @@ class Workers:
                 slot.proc.wait()
 
 
+JITTER = 0.25  # each gap between due times is every × U(1 − JITTER, 1 + JITTER)
+MIN_GAP = 0.25  # catching up after a late fault: at most one per MIN_GAP × every (a burst, not a storm)
+RETRY_S = 0.5  # a due fault with no target now (no running worker, a zombie stop holding …) is retried this often
+
+
+class FaultSchedule:
+    """When each fault of one kind (one lane of it) is due: an absolute schedule from the fault phase's start.
+
+    Due times are t0 + the sum of gaps, each gap every × lanes × U(0.75, 1.25), so the mean rate is 1 / every
+    over the phase, whatever each fault takes, however late a loaded harness wakes up, and however long a due
+    fault waits for a target (it stays due: `injected` is not advanced until it happened). A late lane
+    catches up, one fault per MIN_GAP × every at most. Lanes (`lanes` > 1) are independent schedules offset by
+    a fraction of the period, for faults that last longer than their period (a SIGSTOP past the lease, a
+    drain): each lane runs its faults one after the other, lanes run side by side."""
+
+    def __init__(self, every: float, rng: random.Random, start: float, *, lane: int = 0, lanes: int = 1) -> None:
+        self.every = every
+        self.period = every * lanes
+        self.rng = rng
+        self.due = start + self.period * (lane / lanes) + self._gap()  # the absolute schedule
+        self.not_before = start  # catching up: no sooner than MIN_GAP × every after the previous fault
+        self.injected = 0
+
+    def _gap(self) -> float:
+        return self.period * self.rng.uniform(1 - JITTER, 1 + JITTER)
+
+    def next_at(self) -> float:
+        return max(self.due, self.not_before)
+
+    def done(self, now: float) -> None:
+        """The due fault happened at `now`: the next one is due one gap later on the absolute schedule (a
+        late one at once), but not sooner than MIN_GAP × every from now."""
+        self.injected += 1
+        self.due += self._gap()
+        self.not_before = now + MIN_GAP * self.every
+
+
+def run_schedule(
+    schedule: FaultSchedule,
+    fire: Callable[[], bool | None],
+    wait: Callable[[float], bool],
+    clock: Callable[[], float],
+    on_error: Callable[[Exception], None] | None = None,
+) -> None:
+    """Fire `schedule`'s faults until `wait` returns True (halt). `fire()` returns False when it found no
+    target (retried after RETRY_S, still due), anything else when the fault happened; an exception counts as
+    no fault (recorded by `on_error`, retried at the next due time)."""
+    while True:
+        delay = schedule.next_at() - clock()
+        if delay > 0 and wait(delay):
+            return
+        try:
+            happened = fire() is not False
+        except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
+            if on_error is not None:
+                on_error(exc)
+            schedule.due += schedule._gap()
+            schedule.not_before = clock() + MIN_GAP * schedule.every
+            continue
+        if happened:
+            schedule.done(clock())
+        elif wait(RETRY_S):
+            return
+
+
 def start_fault_loops(owner: Any, prefix: str) -> None:
-    """One thread per fault kind of `owner` with a period in `owner.every`: each calls `owner._<kind>()` every
-    0.75–1.25 × the period until `owner.halt` is set; a failed fault is recorded, never fatal. Serves this
-    module's Nemesis and soak/netfaults.py's NetFaults."""
+    """Threads firing each fault kind of `owner` with a period in `owner.every` (seconds; None = off) on its
+    FaultSchedule — `owner.lanes.get(kind, 1)` lanes — calling `owner._<kind>()` until `owner.halt` is set.
+    `owner.schedules[kind]` holds the lanes (their `injected` counts); `owner.fault_phase` the phase's
+    start and (after `fault_rates`) end. Serves this module's Nemesis and soak/netfaults.py's NetFaults."""
+    start = time.monotonic()
+    owner.fault_phase = [start, None]
+    owner.schedules = {}
     for name, every in owner.every.items():
-        if every:
-            t = threading.Thread(target=_fault_loop, args=(owner, name, every), name=f"{prefix}-{name}", daemon=True)
+        if not every:
+            continue
+        lanes = max(1, int(getattr(owner, "lanes", {}).get(name, 1)))
+        for lane in range(lanes):
+            sched = FaultSchedule(every, owner.rng, start, lane=lane, lanes=lanes)
+            owner.schedules.setdefault(name, []).append(sched)
+            fire = getattr(owner, f"_{name}")
+
+            def on_error(exc: Exception, name: str = name) -> None:
+                owner.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+
+            t = threading.Thread(
+                target=run_schedule,
+                args=(sched, fire, owner.halt.wait, time.monotonic, on_error),
+                name=f"{prefix}-{name}-{lane}",
+                daemon=True,
+            )
             t.start()
             owner.threads.append(t)
 
 
-def _fault_loop(owner: Any, name: str, every: float) -> None:
-    while not owner.halt.wait(every * owner.rng.uniform(0.75, 1.25)):
-        try:
-            getattr(owner, f"_{name}")()
-        except Exception as exc:  # noqa: BLE001 - a failed fault is recorded, never fatal
-            owner.history.record("nemesis_error", fault=name, error=str(exc)[:200])
+def fault_rates(owner: Any, end: float | None = None) -> dict[str, dict[str, Any]]:
+    """Requested vs injected per fault kind over the fault phase so far (or up to `end`, monotonic):
+    requested = phase seconds / every."""
+    start, stopped = getattr(owner, "fault_phase", (None, None))
+    if start is None:
+        return {}
+    seconds = (end if end is not None else stopped if stopped is not None else time.monotonic()) - start
+    out = {}
+    for name, every in owner.every.items():
+        if every:
+            injected = sum(s.injected for s in owner.schedules.get(name, ()))
+            out[name] = {
+                "every": every,
+                "seconds": round(seconds, 1),
+                "requested": round(seconds / every, 1),
+                "injected": injected,
+            }
+    return out
 
 
 class Nemesis:
-    """Faults on schedules (seconds; None = off), with ±25% jitter from the run's seeded RNG."""
+    """Faults on schedules (seconds; None = off), with ±25% jitter from the run's seeded RNG (FaultSchedule:
+    each kind at its rate over the fault phase). Each `_<kind>()` returns False when it found no target."""
+
+    # SIGSTOPs last stop_for (plus the wait for a `slow` job in its nap, plus a zombie hold) and SIGTERM
+    # drains up to DRAIN_WAIT_S: longer than their usual period, so two lanes each (at most two at a time)
+    lanes: ClassVar[dict[str, int]] = {"stop": 2, "term": 2}
 
     def __init__(
         self,
@@ -346,20 +451,47 @@ class Nemesis:
         self.last = ""
         self.restarted_at = float("-inf")  # monotonic time of the last PostgreSQL restart
         self.spare: set[str] = set()  # nodes running the later attempts of a zombie stop's jobs (soak/zombies.py)
+        self.zombie_lock = threading.Lock()  # one zombie stop at a time (the other lane's stops are plain)
+        self.zombie_quiet_until = float("-inf")  # no zombie stop before (monotonic)
+        self.schedules: dict[str, list[FaultSchedule]] = {}
+        self.fault_phase: list[float | None] = [None, None]
 
     def start(self) -> None:
         start_fault_loops(self, "nemesis")
 
-    def _kill(self) -> None:
-        if self.spare:  # a zombie stop is waiting for other nodes to reclaim, claim and run its jobs
-            return
-        slots = self.workers.running_slots()
-        if slots:
-            slot = self.rng.choice(slots)
-            self.last = f"kill -9 {slot.node}"
-            self.workers.kill(slot)
+    def _kill(self) -> bool:
+        # Never a node running a later attempt of a zombie stop's jobs (`spare`, soak/zombies.py): it must
+        # journal the paid step the zombie then writes again. (Skipping every kill during a zombie stop
+        # delivered half the kills asked for: zombie stops hold for up to 3 × stop_for.)
+        slots = [s for s in self.workers.running_slots() if s.node not in self.spare]
+        if not slots:
+            return False
+        slot = self.rng.choice(slots)
+        self.last = f"kill -9 {slot.node}"
+        return self.workers.kill(slot)
 
-    def _stop(self) -> None:
+    def _stop(self) -> bool:
+        # One zombie stop at a time: while one holds, the other lane's stops are plain ones (not of its nodes).
+        # After a zombie stop, the next waits twice as long as that one held: a hold keeps the database from
+        # crash-restarts, so holds back to back would starve `--db-restart-every` of its rate.
+        if time.monotonic() < self.zombie_quiet_until or not self.zombie_lock.acquire(blocking=False):
+            running = self.workers.running_slots()
+            slots = [s for s in running if s.node not in self.spare]
+            if not slots or len(running) < 2 or self.halt.is_set():  # keep at least one worker running
+                return False
+            slot = self.rng.choice(slots)
+            if not self.workers.stop(slot):
+                return False
+            self.last = f"SIGSTOP {slot.node} for {self.stop_for:.0f}s"
+            self.halt.wait(self.stop_for)
+            self.workers.cont(slot)
+            return True
+        try:
+            return self._zombie_or_plain_stop()
+        finally:
+            self.zombie_lock.release()
+
+    def _zombie_or_plain_stop(self) -> bool:
         # Prefer a node in the middle of a `slow` job's paid `nap` step (so an attempt comes back stale, and
         # writes a duplicate: a zombie stop, soak/zombies.py); wait a little for one.
         patience = (self.every["stop"] or 10) / 2  # seconds of waiting while the database answers
@@ -374,7 +506,7 @@ class Nemesis:
             if found is not None:
                 patience -= time.monotonic() - t0
         if len(slots) < 2 or self.halt.is_set():  # keep at least one worker running; no stop after the phase
-            return
+            return False
         # among them, the node with the most `slow` attempts inside their `nap`
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
@@ -392,11 +524,13 @@ class Nemesis:
                     locked = False
         try:
             if not self.workers.stop(slot):
-                return
+                return False
             self.last = f"SIGSTOP {node} for {self.stop_for:.0f}s"
             if held:
                 self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
+                t0 = time.monotonic()
                 why = zombies.hold(self.url, held, self.halt, self.spare, most=3 * self.stop_for)
+                self.zombie_quiet_until = time.monotonic() + 2 * (time.monotonic() - t0)
                 self.history.record("zombie_cont", node=node, why=why)
                 self.spare.clear()
                 self.spare.add(node)
@@ -405,6 +539,7 @@ class Nemesis:
             self.workers.cont(slot)
             if held:
                 time.sleep(zombies.AFTER_CONT_S)
+            return True
         finally:
             if locked:
                 self.spare.clear()
@@ -425,7 +560,7 @@ class Nemesis:
             out.setdefault(node, []).append([job_id, attempt, kind])
         return out
 
-    def _term(self) -> None:
+    def _term(self) -> bool:
         """SIGTERM a worker that runs short jobs (besides `slow` ones, which may outlast a grace) and watch it drain."""
         deadline = time.monotonic() + 5
         while True:
@@ -435,13 +570,15 @@ class Nemesis:
             if preferred or time.monotonic() > deadline or self.halt.wait(0.5):
                 break
         if len(slots) < 2 or not preferred:
-            return
+            return False
         slot = self.rng.choice(preferred)
         self.last = f"SIGTERM {slot.node} (drain)"
-        self.workers.drain_term(slot, running.get(slot.node, []))
+        return self.workers.drain_term(slot, running.get(slot.node, []))
 
-    def _db(self) -> None:
-        with self.db_lock:
+    def _db(self) -> bool:
+        if not self.db_lock.acquire(timeout=RETRY_S):  # a zombie stop (or a failover) holds the database
+            return False
+        try:
             self.last = "PostgreSQL crash-restart"
             self.history.record("db_crash")
             t0 = time.monotonic()
@@ -450,9 +587,15 @@ class Nemesis:
             self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))
             self.restarted_at = time.monotonic()
             self.db_restarts += 1
+            return True
+        finally:
+            self.db_lock.release()
 
     def stop_all(self) -> None:
+        if self.fault_phase[0] is not None and self.fault_phase[1] is None:
+            self.fault_phase[1] = time.monotonic()  # the faults phase ends here (a stop may still be ending)
         self.halt.set()
         for t in self.threads:
             t.join(timeout=30)
         self.workers.cont_all()
+        self.history.record("fault_rates", source="nemesis", kinds=fault_rates(self))

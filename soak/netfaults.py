@@ -20,14 +20,16 @@ At least one worker slot is always left unisolated and not stopped.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import threading
+import time
 import urllib.parse
 from typing import Any
 
 from soak.failover import MODES, Replication, primary_settings
 from soak.history import History
-from soak.nemesis import start_fault_loops
+from soak.nemesis import fault_rates, start_fault_loops
 from soak.proxy import Proxy
 
 
@@ -105,6 +107,14 @@ class NetFaults:
             "latency": 10.0,
         }
         self.counts = {k: 0 for k in self.every}
+        # a fault that lasts longer than half its period gets more lanes (FaultSchedule): its rate holds
+        self.lanes = {
+            k: min(3, max(1, math.ceil(2 * self.durations[k] / every)))
+            for k, every in self.every.items()
+            if every and k in self.durations
+        }
+        self.schedules: dict[str, list] = {}
+        self.fault_phase: list[float | None] = [None, None]
         self.replication: Replication | None = None
         if args.failover_every:
             self.replication = Replication(cluster, self.proxy, history, args.replication, lag=args.replication_lag)
@@ -150,36 +160,37 @@ class NetFaults:
             self.busy.discard(slot.index)
             self.isolated.discard(slot.index)
 
-    def _fault(self, name: str, isolating: bool, apply: Any, **fields: Any) -> None:
+    def _fault(self, name: str, isolating: bool, apply: Any, **fields: Any) -> bool:
         slot = self._pick(isolating)
         if slot is None:
-            return
+            return False
         route, seconds = f"w{slot.index}", self.durations[name]
         try:
             self.history.record(f"net_{name}", slot=slot.index, node=slot.node, seconds=seconds, **fields)
             if apply(route) is False:
                 self.history.record("net_heal", slot=slot.index, node=slot.node, fault=name, applied=False)
-                return
+                return False
             self.counts[name] += 1
             self.last = f"{name.replace('_', ' ')} {slot.node} for {seconds:.0f}s"
             self.halt.wait(seconds)
+            return True
         finally:
             self.proxy.heal(route)
             self.history.record("net_heal", slot=slot.index, node=slot.node, fault=name)
             self._release(slot)
 
-    def _partition(self) -> None:
-        self._fault("partition", True, self.proxy.partition)
+    def _partition(self) -> bool:
+        return self._fault("partition", True, self.proxy.partition)
 
-    def _stall(self) -> None:
-        self._fault("stall", True, self.proxy.stall)
+    def _stall(self) -> bool:
+        return self._fault("stall", True, self.proxy.stall)
 
-    def _stall_conn(self) -> None:
-        self._fault("stall_conn", False, self.proxy.stall_one)
+    def _stall_conn(self) -> bool:
+        return self._fault("stall_conn", False, self.proxy.stall_one)
 
-    def _latency(self) -> None:
+    def _latency(self) -> bool:
         ms = self.rng.uniform(0.05, 0.2)
-        self._fault("latency", False, lambda route: self.proxy.set_latency(route, ms), latency=round(ms, 3))
+        return self._fault("latency", False, lambda route: self.proxy.set_latency(route, ms), latency=round(ms, 3))
 
     def _failover(self) -> None:
         with self.nemesis.db_lock:  # never while the crash-restart nemesis holds the primary
@@ -189,11 +200,14 @@ class NetFaults:
             self.counts["failover"] += 1
 
     def stop_all(self) -> None:
+        if self.fault_phase[0] is not None and self.fault_phase[1] is None:
+            self.fault_phase[1] = time.monotonic()
         self.halt.set()
         for t in self.threads:
             t.join(timeout=150)
         for name in list(self.proxy.listeners):
             self.proxy.heal(name)
+        self.history.record("fault_rates", source="netfaults", kinds=fault_rates(self))
 
     def close(self) -> None:
         self.halt.set()

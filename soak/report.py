@@ -209,6 +209,47 @@ def _fault_counts(history: list[dict]) -> dict[str, int]:
     }
 
 
+FAULT_NAMES = {
+    "kill": "kill -9",
+    "stop": "SIGSTOP",
+    "db": "PostgreSQL crash-restart",
+    "term": "SIGTERM drain",
+    "partition": "partition",
+    "stall": "stall",
+    "stall_conn": "connection stall",
+    "latency": "latency",
+    "failover": "failover",
+}
+
+
+def fault_rates(history: list[dict]) -> dict[str, dict[str, Any]]:
+    """Requested vs injected per fault kind over the fault phase (the nemeses' `fault_rates` events):
+    requested = phase seconds / every; injected = faults that happened (not the ones that found no target)."""
+    out: dict[str, dict[str, Any]] = {}
+    for e in history:
+        if e.get("type") == "fault_rates":
+            for kind, v in (e.get("kinds") or {}).items():
+                out[FAULT_NAMES.get(kind, kind)] = dict(v)
+    return out
+
+
+def exits(stats: dict[str, Any]) -> dict[str, int]:
+    """Worker self-exits: the deliberate ones (a job kind asked, PROTOCOL.md; recorded `exit` observations)
+    apart from the others. Neither is an injected fault."""
+    e = stats.get("worker_exits") or {}
+    return {"deliberate": int(e.get("deliberate", 0)), "other": int(e.get("other", 0))}
+
+
+def describe_faults(rates: dict[str, dict[str, Any]], ex: dict[str, int]) -> str:
+    """One line: injected (requested) per kind, the injected total, and the exits apart."""
+    parts = [f"{k} {v['injected']} of {v['requested']:g} requested" for k, v in rates.items()]
+    total = sum(v["injected"] for v in rates.values())
+    return (
+        f"injected faults {total} ({', '.join(parts) or 'none requested'}); "
+        f"not faults: deliberate exits (a job kind asked) {ex['deliberate']}, other self-exits {ex['other']}"
+    )
+
+
 def write(run_dir: Path, result: CheckResult, state: State, history: list[dict], meta: dict[str, Any]) -> dict:
     """Write results.json, summary.md and report.html into run_dir; update the `latest` link."""
     t0 = next((e["t"] for e in history if e["type"] == "run_start"), history[0]["t"] if history else 0.0)
@@ -223,6 +264,8 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
         "coverage": result.coverage,  # issue 11: duty · scenarios · count · verdict
         "stats": result.stats,
         "faults": faults,
+        "fault_rates": fault_rates(history),  # issue 27: requested vs injected per kind
+        "exits": exits(result.stats),  # deliberate exits apart from the injected faults
         "meta": meta,
         "throughput": {
             "peak_per_s": max(fig_data["per_second"], default=0),
@@ -242,7 +285,8 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
         f"- database: {meta['database']}; database faults: {meta['db_faults']}",
         f"- jobs checked: {result.stats['jobs_checked']} ({result.stats['ledger_jobs']} in the ledger); "
         f"steps {result.stats['steps']}; signals {result.stats['signals']}",
-        "- faults: " + ", ".join(f"{k} {v}" for k, v in faults.items()),
+        "- faults: " + describe_faults(results["fault_rates"], results["exits"]),
+        "- fault log counts: " + ", ".join(f"{k} {v}" for k, v in faults.items()),
         "",
         "| invariant | verdict | checks | violations | first counterexample / why |",
         "|---|---|---|---|---|",

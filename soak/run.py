@@ -14,6 +14,7 @@ Exit 0 valid, 1 invalid, 2 unknown (3: the harness itself failed).
 from __future__ import annotations
 
 import argparse
+import collections
 import os
 import random
 import sys
@@ -42,7 +43,7 @@ from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.memory import MemorySampler, dir_size
 from soak.memory import describe as describe_memory
-from soak.nemesis import Nemesis, Workers
+from soak.nemesis import Nemesis, Workers, fault_rates
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"
@@ -155,7 +156,7 @@ class Progress:
     def __init__(self, url: str, plain: bool) -> None:
         self.url = url
         self.conn: psycopg.Connection | None = None
-        self.samples: list[tuple[float, int, int]] = []  # (t, terminal, total)
+        self.samples: collections.deque[tuple[float, int, int]] = collections.deque(maxlen=64)  # (t, terminal, total)
         self.plain = plain or not sys.stdout.isatty()
         self.live = None
         self.last_line = 0.0
@@ -177,7 +178,7 @@ class Progress:
         if len(self.samples) < 2:
             return 0.0
         t1, d1, _ = self.samples[-1]
-        older = [s for s in self.samples if s[0] <= t1 - window] or self.samples[:1]
+        older = [s for s in self.samples if s[0] <= t1 - window] or [self.samples[0]]
         t0, d0, _ = older[-1]
         return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
 
@@ -356,8 +357,11 @@ def run(args: argparse.Namespace) -> int:
             "throughput": f"{progress.rate():.1f} jobs/s",
             **driver.counters(),
             "workers alive / stopped": f"{st['alive']} / {st['stopped']}",
-            "faults": f"kill -9 {st['kills']}, SIGSTOP {st['stops']}, self-exits {st['exits']}, "
-            f"PG crash-restarts {nemesis.db_restarts}",
+            "faults (injected / requested)": ", ".join(
+                f"{k} {v['injected']}/{v['requested']:.0f}" for k, v in fault_rates(nemesis).items()
+            )
+            or "-",
+            "self-exits": st["exits"],
             "last fault": nemesis.last or "-",
             **(extra or {}),
         }
@@ -431,14 +435,15 @@ def run(args: argparse.Namespace) -> int:
         meta["driver"] = driver.counters()
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
         hist_result = hist.finish()  # issue 12: workers and driver have stopped writing
-        result = check(state, led, history.snapshot())
+        events = history.snapshot()  # read back from history.jsonl (the samples are not kept in memory)
+        result = check(state, led, events)
         for log in (run_dir / "workers").glob("*.log"):
             text = redact(log.read_text(errors="replace"))
             if password:
                 text = text.replace(password, "***")
             log.write_text(text)
-        results = report.write(run_dir, result, state, history.snapshot(), meta)
-        hist.add_to_report(run_dir, history.snapshot())  # issue 12
+        results = report.write(run_dir, result, state, events, meta)
+        hist.add_to_report(run_dir, events)  # issue 12
         code = combine_exit(result.exit_code, hist_result)
         size_line = "- memory and size: " + describe_memory(meta["memory"], dir_size(run_dir))
         with open(run_dir / "summary.md", "a") as f:
@@ -495,10 +500,10 @@ def print_verdict(result, results: dict, run_dir: Path) -> None:
         )
     console.print(c)
     s = result.stats
-    console.print(
-        f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}; "
-        f"faults {results['faults']}"
-    )
+    console.print(f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}")
+    from soak.report import describe_faults
+
+    console.print(describe_faults(results["fault_rates"], results["exits"]), highlight=False)
     console.print(
         f"verdict [{colour[result.verdict]}]{result.verdict}[/] → exit {result.exit_code}; report {run_dir}/report.html"
     )

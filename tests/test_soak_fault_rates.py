@@ -1,0 +1,175 @@
+"""Faults at the rate asked (issue 27 item 4): soak/nemesis.py's FaultSchedule on a fake clock.
+
+The old loop waited `every × U(0.75, 1.25)` *after* each fault ended and dropped a fault that found no
+target: a kill -9 skipped during a zombie stop's hold, a SIGSTOP that lasts longer than its period, a
+harness that wakes late under load each lost faults (`--kill-every 10` over 180 s gave 8–12 kills).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from types import SimpleNamespace
+
+import pytest
+
+from soak import nemesis
+from soak.nemesis import FaultSchedule, Nemesis, fault_rates, run_schedule
+
+
+class FakeClock:
+    """Monotonic time that moves only when waited on (plus `lag`: a loaded harness wakes up late)."""
+
+    def __init__(self, end: float, lag: float = 0.0) -> None:
+        self.now = 0.0
+        self.end = end
+        self.lag = lag
+
+    def clock(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> bool:
+        self.now += seconds + self.lag
+        return self.now >= self.end
+
+
+def simulate(
+    every: float,
+    duration: float,
+    *,
+    takes: float = 0.0,
+    blocked: list[tuple[float, float]] = (),
+    lag: float = 0.0,
+    lanes: int = 1,
+    seed: int = 1,
+) -> int:
+    """Faults injected over `duration` s: each lasts `takes` s and finds no target inside `blocked`
+    windows. Lanes are independent schedules (one fake clock each, as they run side by side)."""
+    total = 0
+    for lane in range(lanes):
+        fake = FakeClock(duration, lag)
+        sched = FaultSchedule(every, random.Random(seed + lane), 0.0, lane=lane, lanes=lanes)
+
+        def fire(fake=fake) -> bool:
+            if any(a <= fake.now < b for a, b in blocked):
+                return False
+            fake.now += takes  # the fault itself takes time (a stop lasts stop_for, a restart seconds)
+            return True
+
+        run_schedule(sched, fire, fake.wait, fake.clock)
+        total += sched.injected
+    return total
+
+
+def within(got: float, want: float, tolerance: float = 0.2) -> bool:
+    return abs(got - want) <= tolerance * want
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kill_every_10_over_180_s_gives_about_18_even_with_no_target_a_third_of_the_time(seed):
+    # zombie-stop holds (no killable node) for 60 of the 180 s, in three 20 s windows
+    blocked = [(20, 40), (80, 100), (130, 150)]
+    got = simulate(10, 180, takes=0.05, blocked=blocked, seed=seed)
+    assert within(got, 18), got
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_harness_that_wakes_up_late_keeps_the_rate(seed):
+    # every wait overshoots by 2 s (a loaded 2-core machine), every crash-restart takes 4 s
+    got = simulate(30, 3600, takes=4.0, lag=2.0, seed=seed)
+    assert within(got, 120, 0.1), got  # the old loop: 3600 / (30 + 4 + 2) = 100
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_faults_longer_than_their_period_keep_the_rate_on_two_lanes(seed):
+    # a SIGSTOP of stop_for 15 s after waiting up to 10 s for a `slow` job in its nap: 25 s per stop, every 20 s
+    got = simulate(20, 600, takes=25.0, lanes=2, seed=seed)
+    assert within(got, 30), got
+
+
+def test_the_hour_soak_at_kill_every_15_gives_about_240():
+    blocked = [(t, t + 20) for t in range(100, 3600, 90)]  # a zombie hold of 20 s every 90 s
+    got = simulate(15, 3600, takes=0.05, blocked=blocked, lag=0.3)
+    assert within(got, 240), got
+
+
+def test_catching_up_is_a_burst_not_a_storm():
+    # blocked for 100 s, then free: the 10 faults due meanwhile come at most one per MIN_GAP × every
+    fake = FakeClock(200)
+    sched = FaultSchedule(10, random.Random(3), 0.0)
+    times: list[float] = []
+
+    def fire() -> bool:
+        if fake.now < 100:
+            return False
+        times.append(fake.now)
+        return True
+
+    run_schedule(sched, fire, fake.wait, fake.clock)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= nemesis.MIN_GAP * 10 - 1e-9
+    assert within(sched.injected, 20)
+
+
+def test_a_failing_fault_is_recorded_and_the_schedule_goes_on():
+    fake = FakeClock(100)
+    sched = FaultSchedule(10, random.Random(0), 0.0)
+    errors: list[Exception] = []
+    calls = 0
+
+    def fire() -> bool:
+        nonlocal calls
+        calls += 1
+        if calls % 2:
+            raise RuntimeError("boom")
+        return True
+
+    run_schedule(sched, fire, fake.wait, fake.clock, errors.append)
+    assert errors and sched.injected >= 3
+
+
+# --- the nemesis's own faults -------------------------------------------------------------------------
+
+
+class FakeWorkers:
+    def __init__(self, nodes: list[str]) -> None:
+        self.slots = [SimpleNamespace(index=i + 1, node=n) for i, n in enumerate(nodes)]
+        self.killed: list[str] = []
+
+    def running_slots(self):
+        return [s for s in self.slots if s.node not in self.killed]
+
+    def kill(self, slot) -> bool:
+        self.killed.append(slot.node)
+        return True
+
+
+def make_nemesis(workers) -> Nemesis:
+    history = SimpleNamespace(record=lambda *a, **k: None)
+    return Nemesis(
+        workers,
+        history,
+        random.Random(0),
+        url="postgresql://unused",
+        cluster=None,
+        kill_every=10,
+        stop_every=None,
+        db_restart_every=None,
+        stop_for=15,
+    )
+
+
+def test_kills_go_on_during_a_zombie_stop_but_spare_its_later_attempts_nodes():
+    w = FakeWorkers(["w1-1", "w2-1", "w3-1"])
+    n = make_nemesis(w)
+    n.spare.update({"(zombie stop)", "w2-1"})  # w1-1 is the stopped zombie (not running), w2-1 runs the retry
+    w.slots[0].node = "w1-1"
+    w.killed.append("w1-1")  # not among the running slots (stopped)
+    assert n._kill() is True and w.killed[-1] == "w3-1"
+    assert n._kill() is False  # only the spared node is left: no target, the schedule retries
+
+
+def test_fault_rates_reports_requested_and_injected_per_kind():
+    owner = SimpleNamespace(every={"kill": 10, "stop": None}, fault_phase=[0.0, 180.0])
+    owner.schedules = {"kill": [SimpleNamespace(injected=17)]}
+    assert fault_rates(owner) == {"kill": {"every": 10, "seconds": 180.0, "requested": 18.0, "injected": 17}}
