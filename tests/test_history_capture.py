@@ -377,3 +377,94 @@ def test_transactions_missing_from_the_capture_make_the_history_unknown_not_inva
     # without the illegal write, the same gaps leave the history unknown with no finding
     legal = replay(kept[:-1], hist.initial, None, {})
     assert legal.verdict == "unknown" and not legal.findings, (legal.line(), [f.text for f in legal.findings])
+
+
+# --- issue 27: a planted gap taints exactly the jobs it touched; every other job is still judged ---------
+
+
+def _jobs_in(transactions, decoder=None) -> set[int]:
+    decoder = decoder or Decoder(lazy_old=True)
+    ids: set[int] = set()
+    for tx in transactions:
+        for m in tx.messages:
+            ch = decoder.decode(m)
+            if isinstance(ch, Change) and ch.table in ("belay_jobs", "belay_steps", "belay_events"):
+                row = ch.new or ch.old or {}
+                ids.add(row["id"] if ch.table == "belay_jobs" else row["job_id"])
+    return ids
+
+
+@pytest.mark.parametrize("planted_violation", [True, False])
+def test_a_dropped_poll_taints_exactly_its_jobs_and_raises_no_finding(url, tmp_path, planted_violation):
+    """One poll's transactions are dropped by the capture (and the slot advanced past them): job `a`
+    (unique key inc-4) and the workflow's first member finish inside the gap. Afterwards `e` takes inc-4,
+    legally — but the replay still sees `a` live: the 'second live holder of inc-4' of the one-hour soak.
+    The gap's jobs are tainted (from the final snapshot: their rows differ from the replay), `e`'s
+    finding is suppressed (it was found through `a`), the verdict is unknown and names them. A planted
+    real violation on an untouched job `v` (its journaled step rewritten) is still reported."""
+    cap = Capture.open(url, tmp_path / "h.bin", "tplant", poll_s=0.05)
+    with psycopg.connect(url, autocommit=True) as c:
+        initial = snapshot(c)
+    from model.ops import JobSpec, WorkflowMember
+
+    try:
+        with Client(url) as client, PgStore(url) as store:
+            v = client.enqueue("qv", "k", {}).id
+            store.apply(w.Claim(datetime.now(UTC), "qv", "nv", 1, timedelta(seconds=30)))
+            store.apply(w.RecordStep(datetime.now(UTC), v, "s1", {"v": 1}, 0, 0))
+            a = client.enqueue("qa", "k", {}, unique_key="inc-4").id
+            wf = client.enqueue_workflow(
+                "wf", [WorkflowMember("m1", JobSpec("qw", "k")), WorkflowMember("m2", JobSpec("qw", "k"), deps=("m1",))]
+            )
+            assert cap._poll_once() > 0
+            # --- the gap: one poll's transactions never reach the history ---
+            assert [
+                j.id for j in store.apply(w.Claim(datetime.now(UTC), "qa", "n1", 1, timedelta(seconds=30))).jobs
+            ] == [a]
+            store.apply(w.Ack(datetime.now(UTC), a, 1, w.Succeed(1)))
+            (m1,) = store.apply(w.Claim(datetime.now(UTC), "qw", "n1", 5, timedelta(seconds=30))).jobs
+            store.apply(w.Ack(datetime.now(UTC), m1.id, 1, w.Succeed(1)))  # releases m2
+            cap.drop_next_poll = True
+            assert cap._poll_once() > 0 and cap.dropped
+            # --- after the gap ---
+            e = client.enqueue("qa", "k", {}, unique_key="inc-4").id
+            assert e != a
+            store.apply(w.Ack(datetime.now(UTC), v, 1, w.Succeed(1)))
+            if planted_violation:  # a journaled step rewritten: illegal on a job no gap touched
+                with psycopg.connect(url, autocommit=True) as c:
+                    c.execute("UPDATE belay_steps SET value = '{\"v\": 2}' WHERE job_id = %s", (v,))
+        cap.drain()
+        with psycopg.connect(url, autocommit=True) as c:
+            final = snapshot(c)
+        stats = dict(cap.stats)
+        dropped = list(cap.dropped)
+        kept = list(read_transactions(cap.path))
+    finally:
+        assert cap.close()
+    touched = _jobs_in(dropped, _decoder_after(kept, dropped))
+    ids = dict(wf.ids)
+    assert touched == {a, ids["m1"], ids["m2"]} and m1.id == ids["m1"]  # m1's success released m2
+    result = replay(kept, initial, final, stats)
+    assert set(result.tainted) == touched, (sorted(result.tainted), sorted(touched), result.snapshot_diff)
+    assert e not in result.tainted and v not in result.tainted
+    assert result.suppressed >= 1  # e's 'second live holder of inc-4', found through a
+    if planted_violation:
+        assert result.verdict == "invalid", result.line()
+        assert [f.job_id for f in result.findings] == [v], [str(f) for f in result.findings]
+        assert "belay_steps" in result.findings[0].text
+        assert "tainted" in result.why
+    else:
+        assert result.verdict == "unknown" and not result.findings, (result.line(), [str(f) for f in result.findings])
+        assert f"{len(touched)} job(s) tainted" in result.why and str(a) in result.why
+
+
+def _decoder_after(kept, dropped):
+    """A decoder that knows the relations (announced once per session: maybe in a kept transaction)."""
+    d = Decoder(lazy_old=True)
+    first_dropped = dropped[0].commit_lsn
+    for tx in kept:
+        if tx.commit_lsn < first_dropped:
+            for m in tx.messages:
+                if m[:1] == b"R":
+                    d.decode(m)
+    return d
