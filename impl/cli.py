@@ -7,6 +7,7 @@ Entry point only: this is where environment variables and the system clock are r
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import sys
@@ -111,14 +112,33 @@ def main(ctx: click.Context, debug: bool) -> None:
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="machine-readable JSON output")
+
+
+def _echo_json(data: object) -> None:
+    import json
+
+    click.echo(json.dumps(data, indent=2))
+
+
 @main.command("migrate")
 @click.option("--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)")
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
-def migrate_cmd(database_url: str, schema: str) -> None:
+@JSON_OPTION
+def migrate_cmd(database_url: str, schema: str, as_json: bool) -> None:
     """Apply migrations 1–3 (idempotent; safe to run from several nodes at once)."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         applied = migrate(conn, schema)
         compat = check_compat(conn, schema)
+    if as_json:
+        return _echo_json(
+            {
+                "schema": schema,
+                "applied": list(applied),
+                "version": compat.version,
+                "contract_major": compat.contract_major,
+            }
+        )
     done = f"applied {', '.join(map(str, applied))}" if applied else "already current"
     click.echo(
         f"{redact(database_url)} schema {schema}: {done}; version {compat.version}, contract major {compat.contract_major}"
@@ -128,22 +148,45 @@ def migrate_cmd(database_url: str, schema: str) -> None:
 @main.command("status")
 @click.option("--database-url", default=None, help=URL_HELP)
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
-def status_cmd(database_url: str | None, schema: str) -> None:
-    """Schema version, contract major, provisioning used, and job counts per queue and state."""
-    with _database(database_url or os.environ.get("BELAY_DATABASE_URL")) as db:
-        click.echo(f"provisioning: {db.kind} — {db.reason}")
-        click.echo(f"database: {redact(db.url)}")
+@JSON_OPTION
+def status_cmd(database_url: str | None, schema: str, as_json: bool) -> None:
+    """Schema version, contract major, provisioning used (and where its URL came from), and job counts
+    per queue and state."""
+    env_url = os.environ.get("BELAY_DATABASE_URL")
+    source = "--database-url" if database_url else "BELAY_DATABASE_URL" if env_url else None
+    with _database(database_url or env_url) as db:
+        reason = (
+            f"{source} is set" if source == "BELAY_DATABASE_URL" else "given by --database-url" if source else db.reason
+        )
         with psycopg.connect(db.url, autocommit=True, connect_timeout=5) as conn:
             try:
                 compat = check_compat(conn, schema)
             except IncompatibleSchema as exc:
                 raise ToolError(f"schema {schema} at {redact(db.url)}: {exc}") from None
-            click.echo(f"schema {schema}: migration version {compat.version}, contract major {compat.contract_major}")
             rows = conn.execute(
                 psycopg.sql.SQL("SELECT queue, state, count(*) FROM {} GROUP BY 1, 2 ORDER BY 1, 2").format(
                     psycopg.sql.Identifier(schema, "belay_jobs")
                 )
             ).fetchall()
+        if as_json:
+            jobs: dict[str, dict[str, int]] = {}
+            for queue, state, n in rows:
+                jobs.setdefault(queue, {})[state] = n
+            return _echo_json(
+                {
+                    "provisioning": db.kind,
+                    "source": source or db.kind,
+                    "reason": reason,
+                    "database": redact(db.url),
+                    "schema": schema,
+                    "version": compat.version,
+                    "contract_major": compat.contract_major,
+                    "jobs": jobs,
+                }
+            )
+        click.echo(f"provisioning: {db.kind} — {reason}")
+        click.echo(f"database: {redact(db.url)}")
+        click.echo(f"schema {schema}: migration version {compat.version}, contract major {compat.contract_major}")
         for queue, state, n in rows:
             click.echo(f"  {queue:<20} {state:<10} {n}")
         if not rows:
@@ -343,6 +386,36 @@ def _wait_for_database(url: str, schema: str, termination, give_up_after: float 
     return False
 
 
+def _check_port(host: str, port: int) -> None:
+    """Fail with one line (exit 1) when host:port cannot be bound — before uvicorn, whose startup
+    failure exits 3, the code `belay replay` reserves for a divergence."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ToolError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    family, _, _, _, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            in_use = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            raise ToolError(f"cannot listen on {host}:{port}: {in_use}; choose another --port") from None
+
+
+@contextmanager
+def _serving(host: str, port: int) -> Iterator[None]:
+    """uvicorn's own startup failure (a bind lost to a race after `_check_port`) is exit 1 too."""
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code == 3:
+            raise ToolError(f"cannot listen on {host}:{port} (the server failed to start; see above)") from None
+        raise
+
+
 @main.command("smoke")
 def smoke_cmd() -> None:
     """Migrate, enqueue, read back: the foundation's end-to-end check, on a throwaway database.
@@ -410,22 +483,24 @@ def serve_cmd(
         with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
             migrate(conn, schema)
     check_database(database_url, schema=schema)  # before binding: fail in seconds, not after a pool timeout
+    _check_port(host, port)
     click.echo(
         f"belay serve: http://{host}:{port}/api/v1 ({'bearer token required' if token else 'no token: loopback only'}"
         f", {workers} process{'es' if workers > 1 else ''})",
         err=True,
     )
-    serve(
-        database_url,
-        host,
-        port,
-        workers=workers,
-        access_log=access_log,
-        token=token or None,
-        schema=schema,
-        sweep_interval=sweep_interval,
-        notify=notify,
-    )
+    with _serving(host, port):
+        serve(
+            database_url,
+            host,
+            port,
+            workers=workers,
+            access_log=access_log,
+            token=token or None,
+            schema=schema,
+            sweep_interval=sweep_interval,
+            notify=notify,
+        )
 
 
 # --- day-2 commands (impl/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
@@ -488,6 +563,7 @@ def dashboard_cmd(
     except BindRefused as exc:
         raise click.UsageError(str(exc)) from None
     check_database(database_url, schema=schema)  # before binding: fail in seconds with one clear line
+    _check_port(host, port)
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         if create_indexes:
             created = DashboardQueries(schema).ensure_indexes(conn)
@@ -498,7 +574,8 @@ def dashboard_cmd(
         f"({'actions need the token' if token else 'actions by the authorizer' if guard else 'read-only: no token'})",
         err=True,
     )
-    uvicorn.run(app, host=host, port=port, log_level="info")
+    with _serving(host, port):
+        uvicorn.run(app, host=host, port=port, log_level="info")
 
 
 if __name__ == "__main__":

@@ -118,6 +118,15 @@ def _table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None
     _console().print(table)
 
 
+def error_text(entry: dict) -> str:
+    """One recorded error as `Class: detail`, the class once (a detail often starts with it already)."""
+    error, detail = entry.get("error"), entry.get("detail")
+    if detail is None:
+        return str(error)
+    detail = detail if isinstance(detail, str) else json.dumps(detail, default=str)
+    return detail if error is None or detail.startswith(f"{error}:") else f"{error}: {detail}"
+
+
 def _short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -151,6 +160,8 @@ def register(main: click.Group) -> None:
     @click.option("--queue", default=None)
     @click.option("--kind", default=None, help="filter by kind (belay_jobs.worker)")
     @click.option("--workflow", default=None, help="filter by workflow id")
+    @click.option("--parent", type=click.IntRange(min=1), default=None, metavar="ID", help="children of job ID")
+    @click.option("--error", default=None, metavar="TEXT", help="text in any recorded error (class or detail)")
     @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
     @click.option(
         "--after",
@@ -166,13 +177,24 @@ def register(main: click.Group) -> None:
         queue: str | None,
         kind: str | None,
         workflow: str | None,
+        parent: int | None,
+        error: str | None,
         limit: int,
         after: int | None,
     ) -> None:
         """Jobs newest first, keyset-paginated (Belay.list_jobs)."""
         from impl.operator import job_json
 
-        page = op.list_jobs(states=states, queue=queue, kind=kind, workflow_id=workflow, limit=limit, after=after)
+        page = op.list_jobs(
+            states=states,
+            queue=queue,
+            kind=kind,
+            workflow_id=workflow,
+            parent_id=parent,
+            error=error,
+            limit=limit,
+            after=after,
+        )
         if out.as_json:
             return out.json({"jobs": [job_json(j) for j in page.jobs], "next_after": page.next_after})
         _table(
@@ -212,7 +234,7 @@ def register(main: click.Group) -> None:
                 [
                     a["attempt"],
                     a["ended"],
-                    "; ".join(f"{e.get('error')}: {_short(e.get('detail'), 80)}" for e in a["errors"]),
+                    "; ".join(_short(error_text(e), 100) for e in a["errors"]),
                 ]
                 for a in journal["attempts"]
             ],
@@ -433,6 +455,14 @@ def register(main: click.Group) -> None:
         """Let reference nodes claim from NAME again."""
         done = op.resume(name)
         out.json(done) if out.as_json else click.echo(f"queue {name} resumed")
+
+    @queue_group.command("delete")
+    @click.argument("name")
+    @operator_command
+    def queue_delete_cmd(op, out: Out, name: str) -> None:
+        """Remove NAME's belay_queues row (nodes run it on their static options again; its jobs stay)."""
+        done = op.delete_queue(name)
+        out.json(done) if out.as_json else click.echo(f"queue {name}: row deleted (it had {json.dumps(done['opts'])})")
 
     @main.command("prune")
     @click.option("--dry-run", is_flag=True, help="only report what would be deleted")

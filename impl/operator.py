@@ -34,9 +34,10 @@ SIGNAL_TTL_DEFAULT = 7 * 86400
 
 
 class Refused(Exception):
-    """The operation was refused (not found, wrong state, invalid input); nothing was changed.
-    `kind` is a short machine word: not_found, not_retryable, not_cancellable, retry_blocked,
-    deps_gone, invalid."""
+    """The operation was refused (not found, wrong state, invalid input); nothing was changed — but for
+    `doomed`: a retry of a workflow member whose dependency failed or was cancelled re-holds it and
+    the workflow settles it straight back (the message says which dependency). `kind` is a short
+    machine word: not_found, not_retryable, not_cancellable, retry_blocked, deps_gone, doomed, invalid."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -186,10 +187,14 @@ class Operator:
         queue: str | None = None,
         kind: str | None = None,
         workflow_id: str | None = None,
+        parent_id: int | None = None,
+        error: str | None = None,
         limit: int = 50,
         after: int | None = None,
     ) -> Page:
-        """Belay.list_jobs: newest first; `after` continues from the previous page's `next_after`."""
+        """Belay.list_jobs: newest first; `after` continues from the previous page's `next_after`.
+        `parent_id`: children of that job; `error`: text (case-insensitive) in any recorded error's
+        class or detail."""
         from impl.pgrows import job_from_row
 
         states = tuple(states)
@@ -206,6 +211,8 @@ class Operator:
                 "queue": queue,
                 "kind": kind,
                 "workflow_id": workflow_id,
+                "parent_id": parent_id,
+                "error": None if not error else "%" + _like_escape(error) + "%",
                 "limit": limit,
             },
         )
@@ -286,6 +293,8 @@ class Operator:
 
     def retry(self, job_id: int) -> dict[str, Any]:
         result = self.client.retry(job_id)
+        if isinstance(result, ops.Retried) and result.state in ("failed", "cancelled"):
+            raise Refused("doomed", self._doomed_message(job_id, result.state))
         if isinstance(result, ops.Retried):
             return {"job_id": job_id, "retried": True, "state": result.state}
         if isinstance(result, ops.NotFound):
@@ -308,6 +317,20 @@ class Operator:
                 "could never settle; nothing was changed",
             )
         raise AssertionError(result)  # pragma: no cover
+
+    def _doomed_message(self, job_id: int, state: str) -> str:
+        job = self.job(job_id)
+        members = {j.wf_name: j for j in self.client.workflow(job.workflow_id)} if job.workflow_id else {}
+        blocking = [
+            f"{name!r} (job {members[name].id}) is {members[name].state}"
+            for name in job.wf_deps or ()
+            if name in members and members[name].state in ("failed", "cancelled")
+        ]
+        why = "; ".join(blocking) or "a dependency cannot succeed"
+        return (
+            f"job {job_id} was not retried: it is {state} again at once because its workflow dependency {why} "
+            "— retry that dependency first (its dependents are held again when it is retried)"
+        )
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         result = self.client.cancel(job_id)
@@ -362,12 +385,26 @@ class Operator:
         return self._set_paused(name, False)
 
     def _set_paused(self, name: str, paused: bool) -> dict[str, Any]:
-        opts = self._queue_row(name) or {}
+        row = self._queue_row(name)
+        if row is None and not self._rows("ops_queue_has_jobs", {"name": name})[0]["found"]:
+            raise Refused(
+                "not_found",
+                f"queue {name!r} has no belay_queues row and no jobs (a typo?); nothing was changed — "
+                f"`belay queue put {name} ...` creates it first",
+            )
+        opts = row or {}
         if paused:
             opts["paused"] = True
         else:
             opts.pop("paused", None)
         return self._put(name, opts)
+
+    def delete_queue(self, name: str) -> dict[str, Any]:
+        """Remove a queue's belay_queues row: nodes run it on their static options again (its jobs stay)."""
+        rows = self._rows("ops_delete_queue", {"name": name})
+        if not rows:
+            raise Refused("not_found", f"queue {name!r} has no belay_queues row; nothing was changed")
+        return {"name": name, "deleted": True, "opts": plain(rows[0]["opts"])}
 
     def _put(self, name: str, opts: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -438,6 +475,11 @@ class Operator:
             "signals": signals,
             "rate_windows": rate,
         }
+
+
+def _like_escape(text: str) -> str:
+    """A LIKE pattern matching `text` literally (backslash is PostgreSQL's default escape)."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def stats_reader(store: Any) -> Callable[[], dict[str, dict[str, int]]]:

@@ -1,6 +1,7 @@
 -- Belay named queries for day-2 tooling (spec/belay-operations.txt "Day-2 tooling"): the operator
--- CLI, the MCP server, replay dry-runs and the Prometheus queue-depth gauge. Read-only, every one:
--- the mutations those tools offer go through the store's own operations (impl/store.py).
+-- CLI, the MCP server, replay dry-runs and the Prometheus queue-depth gauge. Read-only, every one but
+-- ops_delete_queue and ops_delete_cron (the vocabulary has no delete of a runtime queue or cron row):
+-- the other mutations those tools offer go through the store's own operations (impl/store.py).
 -- Conventions as in queries.sql: named parameters, identifiers in braces, `now` always a parameter.
 
 -- ops_stats --
@@ -16,6 +17,10 @@ WHERE (%(after)s::bigint IS NULL OR id < %(after)s::bigint)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR worker = %(kind)s::text)
   AND (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
+  AND (%(parent_id)s::bigint IS NULL OR parent_id = %(parent_id)s::bigint)
+  AND (%(error)s::text IS NULL OR (errors <> '[]'::jsonb AND EXISTS (
+          SELECT 1 FROM jsonb_array_elements(errors) e
+          WHERE (e ->> 'error') ILIKE %(error)s::text OR (e ->> 'detail') ILIKE %(error)s::text)))
 ORDER BY id DESC
 LIMIT %(limit)s
 
@@ -54,3 +59,24 @@ FROM candidates c GROUP BY c.state ORDER BY c.state
 SELECT (SELECT count(*) FROM {signals} WHERE %(signals_before)s::timestamptz IS NOT NULL
                                          AND inserted_at < %(signals_before)s::timestamptz) AS signals,
        (SELECT count(*) FROM {rate} WHERE window_start < %(rate_before)s) AS rate
+
+-- ops_queue_has_jobs --
+-- Does any job name this queue? (`queue pause NAME` refuses a queue with neither a row nor jobs.)
+SELECT EXISTS (SELECT 1 FROM {jobs} WHERE queue = %(name)s) AS found
+
+-- ops_delete_queue --
+-- `belay queue delete`: remove a belay_queues row (nodes fall back to their static options).
+DELETE FROM {queues} WHERE name = %(name)s RETURNING name, opts
+
+-- ops_cron_rows --
+-- belay_crons rows (one, or every one when name is NULL).
+SELECT name, expression, worker, input, opts, paused, updated_at FROM {crons}
+WHERE (%(name)s::text IS NULL OR name = %(name)s::text) ORDER BY name
+
+-- ops_cron_last_fired --
+-- The newest job a cron inserted (the (cron_name, cron_slot) unique index answers it).
+SELECT id, state, cron_slot FROM {jobs} WHERE cron_name = %(name)s ORDER BY cron_slot DESC LIMIT 1
+
+-- ops_delete_cron --
+-- `belay cron delete`: remove a belay_crons row (a static cron of the same name fires again).
+DELETE FROM {crons} WHERE name = %(name)s RETURNING name
