@@ -910,10 +910,14 @@ class Validator:
             tail.append(("cancel", ops.Cancel(now, a.id)))
         if maybe_derived_cancel:
             alt_cancel = []
-            for _b, a in maybe_derived_cancel:
+            for b, a in maybe_derived_cancel:
                 now = a.finished_at or at
                 self.now_ok(now, at, f"cancel of job {a.id}")
-                alt_cancel.append(("cancel", ops.Cancel(now, a.id)))
+                if self.ledger.strict:  # not recorded (recorded cancels are taken above)
+                    why = f"job {a.id} cancelled ({b.state} → {a.state}), but the harness recorded no cancel of it"
+                    alt_cancel.append(("cancel", ("refuse", why)))
+                else:
+                    alt_cancel.append(("cancel", ops.Cancel(now, a.id)))
             choices.append([[], alt_cancel])  # doomed by settlement (derived) or a client cancel
         for b, a in retries:
             if self.ledger.strict:
@@ -1126,6 +1130,8 @@ class Validator:
                 t.crons = {n: c for n, c in t.crons.items() if n in names}
                 model_store.HANDLERS[type(inner)](t, inner)
                 return
+            if tag == "refuse":
+                raise Mismatch(op[1])
             if tag == "harness_ack":
                 # the lost-wakeup scenario's ack: the model's fenced row write, without its after-terminal steps
                 inner = op[1]

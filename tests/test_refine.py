@@ -1,0 +1,260 @@
+"""soak/commits/refine.py: trace validation — every committed transaction of a captured history must be
+explained by an operation of model/ applied to the state before it.
+
+Real histories: an embedded PostgreSQL with wal_level = logical, the operations run through impl/ (or a
+store with one named statement edited, or raw SQL where a worker would go wrong), captured by the soak's
+own HistoryCheck, then validated. Each failure class is shown caught on a history that differs from a
+valid one only by the planted disagreement."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from impl.client import Client
+from impl.migrate import migrate
+from impl.provision import ClusterConfig, EmbeddedCluster
+from impl.store import PgStore
+from model import ops
+from model import worker_ops as w
+from soak.broken.base import patched_queries
+from soak.commits.capture import read_transactions
+from soak.commits.hook import HistoryCheck
+from soak.commits.refine import SKEW, HarnessLedger, RefinementResult, validate
+from soak.commits.replay import load_state
+
+TTL = timedelta(seconds=30)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
+    yield c
+    c.destroy()
+
+
+@pytest.fixture
+def url(cluster):
+    name = f"r_{secrets.token_hex(4)}"
+    with psycopg.connect(cluster.url, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    u = cluster.url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(u, autocommit=True) as c:
+        migrate(c)
+    yield u
+    with psycopg.connect(cluster.url, autocommit=True) as c:
+        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+class Captured:
+    """A capture around a block of writes; `.validate()` runs trace validation on what was committed."""
+
+    def __init__(self, url: str, tmp: Path, name: str) -> None:
+        self.url, self.tmp = url, tmp
+        self.hist = HistoryCheck.begin(url, tmp, name)
+
+    def __enter__(self) -> Captured:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if exc[0] is None:
+                self.hist.finish()
+        finally:
+            assert self.hist.close()
+
+    def transactions(self):
+        return list(read_transactions(self.tmp / "history.bin"))
+
+    def validate(self, ledger=None, transactions=None) -> RefinementResult:
+        return validate(
+            self.transactions() if transactions is None else transactions,
+            ledger,
+            load_state(self.tmp / "history-initial.pickle"),
+            final_state=load_state(self.tmp / "history-final.pickle") if transactions is None else None,
+        )
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def first(r: RefinementResult) -> str:
+    return r.findings[0].detail() if r.findings else r.line()
+
+
+def test_a_history_of_every_operation_shape_is_valid_and_each_is_explained(url, tmp_path):
+    with Captured(url, tmp_path, "valid") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            ids = [client.enqueue("q", "k", {"i": i}, max_attempts=3).id for i in range(7)]
+            client.enqueue("q", "k", {}, unique_key="u1")
+            client.enqueue("q", "k", {}, unique_key="u1")  # a duplicate: writes nothing
+            t = now()
+            assert len(store.apply(w.Claim(t, "q", "n1", 7, TTL)).jobs) == 7
+            store.apply(w.RecordStep(now(), ids[0], "s1", {"v": 1}, 3, 4))
+            store.apply(w.EmitEvent(now(), ids[0], {"p": 1}))
+            store.apply(w.Renew(now(), "n1", tuple(ids), now() + timedelta(seconds=40)))
+            store.apply(w.Ack(now(), ids[0], 1, w.Succeed({"ok": True})))
+            store.apply(w.Ack(now(), ids[1], 1, w.Fail("boom", "detail", now() + timedelta(seconds=1))))
+            store.apply(w.Ack(now(), ids[2], 1, w.Snooze(now())))
+            store.apply(w.ParkAwait(now(), ids[3], 1, "sc", "nm", None))
+            client.signal("sc", "nm", {"x": 1})  # wakes ids[3]
+            store.apply(w.Sleep(now(), ids[4], 1, "nap", now() + timedelta(seconds=1)))
+            store.apply(w.AckMany(now(), (w.Ack(now(), ids[5], 1, w.Succeed(5)), w.Ack(now(), ids[6], 1, w.Succeed(6)))))
+            # spawn: the parent parks on $children, the child's ack delivers it and wakes the parent
+            parent = client.enqueue("q", "parent", {}).id
+            store.apply(w.Claim(now(), "q", "n2", 10, TTL))
+            kids = store.apply(w.Spawn(now(), parent, "kids", (ops.JobSpec("q", "kid", {"n": 1}),))).child_ids
+            store.apply(w.AwaitChildren(now(), parent, 1))
+            store.apply(w.Claim(now(), "q", "n2", 10, TTL))
+            store.apply(w.Ack(now(), kids[0], 1, w.Succeed(None)))
+            # a workflow: b waits for a; a's ack releases b in the same transaction
+            client.enqueue_workflow(
+                "wf1", [ops.WorkflowMember("a", ops.JobSpec("q", "k")), ops.WorkflowMember("b", ops.JobSpec("q", "k"), ("a",))]
+            )
+            # a reclaim: a lease that expired
+            late = client.enqueue("q2", "k", {}, max_attempts=2).id
+            store.apply(w.Claim(now(), "q2", "n3", 1, timedelta(milliseconds=1)))
+            time.sleep(0.01)
+            assert store.apply(w.Reclaim(now())).retried == (late,)
+            # client cancels: of a ready job (at once) and of a running one (requested)
+            c1 = client.enqueue("q3", "k", {}).id
+            client.cancel(c1)
+            c2 = client.enqueue("q3", "k", {}).id
+            store.apply(w.Claim(now(), "q3", "n4", 1, TTL))
+            client.cancel(c2)
+            store.apply(w.Ack(now(), c2, 1, w.CancelSelf()))
+    r = cap.validate()
+    assert r.verdict == "valid", first(r)
+    assert r.unexplained == 0 and r.validated == r.transactions - r.empty
+    assert r.matches_snapshot, r.snapshot_diff
+    for kind in (
+        "enqueue",
+        "claim",
+        "record_step",
+        "emit_event",
+        "renew",
+        "ack",
+        "park_await",
+        "deliver_signal",
+        "sleep",
+        "ack_many",
+        "spawn",
+        "await_children",
+        "enqueue_workflow",
+        "reclaim",
+        "cancel",
+    ):
+        assert r.by_kind[kind] >= 1, (kind, dict(r.by_kind))
+
+
+def test_a_reclaim_that_retries_past_max_attempts_is_invalid(url, tmp_path):
+    """The issue's Node.js bug: attempts beyond max_attempts. The reclaim pass reads max_attempts + 2."""
+    past_max = patched_queries(
+        expired_leases=("SELECT id, attempt, max_attempts FROM", "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM")
+    )
+    with Captured(url, tmp_path, "pastmax") as cap:
+        with past_max(url) as store, Client(url) as client:
+            job = client.enqueue("q", "slow", {}, max_attempts=1).id
+            store.apply(w.Claim(now(), "q", "n1", 1, timedelta(milliseconds=1)))
+            time.sleep(0.01)
+            assert store.apply(w.Reclaim(now())).retried == (job,)  # attempt 1 of 1 retried
+            store.apply(w.Claim(now() + timedelta(seconds=2), "q", "n1", 1, TTL))  # attempt 2 of 1 runs
+            store.apply(w.Ack(now(), job, 2, w.Succeed(2)))
+    r = cap.validate()
+    assert r.verdict == "invalid", r.line()
+    assert r.unexplained == 1, [f.detail() for f in r.findings]
+    text = first(r)
+    assert "reclaim" in text and f"belay_jobs {job}.state: transaction 'ready', model 'failed'" in text, text
+
+
+def test_a_planted_disagreement_between_impl_and_model_no_invariant_checks_is_invalid(url, tmp_path):
+    """One column an impl statement writes, changed: the claim overwrites started_at on every attempt."""
+    resets = patched_queries(claim_plain=("started_at = COALESCE(started_at, %(now)s)", "started_at = %(now)s"))
+    with Captured(url, tmp_path, "planted") as cap:
+        with resets(url) as store, Client(url) as client:
+            job = client.enqueue("q", "k", {}, max_attempts=3).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Ack(now(), job, 1, w.Fail("boom", None, now())))
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))  # the retry's claim: started_at rewritten
+            store.apply(w.Ack(now(), job, 2, w.Succeed(None)))
+    r = cap.validate()
+    assert r.verdict == "invalid", r.line()
+    assert r.unexplained == 1
+    assert f"claim: belay_jobs {job}.started_at" in first(r), first(r)
+
+
+def test_a_terminal_row_made_ready_again_is_invalid(url, tmp_path):
+    with Captured(url, tmp_path, "stale") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            job = client.enqueue("q", "k", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Ack(now(), job, 1, w.Succeed(1)))
+            with psycopg.connect(url, autocommit=True) as c:  # a stale reclaim pass (River #1302's shape)
+                c.execute(
+                    "UPDATE belay_jobs SET state = 'ready', finished_at = NULL, errors = errors || "
+                    "jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now()::text, 'error', 'lease_expired',"
+                    " 'detail', null)) WHERE id = %s",
+                    (job,),
+                )
+    r = cap.validate()
+    assert r.verdict == "invalid" and r.unexplained == 1, r.line()
+    assert f"belay_jobs {job!r} UPDATE state: 'succeeded' → 'ready'" in first(r), first(r)
+
+
+def test_a_terminal_ack_without_its_children_signal_is_invalid_unless_the_harness_did_it(url, tmp_path):
+    """§7's after-terminal duty: the child's terminal transaction delivers $children to its parent."""
+    with Captured(url, tmp_path, "nochildren") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            parent = client.enqueue("q", "parent", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            kid = store.apply(w.Spawn(now(), parent, "kids", (ops.JobSpec("q2", "kid"),))).child_ids[0]
+            store.apply(w.AwaitChildren(now(), parent, 1))
+            store.apply(w.Claim(now(), "q2", "n1", 1, TTL))
+            with psycopg.connect(url, autocommit=True) as c:  # the fenced ack alone, no $children
+                c.execute(
+                    "UPDATE belay_jobs SET state = 'succeeded', finished_at = %s, result = %s, lease_until = NULL, "
+                    "leased_by = NULL WHERE id = %s AND state = 'running' AND attempt = 1",
+                    (now(), b"null", kid),
+                )
+    r = cap.validate()
+    assert r.verdict == "invalid" and r.unexplained == 1, r.line()
+    assert f"belay_jobs {parent}.state: transaction 'awaiting', model 'ready'" in first(r), first(r)
+
+
+def test_client_writes_must_be_in_the_harness_ledger_and_now_within_the_skew(url, tmp_path):
+    with Captured(url, tmp_path, "ledger") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            a = client.enqueue("q", "k", {}).id
+            client.cancel(a)  # a client cancel
+            b = client.enqueue("q", "k", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Ack(now() + SKEW + timedelta(seconds=30), b, 1, w.Succeed(None)))  # a clock far ahead
+    loose = cap.validate()
+    assert loose.unexplained == 1 and "after the commit" in first(loose), first(loose)
+    strict = cap.validate(HarnessLedger.load([{"type": "cancel", "job_id": a}]))
+    assert strict.unexplained == 1, first(strict)  # the cancel is the harness's: only the clock is wrong
+    unrecorded = cap.validate(HarnessLedger.load([{"type": "signal", "job_id": 999}]))
+    assert unrecorded.unexplained == 2
+    assert any(f"job {a} cancelled" in t and "harness recorded no cancel" in t for f in unrecorded.findings for t in f.tried)
+
+
+def test_a_transaction_missing_from_the_capture_makes_the_verdict_unknown_not_valid(url, tmp_path):
+    with Captured(url, tmp_path, "gap") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            job = client.enqueue("q", "k", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Renew(now(), "n1", (job,), now() + timedelta(seconds=60)))
+            store.apply(w.Ack(now(), job, 1, w.Succeed(None)))
+    txs = cap.transactions()
+    whole = cap.validate(transactions=txs)
+    assert whole.verdict == "valid", first(whole)
+    assert len(txs) == 4  # enqueue, claim, renew, ack
+    holed = cap.validate(transactions=[txs[0], txs[1], txs[3]])  # the renewal never reached the capture
+    assert holed.capture_gaps >= 1 and holed.verdict == "unknown", holed.line()
