@@ -472,8 +472,11 @@ def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) ->
     for e in ev.by_type["worker_drain_term"]:
         node, t = e["node"], float(e["t"])
         end = _drain_end(ev, node, t)
-        if timeline.db_down_during(t - ev.ttl, end + 1) or timeline.cut_during(node, t - ev.ttl, end + 1):
-            r.notes.append(f"drain of {node}: a database outage or network cut around it; claims not judged")
+        # A network cut can hold a claim's COMMIT in the proxy past the SIGTERM: not judged. A database crash
+        # needs no excuse: it aborts the claims in flight, and a claim retried afterwards with the `now` it
+        # was built with (before the signal) fails the lease guard below; one rebuilt after it is a new claim.
+        if timeline.cut_during(node, t - ev.ttl, end + 1):
+            r.notes.append(f"drain of {node}: a network cut around it; claims not judged")
             continue
         after = [(at, rows) for at, rows in ev.samples if at >= t + CLAIM_SETTLE]
         if not after or after[0][0] > end:

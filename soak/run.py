@@ -84,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stop-for", type=float, default=None, help="seconds a SIGSTOP lasts (default: lease ttl + 5)")
     p.add_argument("--lease-ttl", type=float, default=10, help="BELAY_LEASE_TTL for workers (default %(default)s)")
     p.add_argument("--rate", type=float, default=50, help="echo jobs per second (default %(default)s)")
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=10,
+        help="max_attempts of the driver's jobs but `slow` ones (default %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the driver's and nemesis's choices")
     p.add_argument(
         "--report",
@@ -307,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
         harness_url,
         history,
         random.Random(rng.random()),
-        DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2),
+        DriverConfig(echo_per_s=args.rate, slow_seconds=args.lease_ttl + 2, max_attempts=args.max_attempts),
     )
     nemesis = Nemesis(
         workers,

@@ -56,6 +56,36 @@ VARIANTS: dict[str, Variant] = {
     "cron_wrong_queue": Variant(("P6", "I1"), "inserts cron slots into the wrong queue (§8.5)", ("--duration", "65")),
     "sleep_without_journal": Variant(("P7",), "durable sleep without journaling $sleep:<name>"),
     "drops_attempt": Variant(("P8",), 'results without "attempt" (PROTOCOL §2)', fast=True),
+    # --- issue 30: one per breakable row of docs/certification.md that the catalogue above did not cover ---
+    "claims_after_sigterm": Variant(
+        ("P11", "P4"),
+        "keeps claiming through the SIGTERM grace (operations: stop claiming first)",
+        ("--term-every", "8"),
+    ),
+    "reclaim_past_max_attempts": Variant(
+        ("P16",), "reclaim retries past max_attempts (§6)", ("--max-attempts", "1", "--kill-every", "6")
+    ),
+    "park_spends_attempt": Variant(("P15",), "a park does not raise max_attempts (a wait spends an attempt, §7)"),
+    "cron_early": Variant(
+        ("P12",), "fires each cron slot up to a minute before it is due (§8.5)", ("--duration", "65")
+    ),
+    "ignores_cancel_at_steps": Variant(
+        ("P13",), "steps are not cancel boundaries (§8.6), parks still are", ("--duration", "60")
+    ),
+    "renews_late": Variant(("P14", "P2"), "renews leases every 0.8 ttl instead of ttl/3 (§6)"),
+    "short_grace": Variant(("P4",), "a 1 s shutdown grace (PROTOCOL §1: 10-15 s)", ("--term-every", "8")),
+    "drain_exit_nonzero": Variant(("P4",), "exits 1 after a clean drain (PROTOCOL §1: exit 0)", ("--term-every", "8")),
+    "ignores_sigterm": Variant(
+        ("P4",), "ignores SIGTERM (PROTOCOL §1: drain, exit within 15 s)", ("--term-every", "8")
+    ),
+    "no_reclaim": Variant(("P17", "I1"), "never reclaims expired leases (§6)"),
+    "no_crons": Variant(("I6",), "never fires crons (§8.5)", ("--duration", "65")),
+    "park_ignores_signal_row": Variant(("I9",), "parks without the §7 signal-row check"),
+    "spawn_per_attempt": Variant(("I8",), "spawn not idempotent across re-runs (§8.4)"),
+    "no_settlement": Variant(("I5", "I1"), "terminal writes do not settle the workflow (§7, §8.3)"),
+    "reclaims_live_leases": Variant(("P2", "I1"), "reclaims leases 3 s before they expire (§6)"),
+    "exit_unrecorded": Variant(("P1",), "self-kills without the `exit` observation (PROTOCOL §1)"),
+    "wrong_result_attempt": Variant(("I2",), "results name attempt 1 whatever the attempt (PROTOCOL §2)"),
 }
 
 # The matrix's default soak settings for every variant (short, faults dense).
