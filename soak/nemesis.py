@@ -306,15 +306,16 @@ class FaultSchedule:
     Due times are t0 + the sum of gaps, each gap every × lanes × U(0.75, 1.25), so the mean rate is 1 / every
     over the phase, whatever each fault takes, however late a loaded harness wakes up, and however long a due
     fault waits for a target (it stays due: `injected` is not advanced until it happened). A late lane
-    catches up, one fault per MIN_GAP × every at most. Lanes (`lanes` > 1) are independent schedules offset by
-    a fraction of the period, for faults that last longer than their period (a SIGSTOP past the lease, a
+    catches up, one fault per MIN_GAP × every at most. Lanes (`lanes` > 1) are independent schedules, lane l first
+    due about (l + 1) × every in (so they interleave from the start), for faults that last longer than their period (a SIGSTOP past the lease, a
     drain): each lane runs its faults one after the other, lanes run side by side."""
 
     def __init__(self, every: float, rng: random.Random, start: float, *, lane: int = 0, lanes: int = 1) -> None:
         self.every = every
         self.period = every * lanes
         self.rng = rng
-        self.due = start + self.period * (lane / lanes) + self._gap()  # the absolute schedule
+        # the absolute schedule: lane l's first fault about (l + 1) × every in, then one per lanes × every
+        self.due = start + lane * every + every * rng.uniform(1 - JITTER, 1 + JITTER)
         self.not_before = start  # catching up: no sooner than MIN_GAP × every after the previous fault
         self.injected = 0
 

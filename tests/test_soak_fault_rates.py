@@ -87,6 +87,15 @@ def test_faults_longer_than_their_period_keep_the_rate_on_two_lanes(seed):
     assert within(got, 30), got
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_lanes_interleave_from_the_start_of_a_short_phase(seed):
+    # the default 60 s soak at --stop-every 20 on two lanes: about 3 stops, not 1-2 (lanes first due at 2 × every)
+    got = simulate(20, 60, takes=15.0, lanes=2, seed=seed)
+    assert 2 <= got <= 3, got
+    got = simulate(20, 180, takes=15.0, lanes=2, seed=seed)
+    assert within(got, 9), got
+
+
 def test_the_hour_soak_at_kill_every_15_gives_about_240():
     blocked = [(t, t + 20) for t in range(100, 3600, 90)]  # a zombie hold of 20 s every 90 s
     got = simulate(15, 3600, takes=0.05, blocked=blocked, lag=0.3)
