@@ -22,6 +22,7 @@ from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
+from model.queues import QueueOpts
 from soak.broken.base import patched_queries
 from soak.commits.capture import read_transactions
 from soak.commits.hook import HistoryCheck
@@ -106,7 +107,9 @@ def test_a_history_of_every_operation_shape_is_valid_and_each_is_explained(url, 
             store.apply(w.ParkAwait(now(), ids[3], 1, "sc", "nm", None))
             client.signal("sc", "nm", {"x": 1})  # wakes ids[3]
             store.apply(w.Sleep(now(), ids[4], 1, "nap", now() + timedelta(seconds=1)))
-            store.apply(w.AckMany(now(), (w.Ack(now(), ids[5], 1, w.Succeed(5)), w.Ack(now(), ids[6], 1, w.Succeed(6)))))
+            store.apply(
+                w.AckMany(now(), (w.Ack(now(), ids[5], 1, w.Succeed(5)), w.Ack(now(), ids[6], 1, w.Succeed(6))))
+            )
             # spawn: the parent parks on $children, the child's ack delivers it and wakes the parent
             parent = client.enqueue("q", "parent", {}).id
             store.apply(w.Claim(now(), "q", "n2", 10, TTL))
@@ -116,7 +119,11 @@ def test_a_history_of_every_operation_shape_is_valid_and_each_is_explained(url, 
             store.apply(w.Ack(now(), kids[0], 1, w.Succeed(None)))
             # a workflow: b waits for a; a's ack releases b in the same transaction
             client.enqueue_workflow(
-                "wf1", [ops.WorkflowMember("a", ops.JobSpec("q", "k")), ops.WorkflowMember("b", ops.JobSpec("q", "k"), ("a",))]
+                "wf1",
+                [
+                    ops.WorkflowMember("a", ops.JobSpec("q", "k")),
+                    ops.WorkflowMember("b", ops.JobSpec("q", "k"), ("a",)),
+                ],
             )
             # a reclaim: a lease that expired
             late = client.enqueue("q2", "k", {}, max_attempts=2).id
@@ -154,10 +161,60 @@ def test_a_history_of_every_operation_shape_is_valid_and_each_is_explained(url, 
         assert r.by_kind[kind] >= 1, (kind, dict(r.by_kind))
 
 
+def test_operator_and_maintenance_shapes_are_explained(url, tmp_path):
+    """Queue and cron rows, a cron firing, a rate-limited claim, a retry, a steer, a clear, the R2
+    reconciler after a harness-style silent finish, and a limited prune: each explained by its operation."""
+    with Captured(url, tmp_path, "maint") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            client.put_queue("rq", rate={"allowed": 5, "period": 60})
+            opts = QueueOpts.parse({"rate": {"allowed": 5, "period": 60}})
+            for _ in range(3):
+                client.enqueue("rq", "k", {})
+            assert len(store.apply(w.Claim(now(), "rq", "n1", 2, TTL, opts)).jobs) == 2  # debits the window
+            client.put_cron("c1", "* * * * *", "k", {"v": 1}, opts={"queue": "cq"})
+            t = now()
+            fired = store.apply(w.FireCrons(t, t - timedelta(minutes=2))).fired
+            assert fired and all(f.inserted for f in fired)
+            failed = client.enqueue("q", "k", {}, max_attempts=1).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Ack(now(), failed, 1, w.Fail("boom", None, None)))
+            client.retry(failed)
+            client.steer(failed, {"go": 1})
+            client.clear_signal(f"job:{failed}", "$steer")
+            # a parent parked on $children whose child is finished without the delivery, then reconciled
+            parent = client.enqueue("q", "parent", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 5, TTL))
+            kid = store.apply(w.Spawn(now(), parent, "kids", (ops.JobSpec("ext", "kid"),))).child_ids[0]
+            store.apply(w.AwaitChildren(now(), parent, 1))
+            store.apply(w.Claim(now(), "ext", "soak-harness", 1, TTL))
+            with psycopg.connect(url, autocommit=True) as c:
+                c.execute(
+                    "UPDATE belay_jobs SET state = 'succeeded', finished_at = %s, result = %s, lease_until = NULL, "
+                    "leased_by = NULL WHERE id = %s AND state = 'running' AND attempt = 1",
+                    (now(), b"null", kid),
+                )
+            assert store.apply(w.Reconcile(now())).woken == (parent,)
+            time.sleep(0.01)
+            pruned = store.apply(w.Prune(now(), {"succeeded": 0, "failed": 0, "cancelled": 0}, None, limit=1)).jobs
+            assert pruned == (kid,)
+    r = cap.validate()
+    assert r.verdict == "valid", first(r)
+    for kind in ("put_queue", "put_cron", "fire_crons", "claim", "retry", "deliver_signal", "clear_signal"):
+        assert r.by_kind[kind] >= 1, (kind, dict(r.by_kind))
+    for kind in ("harness_finish", "reconcile", "prune"):
+        assert r.by_kind[kind] == 1, (kind, dict(r.by_kind))
+    # the same history judged with the soak's ledger: the silent finish and the retry are nobody's
+    strict = cap.validate(HarnessLedger.load([]))
+    assert strict.verdict == "invalid" and strict.unexplained >= 2, strict.line()
+
+
 def test_a_reclaim_that_retries_past_max_attempts_is_invalid(url, tmp_path):
     """The issue's Node.js bug: attempts beyond max_attempts. The reclaim pass reads max_attempts + 2."""
     past_max = patched_queries(
-        expired_leases=("SELECT id, attempt, max_attempts FROM", "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM")
+        expired_leases=(
+            "SELECT id, attempt, max_attempts FROM",
+            "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM",
+        )
     )
     with Captured(url, tmp_path, "pastmax") as cap:
         with past_max(url) as store, Client(url) as client:
@@ -242,7 +299,9 @@ def test_client_writes_must_be_in_the_harness_ledger_and_now_within_the_skew(url
     assert strict.unexplained == 1, first(strict)  # the cancel is the harness's: only the clock is wrong
     unrecorded = cap.validate(HarnessLedger.load([{"type": "signal", "job_id": 999}]))
     assert unrecorded.unexplained == 2
-    assert any(f"job {a} cancelled" in t and "harness recorded no cancel" in t for f in unrecorded.findings for t in f.tried)
+    assert any(
+        f"job {a} cancelled" in t and "harness recorded no cancel" in t for f in unrecorded.findings for t in f.tried
+    )
 
 
 def test_a_transaction_missing_from_the_capture_makes_the_verdict_unknown_not_valid(url, tmp_path):
