@@ -7,12 +7,14 @@ rows in one SQL statement (not measured): 6 queues, 12 kinds, ~94 % succeeded, 3
 error entry), 1 % cancelled, 1.5 % ready, 0.3 % running, 0.1 % held and awaiting, finished over the
 last week, 1 in 50 a workflow member, 1 in 100 a child. Then VACUUM ANALYZE, and measures — side by
 side in one run, first without and then with the dashboard index variants (impl/sql/dashboard_indexes.sql)
-— the median and p95 of: the tile queries (all four, as the page runs them), the first job-list page
+— the median and p95 of: the tile queries (all four, as the page runs them), the charts' two queries
+(the last hour per queue and minute), the crons page, the first job-list page
 unfiltered and under each filter, a deep keyset page, and the same pages through HTTP (uvicorn, in
 process). An error-text search examines at most ERROR_WINDOW jobs with errors per page; its worst
 cases are measured too: text that matches nothing, text that only the oldest jobs carry (the fill
 marks the 20 oldest jobs with errors), combined with other filters, below a deep cursor, the window
-sizes side by side, and the whole walk of "continue" links down to the old match over HTTP.
+sizes side by side, and the whole walk of "continue" links down to the old match over HTTP; over HTTP
+also /api/charts, /crons and the live fragments of the job list and a job page.
 `--explain` prints EXPLAIN (ANALYZE, BUFFERS) of the tile queries and three pages (one error-text).
 """
 
@@ -114,6 +116,19 @@ def measure(url: str, repeat: int, label: str) -> None:
         med, p95 = timed(lambda: q.tiles(conn, NOW, indexed=indexed), repeat)
         tiles = q.tiles(conn, NOW, indexed=indexed)
         print(f"  {'tiles (4 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(tiles)} queues)")
+        med, p95 = timed(lambda: q.charts(conn, NOW), repeat)
+        charts = q.charts(conn, NOW)
+        finished = sum(
+            sum(t["totals"][s] for s in ("succeeded", "failed", "cancelled")) for t in charts["queues"].values()
+        )
+        print(
+            f"  {'charts (2 queries, last hour)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   "
+            f"({len(charts['queues'])} queues, {finished:,} jobs finished in the hour)"
+        )
+        med, p95 = timed(lambda: q.crons(conn, NOW), repeat)
+        print(
+            f"  {'crons page (2 queries)':<40} median {med:8.2f} ms   p95 {p95:8.2f} ms   ({len(q.crons(conn, NOW))} crons)"
+        )
         for name, filters, before in CASES:
             med, p95 = timed(lambda filters=filters, before=before: q.jobs_page(conn, filters, before), repeat)
             page = q.jobs_page(conn, filters, before)
@@ -130,6 +145,10 @@ def measure(url: str, repeat: int, label: str) -> None:
             ("HTTP GET /fragments/tiles", "/fragments/tiles"),
             ("HTTP GET /jobs", "/jobs"),
             ("HTTP GET /jobs?state=held", "/jobs?state=held"),
+            ("HTTP GET /api/charts", "/api/charts"),
+            ("HTTP GET /crons", "/crons"),
+            ("HTTP GET /fragments/jobs (live list)", "/fragments/jobs"),
+            ("HTTP GET /fragments/jobs/5001 (live job)", "/fragments/jobs/5001"),
         ):
             med, p95 = timed(lambda path=path: http.get(path).raise_for_status(), repeat)
             print(f"  {name:<40} median {med:8.2f} ms   p95 {p95:8.2f} ms")
@@ -193,6 +212,16 @@ def main() -> None:
                     "('queue_1', '{\"global_limit\": 5}', %(now)s), "
                     '(\'queue_2\', \'{"rate": {"allowed": 10, "period": 1}}\', %(now)s)',
                     {"now": NOW},
+                )
+                conn.execute(
+                    "INSERT INTO belay_crons (name, expression, worker, input, opts, paused, updated_at) "
+                    "SELECT 'cron_' || g, '*/' || (g %% 30 + 1) || ' * * * *', 'kind_' || (g %% 12), '{}', "
+                    "jsonb_build_object('queue', 'queue_' || (g %% 6)), g %% 5 = 0, %(now)s FROM generate_series(1, 20) g",
+                    {"now": NOW},
+                )
+                conn.execute(  # each cron's fired jobs: 1 in 1,000 jobs carries a cron slot
+                    "UPDATE belay_jobs SET cron_name = 'cron_' || ((id / 1000) % 20 + 1), cron_slot = inserted_at "
+                    "WHERE id % 1000 = 7"
                 )
                 conn.execute(
                     "UPDATE belay_jobs SET errors = errors || jsonb_build_array(jsonb_build_object('attempt', 2, "

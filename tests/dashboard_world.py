@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
+from model.cron import CronDef
 
 XSS_INPUT = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 XSS_ERROR = '<img src=x onerror="window.__pwned = 3"><script>window.__pwned = 4</script>'
@@ -27,6 +28,14 @@ class World:
     held_job: int  # cancel → cancelled at once
     workflow_id: str
     workflow_members: dict[str, int]
+    cron_jobs: dict[str, list[int]]  # cron name -> the ids of the jobs it fired, by slot
+
+
+def authorizer(tool: str, arguments: dict, request=None) -> bool:
+    """A test authorizer (MCP contract): steering is never allowed; job 0 does not exist anyway."""
+    if tool == "steer":
+        raise PermissionError("steering is not allowed here")
+    return True
 
 
 def claim_one(store: PgStore, now: datetime, queue: str, node: str = "test-node"):
@@ -140,4 +149,16 @@ def build(store: PgStore, now: datetime) -> World:
             )
         ).ids
     )["later"]
-    return World(journal, xss, ready, running, held, wf, names)
+    # crons: a dynamic one that fired twice, a paused one, and a static one (no belay_crons row)
+    store.apply(ops.PutCron(t(44), "every-minute", "* * * * *", "tick", {"n": 1}, {"queue": "cron"}))
+    store.apply(ops.PutCron(t(44), "paused-hourly", "0 * * * *", "report", {}, {"queue": "cron"}, paused=True))
+    static = (CronDef("static-ping", "*/1 * * * *", "ping", queue="cron"),)
+    store.apply(w.FireCrons(t(45), t(45) - timedelta(minutes=2), static))
+    cron_jobs: dict[str, list[int]] = {}
+    with store.pool.connection() as conn:
+        for name, job_id in conn.execute(
+            "SELECT cron_name, id FROM belay_jobs WHERE cron_name IS NOT NULL ORDER BY cron_name, cron_slot"
+        ):
+            cron_jobs.setdefault(name, []).append(job_id)
+    assert set(cron_jobs) == {"every-minute", "static-ping"}, cron_jobs
+    return World(journal, xss, ready, running, held, wf, names, cron_jobs)

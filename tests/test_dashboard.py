@@ -8,8 +8,14 @@ in test_dashboard_browser.py.
 from __future__ import annotations
 
 import itertools
+import logging
+import os
 import re
+import subprocess
+import sys
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import psycopg
@@ -17,8 +23,9 @@ import pytest
 from click.testing import CliRunner
 
 from impl.cli import main
-from impl.dashboard import create_app
-from impl.dashboard.auth import Auth, BindRefused, check_bind
+from impl.dashboard import audit, create_app
+from impl.dashboard.audit import LOGGER
+from impl.dashboard.auth import Auth, BindRefused, Sessions, check_bind
 from impl.dashboard.queries import (
     FILTERS,
     INDEXES,
@@ -28,9 +35,11 @@ from impl.dashboard.queries import (
     index_blocks,
     like_pattern,
 )
-from impl.http.server import running
+from impl.http.server import free_port, running
 from impl.store import PgStore
 from model import ops
+from model import worker_ops as w
+from soak.proxy import Proxy
 from tests import dashboard_world
 
 SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -317,20 +326,30 @@ def test_a_session_acts_only_with_its_csrf_token_and_from_its_own_origin(db_url,
         assert r.status_code == 403 and "cross-origin" in r.text
         r = http.post(f"/jobs/{world.held_job}/cancel", data={})
         assert r.status_code == 403 and "CSRF" in r.text
-        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf}, headers={"Origin": base})
+        r = http.post(
+            f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"}, headers={"Origin": base}
+        )
         assert r.status_code == 303
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT state FROM belay_jobs WHERE id = %s", (world.held_job,)).fetchone()[0] == "cancelled"
 
 
-def test_sessions_and_csrf_tokens_are_bound_to_the_dashboard_token():
-    one, other = Auth("one"), Auth("other")
-    cookie = one.new_session()
-    nonce = one.session_nonce(cookie)
-    assert nonce is not None and other.session_nonce(cookie) is None
-    assert one.session_nonce(cookie[:-1] + ("0" if cookie[-1] != "0" else "1")) is None
-    assert one.csrf_ok(nonce, one.csrf_for(nonce)) and not other.csrf_ok(nonce, one.csrf_for(nonce))
-    assert Auth(None).session_nonce(cookie) is None and not Auth(None).token_matches("")
+def test_sessions_expire_after_their_lifetime_and_when_idle_and_end_at_logout():
+    clock = [1000.0]
+    sessions = Sessions(ttl=100, idle=30, clock=lambda: clock[0])
+    a_cookie, a = sessions.create("token")
+    b_cookie, _ = sessions.create("token")
+    assert sessions.get(a_cookie) is a and sessions.get(a_cookie + "x") is None
+    for _ in range(3):  # used every 25 s: never idle for 30 s ...
+        clock[0] += 25
+        assert sessions.get(a_cookie) is a
+    clock[0] += 25
+    assert sessions.get(a_cookie) is None  # ... but 100 s after its login it is over
+    assert sessions.get(b_cookie) is None  # idle for 100 s
+    c_cookie, c = sessions.create("token")
+    assert sessions.get(c_cookie) is c and sessions.end(c_cookie) and sessions.get(c_cookie) is None
+    assert len(sessions) == 0 and c.csrf != a.csrf
+    assert Auth("t", sessions=sessions).session(sessions.create("anonymous")[0]) is None  # token: logins only
 
 
 def test_the_dashboard_refuses_to_bind_beyond_loopback_without_a_token(monkeypatch):
@@ -377,3 +396,424 @@ def test_a_custom_schema_is_read_and_indexed_in_that_schema(db_url):
         assert 'data-queue="tenant_q"' in tiles and "full scan" not in tiles
         assert ids_on(http.get("/jobs").text) == [job]
         assert http.get(f"/jobs/{job}").status_code == 200
+
+
+# --- issue 29: sessions, authorizer, audit, outage, JSON answers, forms ---------------------------
+
+
+def login(http: httpx.Client, job_id: int) -> str:
+    """Log in with the token; the CSRF token of the session (from a job page's forms)."""
+    assert http.post("/login", data={"token": TOKEN}).status_code == 303
+    return re.search(r'name="csrf_token" value="([0-9a-f]+)"', http.get(f"/jobs/{job_id}").text).group(1)
+
+
+def job_state(db_url, job_id: int) -> str:
+    with psycopg.connect(db_url) as c:
+        return c.execute("SELECT state FROM belay_jobs WHERE id = %s", (job_id,)).fetchone()[0]
+
+
+def test_after_logout_the_old_cookie_and_its_csrf_token_are_refused(db_url, world):
+    with served(db_url, token=TOKEN) as base, httpx.Client(base_url=base) as http:
+        csrf = login(http, world.held_job)
+        cookie = http.cookies.get("belay_dashboard_session")
+        assert http.post("/logout").status_code == 303
+        assert "belay_dashboard_session" not in http.cookies
+        http.cookies.set("belay_dashboard_session", cookie)  # an attacker kept the old cookie
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"})
+        assert r.status_code == 403 and "session has ended" in r.text
+        assert 'id="actions"' not in http.get(f"/jobs/{world.held_job}").text
+    assert job_state(db_url, world.held_job) == "held"
+
+
+def test_an_expired_session_is_refused_and_a_new_login_works(db_url, world):
+    clock = [0.0]
+    sessions = Sessions(ttl=3600, idle=600, clock=lambda: clock[0])
+    with served(db_url, token=TOKEN, sessions=sessions) as base, httpx.Client(base_url=base) as http:
+        csrf = login(http, world.held_job)
+        clock[0] += 601  # idle too long
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"})
+        assert r.status_code == 403 and "session has ended" in r.text
+        assert job_state(db_url, world.held_job) == "held"
+        csrf = login(http, world.held_job)
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"})
+        assert r.status_code == 303
+    assert job_state(db_url, world.held_job) == "cancelled"
+
+
+def test_cancel_and_retry_from_a_form_ask_for_confirmation_first(db_url, world):
+    with served(db_url, token=TOKEN) as base, httpx.Client(base_url=base) as http:
+        csrf = login(http, world.held_job)
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf})
+        assert r.status_code == 200 and 'id="confirm-yes"' in r.text and f"Cancel job {world.held_job}?" in r.text
+        assert job_state(db_url, world.held_job) == "held"
+        assert re.search(r'name="confirm" value="yes"', r.text)
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"})
+        assert r.status_code == 303 and job_state(db_url, world.held_job) == "cancelled"
+        r = http.post(f"/jobs/{world.held_job}/retry", data={"csrf_token": csrf})
+        assert r.status_code == 200 and f"Retry job {world.held_job}?" in r.text
+        assert job_state(db_url, world.held_job) == "cancelled"
+
+
+def test_actions_answer_json_with_status_codes_when_asked_and_redirect_forms(db_url, world):
+    js = {"Authorization": f"Bearer {TOKEN}", "Accept": "application/json"}
+    with served(db_url, token=TOKEN) as base, httpx.Client(base_url=base) as http:
+        r = http.post(f"/jobs/{world.held_job}/cancel", headers=js)
+        assert (r.status_code, r.json()["outcome"], r.json()["ok"]) == (200, "cancelled", True)
+        r = http.post(f"/jobs/{world.held_job}/cancel", headers=js)
+        assert (r.status_code, r.json()["outcome"], r.json()["state"]) == (409, "not_cancellable", "cancelled")
+        r = http.post(f"/jobs/{world.ready_job}/retry", headers=js)
+        assert (r.status_code, r.json()["outcome"]) == (409, "not_retryable")
+        r = http.post("/jobs/999999/cancel", headers=js)
+        assert (r.status_code, r.json()["outcome"]) == (404, "not_found")
+        r = http.post(f"/jobs/{world.ready_job}/steer", headers=js, data={"payload": "{oops"})
+        assert r.status_code == 400 and r.json()["outcome"] == "bad_input" and "JSON" in r.json()["message"]
+        r = http.post("/signals", headers=js, data={"scope": "orders", "name": "paid", "payload": "1"})
+        assert (r.status_code, r.json()["outcome"], r.json()["woken"]) == (200, "signalled", [])
+        r = http.post(f"/jobs/{world.ready_job}/cancel", headers={**js, "Authorization": "Bearer wrong"})
+        assert (
+            r.status_code == 403
+            and r.json()["outcome"] == "refused"
+            and r.headers["content-type"].startswith("application/json")
+        )
+        r = http.post(f"/jobs/{world.ready_job}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 303 and "cancelled" in r.headers["location"]  # a form post: the redirect
+    with served(db_url) as base, httpx.Client(base_url=base) as http:  # read-only
+        r = http.post(f"/jobs/{world.running_job}/cancel", headers={"Accept": "application/json"})
+        assert r.status_code == 403 and "read-only" in r.json()["message"]
+
+
+def test_a_bad_steer_payload_shows_the_form_again_with_what_was_typed_and_the_error(db_url, world):
+    typed = '{"hint": "shorter", <b>oops'
+    with served(db_url, token=TOKEN) as base, httpx.Client(base_url=base) as http:
+        csrf = login(http, world.ready_job)
+        r = http.post(f"/jobs/{world.ready_job}/steer", data={"csrf_token": csrf, "payload": typed})
+        assert r.status_code == 400
+        assert 'id="steer-form"' in r.text and f"Job {world.ready_job}" in r.text  # the job page itself
+        value = re.search(r'<input name="payload" id="steer-payload"[^>]* value="([^"]*)"', r.text).group(1)
+        assert value == "{&#34;hint&#34;: &#34;shorter&#34;, &lt;b&gt;oops"  # what was typed, escaped
+        error = re.search(r'<p class="error" id="steer-error">([^<]*)</p>', r.text).group(1)
+        assert error.startswith("steer payload must be JSON")
+        r = http.post(
+            "/signals",
+            data={
+                "csrf_token": csrf,
+                "scope": "orders",
+                "name": "paid",
+                "payload": "[1,",
+                "back": f"/jobs/{world.ready_job}",
+            },
+        )
+        assert r.status_code == 400 and 'id="signal-error"' in r.text and 'value="[1,"' in r.text
+        assert 'value="paid"' in r.text
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM belay_signals WHERE name IN ('$steer', 'paid')").fetchone()[0] == 0
+
+
+class Captured(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def audit_lines():
+    log = logging.getLogger(LOGGER)
+    handler = Captured()
+    log.addHandler(handler)
+    yield handler.lines
+    log.removeHandler(handler)
+
+
+def test_every_action_is_one_parseable_audit_line_naming_who_what_which_job_and_outcome(db_url, world, audit_lines):
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    with served(db_url, token=TOKEN) as base, httpx.Client(base_url=base) as http:
+        http.post(f"/jobs/{world.held_job}/cancel", headers=bearer)
+        http.post(
+            "/signals", headers=bearer, data={"scope": "orders", "name": 'x\nwho=admin outcome="ok"', "payload": ""}
+        )
+        http.post(f"/jobs/{world.ready_job}/steer", headers=bearer, data={"payload": "{bad"})
+        http.post(f"/jobs/{world.ready_job}/cancel", headers={"Authorization": "Bearer wrong"})
+        csrf = login(http, world.ready_job)
+        http.post(f"/jobs/{world.ready_job}/retry", data={"csrf_token": csrf, "confirm": "yes"})
+    assert all("\n" not in line for line in audit_lines)
+    fields = [audit.parse(line) for line in audit_lines]
+    actions = [f for f in fields if f["action"] not in ("login", "logout")]
+    assert [(f["who"], f["action"], f.get("job"), f["status"], f["outcome"]) for f in actions] == [
+        ("bearer", "cancel_job", str(world.held_job), "200", "cancelled"),
+        ("bearer", "signal", None, "200", "signalled"),
+        ("bearer", "steer", str(world.ready_job), "400", "bad_input"),
+        ("bearer (wrong token)", "cancel_job", str(world.ready_job), "403", "refused"),
+        (actions[-1]["who"], "retry_job", str(world.ready_job), "409", "not_retryable"),
+    ]
+    assert actions[1]["signal"] == 'x\nwho=admin outcome="ok"' and actions[1]["scope"] == "orders"
+    assert re.fullmatch(r"token-session:[0-9a-f]{8}", actions[-1]["who"])
+    assert [f["outcome"] for f in fields if f["action"] == "login"] == ["logged_in"]
+
+
+def test_belay_dashboard_emits_its_audit_lines_and_takes_an_authorizer(db_url, world, tmp_path):
+    port = free_port("127.0.0.1")
+    cmd = [sys.executable, "-m", "impl.cli", "dashboard", "--database-url", db_url, "--port", str(port)]
+    cmd += ["--authorizer", "tests.dashboard_world:authorizer"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    env.pop("BELAY_DASHBOARD_TOKEN", None)
+    err = (tmp_path / "stderr").open("w+")
+    proc = subprocess.Popen(cmd, stderr=err, stdout=subprocess.DEVNULL, env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(base + "/jobs", timeout=2)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "stderr").read_text()
+                time.sleep(0.2)
+        js = {"Accept": "application/json"}
+        r = httpx.post(f"{base}/jobs/{world.held_job}/cancel", headers=js)  # no token: the authorizer decides
+        assert (r.status_code, r.json()["outcome"]) == (200, "cancelled")
+        r = httpx.post(f"{base}/jobs/{world.ready_job}/steer", headers=js, data={"payload": "1"})
+        assert r.status_code == 403 and "steering is not allowed here" in r.json()["message"]
+        deadline = time.monotonic() + 10
+        while "action=steer" not in (tmp_path / "stderr").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    lines = [ln for ln in (tmp_path / "stderr").read_text().splitlines() if "belay.dashboard.audit" in ln]
+    parsed = [audit.parse(ln.split("belay.dashboard.audit ", 1)[1]) for ln in lines]
+    assert [(f["action"], f["job"], f["outcome"]) for f in parsed] == [
+        ("cancel_job", str(world.held_job), "cancelled"),
+        ("steer", str(world.ready_job), "refused"),
+    ]
+    assert job_state(db_url, world.held_job) == "cancelled"
+
+
+def test_the_authorizer_gets_the_mcp_tool_names_and_arguments_and_refuses_by_falsy_or_raising(db_url, world):
+    calls = []
+
+    def authorizer(tool, arguments, request):
+        calls.append((tool, arguments, request.who))
+        if arguments.get("job_id") == world.running_job:
+            return False
+        if tool == "signal" and arguments["name"] == "forbidden":
+            raise PermissionError("not that signal")
+        return True
+
+    js = {"Accept": "application/json"}
+    with served(db_url, authorizer=authorizer) as base, httpx.Client(base_url=base) as http:
+        page = http.get(f"/jobs/{world.held_job}").text  # authorizer-only: controls and an anonymous session
+        assert 'id="act-cancel"' in page and "actions decided by the authorizer" in page
+        csrf = re.search(r'name="csrf_token" value="([0-9a-f]+)"', page).group(1)
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf})
+        assert r.status_code == 200 and 'id="confirm-yes"' in r.text and not calls  # asked, not yet acted
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"csrf_token": csrf, "confirm": "yes"})
+        assert r.status_code == 303 and job_state(db_url, world.held_job) == "cancelled"
+        r = http.post(f"/jobs/{world.held_job}/cancel", data={"confirm": "yes"})  # the session, but no CSRF
+        assert r.status_code == 403 and "CSRF" in r.text
+        http.cookies.clear()
+        r = http.post(f"/jobs/{world.running_job}/cancel", headers=js)
+        assert (
+            r.status_code == 403 and r.json()["message"] == "refused by the authorizer: cancel_job; nothing was changed"
+        )
+        r = http.post("/signals", headers=js, data={"scope": "s", "name": "forbidden", "payload": '{"a": 1}'})
+        assert r.status_code == 403 and "PermissionError: not that signal" in r.json()["message"]
+        r = http.post(f"/jobs/{world.ready_job}/steer", headers=js, data={"payload": '{"hint": 1}'})
+        assert r.status_code == 200
+    assert [(t, a) for t, a, _ in calls] == [
+        ("cancel_job", {"job_id": world.held_job}),
+        ("cancel_job", {"job_id": world.running_job}),
+        ("signal", {"scope": "s", "name": "forbidden", "payload": {"a": 1}}),
+        ("steer", {"job_id": world.ready_job, "payload": {"hint": 1}}),
+    ]
+    assert calls[0][2].startswith("anonymous-session:") and calls[1][2] == "anonymous"
+    assert job_state(db_url, world.running_job) == "running"
+    with psycopg.connect(db_url) as c:
+        assert c.execute("SELECT count(*) FROM belay_signals WHERE name = 'forbidden'").fetchone()[0] == 0
+    # with a token too: the token admits, then the authorizer decides (a two-argument one, as for MCP)
+    seen = []
+    with served(db_url, token=TOKEN, authorizer=lambda tool, args: seen.append(tool) or False) as base:
+        r = httpx.post(f"{base}/jobs/{world.ready_job}/cancel", headers={**js, "Authorization": f"Bearer {TOKEN}"})
+        assert r.status_code == 403 and seen == ["cancel_job"]
+        r = httpx.post(f"{base}/jobs/{world.ready_job}/cancel", headers=js)
+        assert r.status_code == 403 and "log in" in r.json()["message"] and seen == ["cancel_job"]
+    assert job_state(db_url, world.ready_job) == "ready"
+
+
+def test_a_database_outage_answers_503_pages_fast_and_recovers(db_url, world, caplog):
+    target = psycopg.conninfo.conninfo_to_dict(db_url)
+    proxy = Proxy(target.get("host") or "127.0.0.1", int(target.get("port") or 5432))
+    url = proxy.url("dash", db_url)
+    try:
+        with served(url, db_wait=1.5, statement_timeout=3) as base, httpx.Client(base_url=base, timeout=30) as http:
+            assert http.get("/").status_code == 200
+            proxy.partition("dash")
+            for path, kind in (
+                ("/", "text/html"),
+                ("/jobs", "text/html"),
+                (f"/jobs/{world.journal_job}", "text/html"),
+                ("/fragments/tiles", "text/plain"),
+                ("/fragments/jobs", "text/plain"),
+                ("/api/charts", "application/json"),
+                ("/crons", "text/html"),
+            ):
+                t = time.monotonic()
+                r = http.get(path)
+                took = time.monotonic() - t
+                assert r.status_code == 503, (path, r.status_code, r.text[:300])
+                assert r.headers["content-type"].startswith(kind) and r.headers["retry-after"] == "5"
+                assert "unreachable" in r.text and "Traceback" not in r.text
+                assert took < 5, (path, took)
+            page = http.get("/jobs").text
+            assert 'id="db-banner" class="banner" role="alert">Database unreachable since' in page
+            r = http.post(
+                f"/jobs/{world.held_job}/cancel", headers={"Accept": "application/json"}
+            )  # read-only: refused before the database
+            assert r.status_code == 403
+            proxy.heal("dash")
+            deadline = time.monotonic() + 20
+            while http.get("/").status_code != 200:
+                assert time.monotonic() < deadline, "the dashboard did not recover"
+                time.sleep(0.3)
+            assert http.get("/fragments/tiles").status_code == 200
+    finally:
+        proxy.close()
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR], [
+        r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR
+    ]
+    assert any("the database is unreachable" in r.getMessage() for r in caplog.records)
+
+
+def test_an_action_during_an_outage_answers_503_json_and_changes_nothing(db_url, world):
+    target = psycopg.conninfo.conninfo_to_dict(db_url)
+    proxy = Proxy(target.get("host") or "127.0.0.1", int(target.get("port") or 5432))
+    url = proxy.url("dash", db_url)
+    js = {"Accept": "application/json", "Authorization": f"Bearer {TOKEN}"}
+    try:
+        with served(url, token=TOKEN, db_wait=1.5) as base, httpx.Client(base_url=base, timeout=30) as http:
+            proxy.partition("dash")
+            t = time.monotonic()
+            r = http.post(f"/jobs/{world.held_job}/cancel", headers=js)
+            assert r.status_code == 503 and r.json()["outcome"] == "db_unavailable" and time.monotonic() - t < 5
+            r = http.post(f"/jobs/{world.held_job}/cancel", headers={"Authorization": f"Bearer {TOKEN}"})
+            assert r.status_code == 503 and "unreachable" in r.text
+    finally:
+        proxy.close()
+    assert job_state(db_url, world.held_job) == "held"
+
+
+def test_the_live_fragments_follow_the_database(db_url, world):
+    with served(db_url) as base, httpx.Client(base_url=base) as http:
+        before = http.get(f"/fragments/jobs/{world.ready_job}").text
+        assert '<div id="job-head">' in before and '<div id="job-body">' in before and 'id="actions"' not in before
+        assert re.search(r'id="job-state">ready<', before)
+        rows = http.get("/fragments/jobs", params={"queue": "emails"}).text
+        assert rows.startswith('<tbody id="job-rows">')
+        with PgStore(db_url) as store:
+            job = dashboard_world.claim_one(store, NOW, "emails")
+            store.apply(w.Ack(NOW, job.id, job.attempt, w.Succeed({"sent": True})))
+            new = store.apply(ops.Enqueue(NOW, (ops.JobSpec("emails", "send", {"to": "z@example.com"}),))).ids[0]
+        after = http.get(f"/fragments/jobs/{world.ready_job}").text
+        assert re.search(r'id="job-state">succeeded<', after) and "&#34;sent&#34;: true" in after
+        rows = http.get("/fragments/jobs", params={"queue": "emails"}).text
+        assert ids_on(rows)[0] == new and f'data-id="{world.ready_job}" data-state="succeeded"' in rows
+        assert http.get("/fragments/jobs/999999").status_code == 404
+        page = http.get("/jobs?queue=emails").text
+        assert 'data-poll-url="/fragments/jobs?queue=emails"' in page
+
+
+def test_tiles_show_the_per_node_limit(db_url, world):
+    with served(db_url) as base, httpx.Client(base_url=base) as http:
+        tiles = http.get("/fragments/tiles").text
+    emails = tiles.split('data-queue="emails"', 1)[1].split("</section>", 1)[0]
+    assert re.search(r'<dt>limit per node</dt><dd class="node-limit">4</dd>', emails)
+    llm = tiles.split('data-queue="llm"', 1)[1].split("</section>", 1)[0]
+    assert re.search(r'<dd class="node-limit">—</dd>', llm) and "<dd>5</dd>" in llm  # global_limit 5
+
+
+def test_the_crons_page_shows_expressions_next_slots_last_fired_jobs_and_paused(db_url, world):
+    with served(db_url) as base, httpx.Client(base_url=base) as http:
+        html = http.get("/crons").text
+    rows = dict(re.findall(r'<tr class="cron-row" data-name="([^"]+)"(.*?)</tr>', html, re.S))
+    assert list(rows) == ["every-minute", "paused-hourly", "static-ping"]
+    every = rows["every-minute"]
+    assert "<code>* * * * *</code>" in every and 'data-paused="no"' in every and "active" in every
+    # NOW is 12:01:00: the next minute slots after it
+    assert re.findall(r'<span class="slot">([^<]+)</span>', every) == [
+        "2026-11-30 12:02:00.000Z",
+        "2026-11-30 12:03:00.000Z",
+        "2026-11-30 12:04:00.000Z",
+    ]
+    last = world.cron_jobs["every-minute"][-1]
+    assert f'<a href="/jobs/{last}">{last}</a>' in every and "slot 2026-11-30 12:00:00.000Z" in every
+    paused = rows["paused-hourly"]
+    assert 'data-paused="yes"' in paused and ">paused<" in paused and "never fired" in paused
+    assert re.findall(r'<span class="slot">([^<]+)</span>', paused) == [
+        "2026-11-30 13:00:00.000Z",
+        "2026-11-30 14:00:00.000Z",
+        "2026-11-30 15:00:00.000Z",
+    ]
+    static = rows["static-ping"]
+    assert 'data-source="static"' in static and f">{world.cron_jobs['static-ping'][-1]}</a>" in static
+
+
+def test_the_charts_count_finished_jobs_per_minute_by_outcome_and_claim_latency(db_url):
+    # jobs with known times: queue "a" finishes 3 jobs at 11:58 (2 succeeded, 1 failed), 1 cancelled at
+    # 12:00; claim latencies at 11:57 of 100, 200, 300, 400 ms; queue "b" one job finished 2 h ago.
+    now = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
+    rows = [
+        ("a", "succeeded", 1, "11:57:00", "11:57:00.1", "11:58:10"),
+        ("a", "succeeded", 1, "11:57:00", "11:57:00.2", "11:58:20"),
+        ("a", "failed", 1, "11:57:00", "11:57:00.3", "11:58:30"),
+        ("a", "cancelled", 1, "11:57:00", "11:57:00.4", "12:00:05"),
+        ("a", "succeeded", 2, "11:58:00", "11:30:00", "11:59:00"),  # a retried job: no first-claim latency
+        ("a", "running", 1, "11:59:00", "11:59:02", None),
+        ("b", "succeeded", 1, "09:00:00", "09:00:01", "10:00:00"),  # outside the hour
+        ("a", "cancelled", 0, "11:00:00", None, "11:59:30"),  # never claimed
+    ]
+
+    def at(hms):
+        return None if hms is None else datetime.fromisoformat(f"2026-11-30T{hms}+00:00")
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        for queue, state, attempt, ready, started, finished in rows:
+            c.execute(
+                "INSERT INTO belay_jobs (queue, worker, state, attempt, ready_at, inserted_at, started_at, finished_at, "
+                "lease_until, leased_by) VALUES (%s, 'w', %s, %s, %s, %s, %s, %s, %s, %s)",
+                (
+                    queue,
+                    state,
+                    attempt,
+                    at(ready),
+                    at(ready),
+                    at(started),
+                    at(finished),
+                    now + timedelta(seconds=30) if state == "running" else None,
+                    "n1" if state == "running" else None,
+                ),
+            )
+    with served(db_url) as base, httpx.Client(base_url=base) as http:
+        app_now = http.get("/api/charts")  # the served clock is NOW (12:01): a different hour
+        assert app_now.status_code == 200
+    with psycopg.connect(db_url) as c:
+        data = DashboardQueries().charts(c, now)
+    assert list(data["queues"]) == ["a"] and len(data["minutes"]) == 60
+    assert data["minutes"][-1] == "2026-11-30T12:00:00+00:00" and data["minutes"][0] == "2026-11-30T11:01:00+00:00"
+    a = data["queues"]["a"]
+    i = data["minutes"].index
+    fin = a["finished"]
+    assert fin["succeeded"][i("2026-11-30T11:58:00+00:00")] == 2 and fin["failed"][i("2026-11-30T11:58:00+00:00")] == 1
+    assert (
+        fin["succeeded"][i("2026-11-30T11:59:00+00:00")] == 1 and fin["cancelled"][i("2026-11-30T11:59:00+00:00")] == 1
+    )
+    assert fin["cancelled"][-1] == 1
+    assert a["totals"] == {"succeeded": 3, "failed": 1, "cancelled": 2, "claimed": 5}
+    lat = a["claim_latency_ms"]
+    k = i("2026-11-30T11:57:00+00:00")
+    assert (lat["n"][k], lat["p50"][k], lat["p95"][k], lat["max"][k]) == (4, 250.0, 385.0, 400.0)
+    k = i("2026-11-30T11:59:00+00:00")
+    assert (lat["n"][k], lat["p50"][k]) == (1, 2000.0)  # the running job
+    assert sum(lat["n"]) == 5 and lat["p50"][i("2026-11-30T11:30:00+00:00")] is None
+    assert data["outcomes"] == ["succeeded", "failed", "cancelled"]

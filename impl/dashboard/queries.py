@@ -14,18 +14,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import cache
 from importlib import resources
 from typing import Any
 
 import psycopg
+from cronsim import CronSim, CronSimError
 from psycopg import sql
 from psycopg.rows import dict_row
 
 from impl.queries import SchemaSQL
 from model.ops import InvalidInput
 from model.rows import STATES, TERMINAL
+from model.validate import minute_slot, parse_expression
 
 _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 COUNT_CAP = 10_000  # a tile shows a live state's exact count up to this, then "10,000+"
@@ -35,6 +37,8 @@ PAGE_SIZE = 50
 # below the page's cursor): a bounded cost per request however rare the text (bench/dashboard.py).
 ERROR_WINDOW = 5_000
 FILTERS = ("queue", "state", "kind", "workflow", "parent", "error")
+CHART_MINUTES = 60  # the charts cover the last hour, one bar per minute
+TERMINAL_ORDER = ("succeeded", "failed", "cancelled")
 INDEXES = ("belay_jobs_dash_queue_state_idx", "belay_jobs_dash_state_idx", "belay_jobs_dash_errors_idx")
 
 
@@ -279,3 +283,121 @@ class DashboardQueries:
         rows = self._all(conn, "dash_children", {"id": job_id, "limit": limit})
         total = rows and len(rows) == limit and self._all(conn, "dash_children_count", {"id": job_id})[0]["n"]
         return rows, total or len(rows)
+
+    # --- charts -------------------------------------------------------------------------------
+
+    def charts(self, conn: psycopg.Connection, now: datetime, minutes: int = CHART_MINUTES) -> dict[str, Any]:
+        """Per queue, over the `minutes` whole UTC minutes ending with the current one: jobs finished
+        per minute by outcome, and first-attempt claim latency per minute (n, p50, p95, max in ms).
+        JSON-ready: minutes as ISO strings, one array entry per minute (None: no claim that minute)."""
+        if not 1 <= minutes <= 24 * 60:
+            raise InvalidInput(f"a chart covers 1 to 1440 minutes, got {minutes}")
+        end = int(now.timestamp() // 60) + 1  # exclusive: the current minute is the last bar
+        start = end - minutes
+        since, until = datetime.fromtimestamp(start * 60, UTC), datetime.fromtimestamp(end * 60, UTC)
+        params = {"since": since, "until": until}
+        finished = self._all(conn, "dash_chart_finished", params)
+        latency = self._all(conn, "dash_chart_claim_latency", params)
+        queues: dict[str, dict[str, Any]] = {}
+
+        def series(queue: str) -> dict[str, Any]:
+            if queue not in queues:
+                queues[queue] = {
+                    "finished": {s: [0] * minutes for s in TERMINAL_ORDER},
+                    "claim_latency_ms": {k: [None] * minutes for k in ("p50", "p95", "max")} | {"n": [0] * minutes},
+                }
+            return queues[queue]
+
+        for r in finished:
+            series(r["queue"])["finished"][r["state"]][r["minute"] - start] = r["n"]
+        for r in latency:
+            lat = series(r["queue"])["claim_latency_ms"]
+            i = r["minute"] - start
+            lat["n"][i] = r["n"]
+            lat["p50"][i], lat["p95"][i], lat["max"][i] = (round(float(r[k]), 1) for k in ("p50", "p95", "worst"))
+        for q in queues.values():
+            q["totals"] = {s: sum(q["finished"][s]) for s in TERMINAL_ORDER} | {
+                "claimed": sum(q["claim_latency_ms"]["n"])
+            }
+        return {
+            "now": now.astimezone(UTC).isoformat(),
+            "since": since.isoformat(),
+            "until": until.isoformat(),
+            "minutes": [datetime.fromtimestamp((start + i) * 60, UTC).isoformat() for i in range(minutes)],
+            "outcomes": list(TERMINAL_ORDER),
+            "queues": dict(sorted(queues.items())),
+        }
+
+    # --- crons --------------------------------------------------------------------------------
+
+    def crons(self, conn: psycopg.Connection, now: datetime, upcoming: int = 3) -> list[CronView]:
+        """Every belay_crons row (expression, next slots, last fired job, paused), then the cron names
+        that fired jobs without a belay_crons row (static configuration)."""
+        out = []
+        for r in self._all(conn, "dash_crons"):
+            slots, error = next_slots(r["expression"], now, upcoming)
+            out.append(
+                CronView(
+                    r["name"],
+                    "belay_crons",
+                    r["expression"],
+                    r["worker"],
+                    (r["opts"] or {}).get("queue", "default"),
+                    bool(r["paused"]),
+                    slots,
+                    error,
+                    r["last_id"],
+                    r["last_state"],
+                    r["last_slot"],
+                    r["updated_at"],
+                )
+            )
+        known = {c.name for c in out}
+        for r in self._all(conn, "dash_cron_names_fired", {"limit": 200}):
+            if r["name"] in known:
+                continue
+            out.append(
+                CronView(
+                    r["name"],
+                    "static",
+                    None,
+                    r["worker"],
+                    r["queue"],
+                    False,
+                    [],
+                    None,
+                    r["last_id"],
+                    r["last_state"],
+                    r["last_slot"],
+                    None,
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class CronView:
+    """One row of the crons page."""
+
+    name: str
+    source: str  # "belay_crons" | "static" (fired jobs, no belay_crons row: a worker's configuration)
+    expression: str | None
+    worker: str | None
+    queue: str | None
+    paused: bool
+    next_slots: list[datetime]
+    error: str | None  # the expression cannot be read
+    last_id: int | None
+    last_state: str | None
+    last_slot: datetime | None
+    updated_at: datetime | None
+
+
+def next_slots(expression: str, now: datetime, n: int) -> tuple[list[datetime], str | None]:
+    """The next `n` minute slots after the current minute (model/cron.py's reading: UTC minutes)."""
+    try:
+        parse_expression(expression)
+        it = CronSim(expression, minute_slot(now))
+        return [next(it).astimezone(UTC) for _ in range(n)], None
+    except (InvalidInput, CronSimError, StopIteration) as exc:
+        return [], str(exc) or type(exc).__name__

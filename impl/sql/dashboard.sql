@@ -172,3 +172,83 @@ SELECT count(*) AS n FROM {jobs} WHERE parent_id = %(id)s
 SELECT c.relname AS name
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND i.indisvalid AND c.relname LIKE 'belay_jobs_dash_%%'
+
+-- dash_chart_finished --
+-- Charts: jobs per queue that finished in [since, until), by outcome and minute (the minute as epoch
+-- minutes, UTC). One range of belay_jobs_prune_idx (state, finished_at) per terminal state, like
+-- dash_finished_since: the work is the jobs of the window, not the table.
+SELECT queue, state, floor(extract(epoch FROM finished_at) / 60)::bigint AS minute, count(*) AS n FROM (
+    SELECT queue, state, finished_at FROM {jobs}
+    WHERE state = 'succeeded' AND finished_at >= %(since)s AND finished_at < %(until)s
+    UNION ALL
+    SELECT queue, state, finished_at FROM {jobs}
+    WHERE state = 'failed' AND finished_at >= %(since)s AND finished_at < %(until)s
+    UNION ALL
+    SELECT queue, state, finished_at FROM {jobs}
+    WHERE state = 'cancelled' AND finished_at >= %(since)s AND finished_at < %(until)s
+) f
+GROUP BY queue, state, minute
+
+-- dash_chart_claim_latency --
+-- Charts: claim latency per queue and minute of the claim — for jobs first claimed in [since, until)
+-- on their first attempt (attempt = 1: started_at is the first claim and ready_at still the time the
+-- job became due), from due (ready_at, else inserted_at) to claimed (started_at), in milliseconds:
+-- how many, the median, the 95th percentile and the worst. Read from the jobs that finished since
+-- `since` (belay_jobs_prune_idx ranges, as above) and the running ones (belay_jobs_lease_idx, partial
+-- on state = 'running'): a job claimed in the window is one of those unless it is parked again
+-- (awaiting a signal, snoozed), which the chart leaves out.
+SELECT queue, floor(extract(epoch FROM started_at) / 60)::bigint AS minute, count(*) AS n,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY ms) AS p95,
+       max(ms) AS worst
+FROM (
+    SELECT queue, started_at, greatest(0, extract(epoch FROM started_at - coalesce(ready_at, inserted_at)) * 1000) AS ms
+    FROM (
+        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
+        WHERE state = 'succeeded' AND finished_at >= %(since)s
+        UNION ALL
+        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
+        WHERE state = 'failed' AND finished_at >= %(since)s
+        UNION ALL
+        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
+        WHERE state = 'cancelled' AND finished_at >= %(since)s
+        UNION ALL
+        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
+        WHERE state = 'running' AND lease_until IS NOT NULL
+    ) j
+    WHERE attempt = 1 AND started_at >= %(since)s AND started_at < %(until)s
+) c
+GROUP BY queue, minute
+
+-- dash_crons --
+-- The crons page: every belay_crons row, with the job its last fired slot inserted (one backward
+-- probe of belay_jobs_cron_slot_idx (cron_name, cron_slot) per cron).
+SELECT c.name, c.expression, c.worker, c.input, c.opts, c.paused, c.updated_at,
+       last.id AS last_id, last.state AS last_state, last.cron_slot AS last_slot
+FROM {crons} c
+LEFT JOIN LATERAL (
+    SELECT j.id, j.state, j.cron_slot FROM {jobs} j
+    WHERE j.cron_name = c.name ORDER BY j.cron_slot DESC LIMIT 1
+) last ON true
+ORDER BY c.name
+
+-- dash_cron_names_fired --
+-- Cron names that fired jobs (a loose scan of belay_jobs_cron_slot_idx: one probe per name, at most
+-- %(limit)s names), with each one's last fired job: the crons declared in a worker's static
+-- configuration have no belay_crons row, and show up here.
+WITH RECURSIVE names AS (
+    (SELECT j.cron_name FROM {jobs} j WHERE j.cron_name IS NOT NULL ORDER BY j.cron_name LIMIT 1)
+    UNION ALL
+    SELECT nxt.cron_name FROM names n
+    CROSS JOIN LATERAL (
+        SELECT j.cron_name FROM {jobs} j WHERE j.cron_name > n.cron_name ORDER BY j.cron_name LIMIT 1
+    ) nxt
+)
+SELECT n.cron_name AS name, last.id AS last_id, last.state AS last_state, last.cron_slot AS last_slot,
+       last.worker, last.queue
+FROM (SELECT cron_name FROM names LIMIT %(limit)s) n
+CROSS JOIN LATERAL (
+    SELECT j.id, j.state, j.cron_slot, j.worker, j.queue FROM {jobs} j
+    WHERE j.cron_name = n.cron_name ORDER BY j.cron_slot DESC LIMIT 1
+) last
+ORDER BY n.cron_name
