@@ -250,6 +250,14 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
     show_default=True,
     help="OpenTelemetry spans per job attempt (global tracer provider)",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(["logfmt", "json"]),
+    envvar="BELAY_LOG_FORMAT",
+    default="logfmt",
+    show_default=True,
+    help="job lines as logfmt (quoted: every line parses back to its fields) or one JSON object a line",
+)
 def worker_cmd(
     app: str,
     queues: str | None,
@@ -265,6 +273,7 @@ def worker_cmd(
     metrics_port: int | None,
     metrics_host: str,
     otel: bool,
+    log_format: str,
 ) -> None:
     """Run a worker node until SIGTERM/SIGINT/SIGHUP (stop claiming, drain within the grace, exit).
 
@@ -276,13 +285,17 @@ def worker_cmd(
 
     from impl.faults import RetryPolicy
     from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
-    from impl.telemetry import BatchingStreamHandler, SecondCachingFormatter
+    from impl.telemetry import BatchingStreamHandler, JsonLinesFormatter, SecondCachingFormatter
     from impl.worker import Registry
     from model.queues import QueueOpts
 
     # One job line per attempt at INFO, written in batches (warnings at once): see BatchingStreamHandler.
     lines = BatchingStreamHandler()
-    lines.setFormatter(SecondCachingFormatter("%(asctime)s %(levelname)s %(message)s"))
+    lines.setFormatter(
+        JsonLinesFormatter()
+        if log_format == "json"
+        else SecondCachingFormatter("%(asctime)s %(levelname)s %(message)s")
+    )
     logging.basicConfig(level=logging.INFO, handlers=[lines])
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # the node logs outages itself, once
     module_name, _, attr = app.partition(":")

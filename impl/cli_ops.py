@@ -440,10 +440,12 @@ def register(main: click.Group) -> None:
 
     @queue_group.command("pause")
     @click.argument("name")
+    @click.option("--create", is_flag=True, help="pause NAME even though it has no belay_queues row and no jobs yet")
     @operator_command
-    def queue_pause_cmd(op, out: Out, name: str) -> None:
-        """Stop every reference node claiming from NAME (running jobs finish)."""
-        done = op.pause(name)
+    def queue_pause_cmd(op, out: Out, name: str, create: bool) -> None:
+        """Stop every reference node claiming from NAME (running jobs finish; other options kept).
+        A NAME with neither a row nor jobs is refused as a likely typo unless --create."""
+        done = op.pause(name, create=create)
         out.json(done) if out.as_json else click.echo(
             f"queue {name} paused (reference nodes stop claiming within their queue refresh interval)"
         )

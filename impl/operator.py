@@ -378,19 +378,21 @@ class Operator:
             opts["paused"] = True
         return self._put(name, opts)
 
-    def pause(self, name: str) -> dict[str, Any]:
-        return self._set_paused(name, True)
+    def pause(self, name: str, *, create: bool = False) -> dict[str, Any]:
+        """Pause a queue (its other options kept). A queue with neither a belay_queues row nor jobs is
+        refused as a likely typo unless `create` (a queue whose jobs have not arrived yet)."""
+        return self._set_paused(name, True, create)
 
     def resume(self, name: str) -> dict[str, Any]:
-        return self._set_paused(name, False)
+        return self._set_paused(name, False, False)
 
-    def _set_paused(self, name: str, paused: bool) -> dict[str, Any]:
+    def _set_paused(self, name: str, paused: bool, create: bool) -> dict[str, Any]:
         row = self._queue_row(name)
-        if row is None and not self._rows("ops_queue_has_jobs", {"name": name})[0]["found"]:
+        if row is None and not create and not self._rows("ops_queue_has_jobs", {"name": name})[0]["found"]:
             raise Refused(
                 "not_found",
                 f"queue {name!r} has no belay_queues row and no jobs (a typo?); nothing was changed — "
-                f"`belay queue put {name} ...` creates it first",
+                f"`belay queue pause {name} --create` pauses it anyway, `belay queue put {name}` creates it",
             )
         opts = row or {}
         if paused:

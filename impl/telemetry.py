@@ -50,6 +50,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -190,31 +191,87 @@ def silent(handlers: Iterable[Handler]) -> bool:
 # --- the default logger -----------------------------------------------------------------------------
 
 
+# Lines are logfmt (issue 29): `key=value`, a value bare when it is printable ASCII without space, `"`,
+# `=` or backslash, else in double quotes with `\\`, `\"`, `\n`, `\r`, `\t` and `\uXXXX` (`\UXXXXXXXX`)
+# escapes for every other non-printable character (U+2028 too), so a kind, queue, node or error can
+# never end a line or forge a field: `parse_logfmt` reads every line back to exactly its fields.
+_BARE = re.compile(r"[!#-<>-\[\]-~]+")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_UNESCAPES = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+
+
+def logfmt_value(value: object) -> str:
+    """One logfmt value: bare when it can be, else quoted and escaped (see above)."""
+    text = value if isinstance(value, str) else str(value)
+    if _BARE.fullmatch(text):
+        return text
+    return '"' + "".join(_escape(c) for c in text) + '"'
+
+
+def _escape(c: str) -> str:
+    found = _ESCAPES.get(c)
+    if found is not None:
+        return found
+    if c.isprintable():
+        return c
+    return f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}"
+
+
+_TOKEN = re.compile(r'([!#-<>-\[\]-~]+)=(?:([!#-<>-\[\]-~]+)|"((?:[^"\\]|\\.)*)")(?: |$)')
+_UNESCAPE = re.compile(r"\\(?:u([0-9a-f]{4})|U([0-9a-f]{8})|(.))", re.DOTALL)
+
+
+def parse_logfmt(text: str) -> dict[str, str]:
+    """The fields of a logfmt text written by `logfmt_value` (`key=value` separated by one space),
+    values as strings; ValueError for anything it would not write (or a key twice)."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None or (m.end() == len(text) and text.endswith(" ")):
+            raise ValueError(f"not logfmt at column {pos}: {text[pos : pos + 40]!r}")
+        key, bare, quoted = m.groups()
+        if key in out:
+            raise ValueError(f"key {key!r} twice")
+        out[key] = bare if bare is not None else _UNESCAPE.sub(_unescape, quoted)
+        pos = m.end()
+    return out
+
+
+def _unescape(m: re.Match[str]) -> str:
+    short, long, char = m.groups()
+    if short or long:
+        return chr(int(short or long, 16))
+    if char not in _UNESCAPES:
+        raise ValueError(f"unknown escape \\{char}")
+    return _UNESCAPES[char]
+
+
 _JOB_LINE = "belay job=%s kind=%s queue=%s state=%s attempt=%s duration=%sms"
 _JOB_LINES = {  # (has a node, has an error) → the line's template
     (False, False): _JOB_LINE,
     (True, False): _JOB_LINE + " node=%s",
-    (False, True): _JOB_LINE + " error=%r",
-    (True, True): _JOB_LINE + " node=%s error=%r",
+    (False, True): _JOB_LINE + " error=%s",
+    (True, True): _JOB_LINE + " node=%s error=%s",
 }
 
 
 def job_line(meta: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
     """The default logger's line for a job event as a %-template and its arguments (a logging call's
-    `msg` and `args`: the handler that writes the record renders it)."""
+    `msg` and `args`: the handler that writes the record renders it). Every text is logfmt-quoted."""
     node, error = meta.get("node"), meta.get("error")
     args: tuple[Any, ...] = (
         meta["job_id"],
-        meta.get("kind", meta.get("worker")),
-        meta["queue"],
-        meta["state"],
+        logfmt_value(meta.get("kind", meta.get("worker"))),
+        logfmt_value(meta["queue"]),
+        logfmt_value(meta["state"]),
         meta["attempt"],
         meta["duration_ms"],
     )
     if node:
-        args += (node,)
+        args += (logfmt_value(node),)
     if error:
-        args += (error,)
+        args += (logfmt_value(error),)
     return _JOB_LINES[bool(node), bool(error)], args
 
 
@@ -284,7 +341,7 @@ class DefaultLogger:
         if not logger.isEnabledFor(level):
             return
         if event == "queue.scale":
-            msg, args = "belay queue=%s limit=%s", (meta["queue"], meta["limit"])
+            msg, args = "belay queue=%s limit=%s", (logfmt_value(meta["queue"]), meta["limit"])
         else:
             msg, args = job_line(meta)
         if not self.background:
@@ -411,6 +468,44 @@ class SecondCachingFormatter(logging.Formatter):
             text = time.strftime(self.default_time_format, self.converter(record.created))
             self._cached = (second, text)  # one tuple: a reader on another thread sees a whole pair
         return self.default_msec_format % (text, record.msecs)
+
+
+_JSON_INTS = {"job": "job", "attempt": "attempt", "limit": "limit", "duration": "duration_ms"}
+
+
+class JsonLinesFormatter(logging.Formatter):
+    """`belay worker --log-format json`: one JSON object a line — time, level, logger, and for the
+    default logger's lines (`belay job=…`, `belay queue=…`) their fields (`event`: job or queue.scale;
+    job, attempt, limit and duration_ms as numbers), for any other record its `message`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        message = record.getMessage()
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+        }
+        fields = None
+        if message.startswith(("belay job=", "belay queue=")):
+            try:
+                fields = parse_logfmt(message[len("belay ") :])
+            except ValueError:
+                fields = None
+        if fields is None:
+            out["message"] = message
+        else:
+            out["event"] = "job" if "job" in fields else "queue.scale"
+            for key, value in fields.items():
+                name = _JSON_INTS.get(key)
+                number = value.removesuffix("ms") if key == "duration" else value
+                out[name or key] = int(number) if name and number.isdigit() else value
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            out["exception"] = record.exc_text
+        return json.dumps(out)  # ASCII: U+2028 and friends escaped too, one line a record
 
 
 class BatchingStreamHandler(logging.StreamHandler):

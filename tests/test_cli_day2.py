@@ -28,6 +28,8 @@ def test_pausing_or_resuming_an_unknown_queue_is_refused_and_leaves_no_ghost_row
             assert "queue 'nosuchqueue'" in refused.stderr and "queue put" in refused.stderr, refused.stderr
         as_json = belay(db_url, "queue", "pause", "nosuchqueue", "--json")
         assert as_json.exit_code == 1 and json.loads(as_json.stdout)["refused"] == "not_found"
+    # --create pauses a queue whose jobs have not arrived yet
+    assert out(belay(db_url, "queue", "pause", "later", "--create", "--json"))["paused"] is True
     # a queue with jobs but no row yet can be paused
     with Client(db_url, clock=lambda: OLD) as client:
         client.enqueue("ai", "k")

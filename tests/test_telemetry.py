@@ -86,7 +86,7 @@ def test_the_default_logger_writes_one_line_per_job_attempt(db_url, worker, capl
     assert line.levelno == logging.WARNING
     assert re.match(
         rf"belay job={boom} kind=boom queue=tq state=failed attempt=1 duration=\d+ms node=tnode "
-        r"error='Fail: boom'$",
+        r'error="Fail: boom"$',
         line.getMessage(),
     )
 
@@ -190,7 +190,7 @@ def test_pausing_a_queue_stops_a_nodes_claims_without_resetting_its_limits_and_r
     node = worker(limit=7)
     producer = node.producers[app.QUEUE]
     with Operator(db_url) as op, Client(db_url) as client:
-        op.pause(app.QUEUE)
+        op.pause(app.QUEUE, create=True)  # no jobs yet
         wait_for(lambda: producer.opts.paused, 10, "the node to see the pause")
         assert (producer.opts.limit_min, producer.opts.limit_max) == (7, 7)
         job_id = client.enqueue(app.QUEUE, "ok").id

@@ -177,7 +177,7 @@ def test_the_default_logger_line_for_a_success_a_failure_and_a_job_without_node(
     )
     assert (
         telemetry.format_job_line({**without, "state": "ready", "duration_ms": 0, "error": "E: e"})
-        == "belay job=812 kind=summarize queue=ai state=ready attempt=1 duration=0ms error='E: e'"
+        == 'belay job=812 kind=summarize queue=ai state=ready attempt=1 duration=0ms error="E: e"'
     )
 
 
@@ -195,7 +195,7 @@ def test_a_default_logger_record_reaches_a_root_handler_with_its_level_name_mess
         (logging.INFO, "belay job=812 kind=summarize queue=ai state=succeeded attempt=1 duration=5ms node=n1"),
         (
             logging.WARNING,
-            "belay job=812 kind=summarize queue=ai state=failed attempt=1 duration=6ms node=n1 error='Fail: boom'",
+            'belay job=812 kind=summarize queue=ai state=failed attempt=1 duration=6ms node=n1 error="Fail: boom"',
         ),
         (logging.INFO, "belay queue=ai limit=8"),
     ]
