@@ -280,3 +280,30 @@ def test_in_flight_transactions_at_the_crash_and_commits_during_polls(cluster, d
     assert "never-committed" not in final.queues and final.jobs[acked[0]].priority != 7
     assert set(acked) <= set(final.jobs)
     assert result.verdict == "valid" and result.matches_snapshot, (result.line(), result.snapshot_diff[:3])
+
+
+@pytest.mark.parametrize("how", ["dropped", "advanced"])
+def test_a_slot_lost_or_moved_behind_the_captures_back_is_a_recorded_gap(cluster, db, tmp_path, how):
+    """The capture checks the slot before each peek: gone, or confirmed past what we acknowledged
+    (someone else consumed), is recorded as a lost range; the replay taints what the final snapshot shows
+    it missed and says unknown, with no finding."""
+    cap, initial = open_capture(db, tmp_path, "peek")
+    try:
+        enqueue(db, 5, "seen")
+        assert poll(cap) == "ok"
+        missed = enqueue(db, 4, "missed")
+        with psycopg.connect(db, autocommit=True) as c:
+            if how == "dropped":
+                c.execute("SELECT pg_drop_replication_slot(%s)", (cap.slot,))
+            else:
+                c.execute("SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (cap.slot,))
+        enqueue(db, 2, "later")
+        result, _, _ = finish(cap, db, initial)
+    finally:
+        assert cap.close()
+    assert len(cap.stats["lost_ranges"]) == 1, cap.stats
+    _, hi = cap.stats["lost_ranges"][0]
+    assert (hi is None) == (how == "dropped")
+    assert result.verdict == "unknown" and not result.findings, result.line()
+    assert set(missed) <= set(result.tainted)
+    assert "without us" in result.why
