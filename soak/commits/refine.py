@@ -910,7 +910,7 @@ class Validator:
             self.now_ok(now, at, f"cancel of job {a.id}")
             tail.append(("cancel", ops.Cancel(now, a.id)))
         if maybe_derived_cancel:
-            alt_cancel = []
+            alt_cancel: list[tuple[str, Any]] = []
             for b, a in maybe_derived_cancel:
                 now = a.finished_at or at
                 self.now_ok(now, at, f"cancel of job {a.id}")
@@ -1376,22 +1376,29 @@ def validate(
     return r
 
 
-def main(argv: list[str] | None = None) -> None:
+def validate_run_dir(run_dir: Path, ledger: bool = True) -> RefinementResult:
+    """Trace validation of a soak's report folder: history.bin from history-initial.pickle, ended in
+    history-final.pickle, harness writes attested by history.jsonl (what the soak hook can call)."""
     from soak.commits.replay import load_state
 
+    run_dir = Path(run_dir)
+    initial = run_dir / "history-initial.pickle"
+    final = run_dir / "history-final.pickle"
+    return validate(
+        read_transactions(run_dir / "history.bin"),
+        run_dir if ledger else None,
+        load_state(initial) if initial.exists() else None,
+        final_state=load_state(final) if final.exists() else None,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m soak.commits.refine", description=__doc__.split("\n\n")[0])
     p.add_argument("run_dir", type=Path, help="a soak report folder holding history.bin")
     p.add_argument("--no-ledger", action="store_true", help="do not require client cancels/signals to be recorded")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     args = p.parse_args(argv)
-    initial = args.run_dir / "history-initial.pickle"
-    final = args.run_dir / "history-final.pickle"
-    result = validate(
-        read_transactions(args.run_dir / "history.bin"),
-        None if args.no_ledger else args.run_dir,
-        load_state(initial) if initial.exists() else None,
-        final_state=load_state(final) if final.exists() else None,
-    )
+    result = validate_run_dir(args.run_dir, ledger=not args.no_ledger)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:

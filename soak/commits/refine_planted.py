@@ -10,6 +10,9 @@ Variants (argv[1]):
   reclaim_past_max         the reclaim pass reads max_attempts + 2, so an expired lease at attempt 6 of 6
                            is retried (attempts 7 and 8 of 6 run); leases are never renewed, so every
                            `slow` attempt (12 s under a 10 s lease) expires and the budget is reached.
+  signal_keeps_first_payload  a redelivered signal keeps its first payload (§8.1 is upsert-latest; the model
+                           replaces it): a parent's second `$children` names only the first child. Neither
+                           the invariants nor the history's transition rules read a signal's payload.
   snooze_credits_two       a snooze adds 2 to max_attempts instead of 1 (the model: one).
 Not part of the broken-worker catalogue: these exist to show the refinement check failing.
 """
@@ -31,6 +34,9 @@ VARIANTS = {
             "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM",
         ),
         "renew_leases": ("WHERE id = ANY(%(ids)s)", "WHERE false AND id = ANY(%(ids)s)"),
+    },
+    "signal_keeps_first_payload": {
+        "upsert_signal": ("SET payload = EXCLUDED.payload", "SET payload = {signals}.payload"),
     },
     "snooze_credits_two": {
         "ack_snooze": ("max_attempts = max_attempts + 1", "max_attempts = max_attempts + 2"),
