@@ -10,7 +10,7 @@ did not all occur is `unknown` — never `valid` — whatever its checks found; 
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +26,11 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "I4": [
         ("crossings", "budget crossings"),
         ("crash_at_crossing", "crash right after the crossing step (the next attempt's pre-flight)"),
-        ("zombies_back", "duplicate paid step writes (two attempts of a `slow` job each executed its `nap`)"),
+        (
+            "zombies_back",
+            "duplicate executions of a paid step (a stale `slow` attempt finished its `nap` after a later "
+            "attempt journaled it)",
+        ),
     ],
     "I5": [
         ("dooms", "doomed workflow members"),
@@ -73,7 +77,104 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# scenario → what the run lacked and the likely worker-side causes, appended to an unknown row's reason
+# (issue 30: an UNKNOWN that helps). Harness-side causes (a run too short, a fault switched off) come first.
+HINTS: dict[str, str] = {
+    "ledger_jobs": "the driver inserted nothing: the database was unreachable or the run ended at once",
+    "kills": "no kill -9 happened: --kill-every 0, or no worker was ever up long enough to be chosen",
+    "reclaims": "no lease_expired entry: kills/stops found no running job, or the worker's sweeper never "
+    "reclaims expired leases (§6) — see P17",
+    "stops": "no SIGSTOP: --stop-every 0 or the run was shorter than one period",
+    "stale_acks": "no attempt came back stale: SIGSTOPs froze no running job past its lease, or the worker "
+    "records no `ack` observation for a stale ack (PROTOCOL §3.8 SHOULD) and no `pre_ack` showed the row moved on",
+    "replays": "no later attempt read a journaled step back: retried `steps`/`flaky` attempts wrote no step "
+    "tokens, or the worker re-executes steps instead of reading the journal",
+    "crossings": "no `costed` job crossed its budget: its steps journaled no cost (§8.2), or none ran",
+    "crash_at_crossing": "no crash_at_crossing job failed at attempt ≥ 2: the worker did not kill itself right "
+    "after the crossing step (PROTOCOL §3.3), or its next attempt never ran",
+    "zombies_back": "no stale `slow` attempt finished its paid `nap` after a later attempt journaled it: no "
+    "zombie stop released with `journaled` (slow jobs not claimed again while one node was frozen — too few "
+    "workers or too much load), or the `slow` kind emits no `start` event / `pre_ack` observation (PROTOCOL §3.8)",
+    "dooms": "no workflow member was doomed: the failing members did not fail, or settlement never ran",
+    "ignore_releases": "no release through an ignore flag: the members with wf_ignore never ran",
+    "cancel_held": "no held member was cancelled: its deps finished first (the driver lost the race)",
+    "cron_slots": "no minute slot was covered by a running worker: the run is shorter than about 70 s",
+    "unique_groups": "no concurrent unique-key insert group ran",
+    "spawns": "no parent journaled `$spawn:kids`: the worker's spawn is not a memoized step (§8.4)",
+    "signal_after_park": "no signal woke a parked awaiter: awaiters never parked (the worker runs `awaiter` "
+    "without a durable wait) or no delivery found one awaiting",
+    "signal_race": "no signal raced a park",
+    "lost_wakeups": "no parent with finished external children was rescued: the worker runs no `$children` "
+    "reconciler (§8.4 R2), or no parent parked before the harness finished its children",
+    "db_restarts": "no PostgreSQL crash-restart: --db-restart-every 0, or --database-url (no cluster to crash)",
+    "deliberate_exits": "no `exit` observation: the worker kills itself without recording it first (PROTOCOL §1) "
+    "or no flaky exit / crash_at_crossing job ran",
+    "long_leases": "no attempt held its lease longer than the ttl: `slow` jobs did not run, or were reclaimed "
+    "before a renewal (renewal missing or late)",
+    "skew_seen": "the clock-skewed node's leases did not end ahead of the harness clock: the worker ignores "
+    "BELAY_CLOCK_OFFSET (PROTOCOL §1), or that node held no lease while sampled",
+    "cancel_before_park": "no cancel was requested while an awaiter ran before its await",
+    "drains": "no SIGTERM found a worker with jobs running: --term-every 0, or the run was too short",
+    "drains_sampled": "no lease sample was taken between 1.5 s after a SIGTERM and the node's exit: the node "
+    "exited at once (check P4), or --term-every 0",
+    "priority_contention": "no claim chose between due jobs of two priorities: the batches were claimed at once",
+    "cron_jobs": "no cron job was inserted: the run is shorter than a minute, or the sweeper fires no crons",
+    "sleeps_resumed": "no sleeper resumed after its durable sleep: the sleeps outlasted the run, or the worker "
+    "sleeps in process instead of parking",
+    "succeeded": "nothing succeeded",
+    "cancels_judged": "no cancel was requested while a `steps` job ran (they finished before the driver's pass)",
+    "parks_resumed": "no awaiter/parent/sleeper parked, resumed and succeeded: the worker waits in process "
+    "instead of parking, or the parked jobs never resumed",
+    "parents_parked": "no parent was seen parked on `$children`: its children finished before it parked",
+    "cancel_awaiting_signal": "no awaiter was cancelled while awaiting: none parked in time",
+    "cancel_sleeping": "no sleeper was cancelled while sleeping: none parked in time",
+    "cancel_awaiting_children": "no parent was cancelled while awaiting children",
+    "cancel_running_steps": "no `steps` job was cancelled while running",
+}
+
+
+def stale_paid_step_resumes(state: Any, ev: Any) -> set[int]:
+    """`slow` jobs a zombie stop made execute their paid step twice, judged without asking the stale
+    execution to journal anything: the nemesis froze the attempt inside `nap` (begin journaled, nap not,
+    lease live — the fault log's `zombie_stop`), released it only once `nap` was journaled (`zombie_cont`
+    journaled), the journal holds `nap` from a *later* attempt, and the node lived on after the SIGCONT (its
+    `nap` loop ends at once then: the step's execution completes as a duplicate). Whether the stale execution
+    then journals it (absorbed, no spend: §8.2) or is fenced (stricter, allowed) is I4's to judge, not this."""
+    from model.envelope import decode
+
+    out: set[int] = set()
+    conts = sorted(ev.by_type.get("zombie_cont", ()), key=lambda e: float(e["t"]))
+    killed = defaultdict(list)
+    for e in (*ev.by_type.get("worker_kill", ()), *ev.by_type.get("worker_exit", ())):
+        killed[e.get("node")].append(float(e["t"]))
+    for stop in ev.by_type.get("zombie_stop", ()):
+        node, t = stop.get("node"), float(stop["t"])
+        cont = next((c for c in conts if c.get("node") == node and float(c["t"]) >= t), None)
+        if cont is None or cont.get("why") != "journaled":
+            continue
+        tc = float(cont["t"])
+        if any(tc - 0.5 <= k <= tc + 1.0 for k in killed[node]):
+            continue
+        for job_id, attempt in stop.get("held", ()):
+            nap = state.steps.get((job_id, "nap"))
+            if nap is None:
+                continue
+            try:
+                value = decode(nap.value)
+            except Exception:  # noqa: BLE001 - a foreign value: not attributable
+                continue
+            by = value.get("attempt") if isinstance(value, Mapping) else None
+            if isinstance(by, int) and by > attempt:
+                out.add(int(job_id))
+    return out
+
+
 def duplicate_step_writes(state: Any, ledger: Any) -> int:
+    """How many `slow` jobs had two attempts each execute `nap` to its end (`duplicate_step_jobs`)."""
+    return len(duplicate_step_jobs(state, ledger))
+
+
+def duplicate_step_jobs(state: Any, ledger: Any) -> set[int]:
     """`slow` jobs whose paid step `nap` was executed by two or more attempts (I4's duplicate writes).
 
     An attempt executed `nap` itself (rather than reading it back from the journal) when its `pre_ack`
@@ -99,7 +200,7 @@ def duplicate_step_writes(state: Any, ledger: Any) -> int:
             continue
         if (o.at - started).total_seconds() >= seconds / 2:
             executed[o.job_id] += 1
-    return sum(1 for n in executed.values() if n >= 2)
+    return {j for j, n in executed.items() if n >= 2}
 
 
 def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) -> dict[str, int]:
@@ -157,7 +258,9 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
         "cancel_before_park": cancels_before_park,
         "drains": sum(1 for e in t["worker_drain_term"] if e.get("running")),
         "crash_at_crossing": crash_at_crossing,
-        "zombies_back": duplicate_step_writes(state, ledger),
+        # issue 30: either evidence — two attempts that each ran `nap` to its end (both wrote pre_ack), or a
+        # stale execution resumed inside `nap` after a later attempt journaled it (no write asked of it)
+        "zombies_back": len(duplicate_step_jobs(state, ledger) | stale_paid_step_resumes(state, ev)),
         "lost_wakeups": rescued,
         "signal_after_park": woken_after,
         "signal_race": races,
@@ -179,10 +282,12 @@ def apply(results: Mapping[str, Any], counts: Mapping[str, int]) -> list[dict[st
         r = results.get(name)
         if r is None:
             continue
-        missing = [desc for key, desc in scenarios if counts.get(key, 0) <= 0]
+        missing = [(key, desc) for key, desc in scenarios if counts.get(key, 0) <= 0]
         if missing and not r.violations:
             r.exercised = False
-            why = "scenario(s) did not occur in this run: " + "; ".join(missing)
+            why = "scenario(s) did not occur in this run: " + "; ".join(
+                f"{desc} [lacked: {HINTS[key]}]" if key in HINTS else desc for key, desc in missing
+            )
             r.why_unknown = why if r.why_unknown is None else f"{r.why_unknown}; {why}"
         table.append(
             {
@@ -215,4 +320,14 @@ def markdown(table: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-__all__ = ["SCENARIOS", "apply", "duplicate_step_writes", "finish_table", "markdown", "scenario_counts"]
+__all__ = [
+    "HINTS",
+    "SCENARIOS",
+    "apply",
+    "duplicate_step_jobs",
+    "duplicate_step_writes",
+    "finish_table",
+    "markdown",
+    "scenario_counts",
+    "stale_paid_step_resumes",
+]

@@ -389,7 +389,7 @@ def test_i4_a_stale_attempt_whose_successor_read_its_step_back_is_no_duplicate_w
     r.events[-1] = Event(11, 2, {"phase": "start", "attempt": 2, "node": "w2-1"}, at(26))
     result = r.check()
     i4 = result.invariants["I4"]
-    assert i4.verdict == "unknown" and "duplicate paid step writes" in i4.why_unknown
+    assert i4.verdict == "unknown" and "duplicate executions of a paid step" in i4.why_unknown
     row = next(x for x in result.coverage if x["row"] == "I4")
     assert {s["key"]: s["count"] for s in row["scenarios"]}["zombies_back"] == 0
 

@@ -444,3 +444,50 @@ def test_p17_a_lease_left_expired_while_workers_ran_is_flagged_not_during_an_out
     assert p17.verdict == "invalid" and "no sweeper reclaimed it" in p17.counterexamples[0]
     r.history += [{"t": E0 + 21, "type": "db_crash"}, {"t": E0 + 31, "type": "db_restarted"}]
     assert duty(r.check(), "P17").violations == 0
+
+
+# --- issue 30: an UNKNOWN that helps; I4's duplicate-execution scenario without a stale journal write -----
+
+
+def test_an_unknown_row_names_what_the_run_lacked_and_the_likely_worker_side_causes():
+    p4 = duty(baseline().check(), "P4")
+    assert p4.verdict == "unknown" and "[lacked: no SIGTERM found a worker with jobs running" in p4.why_unknown
+    p7 = duty(baseline().check(), "P7")
+    assert "the worker sleeps in process instead of parking" in p7.why_unknown
+
+
+def fenced_zombie(r):
+    """Job 11's stale attempt 1 is fenced when it resumes: it journals nothing and writes no pre_ack; the later
+    attempt 2 (on w2-1) journaled `nap`. A worker stricter than required (§8.2 lets a stale write be absorbed)."""
+    from tests.test_soak_checker import step
+
+    r.steps = [s for s in r.steps if not (s.job_id == 11 and s.name == "nap")]
+    r.steps.append(step(11, 2, "nap", {"token": "n", "attempt": 2}, usd=1, t=34))
+    r.observations = [o for o in r.observations if not (o.job_id == 11 and o.attempt == 1)]
+
+
+def test_i4_duplicate_execution_scenario_does_not_need_the_stale_execution_to_journal_its_step():
+    r = baseline()
+    fenced_zombie(r)
+    i4 = r.check().invariants["I4"]
+    assert i4.verdict == "unknown" and "duplicate executions of a paid step" in i4.why_unknown
+    # the fault log says the nemesis froze attempt 1 inside `nap` and released it once `nap` was journaled
+    r.history += [
+        {"t": E0 + 5, "type": "zombie_stop", "node": "w1-1", "held": [[11, 1]]},
+        {"t": E0 + 24.9, "type": "zombie_cont", "node": "w1-1", "why": "journaled"},
+    ]
+    i4 = r.check().invariants["I4"]
+    assert i4.verdict == "valid", i4.to_json()
+
+
+def test_i4_a_zombie_released_by_the_cap_or_killed_after_the_cont_is_not_a_duplicate_execution():
+    r = baseline()
+    fenced_zombie(r)
+    r.history += [
+        {"t": E0 + 5, "type": "zombie_stop", "node": "w1-1", "held": [[11, 1]]},
+        {"t": E0 + 24.9, "type": "zombie_cont", "node": "w1-1", "why": "cap"},
+    ]
+    assert r.check().invariants["I4"].verdict == "unknown"
+    r.history[-1] = {"t": E0 + 24.9, "type": "zombie_cont", "node": "w1-1", "why": "journaled"}
+    r.history.append({"t": E0 + 25.3, "type": "worker_kill", "node": "w1-1"})
+    assert r.check().invariants["I4"].verdict == "unknown"
