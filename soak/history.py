@@ -1,12 +1,11 @@
 """The run's history: every fault, phase and driver action with its wall-clock time (epoch seconds).
 
 Thread-safe; appended to `history.jsonl` in the report folder as it happens (so a killed harness still
-leaves its fault log behind). Only the fault log stays in memory during the run (faults, phases, driver
-actions: they grow with the faults, not with the jobs); the periodic samples (SAMPLES: lease, priority and
-step-journal samples, whose rows grow with the backlog and the journal) go to the file only, and
-`snapshot()` / `stream()` read the whole history back from it for the checker (issue 27: the harness's
-memory no longer grows with the length of the run). Without a file everything stays in memory. Secrets
-never enter it: callers pass URLs through `impl.provision.redact`.
+leaves its fault log behind). With a file nothing stays in memory (issue 27: the periodic lease, priority
+and step-journal samples grow with the backlog and the journal, the driver's actions with the length of
+the run — in memory they were most of the harness's growth); `stream()` reads the events back one at a
+time, `snapshot()` as a list for the checker. Without a file everything stays in memory. Secrets never
+enter it: callers pass URLs through `impl.provision.redact`.
 """
 
 from __future__ import annotations
@@ -18,12 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SAMPLES = frozenset({"lease_sample", "priority_sample", "step_sample"})
-
 
 class History:
     def __init__(self, path: Path | None = None) -> None:
-        self.events: list[dict[str, Any]] = []  # the fault log (every event when there is no file)
+        self.events: list[dict[str, Any]] = []  # every event when there is no file; none with one
         self.lock = threading.Lock()
         self.path = path
         self.file = open(path, "a", encoding="utf-8") if path is not None else None  # noqa: SIM115 -- open for the history's lifetime, closed by close()
@@ -37,18 +34,17 @@ class History:
                 self.file.write(line)
                 self.file.flush()
                 self.written += 1
-            if self.file is None or type not in SAMPLES:
+            else:
                 self.events.append(event)
         return event
 
     def of(self, *types: str) -> list[dict[str, Any]]:
-        """Events of these types recorded so far (samples only when they are kept: use stream())."""
-        with self.lock:
-            return [e for e in self.events if e["type"] in types]
+        """Events of these types recorded so far."""
+        return [e for e in self.stream() if e["type"] in types]
 
     def stream(self) -> Iterator[dict[str, Any]]:
         """Every event recorded so far, in order, one at a time (read back from the file)."""
-        if self.path is None or (self.file is None and not self.path.exists()):
+        if self.path is None:
             yield from self.snapshot_in_memory()
             return
         with self.lock:

@@ -100,20 +100,29 @@ class MemorySampler:
         return out
 
 
+_TRACE_BASE: list[Any] = []  # the snapshot later ones are compared with (the second sample: warm)
+
+
 def trace_top(now: float, lines: int = 25) -> None:
-    """Under `python -X tracemalloc` with BELAY_SOAK_TRACEMALLOC=<file>: append the harness's largest
-    allocation sites (by line) to that file at every sample — what grows with the run."""
+    """Under `python -X tracemalloc=N` with BELAY_SOAK_TRACEMALLOC=<file>: append to that file, at every
+    sample, the allocation sites (tracebacks of N frames) that grew most since the second sample — what
+    grows with the run."""
     import os
     import tracemalloc
 
     path = os.environ.get("BELAY_SOAK_TRACEMALLOC")
     if not path or not tracemalloc.is_tracing():
         return
-    stats = tracemalloc.take_snapshot().statistics("lineno")
+    snap = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    if len(_TRACE_BASE) < 2:
+        _TRACE_BASE.append(snap)
+        return
     with open(path, "a") as f:
         f.write(f"--- t={now:.0f} traced {tracemalloc.get_traced_memory()[0] / MiB:.1f} MiB\n")
-        for st in stats[:lines]:
-            f.write(f"{st.size / MiB:8.2f} MiB {st.count:9d} {st.traceback[0]}\n")
+        for st in snap.compare_to(_TRACE_BASE[1], "traceback")[:lines]:
+            f.write(f"{st.size_diff / MiB:+8.2f} MiB {st.count_diff:+9d}\n")
+            for frame in st.traceback.format()[-12:]:
+                f.write(f"        {frame}\n")
 
 
 def dir_size(path: Path) -> int:
