@@ -200,8 +200,8 @@ class ApiModel:
     def _live(self, run: str) -> tuple[Task, int] | Answer:
         found = self._run(run)
         if isinstance(found[0], int):
-            return found  # type: ignore[return-value]
-        task, claim = found  # type: ignore[misc]
+            return found
+        task, claim = found
         if task.live(claim):
             return task, claim
         if claim == task.claims + 1:
@@ -284,7 +284,7 @@ class ApiModel:
         if task is None:
             return 404, "TASK_NOT_FOUND"
         found = self._run(owner)
-        if isinstance(found[0], int) or found[0].id != task_id:  # type: ignore[union-attr]
+        if isinstance(found[0], int) or found[0].id != task_id:
             return 409, "NOT_OWNER"
         live = self._live(owner)
         if isinstance(live[0], int):

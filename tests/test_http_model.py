@@ -13,6 +13,7 @@ import uuid
 from dataclasses import replace
 from datetime import timedelta
 from types import MappingProxyType
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -35,8 +36,8 @@ COMPARED = ("state", "attempt", "max_attempts", "ready_at", "lease_until", "leas
 
 
 class HttpVersusModel(RuleBasedStateMachine):
-    api = None
-    clock: FakeClock = None
+    api: Any = None
+    clock: Any = None
 
     def __init__(self) -> None:
         super().__init__()
