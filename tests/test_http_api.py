@@ -435,6 +435,38 @@ def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_sta
     assert api.get(f"/tasks/{tid}/checkpoints/$http:task").status_code == 404  # reserved: not a checkpoint
 
 
+def test_checkpoints_and_waits_are_per_task_when_tasks_share_step_names(api, clock, db_url):
+    """Checkpoints are keyed by (task_id, step_name): two tasks of one queue using the same step names
+    never see each other's state, version numbers or resolved waits."""
+    make_queue(api)
+    a, b = make_task(api), make_task(api)
+    run_a, run_b = (t["run_id"] for t in claim(api, limit=2))
+    put = lambda task, run, state, step="s": api.put(  # noqa: E731
+        f"/tasks/{task['task_id']}/checkpoints/{step}", json={"state": state, "owner_run": run}
+    )
+    assert put(a, run_a, "a1").status_code == 200
+    clock.advance(1)
+    assert put(a, run_a, "a2").status_code == 200
+    assert_error(api.get(f"/tasks/{b['task_id']}/checkpoints/s"), 404, "CHECKPOINT_NOT_FOUND")
+    clock.advance(1)
+    assert put(b, run_b, "b1").status_code == 200
+    assert api.get(f"/tasks/{a['task_id']}/checkpoints/s").json()["state"] == "a2"
+    assert api.get(f"/tasks/{b['task_id']}/checkpoints/s").json() == {
+        "task_id": b["task_id"],
+        "step_name": "s",
+        "state": "b1",
+        "updated_at": iso(clock()),
+    }
+    assert step_names(db_url, a["task_id"])[1:] == ["$checkpoint:s#1", "$checkpoint:s#2"]
+    assert step_names(db_url, b["task_id"])[1:] == ["$checkpoint:s#1"]  # its own numbering
+    # a wait resolves from the task's own checkpoint of its step, never another task's
+    api.post("/events", json={"event_name": "shared", "payload": "p"})
+    assert wait(api, {"run_id": run_a, "task_id": a["task_id"]}, "shared", step="w").json()["payload"] == "p"
+    r = wait(api, {"run_id": run_b, "task_id": b["task_id"]}, "other", step="w")
+    assert r.status_code == 202, r.text
+    assert_error(api.get(f"/tasks/{b['task_id']}/checkpoints/w"), 404, "CHECKPOINT_NOT_FOUND")
+
+
 def test_checkpointed_steps_resume_from_the_last_checkpoint_after_a_crash(api, clock, db_url):
     """The API's flagship pattern, as its clients write it: save progress under one checkpoint name after
     each of three steps; the first run stops calling after the second (a crash); the claim times out;
