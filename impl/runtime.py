@@ -559,12 +559,14 @@ class Worker:
             except BaseException as exc:  # noqa: BLE001 - the whole chunk failed
                 results = [exc] * len(contexts)
             now = self.clock()
-            acks = []
+            acks, raised = [], {}
             for ctx, result in zip(contexts, results, strict=True):
                 error = result if isinstance(result, BaseException) else None
                 outcome = outcome_for(kind, ctx, error, None if error else result, now)
                 if outcome is not None:
                     acks.append(w.Ack(now, ctx.id, ctx.attempt, outcome))
+                    if error is not None:  # job.exception, whatever the ack makes of it (a retry too)
+                        raised[ctx.id] = error
             if acks:
                 for ctx in contexts:
                     ctx.releasing.set()
@@ -575,20 +577,21 @@ class Worker:
                         self.stale_acks += 1
                         _log_stale(ack.job_id, ack.attempt)
                         self.emit("ack.stale", {"job_id": ack.job_id, "attempt": ack.attempt})
-                    elif "job.stop" in taken:
-                        self.emit(
-                            "job.stop",
-                            {
-                                "job_id": ack.job_id,
-                                "kind": kind.name,
-                                "worker": kind.name,
-                                "queue": producer.name,
-                                "attempt": ack.attempt,
-                                "node": self.config.node,
-                                "state": result.state,
-                                "duration_ms": duration,
-                            },
-                        )
+                    elif (event := "job.exception" if ack.job_id in raised else "job.stop") in taken:
+                        meta = {
+                            "job_id": ack.job_id,
+                            "kind": kind.name,
+                            "worker": kind.name,
+                            "queue": producer.name,
+                            "attempt": ack.attempt,
+                            "node": self.config.node,
+                            "state": result.state,
+                            "duration_ms": duration,
+                        }
+                        if event == "job.exception":
+                            failure = raised[ack.job_id]
+                            meta["error"] = f"{type(failure).__name__}: {failure}"
+                        self.emit(event, meta)
         except Exception:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:

@@ -28,7 +28,11 @@ REGRESSIONS = "properties/test_regressions.py"
 MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
 RUNTIME = "tests/test_runtime.py"
 SIGNALS = "tests/test_workflows_signals.py"
-PEER_BUGS = ("tests/test_peer_bugs.py",)  # issue 13: other job queues' real bugs, as named regressions
+PEER_BUGS = ("tests/test_peer_bugs.py",)
+TELEMETRY_SUITE = (
+    "tests/test_telemetry_retry.py",
+    "tests/test_telemetry.py",
+)  # issue 13: other job queues' real bugs, as named regressions
 
 STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
 RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
@@ -115,6 +119,32 @@ CATALOGUE: tuple[Mutant, ...] = (
                 WORKER_SQL,
                 "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
                 "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running'\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "batched_ack_keeps_lease_owner",
+        "AckMany's bulk succeed with a result and a time per row (ack_succeed_many) leaves leased_by on the "
+        "finished rows (issue 32: survived properties/ while the machine never reached that statement)",
+        "§7",
+        (
+            Edit(
+                WORKER_SQL,
+                "result = v.result, finished_at = v.now, lease_until = NULL,\n                       leased_by = NULL\n",
+                "result = v.result, finished_at = v.now, lease_until = NULL\n",
+            ),
+        ),
+    ),
+    Mutant(
+        "chunk_ack_keeps_lease",
+        "a chunk's bulk succeed sharing one result and time (ack_succeed_many_same) leaves lease_until and "
+        "leased_by on the finished rows",
+        "§7",
+        (
+            Edit(
+                WORKER_SQL,
+                "result = %(result)s, finished_at = %(now)s, lease_until = NULL,\n                       leased_by = NULL\n",
+                "result = %(result)s, finished_at = %(now)s\n",
             ),
         ),
     ),
@@ -565,10 +595,10 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 RUNTIME_PY,
-                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")\n',
+                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.crons, self.cron_queues)), "cron")\n',
                 "        if not (reclaimed.retried or reclaimed.failed):  # MUTANT: duties only after a reclaim\n"
                 "            return now\n"
-                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.config.crons)), "cron")\n',
+                '        self.call(lambda: self.store.apply(w.FireCrons(now, since, self.crons, self.cron_queues)), "cron")\n',
             ),
         ),
         suite=DURABLE_SUITE,
@@ -612,6 +642,33 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
         ),
         suite=DURABLE_SUITE,
+    ),
+    # --- telemetry (issue 32): a raised attempt that the ack retries is still an exception ----------
+    Mutant(
+        "retried_exception_reported_as_stop",
+        "a job whose code raised and was scheduled for a retry is reported as job.stop, not job.exception",
+        "§ops telemetry",
+        (
+            Edit(
+                RUNTIME_PY,
+                '            if error is not None and state != "parked":\n',
+                '            if error is not None and state not in ("parked", "ready"):  # MUTANT\n',
+            ),
+        ),
+        suite=TELEMETRY_SUITE,
+    ),
+    Mutant(
+        "chunk_exception_reported_as_stop",
+        "a chunk job whose result was an exception is reported as job.stop (the chunk path's bug until issue 32)",
+        "§ops telemetry",
+        (
+            Edit(
+                RUNTIME_PY,
+                'elif (event := "job.exception" if ack.job_id in raised else "job.stop") in taken:',
+                'elif (event := "job.stop") in taken:  # MUTANT',
+            ),
+        ),
+        suite=TELEMETRY_SUITE,
     ),
     # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
     Mutant(
