@@ -307,15 +307,17 @@ class FaultSchedule:
     over the phase, whatever each fault takes, however late a loaded harness wakes up, and however long a due
     fault waits for a target (it stays due: `injected` is not advanced until it happened). A late lane
     catches up, one fault per MIN_GAP × every at most. Lanes (`lanes` > 1) are independent schedules, lane l first
-    due about (l + 1) × every in (so they interleave from the start), for faults that last longer than their period (a SIGSTOP past the lease, a
+    due about (l + 0.5) × every in (so they interleave from the start), for faults that last longer than their period (a SIGSTOP past the lease, a
     drain): each lane runs its faults one after the other, lanes run side by side."""
 
     def __init__(self, every: float, rng: random.Random, start: float, *, lane: int = 0, lanes: int = 1) -> None:
         self.every = every
         self.period = every * lanes
         self.rng = rng
-        # the absolute schedule: lane l's first fault about (l + 1) × every in, then one per lanes × every
-        self.due = start + lane * every + every * rng.uniform(1 - JITTER, 1 + JITTER)
+        # the absolute schedule: lane l's first fault (l + U(0.25, 0.75)) × every in — half a gap on average,
+        # as in a schedule running since long before, so a phase of D seconds gets D / every faults, not half
+        # a fault fewer — then one per lanes × every
+        self.due = start + every * (lane + rng.uniform(0.25, 0.75))
         self.not_before = start  # catching up: no sooner than MIN_GAP × every after the previous fault
         self.injected = 0
 
