@@ -307,3 +307,32 @@ def test_a_slot_lost_or_moved_behind_the_captures_back_is_a_recorded_gap(cluster
     assert result.verdict == "unknown" and not result.findings, result.line()
     assert set(missed) <= set(result.tainted)
     assert "without us" in result.why
+
+
+def test_an_advance_lost_by_the_crash_is_redone_from_the_redelivered_transactions(cluster, db, tmp_path):
+    """Without a logged running-transactions record in the advanced range, pg_replication_slot_advance
+    only marks the slot dirty: a crash right after rolls it back to its last saved position. The next
+    peeks return only transactions already written (no new commits follow): they are dropped by commit
+    LSN and the slot is advanced past them again — else every peek, and the final drain, would return
+    them forever."""
+    cap, initial = open_capture(db, tmp_path, "peek", log_snapshot=False)
+    try:
+        assert poll(cap) == "ok"
+        enqueue(db, 5, "a")
+        assert poll(cap) == "ok"
+        acked = cap.acked
+        crash_restart(cluster)
+        assert slot_confirmed(db, cap.slot) < acked, "the crash kept the advance: the scenario did not happen"
+        done = threading.Event()
+        t = threading.Thread(target=lambda: (cap.drain(timeout=20), done.set()), daemon=True)
+        t.start()
+        t.join(timeout=30)
+        assert done.is_set(), "the drain never ended: redeliveries never advanced the slot"
+        assert cap.stats["redelivered"] >= 5 and slot_confirmed(db, cap.slot) >= acked
+        with psycopg.connect(db, autocommit=True) as c:
+            final = snapshot(c)
+        result = replay(read_transactions(cap.path), initial, final, dict(cap.stats))
+    finally:
+        cap._halt.set()
+        assert cap.close()
+    assert result.verdict == "valid" and result.matches_snapshot, result.line()

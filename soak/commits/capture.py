@@ -429,22 +429,23 @@ class Capture:
         self.stats["lost_ranges"].append([format_lsn(lo), format_lsn(hi) if hi is not None else None])
         self.last_error = why
 
-    def _check_slot(self, conn: psycopg.Connection) -> bool:
-        """False when the slot is gone (recorded as a lost range from our position on)."""
+    def _check_slot(self, conn: psycopg.Connection) -> int | None:
+        """The slot's confirmed position; None when the slot is gone (recorded as a lost range from our
+        position on). Behind our last advance is fine (a crash lost the advance: redelivery follows)."""
         row = conn.execute(
             "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)
         ).fetchone()
         if row is None:
             self._slot_lost = True
             self._lost(self.acked, None, f"the replication slot {self.slot} is gone")
-            return False
+            return None
         confirmed = parse_lsn(row[0]) if row[0] else 0
         if confirmed > self.acked:
             self._lost(
                 self.acked, confirmed, f"the slot is at {row[0]}, ahead of the {format_lsn(self.acked)} we acked"
             )
             self.acked = confirmed
-        return True
+        return confirmed
 
     def _poll_once(self) -> int:
         """One poll; returns how many transactions it delivered (redeliveries included)."""
@@ -464,7 +465,8 @@ class Capture:
                     self._log_snapshot = False
             self._hook("logged")
             peek = self.consume_mode == "peek"
-            if peek and not self._check_slot(conn):
+            confirmed = self._check_slot(conn) if peek else 0
+            if peek and confirmed is None:
                 return 0
             fn = "pg_logical_slot_peek_binary_changes" if peek else "pg_logical_slot_get_binary_changes"
             t0 = time.perf_counter()
@@ -514,12 +516,14 @@ class Capture:
             self._pending_relations = pending
             self.last_lsn = last
             self._hook("written")
-            if peek and end > self.acked:
+            # advance from where the slot really is: after a lost advance, redeliveries alone must move it
+            # too, or every later peek (and a final drain) would return them again forever
+            if peek and confirmed is not None and end > confirmed:
                 t0 = time.perf_counter()
                 conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(end)))
                 self.stats["advance_s"] += time.perf_counter() - t0
                 self.stats["advances"] += 1
-                self.acked = end
+                self.acked = max(self.acked, end)
                 self._hook("advanced")
             return delivered
 
