@@ -466,6 +466,122 @@ def register(main: click.Group) -> None:
         done = op.delete_queue(name)
         out.json(done) if out.as_json else click.echo(f"queue {name}: row deleted (it had {json.dumps(done['opts'])})")
 
+    # --- crons (§8.5) ---------------------------------------------------------------------------------
+
+    @main.group("cron")
+    def cron_group() -> None:
+        """Crons: belay_crons rows (runtime CRUD) merged by name over the static crons an app's registry
+        declares beside its kinds (Registry.cron); pass --app to see and pause those too."""
+
+    app_option = click.option(
+        "--app", default=None, help="MODULE[:ATTR] Registry whose static crons (Registry.cron) are included"
+    )
+
+    def _static(app: str | None) -> tuple:
+        if app is None:
+            return ()
+        from impl.replay import ReplayError, load_registry
+
+        try:
+            return load_registry(app).static_crons()
+        except (ImportError, AttributeError, ReplayError) as exc:
+            raise click.BadParameter(str(exc), param_hint="--app") from None
+
+    def _cron_rows(crons: list[dict]) -> None:
+        _table(
+            None,
+            ["cron", "expression", "kind", "queue", "state", "next slots (UTC)", "last fired", "source"],
+            [
+                [
+                    c["name"],
+                    c["expression"],
+                    c["kind"],
+                    c["queue"],
+                    "paused" if c["paused"] else "active",
+                    ", ".join(s[:16].replace("T", " ") for s in c["next_slots"]) or "none (paused)",
+                    f"job {c['last_fired']['job_id']} ({c['last_fired']['state']}) at {c['last_fired']['slot'][:16]}"
+                    if c["last_fired"]
+                    else "never",
+                    c["source"],
+                ]
+                for c in crons
+            ],
+        )
+
+    @cron_group.command("list")
+    @click.argument("name", required=False)
+    @app_option
+    @click.option("--slots", type=click.IntRange(0, 100), default=3, show_default=True, help="next due slots to show")
+    @operator_command
+    def cron_list_cmd(op, out: Out, name: str | None, app: str | None, slots: int) -> None:
+        """Crons with their expression, next due UTC minute slots, last fired job and pause state."""
+        crons = op.crons(name, static=_static(app), slots=slots)
+        if out.as_json:
+            return out.json(crons if name is None else crons[0])
+        _cron_rows(crons)
+        if not crons:
+            click.echo("no crons" + ("" if app else " in belay_crons (static crons of an app: --app MODULE)"))
+
+    @cron_group.command("put")
+    @click.argument("name")
+    @click.argument("expression")
+    @click.argument("kind")
+    @click.option("--input", "raw_input", default=None, metavar="JSON", help="the job input (default: {})")
+    @click.option("--queue", default=None, help="queue of the jobs (default: 'default')")
+    @click.option("--priority", type=int, default=None)
+    @click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+    @click.option("--paused/--active", "paused", default=None, help="the pause state (default: kept)")
+    @operator_command
+    def cron_put_cmd(
+        op,
+        out: Out,
+        name: str,
+        expression: str,
+        kind: str,
+        raw_input: str | None,
+        queue: str | None,
+        priority: int | None,
+        max_attempts: int | None,
+        paused: bool | None,
+    ) -> None:
+        """Create or replace cron NAME: every UTC minute slot matching EXPRESSION (five fields, e.g.
+        '*/5 * * * *') inserts one job of KIND, exactly once across the fleet."""
+        opts = {
+            k: v for k, v in (("queue", queue), ("priority", priority), ("max_attempts", max_attempts)) if v is not None
+        }
+        done = op.put_cron(name, expression, kind, _json_arg(raw_input, "--input"), opts, paused=paused)
+        if out.as_json:
+            return out.json(done)
+        _cron_rows([done])
+
+    @cron_group.command("pause")
+    @click.argument("name")
+    @app_option
+    @operator_command
+    def cron_pause_cmd(op, out: Out, name: str, app: str | None) -> None:
+        """Stop NAME firing on every node (a static cron gets a paused belay_crons row)."""
+        done = op.set_cron_paused(name, True, static=_static(app))
+        out.json(done) if out.as_json else click.echo(f"cron {name} paused")
+
+    @cron_group.command("resume")
+    @click.argument("name")
+    @app_option
+    @operator_command
+    def cron_resume_cmd(op, out: Out, name: str, app: str | None) -> None:
+        """Let NAME fire again (from its next slot: paused slots are not fired afterwards)."""
+        done = op.set_cron_paused(name, False, static=_static(app))
+        if out.as_json:
+            return out.json(done)
+        click.echo(f"cron {name} resumed; next slots: {', '.join(done['next_slots']) or 'none'}")
+
+    @cron_group.command("delete")
+    @click.argument("name")
+    @operator_command
+    def cron_delete_cmd(op, out: Out, name: str) -> None:
+        """Remove NAME's belay_crons row (a static cron of the same name fires again)."""
+        done = op.delete_cron(name)
+        out.json(done) if out.as_json else click.echo(f"cron {name}: row deleted")
+
     @main.command("prune")
     @click.option("--dry-run", is_flag=True, help="only report what would be deleted")
     @click.option("--succeeded", default="86400", show_default=True, help="retention seconds, or 'infinity'")

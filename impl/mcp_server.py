@@ -6,32 +6,109 @@ Built on the official `mcp` Python SDK (FastMCP), served over stdio by `belay mc
 with `--transport streamable-http`). Tools:
 
 - read-only (always): stats, list_jobs, get_job (with its journal), steps, events, workflow,
-  replay_dry_run, soak_verdict (the latest reports/latest/results.json);
-- mutating: retry_job, cancel_job, signal, steer, queue_put. They are listed always, but run only
-  when the server was started with `allow_mutations=True` or an `authorizer`; an authorizer is
-  called as `authorizer(tool_name, arguments)` before each mutation (also with allow_mutations) and
-  a falsy return or an exception refuses it. A refusal is a tool error (isError) that says why and
-  changes nothing.
+  replay_dry_run, soak_verdict (the latest reports/latest/results.json), list_crons, get_cron;
+- mutating: retry_job, cancel_job, signal, steer, queue_put, queue_pause, queue_resume. They are
+  listed always, but run only when the server was started with `allow_mutations=True` or an
+  `authorizer`; an authorizer is called as `authorizer(tool_name, arguments)` before each mutation
+  (also with allow_mutations) and a falsy return or an exception refuses it. A refusal is a tool
+  error (isError) that says why and changes nothing.
 
-Like the operations guide says, queue-definition CRUD beyond `queue_put` (pause, delete) is not
-exposed here.
+`queue_put` merges its `opts` over the queue's current options key by key (a key given as null is
+removed; the pause state is kept); `replace: true` replaces them (the pause state still kept unless
+named). `queue_pause` / `queue_resume` change only the pause state. Queue delete is not exposed.
+
+Arguments are checked before a tool runs: an argument the tool does not take is refused (with the
+names it does take, and the nearest one), and a value of the wrong type or range is refused with the
+argument's name, what it must be and what was given — never a raw validation dump. The server
+reports belay-toolkit's version as its own (serverInfo), not the mcp SDK's.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import Field
 
 from impl.operator import Operator, Refused, event_json, job_json, step_json
+from model.rows import STATES
 
 Authorizer = Callable[[str, dict[str, Any]], Any]
-MUTATING = ("retry_job", "cancel_job", "signal", "steer", "queue_put")
+MUTATING = ("retry_job", "cancel_job", "signal", "steer", "queue_put", "queue_pause", "queue_resume")
 JobId = Annotated[int, Field(ge=1, description="a belay_jobs id")]
+
+
+def belay_version() -> str:
+    """This toolkit's version (the server's own, in its serverInfo)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("belay-toolkit")
+    except PackageNotFoundError:  # a checkout that was never installed
+        return "0+unknown"
+
+
+def check_arguments(tool: Any, arguments: dict[str, Any]) -> None:
+    """Refuse, with a message a model can act on, arguments the tool does not take and values its
+    input schema rejects (raises mcp's ToolError; the call then runs nothing)."""
+    from mcp.server.fastmcp.exceptions import ToolError
+    from pydantic import ValidationError
+
+    takes = list(tool.parameters.get("properties", {}))
+    unknown = [a for a in arguments if a not in takes]
+    if unknown:
+        hints = []
+        for name in unknown:
+            near = difflib.get_close_matches(name, takes, n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        raise ToolError(
+            f"{tool.name}: unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(hints)}; "
+            f"{tool.name} takes: {', '.join(takes) or 'no arguments'}; nothing was run"
+        )
+    meta = tool.fn_metadata
+    try:
+        meta.arg_model.model_validate(meta.pre_parse_json(arguments))
+    except ValidationError as exc:
+        raise ToolError(_describe(tool.name, exc.errors(include_url=False), arguments)) from None
+
+
+def _describe(tool: str, errors: Sequence[Any], arguments: dict[str, Any]) -> str:
+    """pydantic's errors as one line per argument: its name, what it must be, what was given."""
+    seen, parts = set(), []
+    for e in errors:
+        loc = [p for p in e.get("loc", ()) if isinstance(p, str)]
+        name = loc[0] if loc else "?"
+        if name in seen:
+            continue
+        seen.add(name)
+        if e.get("type") == "missing":
+            parts.append(f"{tool}: argument {name!r} is required")
+            continue
+        given = json.dumps(arguments.get(name), default=str)
+        parts.append(f"{tool}: argument {name!r} {_must(e)}, got {given}")
+    return "; ".join(parts) + "; nothing was run"
+
+
+def _must(error: Any) -> str:
+    kind, ctx = error.get("type", ""), error.get("ctx") or {}
+    if kind.startswith("int") or kind == "int_parsing":
+        return "must be an integer"
+    for key, words in (("ge", "at least"), ("gt", "greater than"), ("le", "at most"), ("lt", "less than")):
+        if key in ctx:
+            return f"must be {words} {ctx[key]}"
+    if kind.startswith("string"):
+        return "must be a string"
+    if kind.startswith("list"):
+        return "must be a list"
+    if kind.startswith("dict"):
+        return "must be a JSON object"
+    if kind.startswith("bool"):
+        return "must be true or false"
+    return f"is invalid ({error.get('msg', kind)})"
 
 
 def load_authorizer(spec: str) -> Authorizer:
@@ -60,16 +137,25 @@ def build_server(
     from mcp.server.fastmcp.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
+    class BelayMCP(FastMCP):
+        async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+            tool = self._tool_manager.get_tool(name)
+            if tool is not None:
+                check_arguments(tool, arguments or {})
+            return await super().call_tool(name, arguments)
+
     op = operator or Operator(database_url, schema=schema)
     mutations = "enabled (authorizer)" if authorizer else "enabled" if allow_mutations else "disabled"
-    server = FastMCP(
+    server = BelayMCP(
         "belay",
         instructions=(
             "Inspect a Belay job queue (PostgreSQL): queue stats, jobs and their journals (steps with "
-            "costs, events, children, signals), workflows, replay dry-runs and the latest soak verdict. "
-            f"Mutating tools (retry, cancel, signal, steer, queue put) are {mutations} on this server."
+            "costs, events, children, signals), workflows, crons with their next slots, replay dry-runs "
+            "and the latest soak verdict. Mutating tools (retry, cancel, signal, steer, queue put, "
+            f"pause, resume) are {mutations} on this server."
         ),
     )
+    server._mcp_server.version = belay_version()  # serverInfo: ours, not the mcp SDK's
     read_only = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     mutating = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
 
@@ -106,17 +192,30 @@ def build_server(
 
     @server.tool(annotations=read_only)
     def list_jobs(
-        state: Annotated[list[str] | None, Field(description="states to include")] = None,
+        state: Annotated[
+            str | list[str] | None,
+            Field(description=f"a state or a list of states to include: {', '.join(STATES)}"),
+        ] = None,
         queue: str | None = None,
         kind: str | None = None,
         workflow_id: str | None = None,
+        parent_id: Annotated[int | None, Field(ge=1, description="only the children of this job")] = None,
+        error: Annotated[str | None, Field(description="text in any recorded error (class or detail)")] = None,
         limit: Annotated[int, Field(ge=1, le=1000)] = 50,
         after: Annotated[int | None, Field(description="next_after of the previous page")] = None,
     ) -> dict:
         """Jobs newest first, keyset-paginated: pass the returned next_after as `after` for the next page."""
+        states = (state,) if isinstance(state, str) else tuple(state or ())
         page = run(
             lambda: op.list_jobs(
-                states=state or (), queue=queue, kind=kind, workflow_id=workflow_id, limit=limit, after=after
+                states=states,
+                queue=queue,
+                kind=kind,
+                workflow_id=workflow_id,
+                parent_id=parent_id,
+                error=error,
+                limit=limit,
+                after=after,
             )
         )
         return {"jobs": [job_json(j) for j in page.jobs], "next_after": page.next_after}
@@ -152,6 +251,30 @@ def build_server(
             return dry_run(op.conninfo, job_id, app, schema=op.schema).to_json()
         except ReplayError as exc:
             raise ToolError(f"refused (not_found): {exc}") from None
+
+    def static_crons() -> tuple:
+        """The crons declared in the app's registry (when the server was given --app)."""
+        if app is None:
+            return ()
+        from impl.replay import load_registry
+
+        return load_registry(app).static_crons()
+
+    @server.tool(annotations=read_only)
+    def list_crons(
+        slots: Annotated[int, Field(ge=0, le=100, description="how many next due slots to list per cron")] = 3,
+    ) -> dict:
+        """Every cron (belay_crons rows merged over the app's static crons, when the server has --app):
+        expression, kind, queue, paused, its next due UTC minute slots and the last job it fired."""
+        return {"crons": run(lambda: op.crons(static=static_crons(), slots=slots))}
+
+    @server.tool(annotations=read_only)
+    def get_cron(
+        name: str,
+        slots: Annotated[int, Field(ge=0, le=100, description="how many next due slots to list")] = 10,
+    ) -> dict:
+        """One cron: expression, kind, queue, paused, next due slots, the last job it fired."""
+        return run(lambda: op.crons(name, static=static_crons(), slots=slots))[0]
 
     @server.tool(annotations=read_only)
     def soak_verdict() -> dict:
@@ -203,9 +326,35 @@ def build_server(
         return run(lambda: op.steer(job_id, payload))
 
     @server.tool(annotations=mutating)
-    def queue_put(name: str, opts: dict[str, Any]) -> dict:
-        """Replace a queue's runtime options (limit, global_limit, rate, partition, paused) (mutation)."""
-        guard("queue_put", {"name": name, "opts": opts})
-        return run(lambda: op.put_queue(name, opts))
+    def queue_put(
+        name: str,
+        opts: Annotated[
+            dict[str, Any],
+            Field(description="options to set: limit, global_limit, rate, partition, paused; null removes a key"),
+        ],
+        replace: Annotated[
+            bool, Field(description="replace every option instead of merging (the pause state is kept unless named)")
+        ] = False,
+    ) -> dict:
+        """Set a queue's runtime options, merged key by key over its current ones (mutation)."""
+        guard("queue_put", {"name": name, "opts": opts, "replace": replace})
+        if replace:
+            return run(lambda: op.put_queue(name, {k: v for k, v in opts.items() if v is not None}))
+        return run(lambda: op.merge_queue(name, opts))
+
+    @server.tool(annotations=mutating)
+    def queue_pause(
+        name: str,
+        create: Annotated[bool, Field(description="pause a queue with neither a row nor jobs yet")] = False,
+    ) -> dict:
+        """Stop every reference node claiming from a queue; its other options are kept (mutation)."""
+        guard("queue_pause", {"name": name, "create": create})
+        return run(lambda: op.pause(name, create=create))
+
+    @server.tool(annotations=mutating)
+    def queue_resume(name: str) -> dict:
+        """Let reference nodes claim from a paused queue again (mutation)."""
+        guard("queue_resume", {"name": name})
+        return run(lambda: op.resume(name))
 
     return server

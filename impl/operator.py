@@ -17,17 +17,18 @@ ignore the key: for them a pause has no effect (use their own pause), and nothin
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from impl.client import Client, utc_now
 from model import ops
 from model import worker_ops as w
+from model.cron import CronDef
 from model.envelope import Opaque, decode
 from model.queues import QueueOpts
-from model.rows import STATES, Event, Job, Step
+from model.rows import STATES, CronRow, Event, Job, Step
 
 RETENTION_DEFAULTS = {"succeeded": 86400, "failed": 7 * 86400, "cancelled": 7 * 86400}
 SIGNAL_TTL_DEFAULT = 7 * 86400
@@ -378,6 +379,17 @@ class Operator:
             opts["paused"] = True
         return self._put(name, opts)
 
+    def merge_queue(self, name: str, opts: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge `opts` over a queue's current options key by key; a key given as None is removed.
+        Keys not named (the pause state among them) are kept."""
+        merged = self._queue_row(name) or {}
+        for key, value in opts.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        return self._put(name, merged)
+
     def pause(self, name: str, *, create: bool = False) -> dict[str, Any]:
         """Pause a queue (its other options kept). A queue with neither a belay_queues row nor jobs is
         refused as a likely typo unless `create` (a queue whose jobs have not arrived yet)."""
@@ -415,6 +427,104 @@ class Operator:
         except ops.InvalidInput as exc:
             raise Refused("invalid", f"queue {name!r}: {exc}; nothing was changed") from None
         return {"name": name, "opts": plain(opts), "paused": bool(opts.get("paused", False))}
+
+    # --- crons (§8.5): belay_crons rows merged over the static crons of an app's registry -----------------
+
+    def crons(self, name: str | None = None, *, static: Sequence[CronDef] = (), slots: int = 3) -> list[dict[str, Any]]:
+        """`belay cron list`: every cron — belay_crons rows merged by name over `static` (the crons
+        declared beside an app's kinds, `Registry.static_crons()`) — with its next `slots` due UTC
+        minute slots (none while paused) and the last job it fired."""
+        from model.cron import effective_crons
+
+        rows = {r["name"]: CronRow(**r) for r in self._rows("ops_cron_rows", {"name": name})}
+        declared = {c.name: c for c in static if name is None or c.name == name}
+        if name is not None and not rows and not declared:
+            raise Refused(
+                "not_found",
+                f"cron {name!r} has no belay_crons row"
+                + ("" if static else " (a cron declared in an app's registry is listed with --app MODULE)"),
+            )
+        live = {c.name: c for c in effective_crons(declared.values(), rows.values())}
+        now = self.clock()
+        out = []
+        for n in sorted(set(rows) | set(declared)):
+            row, cron = rows.get(n), live.get(n)
+            shown = cron or (
+                CronDef(n, row.expression, row.worker, row.input, **_cron_opts(row.opts)) if row else declared[n]
+            )
+            last = self._rows("ops_cron_last_fired", {"name": n})
+            out.append(
+                {
+                    "name": n,
+                    "expression": shown.expression,
+                    "kind": shown.worker,
+                    "queue": shown.queue,
+                    "input": plain(shown.input),
+                    "priority": shown.priority,
+                    "max_attempts": shown.max_attempts,
+                    "paused": cron is None,
+                    "source": ("row over static" if n in declared else "row") if row else "static",
+                    "updated_at": plain(row.updated_at) if row else None,
+                    "next_slots": [] if cron is None else [plain(s) for s in next_slots(shown.expression, now, slots)],
+                    "last_fired": (
+                        {"job_id": last[0]["id"], "state": last[0]["state"], "slot": plain(last[0]["cron_slot"])}
+                        if last
+                        else None
+                    ),
+                }
+            )
+        return out
+
+    def put_cron(
+        self,
+        name: str,
+        expression: str,
+        kind: str,
+        input: Any = None,
+        opts: Mapping[str, Any] | None = None,
+        *,
+        paused: bool | None = None,
+    ) -> dict[str, Any]:
+        """Create or replace a belay_crons row (merged over a static cron of the same name by every
+        node); its pause state is kept unless `paused` is given."""
+        current = self._rows("ops_cron_rows", {"name": name})
+        keep = bool(current[0]["paused"]) if current else False
+        try:
+            self.client.put_cron(
+                name, expression, kind, input, opts=dict(opts or {}), paused=keep if paused is None else paused
+            )
+        except ops.InvalidInput as exc:
+            raise Refused("invalid", f"cron {name!r}: {exc}; nothing was changed") from None
+        return self.crons(name)[0]
+
+    def set_cron_paused(self, name: str, paused: bool, *, static: Sequence[CronDef] = ()) -> dict[str, Any]:
+        """Pause (or resume) a cron: its row's `paused`; a static cron without a row gets a row that
+        copies it (a paused row silences the static cron on every node)."""
+        rows = self._rows("ops_cron_rows", {"name": name})
+        if rows:
+            r = CronRow(**rows[0])
+            expression, kind, input, opts = r.expression, r.worker, r.input, dict(r.opts)
+        else:
+            found = [c for c in static if c.name == name]
+            if not found:
+                raise Refused(
+                    "not_found",
+                    f"cron {name!r} has no belay_crons row"
+                    + ("" if static else " (to pause a cron declared in an app's registry, pass --app MODULE)")
+                    + "; nothing was changed",
+                )
+            c = found[0]
+            expression, kind, input = c.expression, c.worker, c.input
+            opts = {"queue": c.queue, "priority": c.priority, "max_attempts": c.max_attempts}
+        return self.put_cron(name, expression, kind, input, opts, paused=paused) | (
+            {} if rows else {"source": "row over static"}
+        )
+
+    def delete_cron(self, name: str) -> dict[str, Any]:
+        """Remove a belay_crons row (a static cron of the same name, if any, fires again)."""
+        if not self._rows("ops_delete_cron", {"name": name}):
+            raise Refused("not_found", f"cron {name!r} has no belay_crons row; nothing was changed")
+        return {"name": name, "deleted": True}
 
     # --- retention ---------------------------------------------------------------------------------------
 
@@ -477,6 +587,20 @@ class Operator:
             "signals": signals,
             "rate_windows": rate,
         }
+
+
+def next_slots(expression: str, now: datetime, n: int) -> list[datetime]:
+    """The next `n` UTC minute slots of `expression` after the minute of `now`."""
+    from cronsim import CronSim
+
+    from model.validate import minute_slot
+
+    it = CronSim(expression, minute_slot(now))
+    return [next(it).astimezone(UTC) for _ in range(n)]
+
+
+def _cron_opts(opts: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: opts[k] for k in ("queue", "priority", "max_attempts") if k in opts}
 
 
 def _like_escape(text: str) -> str:

@@ -24,8 +24,19 @@ from tests.apps import replay_app as app
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = datetime(2020, 1, 1, tzinfo=UTC)
-READ_ONLY = {"stats", "list_jobs", "get_job", "steps", "events", "workflow", "replay_dry_run", "soak_verdict"}
-MUTATING = {"retry_job", "cancel_job", "signal", "steer", "queue_put"}
+READ_ONLY = {
+    "stats",
+    "list_jobs",
+    "get_job",
+    "steps",
+    "events",
+    "workflow",
+    "replay_dry_run",
+    "soak_verdict",
+    "list_crons",
+    "get_cron",
+}
+MUTATING = {"retry_job", "cancel_job", "signal", "steer", "queue_put", "queue_pause", "queue_resume"}
 
 
 def session(url: str, *flags: str, calls) -> list:
@@ -167,3 +178,101 @@ def test_allow_mutations_enables_every_mutating_tool(db_url):
     assert payload(signal)["woken"] == [] and payload(put)["opts"] == {"limit": 2}
     assert "unknown queue options" in error(bad_put)
     assert payload(cancel)["state"] == "cancelled"
+
+
+# --- issue 29: pause/resume tools, queue_put merges, validated arguments, the server's own version ----
+
+
+def test_pause_and_resume_tools_keep_a_queues_limits_and_queue_put_merges(db_url):
+    opts = {"limit": 2, "global_limit": 5, "partition": {"field": "input", "key": "tenant"}}
+
+    async def calls(s):
+        return [
+            await s.call_tool("queue_put", {"name": "m", "opts": opts}),
+            await s.call_tool("queue_pause", {"name": "m"}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 3}}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"global_limit": None}}),
+            await s.call_tool("queue_resume", {"name": "m"}),
+            await s.call_tool("queue_put", {"name": "m", "opts": {"limit": 4}, "replace": True}),
+            await s.call_tool("queue_pause", {"name": "nosuchqueue"}),
+        ]
+
+    put, paused, merged, dropped, resumed, replaced, ghost = session(db_url, "--allow-mutations", calls=calls)
+    assert payload(put)["opts"] == opts
+    assert payload(paused)["opts"] == {**opts, "paused": True}
+    assert payload(merged)["opts"] == {**opts, "limit": 3, "paused": True}
+    assert payload(dropped)["opts"] == {"limit": 3, "partition": opts["partition"], "paused": True}
+    assert payload(resumed)["opts"] == {"limit": 3, "partition": opts["partition"]}
+    assert payload(replaced)["opts"] == {"limit": 4}
+    assert "queue 'nosuchqueue' has no belay_queues row and no jobs" in error(ghost)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert c.execute("SELECT name FROM belay_queues").fetchall() == [("m",)]
+
+
+def test_arguments_are_validated_with_messages_a_model_can_act_on_and_unknown_ones_refused(db_url):
+    failed = failed_job(db_url)
+    with Client(db_url, clock=lambda: OLD) as c:
+        c.enqueue("m", "k")
+
+    async def calls(s):
+        return [
+            await s.call_tool("list_jobs", {"state": "failed"}),
+            await s.call_tool("list_jobs", {"state": ["failed", "ready"]}),
+            await s.call_tool("list_jobs", {"state": "faild"}),
+            await s.call_tool("list_jobs", {"stat": "failed"}),
+            await s.call_tool("list_jobs", {"limit": 0}),
+            await s.call_tool("get_job", {"job_id": "twelve"}),
+            await s.call_tool("get_job", {}),
+        ]
+
+    one, many, typo, unknown, limit, not_int, missing = session(db_url, calls=calls)
+    assert [j["id"] for j in payload(one)["jobs"]] == [failed]
+    assert len(payload(many)["jobs"]) == 2
+    assert "unknown state faild" in error(typo) and "failed" in error(typo)
+    for message in (error(unknown), error(limit), error(not_int), error(missing)):
+        assert "pydantic" not in message and "validation error" not in message.lower(), message
+    assert "list_jobs: unknown argument 'stat' (did you mean 'state'?)" in error(unknown), error(unknown)
+    assert "takes: state, queue, kind" in error(unknown)
+    assert "list_jobs: argument 'limit'" in error(limit) and "1" in error(limit), error(limit)
+    assert "get_job: argument 'job_id'" in error(not_int) and '"twelve"' in error(not_int), error(not_int)
+    assert "get_job: argument 'job_id' is required" in error(missing), error(missing)
+
+
+def test_the_server_reports_belays_version_not_the_mcp_sdks(db_url):
+    from importlib.metadata import version
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "impl.cli", "mcp", "--database-url", db_url],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+    async def run():
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            return await s.initialize()
+
+    info = anyio.run(run).serverInfo
+    assert (info.name, info.version) == ("belay", version("belay-toolkit")), info
+    assert info.version != version("mcp")
+
+
+def test_cron_read_tools_list_rows_and_the_apps_static_crons_with_next_slots(db_url):
+    with Client(db_url) as c:
+        c.put_cron("hourly", "0 * * * *", "report", {"x": 1}, opts={"queue": "reports"})
+
+    async def calls(s):
+        return [
+            await s.call_tool("list_crons", {}),
+            await s.call_tool("get_cron", {"name": "hourly", "slots": 2}),
+            await s.call_tool("get_cron", {"name": "nope"}),
+        ]
+
+    listed, hourly, nope = session(db_url, "--app", "tests.apps.cron_app", calls=calls)
+    crons = {c["name"]: c for c in payload(listed)["crons"]}
+    assert set(crons) == {"hourly", "nightly", "every-minute"}
+    assert (crons["nightly"]["source"], crons["hourly"]["source"]) == ("static", "row")
+    assert len(crons["nightly"]["next_slots"]) == 3
+    one = payload(hourly)
+    assert one["queue"] == "reports" and [datetime.fromisoformat(t).minute for t in one["next_slots"]] == [0, 0]
+    assert "cron 'nope' has no belay_crons row" in error(nope)
