@@ -19,6 +19,7 @@ import click
 import psycopg
 
 from impl.failures import EXIT_FAILURE, ToolError, check_database, debug_requested, describe_database_error
+from impl.lifecycle import interrupt_on_signals
 from impl.migrate import IncompatibleSchema, check_compat, migrate
 from impl.provision import ClusterConfig, EmbeddedCluster, Provisioned, ProvisionError, provision, redact
 from model.ops import InvalidInput, validate_schema_name
@@ -99,7 +100,10 @@ class _Belay(click.Group):
             ctx.exit(EXIT_FAILURE)
 
 
-@click.group(cls=_Belay)
+@click.group(
+    cls=_Belay,
+    epilog="Exit codes: 0 ok; 1 a failure, not found or refused; 2 usage; 3 `belay replay` found a divergence.",
+)
 @click.option("--debug", is_flag=True, default=False, help="show tracebacks (also BELAY_DEBUG=1)")
 @click.pass_context
 def main(ctx: click.Context, debug: bool) -> None:
@@ -200,8 +204,10 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
     """Start an embedded PostgreSQL, print its URL, and keep it running until Ctrl-C / SIGTERM."""
     cluster = EmbeddedCluster(ClusterConfig.from_env(port=port))
     started = time.monotonic()
-    for signum in (signal.SIGTERM, signal.SIGHUP):  # stop the cluster like Ctrl-C does, even mid-start
-        signal.signal(signum, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # SIGINT, SIGTERM and SIGHUP stop the cluster, even mid-start, whatever disposition was inherited: a
+    # background job of a non-interactive shell starts with SIGINT ignored, and Python then installs no
+    # KeyboardInterrupt handler of its own (issue 32). A second signal during the cleanup is ignored.
+    interrupt_on_signals((signal.SIGINT, signal.SIGTERM, signal.SIGHUP))
     try:
         cluster.start()
         if do_migrate:

@@ -2,13 +2,15 @@
 of impl/cli.py by `register(main)`:
 
     belay stats | jobs list | jobs show ID | steps ID | events ID [--follow] | retry ID | cancel ID
-    belay signal SCOPE NAME [--payload JSON] | steer ID JSON | queue put|show|pause|resume
-    belay prune --dry-run | replay ID [--app MODULE] | mcp
+    belay signal SCOPE NAME [--payload JSON] | steer ID JSON | queue put|show|pause|resume|delete
+    belay cron list|put|pause|resume|delete | prune --dry-run | replay ID [--app MODULE] | mcp
 
-Every command takes --database-url ($BELAY_DATABASE_URL), --schema and --json (machine output;
-the default is rich tables). Exit codes: 0 ok; 1 not found or refused (nothing was changed);
-2 usage (bad arguments, bad JSON); 3 `replay` found a divergence. Mutations are the Client SDK's
-operations (impl/operator.py) with `now` from this entry point's clock.
+Every command but mcp takes --database-url ($BELAY_DATABASE_URL), --schema and --json (machine
+output; the default is rich tables). Exit codes (all `belay` commands): 0 ok; 1 a failure, not
+found or refused (nothing was changed — a retried workflow member doomed again at once says so);
+2 usage (bad arguments, bad JSON); 3 `replay` found a divergence (nothing else exits 3). Mutations
+are the Client SDK's operations (impl/operator.py) with `now` from this entry point's clock; the
+deletes of a queue or cron row, which the vocabulary lacks, are named queries of impl/sql/ops.sql.
 """
 
 from __future__ import annotations
@@ -320,7 +322,8 @@ def register(main: click.Group) -> None:
     @JOB_ID
     @operator_command
     def retry_cmd(op, out: Out, job_id: int) -> None:
-        """Retry a failed or cancelled job (§8.6)."""
+        """Retry a failed or cancelled job (§8.6). A workflow member whose dependency failed or was
+        cancelled is doomed again at once: that exits 1 and names the dependency to retry first."""
         done = op.retry(job_id)
         out.json(done) if out.as_json else click.echo(f"job {job_id} retried: now {done['state']}")
 
@@ -385,7 +388,8 @@ def register(main: click.Group) -> None:
         rate_resource: str | None,
         partition: str | None,
     ) -> None:
-        """Replace a queue's options (its pause state is kept unless --opts names `paused`)."""
+        """Replace a queue's options (its pause state is kept unless --opts names `paused`). Over MCP,
+        queue_put merges instead (replace=true replaces)."""
         opts = _json_arg(raw, "--opts") if raw is not None else {}
         if not isinstance(opts, dict):
             raise click.BadParameter("must be a JSON object", param_hint="--opts")
@@ -664,7 +668,7 @@ def register(main: click.Group) -> None:
         "--database-url", envvar="BELAY_DATABASE_URL", required=True, help="PostgreSQL URL ($BELAY_DATABASE_URL)"
     )
     @click.option("--schema", default="public", show_default=True, callback=_schema)
-    @click.option("--allow-mutations", is_flag=True, help="expose retry, cancel, signal, steer, queue put")
+    @click.option("--allow-mutations", is_flag=True, help="expose retry, cancel, signal, steer, queue put/pause/resume")
     @click.option(
         "--authorizer",
         default=None,
