@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,11 +20,11 @@ import pytest
 from soak.broken import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = {f"I{i}" for i in range(1, 10)} | {f"P{i}" for i in range(1, 11)}
+ROWS = {f"I{i}" for i in range(1, 10)} | {f"P{i}" for i in range(1, 18)}
 
 
-def test_the_catalogue_has_at_least_16_variants_each_expecting_a_known_row_and_importable():
-    assert len(VARIANTS) >= 16
+def test_the_catalogue_has_at_least_33_variants_each_expecting_a_known_row_and_importable():
+    assert len(VARIANTS) >= 33  # 16 before issue 30, 17 more with it
     for name, v in VARIANTS.items():
         assert set(v.expects) <= ROWS and v.expects, name
         module = importlib.import_module(f"soak.broken.{name}")
@@ -92,3 +93,71 @@ def test_every_broken_variant_is_caught(tmp_path: Path):
         timeout=3600,
     )
     assert out.returncode == 0, out.stdout
+
+
+# --- the inventory of duties (docs/certification.md, issue 30) --------------------------------------------
+
+INVENTORY = ROOT / "docs" / "certification.md"
+# Rows a worker could break for which no variant exists yet: a new gap must be added here on purpose.
+GAPS = {"W4.1", "W5.1", "W6.5", "W6.9", "W7.3", "W8.9", "W9.3", "O7", "S1.6"}
+
+
+def inventory_rows() -> list[dict[str, str]]:
+    rows = []
+    for line in INVENTORY.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and re.fullmatch(r"[WOS]\d+(\.\d+)?", cells[0]):
+            rows.append(dict(zip(("id", "source", "duty", "judge", "variant"), cells, strict=True)))
+    return rows
+
+
+def known_judges() -> set[str]:
+    from soak import coverage, duties
+    from soak.checker import INVARIANTS
+    from soak.commits import refine
+
+    assert callable(getattr(refine, "validate", None)), "the refinement check (soak/commits/refine.py) is gone"
+    return {"refine", "D1", *INVARIANTS, *duties.DUTIES, *coverage.SCENARIOS}
+
+
+def test_every_inventory_row_names_an_existing_judge_and_every_breakable_row_a_variant_its_judge_catches():
+    from soak.broken.history_only import HISTORY_ONLY
+
+    rows = inventory_rows()
+    assert len(rows) >= 80, len(rows)
+    assert len({r["id"] for r in rows}) == len(rows), "duplicate row ids"
+    judges, named, gaps = known_judges(), set(), set()
+    for r in rows:
+        judge, variant = r["judge"], r["variant"]
+        if judge.startswith("none:"):
+            assert len(judge) > len("none: ") + 10, r  # a reason, not a shrug
+            assert variant.startswith("n/a:"), r  # nothing to break where nothing is observed
+            continue
+        ids = [j.strip() for j in judge.split(",")]
+        assert ids and set(ids) <= judges, (r["id"], set(ids) - judges)
+        if variant.startswith("gap:"):
+            gaps.add(r["id"])
+            continue
+        if variant.startswith("n/a:"):
+            assert len(variant) > len("n/a: ") + 10, r
+            continue
+        names = re.findall(r"`([a-z0-9_]+)`", variant)
+        assert names and variant.replace("`", "").replace(",", " ").split() == names, r
+        for name in names:
+            named.add(name)
+            if name in HISTORY_ONLY:
+                assert "refine" in ids, (r["id"], name, "a history-only variant is judged by the history check")
+            else:
+                assert name in VARIANTS, (r["id"], name)
+                assert set(VARIANTS[name].expects) & set(ids), (r["id"], name, VARIANTS[name].expects, ids)
+    assert gaps == GAPS, f"gaps changed: new {sorted(gaps - GAPS)}, closed {sorted(GAPS - gaps)}"
+    assert set(VARIANTS) <= named, f"catalogue variants missing from the inventory: {sorted(set(VARIANTS) - named)}"
+    assert set(HISTORY_ONLY) <= named, sorted(set(HISTORY_ONLY) - named)
+
+
+def test_every_duty_and_invariant_of_the_checker_has_an_inventory_row():
+    from soak import duties
+
+    judged = {j.strip() for r in inventory_rows() for j in r["judge"].split(",") if not r["judge"].startswith("none:")}
+    assert set(duties.DUTIES) <= judged, sorted(set(duties.DUTIES) - judged)
+    assert {f"I{i}" for i in range(1, 10)} <= judged

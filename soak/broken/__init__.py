@@ -86,6 +86,7 @@ VARIANTS: dict[str, Variant] = {
     "reclaims_live_leases": Variant(("P2", "I1"), "reclaims leases 3 s before they expire (§6)"),
     "exit_unrecorded": Variant(("P1",), "self-kills without the `exit` observation (PROTOCOL §1)"),
     "wrong_result_attempt": Variant(("I2",), "results name attempt 1 whatever the attempt (PROTOCOL §2)"),
+    "prunes_during_run": Variant(("I1",), "prunes terminal jobs at once (PROTOCOL §1: no pruning during a run)"),
 }
 
 # The matrix's default soak settings for every variant (short, faults dense).
