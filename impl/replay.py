@@ -217,7 +217,9 @@ def _history(snap: _Snapshot, job: Job) -> dict[str, Any]:
             at = datetime.fromisoformat(str(err.get("at")))
         except ValueError:
             continue
-        timeline.append((at, 5, f"attempt {err.get('attempt')} error {err.get('error')}: {_short(err.get('detail'))}"))
+        detail = err.get("detail")  # often `Class: message` already: the class is printed once (issue 29)
+        head = "" if isinstance(detail, str) and detail.startswith(f"{err.get('error')}:") else f"{err.get('error')}: "
+        timeline.append((at, 5, f"attempt {err.get('attempt')} error {head}{_short(detail)}"))
     if job.finished_at:
         timeline.append((job.finished_at, 6, f"finished: {job.state}"))
     timeline.sort(key=lambda t: (t[0], t[1]))
@@ -633,6 +635,8 @@ def dry_run_many(
                     "queue": None,
                     "kind": None,
                     "workflow_id": None,
+                    "parent_id": None,
+                    "error": None,
                     "limit": 500,
                 },
             ).fetchall()

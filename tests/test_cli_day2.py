@@ -95,6 +95,9 @@ def test_an_error_class_is_printed_once_in_jobs_show(db_url):
     assert shown.exit_code == 0, shown.output
     assert "RuntimeError: disk on fire" in shown.stdout, shown.stdout
     assert "RuntimeError: RuntimeError" not in shown.stdout, shown.stdout
+    replayed = belay(db_url, "replay", str(job_id))
+    assert "error 'RuntimeError: disk on fire'" in replayed.stdout, replayed.stdout
+    assert "RuntimeError: 'RuntimeError" not in replayed.stdout, replayed.stdout
 
 
 def test_a_busy_dashboard_port_exits_1_with_a_message_not_replays_code_3(db_url):
