@@ -726,7 +726,8 @@ class Validator:
             elif a is None and b is not None:
                 deleted_jobs.append(b)
             elif b is not None and a is not None:
-                if b.state in ("ready", "awaiting") and a.state == "running":
+                if b.state in ("ready", "awaiting", "held") and a.state == "running":
+                    # (held: released by this transaction's settlement, then claimed by its refill)
                     claimed[(a.leased_by, a.lease_until, a.queue)].append(a)
                 elif b.state == "running" and a.state == "running":
                     if a.cancel_requested and not b.cancel_requested:
@@ -876,14 +877,19 @@ class Validator:
                 raise Mismatch(
                     f"claim by {node}: first claims started at {len(first_claims)} different times in one claim"
                 )
-            due = [J[r.id][0].ready_at for r in rows if J[r.id][0].ready_at is not None]
+            # the claim leaves ready_at as it found it (a wake earlier in the transaction may have set it)
+            due = [r.ready_at for r in rows if r.ready_at is not None]
+            if lease_until is None or node is None:
+                raise Mismatch(f"claim by {node}: lease_until {lease_until} / leased_by {node} unset")
             if first_claims:
                 now = next(iter(first_claims)) or at
             else:
-                now = max([at, *due]) if due and max(due) > at else at
+                # `now` is not written (started_at kept): any instant the tolerance allows at which every
+                # taken row is due and the lease still ahead — the commit time, moved into that interval
+                lo = max([at - LAG, *due])
+                hi = min(at + SKEW, lease_until - timedelta(microseconds=1))
+                now = min(max(at, lo), hi)
             self.now_ok(now, at, f"claim by {node}")
-            if lease_until is None or node is None:
-                raise Mismatch(f"claim by {node}: lease_until {lease_until} / leased_by {node} unset")
             if lease_until <= now:
                 raise Mismatch(
                     f"claim by {node}: lease_until {lease_until.isoformat()} not after now {now.isoformat()}"

@@ -8,8 +8,9 @@ Variants (argv[1]):
   claim_resets_started_at  the claim writes started_at = now on every attempt (the model keeps the first
                            claim's time: COALESCE(started_at, now)); no invariant reads started_at.
   reclaim_past_max         the reclaim pass reads max_attempts + 2, so an expired lease at attempt 6 of 6
-                           is retried (attempts 7 and 8 of 6 run); leases are never renewed, so every
-                           `slow` attempt (12 s under a 10 s lease) expires and the budget is reached.
+                           is retried (attempts 7 and 8 of 6 run); leases are never renewed and `slow`
+                           sleeps 12 s without its steps, so every attempt expires and starts over
+                           (run with --lease-ttl 3; the reclaim backoff is a flat 1 s).
   signal_keeps_first_payload  a redelivered signal keeps its first payload (§8.1 is upsert-latest; the model
                            replaces it): a parent's second `$children` names only the first child. Neither
                            the invariants nor the history's transition rules read a signal's payload.
@@ -19,10 +20,17 @@ Not part of the broken-worker catalogue: these exist to show the refinement chec
 
 from __future__ import annotations
 
+import os
 import sys
+import time
+from dataclasses import replace
+from typing import Any
 
+from impl.store import PgStore
+from impl.worker import JobContext, Registry
+from model import worker_ops as w
 from soak.broken.base import patched_queries
-from soak.reference_worker import main
+from soak.reference_worker import main, registry
 
 VARIANTS = {
     "claim_resets_started_at": {
@@ -44,8 +52,32 @@ VARIANTS = {
 }
 
 
+def _never_done(ctx: JobContext, input: dict) -> dict:
+    """`slow` without its steps: every attempt outlives its (never renewed) lease and starts over."""
+    ctx.emit({"phase": "start", "attempt": ctx.attempt, "node": ctx.job.leased_by, "pid": os.getpid()})
+    time.sleep(float(input.get("seconds", 12)))
+    return {"node": ctx.job.leased_by, "attempt": ctx.attempt}
+
+
+def _past_max_store() -> type[PgStore]:
+    base = patched_queries(**VARIANTS["reclaim_past_max"])
+
+    class PastMax(base):  # type: ignore[valid-type, misc]
+        def _reclaim(self, op: w.Reclaim, conn: Any = None) -> w.Reclaimed:
+            # a flat 1 s reclaim backoff, so that eight attempts fit in a short soak
+            return super()._reclaim(replace(op, backoff=w.Backoff(1, 1, 1)), conn)
+
+    return PastMax
+
+
 if __name__ == "__main__":
     name = sys.argv[1] if len(sys.argv) > 1 else ""
     if name not in VARIANTS:
         sys.exit(f"usage: python -m soak.commits.refine_planted {{{','.join(VARIANTS)}}}")
-    main(store_class=patched_queries(**VARIANTS[name]))
+    if name == "reclaim_past_max":
+        reg = Registry()
+        reg.kinds = dict(registry.kinds)
+        reg.kinds["slow"] = replace(registry.kinds["slow"], fn=_never_done)
+        main(store_class=_past_max_store(), reg=reg)
+    else:
+        main(store_class=patched_queries(**VARIANTS[name]))
