@@ -73,10 +73,12 @@ VARIANTS: dict[str, Variant] = {
         ("P13",), "steps are not cancel boundaries (§8.6), parks still are", ("--duration", "60")
     ),
     "renews_late": Variant(("P14", "P2"), "renews leases every 0.8 ttl instead of ttl/3 (§6)"),
-    "short_grace": Variant(("P4",), "a 1 s shutdown grace (PROTOCOL §1: 10-15 s)", ("--term-every", "8")),
+    "short_grace": Variant(
+        ("P4",), "a 1 s shutdown grace (PROTOCOL §1: 10-15 s)", ("--term-every", "5", "--duration", "60")
+    ),
     "drain_exit_nonzero": Variant(("P4",), "exits 1 after a clean drain (PROTOCOL §1: exit 0)", ("--term-every", "8")),
     "ignores_sigterm": Variant(
-        ("P4",), "ignores SIGTERM (PROTOCOL §1: drain, exit within 15 s)", ("--term-every", "8")
+        ("P4", "P11"), "ignores SIGTERM (PROTOCOL §1: stop claiming, exit within 15 s)", ("--term-every", "8")
     ),
     "no_reclaim": Variant(("P17", "I1"), "never reclaims expired leases (§6)"),
     "no_crons": Variant(("I6",), "never fires crons (§8.5)", ("--duration", "65")),
