@@ -106,10 +106,9 @@ class ApiModel:
 
     def pinned(self, queue: str) -> bool:
         """A queue with an unfinished task, or a finished one of a workflow still running a task."""
-        unfinished_workflows = {t.workflow_run for t in self.tasks.values() if t.state not in TERMINAL}
+        unfinished = {t.workflow_run for t in self.tasks.values() if t.state not in TERMINAL and t.workflow_run}
         return any(
-            t.queue == queue and (t.state not in TERMINAL or (t.workflow_run in unfinished_workflows))
-            for t in self.tasks.values()
+            t.queue == queue and (t.state not in TERMINAL or t.workflow_run in unfinished) for t in self.tasks.values()
         )
 
     def delete_queue(self, now: datetime, name: str) -> Answer:
