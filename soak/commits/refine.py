@@ -33,6 +33,18 @@ Harness writes are operations too: the driver's enqueues, cancels and signals ar
 with a ledger (the run's history.jsonl) a client cancel or signal must be one the harness recorded,
 and the lost-wakeup scenario's deliberate ack without `$children` (leased to `soak-harness`) is the
 model's fenced row write without its after-terminal steps.
+
+What is judged and what is accepted without judgement (honest limits):
+  - claim order under SKIP LOCKED is not judged (a passed-over row may have been locked by a transaction
+    that left no trace); each taken row must be claimable, and admission (global_limit, rate,
+    partition) is the model's — with the options of the queue's belay_queues row: static queue options
+    of a worker are invisible to a history, so a queue without a row is judged with the defaults;
+  - backoff and jitter are free: a retry's or a reclaim's ready_at only has to be ≥ its `now`;
+  - retention and signal TTL of a prune are recovered from the rows it deleted (the SDK's settings);
+  - cron jobs of a cron without a belay_crons row (static config) are judged as plain enqueues;
+  - spawned children get consecutive ids in the model: a spawn whose children's ids interleave with a
+    concurrent insert would be unexplained (not seen in any run so far);
+  - deletes of belay_queues / belay_crons rows and TRUNCATE have no model operation: unexplained / a gap.
 """
 
 from __future__ import annotations
