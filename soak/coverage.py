@@ -1,6 +1,6 @@
 """Scenario coverage as a first-class result (issue 11).
 
-For every §11 invariant (I1–I9) and every worker duty (P1–P10, soak/duties.py) this module names the
+For every §11 invariant (I1–I9) and every worker duty (P1–P17, soak/duties.py) this module names the
 scenarios that could expose a violation and counts how many occurred in the run. A row whose scenarios
 did not all occur is `unknown` — never `valid` — whatever its checks found; the table
 (duty · scenarios · count · verdict) goes into results.json, summary.md and report.html.

@@ -161,3 +161,86 @@ def test_every_duty_and_invariant_of_the_checker_has_an_inventory_row():
     judged = {j.strip() for r in inventory_rows() for j in r["judge"].split(",") if not r["judge"].startswith("none:")}
     assert set(duties.DUTIES) <= judged, sorted(set(duties.DUTIES) - judged)
     assert {f"I{i}" for i in range(1, 10)} <= judged
+
+
+# --- one rule for parks (docs/sdk-guide.md §8, PROTOCOL.md P3): the reference SDK honours a pending
+# cancel request at every park and on the resume — the behaviour `ignores_cancel_at_park` breaks.
+
+
+class _CancelPending:
+    """A store whose job has a pending cancel request; it records every operation it is asked for."""
+
+    def __init__(self) -> None:
+        self.ops: list[object] = []
+
+    def apply(self, op):
+        from model import worker_ops as w
+
+        self.ops.append(op)
+        if isinstance(op, w.Preflight):
+            return w.BudgetOk(cancel_requested=True)
+        raise AssertionError(f"a park with a pending cancel request must not reach {type(op).__name__}")
+
+
+@pytest.mark.parametrize("park", ["await_signal", "await_children", "sleep"])
+def test_a_park_is_a_cancel_boundary_in_the_reference_sdk(park: str):
+    from datetime import UTC, datetime
+
+    from impl.worker import CancelRequested, JobContext
+    from model import worker_ops as w
+    from tests.test_soak_checker import job
+
+    store = _CancelPending()
+    ctx = JobContext(job(1, "awaiter", state="running", attempt=2), store, lambda: datetime.now(UTC))
+    args = {"await_signal": ("go",), "await_children": (), "sleep": ("nap", 5.0)}[park]
+    with pytest.raises(CancelRequested):
+        getattr(ctx, park)(*args)
+    assert [type(op) for op in store.ops] == [w.Preflight], "the cancel check comes before anything else"
+
+
+# --- the documents, reconciled (issue 30 item 4): each settled point pinned -------------------------------
+
+
+def _option_table(heading: str) -> dict[str, list[str]]:
+    text = (ROOT / "docs" / "decisions.md").read_text()
+    part = text.split(heading, 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    rows = {}
+    for line in ("|" + part).splitlines()[2:]:
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        rows[cells[0].strip("`")] = cells
+    return rows
+
+
+def test_decisions_lists_every_queue_and_cron_option_with_the_models_defaults():
+    from model import queues
+
+    q = _option_table("`belay_queues.opts` — merged")
+    assert set(q) == set(queues.KNOWN), sorted(set(q) ^ set(queues.KNOWN))
+    d = queues.QueueOpts()
+    assert q["limit"][2] == str(d.limit_min) == str(d.limit_max)
+    assert q["paused"][2] == str(d.paused).lower()
+    for key in ("global_limit", "rate", "partition"):
+        assert getattr(d, key) is None and q[key][2] == "null", key
+    c = _option_table("`belay_crons.opts` (the row's")
+    assert set(c) == {"queue", "priority", "max_attempts"}
+    # the validating operation (model.ops.PutCron) refuses anything else
+    assert "known: queue, priority, max_attempts" in (ROOT / "model" / "ops.py").read_text()
+    cron = (ROOT / "model" / "cron.py").read_text()
+    for key, default in (("queue", '"default"'), ("priority", "0"), ("max_attempts", "20")):
+        assert f'o.get("{key}", {default})' in cron, key
+        assert c[key][2].strip("`") == default, (key, c[key][2])
+
+
+def test_decisions_states_the_wait_spends_no_attempt_rule_in_the_outcome_table():
+    text = (ROOT / "docs" / "decisions.md").read_text()
+    table = text.split("## §7 ack outcomes", 1)[1].split("## Reserved names", 1)[0]
+    for outcome in ("| await(scope", "| await children", "| sleep(until)"):
+        row = next(line for line in table.splitlines() if line.startswith(outcome))
+        assert "`max_attempts` + 1" in row, row
+    assert "A wait spends no attempt" in table
+
+
+def test_the_docs_say_where_the_contracts_section_10_is_superseded():
+    cert = (ROOT / "docs" / "certification.md").read_text()
+    assert "§10" in cert and "soak/worker.exs" in cert and "nine" in cert
+    assert "supersedes §10 of the contract" in (ROOT / "soak" / "PROTOCOL.md").read_text()

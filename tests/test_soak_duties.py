@@ -409,12 +409,19 @@ def test_p14_a_node_renewing_every_0_8_ttl_is_flagged():
     r = baseline()
     r.history += renewals("w2-1", 8.0, 5)
     p14 = duty(r.check(), "P14")
-    assert p14.verdict == "invalid" and "node w2-1 renewed its leases every 8.00s" in p14.counterexamples[0]
+    assert p14.verdict == "invalid" and "node w2-1: 5 renewal interval(s) above 0.6 ttl" in p14.counterexamples[0]
+
+
+def test_p14_one_renewal_at_the_very_end_of_a_lease_is_flagged():
+    r = baseline()
+    r.history += renewals("w2-1", 3.5, 4, stall=5.0)  # one interval of 8.5 s with a ttl of 10
+    p14 = duty(r.check(), "P14")
+    assert p14.verdict == "invalid" and "1 renewal interval(s)" in p14.counterexamples[0]
 
 
 def test_p14_a_node_renewing_each_ttl_over_3_with_one_late_renewal_is_valid():
     r = baseline()
-    r.history += renewals("w2-1", 3.5, 8, stall=6.0)
+    r.history += renewals("w2-1", 3.5, 8, stall=3.0)  # one interval of 6.5 s (0.65 ttl): a stalled machine
     p14 = duty(r.check(), "P14")
     assert p14.violations == 0 and p14.checks >= 6, p14.to_json()
 

@@ -72,7 +72,7 @@ VARIANTS: dict[str, Variant] = {
     "ignores_cancel_at_steps": Variant(
         ("P13",), "steps are not cancel boundaries (§8.6), parks still are", ("--duration", "60")
     ),
-    "renews_late": Variant(("P14", "P2"), "renews leases every 0.8 ttl instead of ttl/3 (§6)"),
+    "renews_late": Variant(("P14", "P2"), "renews leases every 0.8 ttl instead of ttl/3 (§6)", ("--duration", "60")),
     "short_grace": Variant(
         ("P4",), "a 1 s shutdown grace (PROTOCOL §1: 10-15 s)", ("--term-every", "5", "--duration", "60")
     ),
