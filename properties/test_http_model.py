@@ -229,9 +229,12 @@ class ApiVersusModel(RuleBasedStateMachine):
 
     # --- time ---------------------------------------------------------------------------------------
 
-    @rule(seconds=st.integers(1, 30))
-    def advance(self, seconds):
+    @rule(seconds=st.integers(1, 30), sweep=st.booleans())
+    def advance(self, seconds, sweep):
+        """Time passes; mostly the sweeper runs then too, as the served app's does every second."""
         self.clock.advance(seconds)
+        if sweep:
+            self.sweep()
 
     @rule()
     def sweep(self):

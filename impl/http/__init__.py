@@ -24,12 +24,15 @@ Routes (all under /api/v1) and what each does to the store (impl/http/service.py
     POST   /runs/{r}/wait-for-event              fence + §7 park rule under the event scope lock (ParkAwait)
     PUT    /tasks/{t}/checkpoints/{s}            fenced: journal the next version $checkpoint:<s>#<n> + lease extension
     GET    /tasks/{t}/checkpoints/{s}            the latest version (impl/http/checkpoints.py)
-    GET    /tasks                                extension: tasks by queue / status, a limit and a cursor
+    GET    /tasks                                extension: tasks by queue_name / task_name / status, a limit, a cursor
     POST   /events                               DeliverSignal in scope `http:events`
     POST   /workflow-runs                        a workflow-run record (signal row in `http:workflow-runs`)
     PATCH  /workflow-runs/{w}                    update it; canceled cancels its unfinished tasks
 
-The sweeper (every sweep_interval) runs Reclaim, cancels tasks past start/execution timeouts and
+Runs as the API shows them (docs/http-api.md): an expired claim, a schedule and a wait hand the same run
+back to the queue without spending an attempt; run ids name claims, so a stale holder is refused.
+The sweeper (every sweep_interval) re-queues expired claims of HTTP tasks (impl/http/sql.py), runs
+Reclaim for any other job, cancels tasks past start/execution timeouts and
 applies each queue's cleanup policy. `GET /openapi.json` serves the document (impl/http/openapi.py).
 """
 
