@@ -5,12 +5,16 @@ is not used). Each test serves the dashboard with uvicorn on a fresh database se
 tests/dashboard_world.py, waits on elements (never sleeps), and compares what the page shows with
 what the database holds. Screenshots of each page go to reports/screenshots/dashboard/ (git-ignored,
 like every run's artifacts; override with $BELAY_SCREENSHOTS); tests/artifacts/dashboard/ holds the
-screenshots of one run, committed for reference.
+screenshots of one run, committed for reference (BELAY_SCREENSHOTS=tests/artifacts/dashboard).
+Issue 29 adds: the job page and the job list updating live, the charts (bars and latency points
+against the database), the banner when the database is unreachable (through soak/proxy.py's TCP
+proxy, partitioned and healed), the confirmation before cancel, long names, the crons page.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +23,13 @@ import psycopg
 import pytest
 
 from impl.dashboard import create_app
+from impl.dashboard.queries import DashboardQueries
 from impl.dashboard.views import STATE_COLOURS
 from impl.http.server import running
 from impl.store import PgStore
+from model import ops
 from model import worker_ops as w
+from soak.proxy import Proxy
 from tests import dashboard_world
 from tests.dashboard_world import XSS_ERROR, XSS_INPUT
 
@@ -69,8 +76,8 @@ def world(db_url):
         yield dashboard_world.build(store, SEEDED)
 
 
-def serve(db_url, *, token=None, reports_dir="reports"):
-    app = create_app(db_url, token=token, reports_dir=reports_dir, clock=lambda: NOW, poll_ms=250)
+def serve(db_url, *, token=None, reports_dir="reports", clock=lambda: NOW, **kw):
+    app = create_app(db_url, token=token, reports_dir=reports_dir, clock=clock, poll_ms=250, **kw)
     return running(app, token=token)
 
 
@@ -137,7 +144,7 @@ def test_filtering_the_job_list_by_state_lists_exactly_the_jobs_in_that_state(db
         expect(page.locator("tr.job-row")).to_have_count(
             sum(
                 db_counts(db_url, q).get(s, 0)
-                for q in ("emails", "llm", "etl", "manual")
+                for q in ("emails", "llm", "etl", "manual", "cron")
                 for s in ("ready", "running", "awaiting", "held", "paused", "succeeded", "failed", "cancelled")
             )
         )
@@ -257,6 +264,10 @@ def test_with_the_token_cancel_changes_the_job_state_in_the_database(db_url, wor
 
         page.goto(f"{base}/jobs/{world.held_job}")
         page.click("#act-cancel")
+        expect(page.locator("#confirm-box")).to_contain_text(f"Job {world.held_job}")  # asked first
+        assert db_state(db_url, world.held_job) == ("held", False)
+        shot(page, "confirm-cancel")
+        page.click("#confirm-yes")
         expect(page.locator("#flash")).to_have_text(f"job {world.held_job} cancelled")
         expect(page.locator("#job-state")).to_have_text("cancelled")
         assert db_state(db_url, world.held_job) == ("cancelled", False)
@@ -264,6 +275,7 @@ def test_with_the_token_cancel_changes_the_job_state_in_the_database(db_url, wor
 
         page.goto(f"{base}/jobs/{world.running_job}")
         page.click("#act-cancel")
+        page.click("#confirm-yes")
         expect(page.locator("#flash")).to_contain_text("cancel requested")
         assert db_state(db_url, world.running_job) == ("running", True)
 
@@ -307,3 +319,163 @@ def test_the_reports_page_lists_soak_runs_and_links_each_report(db_url, page, tm
         shot(page, "reports")
         row.locator("a", has_text="report.html").click()
         expect(page.locator("h1")).to_have_text("Belay soak 20261130-120000-abc: VALID")
+
+
+# --- issue 29 ------------------------------------------------------------------------------------
+
+
+def finish_ready(db_url, queue: str, result) -> int:
+    with PgStore(db_url) as store:
+        job = dashboard_world.claim_one(store, NOW, queue)
+        store.apply(w.Ack(NOW, job.id, job.attempt, w.Succeed(result)))
+        return job.id
+
+
+def test_the_job_page_updates_live_when_its_job_finishes(db_url, world, page):
+    with serve(db_url, token=TOKEN) as base:
+        page.goto(base + "/login")
+        page.fill("input[name=token]", TOKEN)
+        page.click("button[type=submit]")
+        page.goto(f"{base}/jobs/{world.ready_job}")
+        expect(page.locator("#job-state")).to_have_text("ready")
+        page.fill("#steer-payload", '{"typing": "in progress"}')  # a form being typed into survives refreshes
+        assert finish_ready(db_url, "emails", {"sent": "live"}) == world.ready_job
+        expect(page.locator("#job-state")).to_have_text("succeeded")
+        expect(page.locator("#job-result")).to_contain_text('"sent": "live"')
+        expect(page.locator("#timeline li.tm-finished")).to_have_count(1)
+        assert page.input_value("#steer-payload") == '{"typing": "in progress"}'
+        assert page.evaluate("performance.getEntriesByType('navigation').length") == 1  # no reload happened
+        shot(page, "job-live")
+
+
+def test_the_job_list_updates_live(db_url, world, page):
+    with serve(db_url) as base:
+        page.goto(base + "/jobs?queue=emails")
+        first = page.locator("tr.job-row").first
+        expect(first).to_have_attribute("data-id", str(world.ready_job))
+        with PgStore(db_url) as store:
+            new = store.apply(ops.Enqueue(NOW, (ops.JobSpec("emails", "send", {"to": "new@example.com"}),))).ids[0]
+        expect(first).to_have_attribute("data-id", str(new))
+        finish_ready(db_url, "emails", {"sent": True})  # the older ready job (ids are claimed in order)
+        expect(page.locator(f'tr.job-row[data-id="{world.ready_job}"]')).to_have_attribute("data-state", "succeeded")
+        with psycopg.connect(db_url) as c:
+            expected = [r[0] for r in c.execute("SELECT id FROM belay_jobs WHERE queue = 'emails' ORDER BY id DESC")]
+        assert [int(x) for x in page.locator("tr.job-row").evaluate_all("rs => rs.map(r => r.dataset.id)")] == expected
+
+
+CHART_NOW = datetime(2026, 11, 30, 12, 59, 30, tzinfo=UTC)
+
+
+def seed_hour(db_url) -> None:
+    """600 jobs over the hour before CHART_NOW on queues "api" and "batch": outcomes and claim latencies
+    that vary with the minute (so the pictures show something)."""
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, attempt, ready_at, inserted_at, started_at, finished_at) "
+            "SELECT CASE WHEN g %% 3 = 0 THEN 'batch' ELSE 'api' END, 'work', "
+            "       CASE WHEN g %% 17 = 0 THEN 'failed' WHEN g %% 41 = 0 THEN 'cancelled' ELSE 'succeeded' END, 1, "
+            "       t, t, t + make_interval(secs => (g %% 60) * 0.05 + (g %% 7) * 0.3), "
+            "       t + make_interval(secs => 2 + (g %% 60) * 0.05 + (g %% 7) * 0.3) "
+            "FROM generate_series(1, 600) g, LATERAL (SELECT %(start)s + make_interval(secs => g * 5.8) AS t) x",
+            {"start": CHART_NOW - timedelta(minutes=59, seconds=30)},
+        )
+
+
+def test_the_charts_draw_what_the_tables_hold(db_url, page):
+    seed_hour(db_url)
+    with serve(db_url, clock=lambda: CHART_NOW) as base:
+        page.goto(base + "/")
+        chart = page.locator('#charts section.chart[data-queue="api"]')
+        expect(chart.locator("rect.bar").first).to_be_visible()
+        with psycopg.connect(db_url) as c:
+            data = DashboardQueries().charts(c, CHART_NOW)
+            db = dict(
+                (tuple(k), n)
+                for *k, n in c.execute(
+                    "SELECT queue, state, count(*) FROM belay_jobs WHERE finished_at >= %s GROUP BY queue, state",
+                    (datetime.fromisoformat(data["since"]),),
+                )
+            )
+        for queue in ("api", "batch"):
+            card = page.locator(f'#charts section.chart[data-queue="{queue}"]')
+            for outcome in ("succeeded", "failed", "cancelled"):
+                drawn = card.locator(f'rect.bar[data-outcome="{outcome}"]').evaluate_all(
+                    "bs => bs.map(b => Number(b.dataset.n))"
+                )
+                assert sum(drawn) == db.get((queue, outcome), 0), (queue, outcome)
+                assert len(drawn) == sum(1 for n in data["queues"][queue]["finished"][outcome] if n)
+            lat = data["queues"][queue]["claim_latency_ms"]
+            points = card.locator("circle.lat-p50").evaluate_all("ps => ps.map(p => Number(p.dataset.ms))")
+            assert points == [v for v in lat["p50"] if v is not None]
+            expect(card.locator("path.lat-p95")).to_have_count(1)
+        # the tallest bar of "api" is as tall as the chart's scale says
+        heights = chart.locator("rect.bar").evaluate_all("bs => bs.map(b => Number(b.getAttribute('height')))")
+        assert max(heights) > 50
+        page.locator("#charts").scroll_into_view_if_needed()
+        shot(page, "charts")
+
+
+def test_a_banner_says_the_database_is_unreachable_and_goes_when_it_is_back(db_url, world, page):
+    target = psycopg.conninfo.conninfo_to_dict(db_url)
+    proxy = Proxy(target.get("host") or "127.0.0.1", int(target.get("port") or 5432))
+    try:
+        with serve(proxy.url("dash", db_url), db_wait=1.5) as base:
+            page.goto(base + "/")
+            banner = page.locator("#db-banner")
+            expect(tile_count(page, "emails", "ready")).to_have_text("1")
+            expect(banner).to_be_hidden()
+            proxy.partition("dash")
+            expect(banner).to_be_visible()
+            expect(banner).to_contain_text(re.compile("database is unreachable", re.I))
+            expect(page.locator("#tiles")).to_have_attribute("data-stale", "yes")
+            expect(tile_count(page, "emails", "ready")).to_have_text("1")  # the last counts, greyed
+            shot(page, "outage-banner")
+            response = page.goto(base + "/jobs")
+            assert response.status == 503
+            expect(page.locator("#unavailable")).to_contain_text("The database is unreachable")
+            expect(banner).to_be_visible()
+            shot(page, "outage-page")
+            proxy.heal("dash")
+            page.goto(base + "/")  # (the 503 page would reload itself within 5 s too)
+            expect(tile_count(page, "emails", "ready")).to_have_text("1")
+            proxy.partition("dash")
+            expect(banner).to_be_visible()
+            proxy.heal("dash")
+            expect(banner).to_be_hidden()
+            expect(page.locator("#tiles")).not_to_have_attribute("data-stale", "yes")
+    finally:
+        proxy.close()
+
+
+def test_long_names_wrap_inside_their_boxes(db_url, page):
+    queue = "tenant-" + "x" * 180
+    kind = "kind." + "y" * 150
+    with PgStore(db_url) as store:
+        store.apply(ops.PutQueue(NOW, queue, {"limit": 3, "global_limit": 9}))
+        job = store.apply(ops.Enqueue(NOW, (ops.JobSpec(queue, kind, {"n": 1}),))).ids[0]
+    with serve(db_url) as base:
+        page.goto(base + "/")
+        tile = page.locator(f'section.tile[data-queue="{queue}"]')
+        expect(tile.locator(".node-limit")).to_have_text("3")
+        assert tile.evaluate("t => t.scrollWidth <= t.clientWidth + 1")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        shot(page, "long-names")
+        page.goto(f"{base}/jobs?queue={queue}")
+        expect(page.locator("tr.job-row")).to_have_count(1)
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+        page.goto(f"{base}/jobs/{job}")
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_the_crons_page_lists_each_cron_with_its_next_slots(db_url, world, page):
+    with serve(db_url) as base:
+        page.goto(base + "/crons")
+        rows = page.locator("tr.cron-row")
+        expect(rows).to_have_count(3)
+        every = page.locator('tr.cron-row[data-name="every-minute"]')
+        expect(every.locator(".slot")).to_have_count(3)
+        expect(every.locator(".last a")).to_have_text(str(world.cron_jobs["every-minute"][-1]))
+        expect(page.locator('tr.cron-row[data-name="paused-hourly"] .status')).to_have_text("paused")
+        shot(page, "crons")
+        every.locator(".last a").click()
+        expect(page.locator("#job-state")).to_have_text("ready")

@@ -598,7 +598,8 @@ def create_app(
             "unavailable.html",
             {
                 "request": request,
-                "message": message,
+                "message": "",
+                "outage": message,
                 "since": since,
                 "db_down": f"Database unreachable since {_when(since)}: {message} This page retries every 5 seconds.",
                 "can_act": False,

@@ -296,8 +296,9 @@ class DashboardQueries:
         start = end - minutes
         since, until = datetime.fromtimestamp(start * 60, UTC), datetime.fromtimestamp(end * 60, UTC)
         params = {"since": since, "until": until}
-        finished = self._all(conn, "dash_chart_finished", params)
-        latency = self._all(conn, "dash_chart_claim_latency", params)
+        rows = self._all(conn, "dash_charts", params)
+        finished = [r for r in rows if r["kind"] == "finished"]
+        latency = [r for r in rows if r["kind"] == "latency"]
         queues: dict[str, dict[str, Any]] = {}
 
         def series(queue: str) -> dict[str, Any]:

@@ -173,51 +173,44 @@ SELECT c.relname AS name
 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %(schema)s AND i.indisvalid AND c.relname LIKE 'belay_jobs_dash_%%'
 
--- dash_chart_finished --
--- Charts: jobs per queue that finished in [since, until), by outcome and minute (the minute as epoch
--- minutes, UTC). One range of belay_jobs_prune_idx (state, finished_at) per terminal state, like
--- dash_finished_since: the work is the jobs of the window, not the table.
-SELECT queue, state, floor(extract(epoch FROM finished_at) / 60)::bigint AS minute, count(*) AS n FROM (
-    SELECT queue, state, finished_at FROM {jobs}
+-- dash_charts --
+-- Charts, one statement: the jobs per queue that finished in [since, until), counted by outcome and
+-- minute (kind 'finished', `state` the outcome), and the claim latency per queue and minute of the claim
+-- (kind 'latency': how many, the median, the 95th percentile, the worst, in ms) of the jobs first claimed
+-- in [since, until) on their first attempt — attempt = 1: started_at is the first claim and ready_at
+-- still the time the job became due — from due (ready_at, else inserted_at) to claimed (started_at).
+-- Minutes are epoch minutes (UTC). The finished jobs are read once, by one range of
+-- belay_jobs_prune_idx (state, finished_at) per terminal state (like dash_finished_since); the running
+-- ones by belay_jobs_lease_idx (partial on state = 'running'). A job claimed in the window is one of
+-- those unless it is parked again (awaiting a signal, snoozed), which the latency chart leaves out.
+WITH finished AS MATERIALIZED (
+    SELECT queue, state, finished_at, started_at, ready_at, inserted_at, attempt FROM {jobs}
     WHERE state = 'succeeded' AND finished_at >= %(since)s AND finished_at < %(until)s
     UNION ALL
-    SELECT queue, state, finished_at FROM {jobs}
+    SELECT queue, state, finished_at, started_at, ready_at, inserted_at, attempt FROM {jobs}
     WHERE state = 'failed' AND finished_at >= %(since)s AND finished_at < %(until)s
     UNION ALL
-    SELECT queue, state, finished_at FROM {jobs}
+    SELECT queue, state, finished_at, started_at, ready_at, inserted_at, attempt FROM {jobs}
     WHERE state = 'cancelled' AND finished_at >= %(since)s AND finished_at < %(until)s
-) f
-GROUP BY queue, state, minute
-
--- dash_chart_claim_latency --
--- Charts: claim latency per queue and minute of the claim — for jobs first claimed in [since, until)
--- on their first attempt (attempt = 1: started_at is the first claim and ready_at still the time the
--- job became due), from due (ready_at, else inserted_at) to claimed (started_at), in milliseconds:
--- how many, the median, the 95th percentile and the worst. Read from the jobs that finished since
--- `since` (belay_jobs_prune_idx ranges, as above) and the running ones (belay_jobs_lease_idx, partial
--- on state = 'running'): a job claimed in the window is one of those unless it is parked again
--- (awaiting a signal, snoozed), which the chart leaves out.
-SELECT queue, floor(extract(epoch FROM started_at) / 60)::bigint AS minute, count(*) AS n,
-       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms) AS p50,
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY ms) AS p95,
-       max(ms) AS worst
-FROM (
-    SELECT queue, started_at, greatest(0, extract(epoch FROM started_at - coalesce(ready_at, inserted_at)) * 1000) AS ms
+), claimed AS (
+    SELECT queue, started_at,
+           greatest(0, extract(epoch FROM started_at - coalesce(ready_at, inserted_at)) * 1000) AS ms
     FROM (
-        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
-        WHERE state = 'succeeded' AND finished_at >= %(since)s
-        UNION ALL
-        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
-        WHERE state = 'failed' AND finished_at >= %(since)s
-        UNION ALL
-        SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
-        WHERE state = 'cancelled' AND finished_at >= %(since)s
+        SELECT queue, started_at, ready_at, inserted_at, attempt FROM finished
         UNION ALL
         SELECT queue, started_at, ready_at, inserted_at, attempt FROM {jobs}
         WHERE state = 'running' AND lease_until IS NOT NULL
     ) j
     WHERE attempt = 1 AND started_at >= %(since)s AND started_at < %(until)s
-) c
+)
+SELECT 'finished' AS kind, queue, state, floor(extract(epoch FROM finished_at) / 60)::bigint AS minute,
+       count(*) AS n, NULL::float8 AS p50, NULL::float8 AS p95, NULL::float8 AS worst
+FROM finished
+GROUP BY queue, state, minute
+UNION ALL
+SELECT 'latency', queue, NULL, floor(extract(epoch FROM started_at) / 60)::bigint AS minute, count(*),
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), percentile_cont(0.95) WITHIN GROUP (ORDER BY ms), max(ms)
+FROM claimed
 GROUP BY queue, minute
 
 -- dash_crons --

@@ -55,7 +55,7 @@
 
   function fail(key, region, err) {
     if (region) region.setAttribute("data-stale", "yes");
-    if (err && err.down) markDown(key, "Database unreachable: " + err.message);
+    if (err && err.down) markDown(key, /unreachable/i.test(err.message) ? err.message : "Database unreachable: " + err.message);
   }
 
   // Replace each top-level element of the fragment that has an id with the page's element of that id
@@ -137,7 +137,7 @@
       return outcomes.reduce(function (s, o) { return s + q.finished[o][i]; }, 0);
     });
     var max = niceMax(Math.max.apply(null, totals.concat([1])));
-    frame(svg, max, "jobs finished per minute", function (v) { return String(Math.round(v)); }, minutes);
+    frame(svg, max, "jobs finished per minute", function (v) { return String(Math.round(v * 10) / 10); }, minutes);
     var iw = W - L - R, ih = H - T - B, bw = iw / n;
     for (var i = 0; i < n; i++) {
       var y = T + ih;
@@ -179,6 +179,8 @@
     return svg;
   }
 
+  function outcomes(data) { return data.outcomes; }
+
   function drawCharts(box, data) {
     var names = Object.keys(data.queues);
     var wrap = document.createElement("div");
@@ -204,6 +206,18 @@
       sum.textContent = t.succeeded + " succeeded · " + t.failed + " failed · " + t.cancelled + " cancelled · " +
         t.claimed + " first claims in the hour";
       card.appendChild(sum);
+      var legend = document.createElement("p");
+      legend.className = "legend chart-legend";
+      outcomes(data).concat(["p50", "p95"]).forEach(function (o) {
+        var sw = el("svg", { width: 12, height: 12, "aria-hidden": "true" });
+        el("rect", { width: 12, height: 12, fill: COLOURS[o] || (o === "p50" ? "#2563eb" : "#f59e0b") }, sw);
+        var item = document.createElement("span");
+        item.className = "swatch";
+        item.appendChild(sw);
+        item.appendChild(document.createTextNode(" " + (o === "p50" ? "median latency" : o === "p95" ? "p95 latency" : o)));
+        legend.appendChild(item);
+      });
+      card.appendChild(legend);
       card.appendChild(finishedChart(q, data));
       card.appendChild(latencyChart(q, data));
       wrap.appendChild(card);
