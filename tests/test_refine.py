@@ -251,6 +251,35 @@ def test_a_planted_disagreement_between_impl_and_model_no_invariant_checks_is_in
     assert f"claim: belay_jobs {job}.started_at" in first(r), first(r)
 
 
+def test_the_history_only_broken_stores_are_invalid(url, tmp_path):
+    """soak.broken's history-only variants, driven directly: an ack that keeps its lease, and workflow
+    settlement committed one transaction after the terminal write."""
+    from soak.broken.ack_keeps_lease import AckKeepsLeaseStore
+    from soak.broken.settle_after_commit import SettleAfterCommitStore
+
+    with Captured(url, tmp_path, "histonly") as cap:
+        with AckKeepsLeaseStore(url) as keeps, Client(url) as client:
+            job = client.enqueue("q", "k", {}, max_attempts=3).id
+            keeps.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            keeps.apply(w.Ack(now(), job, 1, w.Fail("boom", None, now() + timedelta(seconds=1))))
+        with SettleAfterCommitStore(url) as late, Client(url) as client:
+            client.enqueue_workflow(
+                "wf2",
+                [
+                    ops.WorkflowMember("a", ops.JobSpec("q2", "k")),
+                    ops.WorkflowMember("b", ops.JobSpec("q2", "k"), ("a",)),
+                ],
+            )
+            a = late.apply(w.Claim(now(), "q2", "n1", 1, TTL)).jobs[0].id
+            late.apply(w.Ack(now(), a, 1, w.Succeed(None)))  # commits a; releases b in the next transaction
+    r = cap.validate()
+    assert r.verdict == "invalid", r.line()
+    texts = [f.detail() for f in r.findings]
+    assert any(f"belay_jobs {job}.lease_until" in t for t in texts), texts
+    assert any(f"belay_jobs {a + 1}.state: transaction 'held', model 'ready'" in t for t in texts), texts
+    assert any("state: 'held' → 'ready'" in t and "no operation" in t for t in texts), texts
+
+
 def test_a_terminal_row_made_ready_again_is_invalid(url, tmp_path):
     with Captured(url, tmp_path, "stale") as cap:
         with PgStore(url) as store, Client(url) as client:
