@@ -13,14 +13,19 @@ some of which are stale by the time they are used) and signal scopes.
 
 from __future__ import annotations
 
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 import psycopg
+from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, multiple, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, multiple, precondition, rule
 
 from impl.snapshot import snapshot
 from impl.store import PgStore
@@ -29,8 +34,9 @@ from model import ops
 from model import worker_ops as w
 from model.ops import JobSpec, WorkflowMember
 from model.queues import QueueOpts
-from model.store import ModelStore
+from model.store import ModelStore, transition
 from model.transitions import judge_state_change  # issue 12
+from properties import statements
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 QUEUES = ("a", "b")
@@ -50,6 +56,29 @@ DELETE FROM belay_jobs; DELETE FROM belay_steps; DELETE FROM belay_events; DELET
 DELETE FROM belay_rate; DELETE FROM belay_queues; DELETE FROM belay_crons;
 SELECT setval('belay_jobs_id_seq', 1, false);
 """
+
+# Profiles: `ci` (the default under CI=true) is derandomized — the same examples every run — with 200
+# examples of up to 50 steps; `dev` explores randomly. Select one with BELAY_HYPOTHESIS_PROFILE.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    print_blob=True,
+)
+settings.register_profile(
+    "dev",
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    print_blob=True,
+)
+PROFILE = os.environ.get("BELAY_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev")
+
+TARGETS = ("jobs claimed in groups", "live claims acked in bulk", "bulk succeeds with distinct results")
 
 # The database the machine drives; set by the test (a fresh migrated database per test module).
 TARGET: dict[str, Any] = {}
@@ -98,6 +127,14 @@ class BelayMachine(RuleBasedStateMachine):
         self.conn.execute(RESET_SQL)
         self.now = T0
         self.steps = 0
+        # Hypothesis target(): one score per label per example (reported at teardown), steering the
+        # generation towards programs that reach the batched paths with live claims.
+        self.targets: Counter[str] = Counter()
+        self.staged = False
+
+    def teardown(self) -> None:
+        for label in TARGETS:
+            target(float(self.targets[label]), label=label)
 
     # --- the comparison -----------------------------------------------------------------------
 
@@ -105,7 +142,13 @@ class BelayMachine(RuleBasedStateMachine):
         """Apply to both stores; results and full snapshots must be equal; store-level invariants hold."""
         before = self.model.state
         expected = _outcome(lambda: self.model.apply(op))
-        actual = _outcome(lambda: self.pg.apply(op))
+        rec = statements.RECORDER
+        rec.rule = _rule_name()
+        rec.rules[rec.rule] += 1
+        try:
+            actual = _outcome(lambda: self.pg.apply(op))
+        finally:
+            rec.rule = None
         assert expected == actual, f"{type(op).__name__} results differ:\n model: {expected}\n pg:    {actual}"
         state = snapshot(self.conn)
         for table in TABLES:
@@ -134,13 +177,20 @@ class BelayMachine(RuleBasedStateMachine):
         assert not violations, "; ".join(map(str, violations))
         # issue 12: every row change is a legal §4 transition (model/transitions.py, shared with the soak's
         # history checker). This machine renews with arbitrary extensions, so lease_forward is not its rule.
-        illegal = judge_state_change(
-            before,
-            after,
-            getattr(op, "now", None),
-            retry=isinstance(op, ops.Retry),
-            ignore=frozenset({"lease_forward"}),
-        )
+        ignore = frozenset({"lease_forward"})
+        if isinstance(op, w.AckClaim):
+            # Two writes in one transaction (a snoozed row may be claimed again at once): judge each
+            # against the model's state between them (the acks, then the claim).
+            try:
+                mid, _ = transition(before, op.acks)
+            except Exception:  # noqa: BLE001 - the acks raised: nothing changed
+                mid = before
+            illegal = judge_state_change(before, mid, op.acks.now, ignore=ignore)
+            illegal += judge_state_change(mid, after, op.claim.now, ignore=ignore)
+        else:
+            illegal = judge_state_change(
+                before, after, getattr(op, "now", None), retry=isinstance(op, ops.Retry), ignore=ignore
+            )
         assert not illegal, f"after {op!r}: " + "; ".join(illegal)
 
     # --- enqueue --------------------------------------------------------------------------------
@@ -193,7 +243,57 @@ class BelayMachine(RuleBasedStateMachine):
     )
     def claim(self, queue: str, node: str, demand: int, opts: str, ttl: int) -> Any:
         result = self.both(w.Claim(self.now, queue, node, demand, timedelta(seconds=ttl), OPTS[opts]))
+        self._claimed(result)
         return multiple(*((j.id, j.attempt) for j in result.jobs))
+
+    @rule(
+        target=claims,
+        queue=st.sampled_from(QUEUES),
+        node=st.sampled_from(NODES),
+        demand=st.integers(2, 6),
+        opts=st.sampled_from(["plain", "plain", "global", "partition", "rate", "rate_est"]),
+    )
+    def claim_chunk(self, queue: str, node: str, demand: int, opts: str) -> Any:
+        """A chunk worker's grouped claim: several jobs at once, mostly on a plain queue (issue 32: the
+        batched paths are reached as often as the single-row ones)."""
+        result = self.both(w.Claim(self.now, queue, node, demand, timedelta(seconds=30), OPTS[opts]))
+        self._claimed(result)
+        return multiple(*((j.id, j.attempt) for j in result.jobs))
+
+    @rule(target=jobs, queue=st.sampled_from(QUEUES), n=st.integers(2, 6), value=small_json)
+    def enqueue_chunk(self, queue: str, n: int, value: Any) -> Any:
+        """A bulk enqueue of ready jobs sharing every column (the compact insert's all-scalar shape): the
+        work the chunk rules claim."""
+        return self._enqueue([JobSpec(queue, "echo", {"v": value}, max_attempts=2) for _ in range(n)])
+
+    @precondition(lambda self: not self.staged)
+    @rule(target=jobs, n=st.integers(65, 70), scheduled=st.booleans())
+    def enqueue_large(self, n: int, scheduled: bool) -> Any:
+        """A batch above impl.store's array limit with more than four varying columns: the staged insert
+        (binary COPY into a temp table, then insert_staged_jobs). Once per program: it is 65+ rows."""
+        self.staged = True
+        at = T0 + timedelta(seconds=40) if scheduled else None
+        specs = [
+            JobSpec(
+                QUEUES[i % 2],
+                ("echo", "steps")[i % 3 == 0],
+                {"i": i},
+                meta={"t": i % 3},
+                priority=i % 3,
+                max_attempts=1 + i % 2,
+                scheduled_at=at if i % 4 == 0 else None,
+            )
+            for i in range(n)
+        ]
+        return self._enqueue(specs)
+
+    def _claimed(self, result: Any) -> None:
+        n = len(result.jobs)
+        statements.RECORDER.paths[
+            "claim: grouped (2+ jobs)" if n > 1 else "claim: one job" if n else "claim: none"
+        ] += 1
+        if n > 1:
+            self.targets["jobs claimed in groups"] += n
 
     @rule(node=st.sampled_from(NODES), ids=st.lists(jobs, max_size=4), extend=st.sampled_from([5, 30]))
     def renew(self, node: str, ids: list[int], extend: int) -> None:
@@ -235,16 +335,159 @@ class BelayMachine(RuleBasedStateMachine):
 
     @rule(claim=consumes(claims), outcome=outcomes)
     def ack(self, claim: tuple[int, int], outcome: w.Outcome) -> None:
-        self.both(w.Ack(self.now, claim[0], claim[1], outcome))
+        self._ack_one(claim, outcome)
 
     @rule(claim=claims, outcome=outcomes)
     def ack_possibly_stale(self, claim: tuple[int, int], outcome: w.Outcome) -> None:
         """Acks with an attempt that may have been reclaimed or already acked: the fence decides."""
-        self.both(w.Ack(self.now, claim[0], claim[1], outcome))
+        self._ack_one(claim, outcome)
 
-    @rule(claims_=st.lists(consumes(claims), min_size=1, max_size=3, unique_by=lambda c: c[0]), outcome=outcomes)
+    def _ack_one(self, claim: tuple[int, int], outcome: w.Outcome) -> None:
+        live = self._live(*claim)
+        self.both(w.Ack(self.now, claim[0], claim[1], outcome))
+        statements.RECORDER.paths["ack: one, live" if live else "ack: one, not live"] += 1
+
+    @rule(
+        target=claims,
+        outcome=st.sampled_from(["succeed", "fail", "retry", "cancel"]),
+        ignore=st.sampled_from([(), ("failed", "cancelled")]),
+        bulk=st.booleans(),
+        again=st.booleans(),
+    )
+    def settle_workflow(self, outcome: str, ignore: tuple[str, ...], bulk: bool, again: bool) -> Any:
+        """A workflow run to its settlement: root m0 and m1 (after m0, ignoring `ignore`) on queue `w`
+        (no other rule claims it), the root claimed and acked alone or in a bulk ack; m1 is then released
+        or doomed (§8.3) — the path through ack_succeed (a member is never a solo succeed), release_held
+        and doom_held. m1's claim, if released, joins the live claims."""
+        members = (
+            WorkflowMember("m0", JobSpec("w", "echo", max_attempts=2)),
+            WorkflowMember("m1", JobSpec("w", "echo"), ("m0",), ignore),
+        )
+        run = f"sw{self.steps}"
+        self.both(ops.EnqueueWorkflow(self.now, run, members))
+        claimed = self.both(w.Claim(self.now, "w", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+        self._claimed(claimed)
+        done: w.Outcome = {  # type: ignore[assignment]  # the dict's values are all outcomes
+            "succeed": w.Succeed({"m": 0}),
+            "fail": w.Fail("boom", None, None),
+            "retry": w.Fail("boom", None, self.now),
+            "cancel": w.CancelSelf(),
+        }[outcome]
+        for job in claimed.jobs:
+            if bulk:
+                self._ack_many([(job.id, job.attempt, done, self.now)], "workflow member")
+            else:
+                self._ack_one((job.id, job.attempt), done)
+        if again:  # §8.6: retry what ended (the doomed member first: its deps are checked, missing_deps)
+            rows = self.model.state.jobs
+            for job_id in sorted((i for i, r in rows.items() if r.workflow_id == run), reverse=True):
+                self.both(ops.Retry(self.now, job_id))
+        then = self.both(w.Claim(self.now, "w", "n2", 2, timedelta(seconds=30), OPTS["plain"]))
+        self._claimed(then)
+        return multiple(*((j.id, j.attempt) for j in then.jobs))
+
+    @rule(attempts=st.integers(1, 2), ttl=st.sampled_from([10, 30]))
+    def lease_expires(self, attempts: int, ttl: int) -> None:
+        """A claimed job whose node dies: its lease runs out and the sweeper retries it (attempts left)
+        or fails it (none left) — reclaim_retry / reclaim_fail with a live expired lease."""
+        self.both(ops.Enqueue(self.now, (JobSpec("x", "echo", max_attempts=attempts),)))
+        claimed = self.both(w.Claim(self.now, "x", "n1", 1, timedelta(seconds=ttl), OPTS["plain"]))
+        self._claimed(claimed)
+        self.now += timedelta(seconds=ttl + 1)
+        self.both(w.Reclaim(self.now, w.Backoff(1, 2, 20), limit=3))
+
+    # Bulk acks (AckMany). `ack_many` is a chunk's shared outcome (a shared Succeed is
+    # ack_succeed_many_same); `ack_many_distinct` gives each ack its own result and time
+    # (ack_succeed_many), mixed with other outcomes; `ack_many_possibly_stale` batches claims that may have
+    # been reclaimed or acked already. Claims are drawn without `unique_by` (a rejected draw wastes the
+    # example) and deduplicated per job here: AckMany acks a job once.
+
+    @rule(claims_=st.lists(consumes(claims), min_size=1, max_size=4), outcome=outcomes)
     def ack_many(self, claims_: list[tuple[int, int]], outcome: w.Outcome) -> None:
-        self.both(w.AckMany(self.now, tuple(w.Ack(self.now, j, a, outcome) for j, a in claims_)))
+        self._ack_many([(j, a, outcome, self.now) for j, a in _per_job(claims_)], "shared outcome")
+
+    @rule(
+        claims_=st.lists(consumes(claims), min_size=1, max_size=4),
+        mixed=st.lists(st.one_of(st.none(), outcomes), min_size=4, max_size=4),
+        stagger=st.booleans(),
+    )
+    def ack_many_distinct(self, claims_: list[tuple[int, int]], mixed: list[w.Outcome | None], stagger: bool) -> None:
+        acks: list[tuple[int, int, w.Outcome, datetime]] = []
+        for i, (j, a) in enumerate(_per_job(claims_)):
+            given = mixed[i]
+            outcome = given if given is not None else w.Succeed({"job": j})  # None: a result of its own
+            at = self.now - timedelta(milliseconds=250 * i) if stagger else self.now
+            acks.append((j, a, outcome, at))
+        self._ack_many(acks, "distinct outcomes")
+
+    @rule(claims_=st.lists(claims, min_size=1, max_size=4), same=st.booleans())
+    def ack_many_possibly_stale(self, claims_: list[tuple[int, int]], same: bool) -> None:
+        acks = [(j, a, w.Succeed(None if same else j), self.now) for j, a in _per_job(claims_)]
+        self._ack_many(acks, "possibly stale")
+
+    def _ack_many(self, acks: Sequence[tuple[int, int, w.Outcome, datetime]], kind: str) -> Any:
+        live = sum(1 for j, a, _, _ in acks if self._live(j, a))
+        result = self.both(w.AckMany(self.now, tuple(w.Ack(at, j, a, o) for j, a, o, at in acks)))
+        succeeds = sum(1 for _, _, o, _ in acks if isinstance(o, w.Succeed))
+        statements.RECORDER.paths[f"ack_many: {kind}, {'2+' if len(acks) > 1 else '1'} acks, {min(live, 2)}+ live"] += 1
+        if live > 1:
+            self.targets["live claims acked in bulk"] += live
+        if succeeds > 1 and len({repr(o) for _, _, o, _ in acks}) > 1:
+            self.targets["bulk succeeds with distinct results"] += succeeds
+        return result
+
+    def _live(self, job: int, attempt: int) -> bool:
+        row = self.model.state.jobs.get(job)
+        return row is not None and row.state == "running" and row.attempt == attempt
+
+    @rule(
+        target=claims,
+        queue=st.sampled_from(QUEUES),
+        node=st.sampled_from(NODES),
+        demand=st.integers(2, 5),
+        done=st.integers(1, 5),
+        same=st.booleans(),
+    )
+    def chunk_refill(self, queue: str, node: str, demand: int, done: int, same: bool) -> Any:
+        """The runtime's chunk execution (impl/runtime.py Producer.refill): claim a chunk, ack the first
+        `done` of its jobs in one bulk ack (shared or distinct results), then claim as many jobs as it
+        acked for the freed slots. The chunk's unacked jobs and the refill's are live claims."""
+        claimed = self.both(w.Claim(self.now, queue, node, demand, timedelta(seconds=30), OPTS["plain"]))
+        self._claimed(claimed)
+        finished, kept = claimed.jobs[:done], claimed.jobs[done:]
+        if not finished:
+            return multiple()
+        acks = [(j.id, j.attempt, w.Succeed(None if same else j.id), self.now) for j in finished]
+        result = self._ack_many(acks, "chunk")
+        freed = sum(1 for r in result.results if isinstance(r, w.Acked))
+        refill = self.both(w.Claim(self.now, queue, node, freed, timedelta(seconds=30), OPTS["plain"]))
+        statements.RECORDER.paths["chunk refill: " + ("claimed" if refill.jobs else "nothing left")] += 1
+        return multiple(*((j.id, j.attempt) for j in (*kept, *refill.jobs)))
+
+    @rule(
+        target=claims,
+        claims_=st.lists(consumes(claims), min_size=1, max_size=3, unique_by=lambda c: c[0]),
+        outcomes_=st.lists(outcomes, min_size=3, max_size=3),
+        queue=st.sampled_from(QUEUES),
+        node=st.sampled_from(NODES),
+        demand=st.integers(0, 3),
+    )
+    def ack_claim(
+        self,
+        claims_: list[tuple[int, int]],
+        outcomes_: list[w.Outcome],
+        queue: str,
+        node: str,
+        demand: int,
+    ) -> Any:
+        """The runtime's group commit (issue 33): a group of acks, each its own outcome, and the claim of
+        the slots they free, in one transaction."""
+        pairs = zip(claims_, outcomes_, strict=False)
+        acks = w.AckMany(self.now, tuple(w.Ack(self.now, j, a, o) for (j, a), o in pairs))
+        result = self.both(w.AckClaim(acks, w.Claim(self.now, queue, node, demand, timedelta(seconds=30))))
+        if not isinstance(result, w.AckedClaimed):
+            return multiple()
+        return multiple(*((j.id, j.attempt) for j in result.claimed.jobs))
 
     @rule(target=scopes, scope=st.sampled_from(["s1", "s2"]))
     def user_scope(self, scope: str) -> str:
@@ -257,8 +500,11 @@ class BelayMachine(RuleBasedStateMachine):
         until = None if deadline is None else self.now + timedelta(seconds=deadline)
         self.both(w.ParkAwait(self.now, claim[0], claim[1], scope, name, until))
 
-    @rule(claim=consumes(claims), name=st.sampled_from(["go"]))
-    def park_on_own_scope(self, claim: tuple[int, int], name: str) -> None:
+    @rule(claim=consumes(claims), name=st.sampled_from(["go"]), first=st.booleans())
+    def park_on_own_scope(self, claim: tuple[int, int], name: str, first: bool) -> None:
+        """`first`: the signal is already there when the job parks (§7's park rule: ready at once)."""
+        if first:
+            self.both(ops.DeliverSignal(self.now, f"job:{claim[0]}", name, {"early": True}))
         self.both(w.ParkAwait(self.now, claim[0], claim[1], f"job:{claim[0]}", name, self.now + timedelta(seconds=30)))
 
     @rule(scope=scopes, name=st.sampled_from(["go", "stop"]), payload=small_json)
@@ -268,6 +514,8 @@ class BelayMachine(RuleBasedStateMachine):
     @rule(job=jobs, payload=small_json)
     def signal_job_scope(self, job: int, payload: Any) -> None:
         self.both(ops.DeliverSignal(self.now, f"job:{job}", "go", payload))
+        if payload == 0:  # now and then the signal is withdrawn again before anyone parks on it
+            self.both(ops.ClearSignal(f"job:{job}", "go"))
 
     @rule(job=jobs, payload=small_json)
     def steer(self, job: int, payload: Any) -> None:
@@ -353,6 +601,22 @@ class BelayMachine(RuleBasedStateMachine):
     )
     def put_queue(self, queue: str, opts: dict) -> None:
         self.both(ops.PutQueue(self.now, queue, opts))
+
+
+def _per_job(claims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The first claim of each job, in order (AckMany acks a job once)."""
+    seen: dict[int, int] = {}
+    for job, attempt in claims:
+        seen.setdefault(job, attempt)
+    return list(seen.items())
+
+
+def _rule_name() -> str:
+    """The machine rule applying the current operation (the first caller that is not a helper)."""
+    frame = sys._getframe(2)
+    while frame is not None and (frame.f_code.co_name.startswith("_") or frame.f_code.co_name == "both"):
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_code.co_name if frame is not None else "-"
 
 
 def _outcome(fn: Any) -> Any:
