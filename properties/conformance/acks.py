@@ -11,12 +11,15 @@ from model import worker_ops as w
 from properties.conformance.core import case
 from properties.conformance.support import (
     MIN,
+    NODE,
+    QUEUE,
     TTL,
     S,
     ack,
     check,
     claim,
     claim_job,
+    enqueue,
     errors_of,
     expect,
     expect_unchanged,
@@ -560,3 +563,22 @@ def _(store, now):
     job = start(store, now, max_attempts=2**31 - 1)
     park(store, now + S, job, "s", "n", now + MIN)
     expect(read(store, job.id).max_attempts, 2**31 - 1, "max_attempts saturates at 2^31−1")
+
+
+@case("§7", "a group of acks and the claim of the slots they free commit together (AckClaim)")
+def _(store, now):
+    done = start(store, now)
+    waiting = enqueue(store, now, ops.JobSpec(QUEUE, "w")).outcomes[0].id
+    at = now + S
+    result = store.apply(
+        w.AckClaim(
+            w.AckMany(at, (w.Ack(at, done.id, done.attempt, w.Succeed({"v": 1})),)),
+            w.Claim(at, QUEUE, NODE, 1, TTL),
+        )
+    )
+    check(isinstance(result, w.AckedClaimed), f"an AckedClaimed, got {result!r}")
+    expect(result.acked, w.AckedMany((w.Acked(done.id, "succeeded"),)), "the ack")
+    expect([j.id for j in result.claimed.jobs], [waiting], "the freed slot is claimed in the same transaction")
+    expect(read(store, done.id).state, "succeeded", "the acked row")
+    claimed = read(store, waiting)
+    expect((claimed.state, claimed.attempt, claimed.leased_by), ("running", 1, NODE), "the claimed row")

@@ -35,5 +35,5 @@ def step(self, name, fn, *, cost=None):
 
 
 if __name__ == "__main__":
-    sdk.JobContext.step = step
+    sdk.JobContext.step = step  # type: ignore[method-assign]
     main()

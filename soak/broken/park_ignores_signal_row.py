@@ -35,5 +35,5 @@ class NoParkRuleStore(PgStore):
 
 
 if __name__ == "__main__":
-    sdk.JobContext.await_signal = await_signal
+    sdk.JobContext.await_signal = await_signal  # type: ignore[method-assign]
     main(store_class=NoParkRuleStore)

@@ -25,12 +25,12 @@ class GenerousReclaimStore(PgStore):
                         "reclaim_retry",
                         {"id": row["id"], "entry": entry, "ready_at": op.backoff.retry_at(op.now, row["attempt"])},
                     )
-                    tx.pokes.add(done["queue"])
+                    tx.pokes.add(done["queue"])  # type: ignore[index]
                     retried.append(row["id"])
                 else:
                     failed.append(tx.one("reclaim_fail", {"id": row["id"], "entry": entry, "now": op.now}))
-            self._terminal(tx, failed)
-            return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))
+            self._terminal(tx, failed)  # type: ignore[arg-type]
+            return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))  # type: ignore[index]
 
 
 if __name__ == "__main__":

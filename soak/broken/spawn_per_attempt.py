@@ -17,5 +17,5 @@ def spawn(self, name, children):
 
 
 if __name__ == "__main__":
-    sdk.JobContext.spawn = spawn
+    sdk.JobContext.spawn = spawn  # type: ignore[method-assign]
     main()
