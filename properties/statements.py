@@ -338,7 +338,8 @@ class Run:
 _RUNS: dict[str, Run] = {}
 
 
-def run_machine(db_url: str, profile: str) -> Run:
+def run_machine(db_url: str, profile: str, stateful: Any) -> Run:
+    """`stateful` is the properties.stateful module (passed in: it imports this one)."""
     """Run BelayMachine under `profile` with the statement counter on (once per process and profile)."""
     found = _RUNS.get(profile)
     if found is not None:
@@ -348,7 +349,6 @@ def run_machine(db_url: str, profile: str) -> Run:
     from hypothesis.stateful import run_state_machine_as_test
 
     from impl.store import PgStore
-    from properties import stateful
 
     machine_steps: list[int] = []
 

@@ -8,12 +8,12 @@ process, `properties.statements.run_machine`), which gates the statements it exe
 
 from __future__ import annotations
 
-from properties import statements
+from properties import stateful, statements
 from properties.stateful import PROFILE
 
 
 def test_model_and_postgres_agree_step_by_step(db_url, capsys):
-    run = statements.run_machine(db_url, PROFILE)
+    run = statements.run_machine(db_url, PROFILE, stateful)
     with capsys.disabled():
         print(
             f"\nstateful [{PROFILE}]: {run.examples} examples, {run.steps} compared operations in {run.seconds:.1f}s "

@@ -13,7 +13,7 @@ import ast
 
 import pytest
 
-from properties import statements
+from properties import stateful, statements
 from properties.stateful import PROFILE
 from properties.statements import DEAD, ELSEWHERE, FLOORS, ROOT, inventory
 
@@ -72,7 +72,7 @@ def test_every_statement_outside_the_comparison_names_a_test_that_exists():
 
 
 def test_the_comparison_reaches_every_statement_its_floor_times(db_url, capsys):
-    run = statements.run_machine(db_url, PROFILE)
+    run = statements.run_machine(db_url, PROFILE, stateful)
     with capsys.disabled():
         print("\n" + statements.table(run))
     if run.error is not None:
@@ -95,7 +95,7 @@ def test_the_comparison_reaches_every_statement_its_floor_times(db_url, capsys):
 
 
 def test_the_batched_paths_are_reached_as_often_as_the_single_row_ones(db_url):
-    run = statements.run_machine(db_url, PROFILE)
+    run = statements.run_machine(db_url, PROFILE, stateful)
     if run.error is not None:
         pytest.fail("the stateful comparison failed (properties/test_stateful.py)")
     behind = [
