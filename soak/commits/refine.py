@@ -61,7 +61,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
-from impl.pgrows import job_from_row
 from model import ops
 from model import store as model_store
 from model import worker_ops as w
@@ -71,6 +70,7 @@ from model.rows import TERMINAL, CronRow, Event, Job, QueueRow, RateWindow, Sign
 from model.state import State, Tables
 from soak.commits.capture import Transaction, read_transactions
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder, Truncate, lsn_str
+from soak.commits.replay import CONVERT, TABLE_ATTR
 
 # Contract §2 clock rule: "Keep worker clocks within a few seconds of true time (NTP); leases and windows
 # tolerate small skew." A few seconds: a `now` may run ahead of the commit time by at most SKEW.
@@ -95,36 +95,8 @@ JOBS, STEPS, EVENTS, SIGNALS, RATE, QUEUES, CRONS = (
     "belay_crons",
 )
 TABLES = (JOBS, STEPS, EVENTS, SIGNALS, RATE, QUEUES, CRONS)
-ATTR = {
-    JOBS: "jobs",
-    STEPS: "steps",
-    EVENTS: "events",
-    SIGNALS: "signals",
-    RATE: "rate",
-    QUEUES: "queues",
-    CRONS: "crons",
-}
-
-
-def _pick(cls, row: dict) -> Any:
-    return cls(**{f.name: row[f.name] for f in fields(cls)})
-
-
-def _step(row: dict) -> Step:
-    values = {f.name: row[f.name] for f in fields(Step)}
-    values["value"] = bytes(values["value"])
-    return Step(**values)
-
-
-CONVERT = {
-    JOBS: (job_from_row, lambda r: r.id),
-    STEPS: (_step, lambda r: (r.job_id, r.name)),
-    EVENTS: (lambda r: _pick(Event, r), lambda r: (r.job_id, r.seq)),
-    SIGNALS: (lambda r: _pick(Signal, r), lambda r: (r.scope, r.name)),
-    RATE: (lambda r: _pick(RateWindow, r), lambda r: (r.bucket, r.window_start)),
-    QUEUES: (lambda r: _pick(QueueRow, r), lambda r: r.name),
-    CRONS: (lambda r: _pick(CronRow, r), lambda r: r.name),
-}
+# the row decoders and the State attribute of each table: the same as the replay's
+ATTR = TABLE_ATTR
 
 
 # --------------------------------------------------------------------------------------------------
