@@ -294,6 +294,16 @@ class _Producer:
             )
         return jobs
 
+    def refill_slots(self, finished: Sequence[JobContext]) -> int:
+        """How many jobs the finished executions may claim for their own slots: at most as many as they
+        free, within the limit; none while stopping, paused, or on an admission-locked queue."""
+        opts = self.opts
+        if self.worker.stopping.is_set() or opts.paused or opts.needs_admission_lock:
+            return 0
+        with self.lock:
+            others = len(self.running) - sum(1 for c in finished if self.running.get(c.id) is c)
+            return max(0, min(len(finished), self.limit - others))
+
     def refill(self, finished: Sequence[JobContext]) -> None:
         """A chunk execution that has acked claims the next jobs for its own slots (at most as many as it
         frees, within the limit) instead of leaving that to the producer: the node then has a claim per
@@ -301,11 +311,7 @@ class _Producer:
         serial claims. None while stopping, paused, or on a queue whose claims take the admission lock
         (global limit, rate, partitions): the producer claims for those. The finished executions keep
         their slots until the claimed jobs take them (`adopt`), so nothing claims past the limit."""
-        opts, take = self.opts, 0
-        if not (self.worker.stopping.is_set() or opts.paused or opts.needs_admission_lock):
-            with self.lock:
-                others = len(self.running) - sum(1 for c in finished if self.running.get(c.id) is c)
-                take = max(0, min(len(finished), self.limit - others))
+        take = self.refill_slots(finished)
         jobs: tuple[Job, ...] = ()
         try:
             if take:
@@ -320,11 +326,8 @@ class _Producer:
         """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
         (AckClaim: one commit for the acks and the jobs that take their slots — at most as many as the
         group frees, within the limit; none while stopping or paused) and run what it claimed."""
-        worker, opts, take = self.worker, self.opts, 0
-        if not (worker.stopping.is_set() or opts.paused or opts.needs_admission_lock):
-            with self.lock:
-                others = len(self.running) - sum(1 for c in contexts if self.running.get(c.id) is c)
-                take = max(0, min(len(contexts), self.limit - others))
+        worker, opts = self.worker, self.opts
+        take = self.refill_slots(contexts)
         if not take:
             return worker.call(lambda: worker.store.apply(acks), "ack group")
         cfg = worker.config
