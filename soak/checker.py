@@ -203,8 +203,16 @@ class Timeline:
 # --- the check ----------------------------------------------------------------------------------------
 
 
-def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> CheckResult:
-    """Every §11 invariant over one post-drain snapshot, the ledger and the fault log."""
+def check(
+    state: State,
+    ledger: SoakLedger,
+    history: Sequence[Mapping[str, Any]],
+    committed: Mapping[str, Any] | None = None,
+) -> CheckResult:
+    """Every §11 invariant over one post-drain snapshot, the ledger and the fault log.
+
+    `committed`: what the trace validation of the committed history found for the duties it judges
+    (soak/commits/refine.py: `drains_judged`, `claims_after_term` for P11), None without a history."""
     results = {name: InvariantResult(name) for name in INVARIANTS}
     timeline = Timeline(history)
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
@@ -232,7 +240,7 @@ def check(state: State, ledger: SoakLedger, history: Sequence[Mapping[str, Any]]
     durability = check_durability(state, history)
     if durability is not None:
         results[durability.name] = durability
-    duties, coverage = _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps)
+    duties, coverage = _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps, committed)
 
     for r in (*results.values(), *duties.values()):
         r.finish()
@@ -284,7 +292,7 @@ def _exits(ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> dict[str
     return {"deliberate": deliberate, "other": other}
 
 
-def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps):
+def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps, committed=None):
     """The worker duties (soak/duties.py) and the scenario coverage (soak/coverage.py) of every row."""
     from soak import coverage as cov
     from soak import duties as d
@@ -305,6 +313,12 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
     d.p9_outcomes(duties["P9"], state, ledger)
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
     extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps))  # P11–P17 (issue 30)
+    if committed:  # P11 from the committed claims: every SIGTERMed node, however fast its drain
+        judged = int(committed.get("drains_judged") or 0)
+        duties["P11"].checks += judged
+        extra["drains_sampled"] = extra.get("drains_sampled", 0) + judged
+        for line in committed.get("claims_after_term") or ():
+            duties["P11"].add([line])
     for r in results.values():
         extra.update(r.scenario)
     for r in duties.values():

@@ -67,7 +67,13 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
         ("cancel_running_steps", "cancel of a running multi-step job"),
     ],
     "P10": [("parents_parked", "parents parked on $children whose children workers finished")],
-    "P11": [("drains_sampled", "SIGTERM drains with lease samples taken after the claims in flight settled")],
+    "P11": [
+        (
+            "drains_sampled",
+            "SIGTERM drains judged: by the committed claims (trace validation), or by lease samples taken "
+            "after the claims in flight settled",
+        )
+    ],
     "P12": [("cron_jobs", "cron jobs inserted")],
     "P13": [("cancels_judged", "cancels requested while a multi-step job ran")],
     "P14": [("long_leases", "attempts holding a lease longer than the ttl")],
@@ -115,8 +121,8 @@ HINTS: dict[str, str] = {
     "BELAY_CLOCK_OFFSET (PROTOCOL §1), or that node held no lease while sampled",
     "cancel_before_park": "no cancel was requested while an awaiter ran before its await",
     "drains": "no SIGTERM found a worker with jobs running: --term-every 0, or the run was too short",
-    "drains_sampled": "no lease sample was taken between 1.5 s after a SIGTERM and the node's exit: the node "
-    "exited at once (check P4), or --term-every 0",
+    "drains_sampled": "no SIGTERM drain was judged: --term-every 0, or the committed history is off or has gaps "
+    "(--no-history) and no lease sample was taken between 1.5 s after a SIGTERM and the node's exit",
     "priority_contention": "no claim chose between due jobs of two priorities: the batches were claimed at once",
     "cron_jobs": "no cron job was inserted: the run is shorter than a minute, or the sweeper fires no crons",
     "sleeps_resumed": "no sleeper resumed after its durable sleep: the sleeps outlasted the run, or the worker "

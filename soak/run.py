@@ -442,7 +442,7 @@ def run(args: argparse.Namespace) -> int:
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
         hist_result = hist.finish()  # issue 12: workers and driver have stopped writing
         events = history.snapshot()  # read back from history.jsonl (the samples are not kept in memory)
-        result = check(state, led, events)
+        result = check(state, led, events, hist_result.refinement)  # P11 also from the committed claims
         for log in (run_dir / "workers").glob("*.log"):
             text = redact(log.read_text(errors="replace"))
             if password:
@@ -457,6 +457,8 @@ def run(args: argparse.Namespace) -> int:
         print_verdict(result, results, run_dir)
         print(size_line[2:], flush=True)
         print(hist_result.line(), flush=True)  # issue 12: the history checker's own verdict line
+        for detail in hist_result.refinement_findings[:1]:  # issue 30: the first transaction the model cannot explain
+            print("\n".join(detail.splitlines()[:40]), flush=True)
         if hist_result.verdict == "invalid" and result.exit_code != 1:
             print(f"verdict INVALID by the committed history → exit {code}", flush=True)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP through impl.lifecycle (issue 19)

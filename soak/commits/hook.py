@@ -2,13 +2,20 @@
 
     hist = HistoryCheck.begin(url, run_dir, run_id, enabled=True)   # before any worker or driver write
     ...                                                               # the soak
-    result = hist.finish()            # after workers and driver stopped: drain, snapshot, replay
+    result = hist.finish()            # after workers and driver stopped: drain, snapshot, replay, refine
     hist.add_to_report(run_dir, fault_log)
     hist.close()                      # in `finally`: drops the slot even after a failure
 
-Files in the run folder: history.bin (the captured transactions), history-initial.pickle and
-history-final.pickle (the states the replay starts from and must end in) — `python -m
-soak.commits.replay <run-dir>` re-checks them.
+The committed-history verdict is trace validation (soak/commits/refine.py, issue 30): every captured
+transaction must be explained by an operation of model/ applied to the state before it, and the
+validation must end in the final snapshot. The rule replay (soak/commits/replay.py) runs first: it
+finds capture gaps and taints the jobs they touched (refinement then reports those as unknown, not
+invalid), and its §11 predicates over every committed state stay as a second opinion — either one
+finding makes the history invalid; the history is valid only when the refinement is.
+
+Files in the run folder: history.bin (the captured transactions, gzip frames), history-initial.pickle
+and history-final.pickle (the states the replay starts from and must end in) — `python -m
+soak.commits.refine <run-dir>` and `python -m soak.commits.replay <run-dir>` re-check them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import psycopg
 
 from impl.snapshot import snapshot
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions, slot_name
+from soak.commits.refine import RefinementResult, validate
 from soak.commits.replay import HistoryResult, replay, save_state
 from soak.commits.timeline import add_to_report
 
@@ -33,6 +41,31 @@ def combine_exit(code: int, result: HistoryResult | None) -> int:
     if result is not None and result.verdict == "invalid" and code in (0, 2):
         return 1
     return code
+
+
+def merge(rules: HistoryResult, refinement: RefinementResult) -> HistoryResult:
+    """The committed-history verdict: the refinement's, made invalid by a rule finding of the replay.
+
+    valid needs both; invalid needs one; anything else (a gap, an unexplained transaction on a tainted
+    row, a final snapshot the validation does not reach) is unknown."""
+    rules.rules_verdict = rules.verdict
+    rules.refinement = refinement.to_json()
+    rules.refinement_line = refinement.line()
+    rules.refinement_findings = [f.detail() for f in refinement.findings[:5]]
+    verdicts = {rules.verdict, refinement.verdict}
+    if "invalid" in verdicts:
+        rules.verdict = "invalid"
+        if refinement.verdict == "invalid" and not rules.findings:
+            rules.why = f"trace validation: {refinement.why}"
+    elif verdicts == {"valid"}:
+        rules.verdict = "valid"
+    else:
+        rules.verdict = "unknown"
+        if refinement.verdict != "valid":
+            rules.why = f"trace validation {refinement.verdict}: {refinement.why}" + (
+                f"; {rules.why}" if rules.why else ""
+            )
+    return rules
 
 
 class HistoryCheck:
@@ -90,7 +123,15 @@ class HistoryCheck:
             slot=self.capture.slot,
             bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0,
         )
-        self.result = replay(read_transactions(self.capture.path), self.initial, final, stats)
+        rules = replay(read_transactions(self.capture.path), self.initial, final, stats)
+        refinement = validate(
+            read_transactions(self.capture.path),
+            self.run_dir,  # history.jsonl: the harness's cancels and signals (the driver has stopped)
+            self.initial,
+            taint=set(rules.tainted),
+            final_state=final,
+        )
+        self.result = merge(rules, refinement)
         return self.result
 
     def add_to_report(self, run_dir: Path, fault_log: list[dict]) -> None:
@@ -105,4 +146,4 @@ class HistoryCheck:
         return self.slot_dropped
 
 
-__all__ = ["HistoryCheck", "combine_exit"]
+__all__ = ["HistoryCheck", "combine_exit", "merge"]

@@ -55,7 +55,7 @@ import math
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -145,6 +145,9 @@ class RefinementResult:
     ahead_max_s: float = 0.0  # the furthest-ahead `now` seen
     seconds: float = 0.0
     cpu_seconds: float = 0.0
+    # duty P11 judged from the committed claims (operations guide "Shutdown": producers stop claiming first)
+    drains_judged: int = 0  # SIGTERMed nodes whose claims the history holds
+    claims_after_term: list[str] = field(default_factory=list)  # one line per offending node
 
     def line(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in self.by_kind.most_common())
@@ -175,11 +178,17 @@ class RefinementResult:
             "now_ahead_max_s": round(self.ahead_max_s, 3),
             "seconds": round(self.seconds, 2),
             "cpu_seconds": round(self.cpu_seconds, 2),
+            "drains_judged": self.drains_judged,
+            "claims_after_term": self.claims_after_term[:20],
         }
 
 
 class Mismatch(Exception):
     """A candidate operation cannot explain the transaction (the message says why)."""
+
+
+CLAIM_SETTLE = 1.5  # s: a claim in flight at a SIGTERM has committed this long after it (soak/duties.py)
+NOW_SLACK = 1.0  # s: a claim's `now` this far past the SIGTERM was built after it (node clock offsets < 0.6 s)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -194,6 +203,7 @@ class HarnessLedger:
     signals: frozenset[int] = frozenset()
     silent_children: frozenset[int] = frozenset()
     strict: bool = False  # True: a client cancel/signal must be recorded here
+    terms: Mapping[str, float] = field(default_factory=dict)  # node → its SIGTERM (the nemesis's drain_term)
 
     @classmethod
     def load(cls, source: Any) -> HarnessLedger:
@@ -214,15 +224,18 @@ class HarnessLedger:
         cancels: set[int] = set()
         signals: set[int] = set()
         silent: set[int] = set()
+        terms: dict[str, float] = {}
         for r in records:
             t = r.get("type")
+            if t == "worker_drain_term" and r.get("node") is not None:
+                terms.setdefault(str(r["node"]), float(r["t"]))
             if t == "cancel" and r.get("job_id") is not None:
                 cancels.add(int(r["job_id"]))
             elif t == "signal" and r.get("job_id") is not None:
                 signals.add(int(r["job_id"]))
             elif t == "lost_wakeup":
                 silent.update(int(c) for c in r.get("children", ()))
-        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True)
+        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -595,6 +608,8 @@ class Validator:
         self.taint: set[int] = set(taint or ())
         self.result = RefinementResult("valid")
         self.keep_going = keep_going
+        self._late_claims: dict[str, int] = {}  # P11: node → rows claimed after its SIGTERM
+        self._late_first: dict[str, tuple[float, int]] = {}
 
     # --- decoding ----------------------------------------------------------------------------------
 
@@ -712,6 +727,18 @@ class Validator:
             elif b is not None and a is not None:
                 if b.state in ("ready", "awaiting", "held") and a.state == "running":
                     # (held: released by this transaction's settlement, then claimed by its refill)
+                    claimed[(a.leased_by, a.lease_until, a.queue)].append(a)
+                elif b.state == "running" and a.state == "running" and a.attempt == b.attempt + 1:
+                    # an ack's retry (or a reclaim) and a claim of the same row in one transaction (the
+                    # runtime's AckClaim group commit refills the slot it freed): the ack's row between the
+                    # two is not in the capture — it is the retried row, not yet leased again
+                    mid = replace(a, state="ready", attempt=b.attempt, lease_until=None, leased_by=None)
+                    mid = replace(mid, started_at=b.started_at)
+                    grew = len(a.errors) == len(b.errors) + 1
+                    if grew and isinstance(a.errors[-1], dict) and a.errors[-1].get("error") == "lease_expired":
+                        reclaimed.append((b, mid))
+                    else:
+                        acks.append((b, mid))
                     claimed[(a.leased_by, a.lease_until, a.queue)].append(a)
                 elif b.state == "running" and a.state == "running":
                     if a.cancel_requested and not b.cancel_requested:
@@ -1288,6 +1315,8 @@ class Validator:
             r.validated += 1
             for k in explained.kinds:
                 r.by_kind[k] += 1
+            if self.ledger.terms:
+                self._claims_after_term(rows, explained)
         else:
             r.unexplained += 1
             involved = set(rows.rows.get(JOBS, {})) | {k[0] for t in (STEPS, EVENTS) for k in rows.rows.get(t, {})}
@@ -1311,6 +1340,35 @@ class Validator:
         for table, changed in rows.rows.items():
             for key, (_b, a) in changed.items():
                 self.world.put(table, key, a)
+
+    def _claims_after_term(self, tx: TxRows, cand: Candidate) -> None:
+        """P11: a claim by a node after its own SIGTERM. Both clocks must say so: the commit (the server's
+        clock, the harness's machine) more than CLAIM_SETTLE after the signal — a claim in flight at the
+        signal has committed by then unless the database stalled — and the claim's own `now` (its lease
+        less its ttl) more than NOW_SLACK after it, beyond any clock offset the harness gives a node: a claim
+        built before the signal and held up by a stall is not one made after it."""
+        for op in cand.ops:
+            inner = op[-1] if isinstance(op, tuple) else op
+            if not isinstance(inner, w.Claim):
+                continue
+            t = self.ledger.terms.get(inner.node)
+            if t is None:
+                continue
+            at, now = tx.at.timestamp(), inner.now.timestamp()
+            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:
+                self._late_claims[inner.node] = self._late_claims.get(inner.node, 0) + inner.demand
+                self._late_first.setdefault(inner.node, (at - t, tx.lsn))
+
+    def finish_duties(self) -> None:
+        r = self.result
+        r.drains_judged = 0 if r.capture_gaps else len(self.ledger.terms)  # a gap may hide a claim
+        for node, n in sorted(self._late_claims.items()):
+            after, lsn = self._late_first[node]
+            r.claims_after_term.append(
+                f"P11 node {node} committed claims (up to {n} row(s)) after its own SIGTERM: the first "
+                f"{after:.1f} s after the signal (LSN {lsn_str(lsn)}) — on SIGTERM producers stop claiming first "
+                "(operations guide, PROTOCOL §1)"
+            )
 
     def compare(self, final: State) -> list[str]:
         diff = []
@@ -1343,6 +1401,7 @@ def validate(
     v = Validator(initial_state, HarnessLedger.load(ledger_path_or_obj), set(taint))
     for tx in transactions:
         v.step(tx)
+    v.finish_duties()
     r = v.result
     if final_state is not None:
         r.snapshot_diff = v.compare(final_state)

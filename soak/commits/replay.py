@@ -168,6 +168,11 @@ class HistoryResult:
     timelines: dict[int, list[Transition]] = field(default_factory=dict)  # selected jobs, for the report
     tainted: list[int] = field(default_factory=list)  # jobs a capture gap touched: not judged
     suppressed: int = 0  # findings about tainted jobs (or rows related to them), not reported
+    # trace validation (soak/commits/refine.py), set by soak.commits.hook.merge: the soak's verdict
+    rules_verdict: str | None = None  # this replay's own verdict before the merge
+    refinement: dict | None = None
+    refinement_line: str = ""
+    refinement_findings: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         base = (
@@ -176,6 +181,14 @@ class HistoryResult:
         )
         if self.verdict == "skipped":
             return f"history: SKIPPED — {self.why}"
+        if self.refinement is not None:
+            r = self.refinement
+            base = (
+                f"history: {self.verdict.upper()} — trace validation {r['verdict']}: {r['validated']} of "
+                f"{r['transactions']} transactions explained by the model in {r['seconds']:.1f} s"
+                + (f", {r['unexplained']} unexplained" if r["unexplained"] else "")
+                + f"; rule replay {self.rules_verdict}: {self.transitions} transitions, {self.states} states"
+            )
         if self.findings:
             base += f", {len(self.findings)} violation(s): {self.findings[0]}"
         elif self.why:
@@ -202,6 +215,8 @@ class HistoryResult:
             "suppressed_findings": self.suppressed,
             "seconds": round(self.seconds, 2),
             "cpu_seconds": round(self.cpu_seconds, 2),
+            "rules_verdict": self.rules_verdict,
+            "refinement": self.refinement,
         }
 
 

@@ -149,6 +149,9 @@ def add_to_report(run_dir: Path, result: HistoryResult, history: list[dict]) -> 
         results_path.write_text(json.dumps(data, indent=2, default=str) + "\n")
     summary = run_dir / "summary.md"
     lines = ["", "## Committed history", "", f"- {result.line()}"]
+    if result.refinement_line:
+        lines += [f"- {result.refinement_line}"]
+        lines += ["  - " + d.replace("\n", "\n    ") for d in result.refinement_findings[:3]]
     if result.first:
         lines += [f"- first violating transaction: LSN {result.first['lsn']} at {result.first['commit_time']}"]
         lines += [f"  - {v}" for v in result.first["violations"][:5]]
@@ -164,6 +167,9 @@ def add_to_report(run_dir: Path, result: HistoryResult, history: list[dict]) -> 
         lines.append(f"(timeline picture failed: {exc})")
     colour = {"valid": "green", "invalid": "#b00", "unknown": "#a60", "skipped": "#a60"}[result.verdict]
     parts = [f"<h2>Committed history</h2><p style='color:{colour};font-weight:bold'>{html.escape(result.line())}</p>"]
+    if result.refinement_line:
+        parts.append(f"<p>{html.escape(result.refinement_line)}</p>")
+        parts += [f"<pre>{html.escape(d)}</pre>" for d in result.refinement_findings[:3]]
     if result.first:
         parts.append(
             f"<h3>First violating transaction: LSN {html.escape(result.first['lsn'])} at "
