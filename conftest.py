@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -14,6 +16,28 @@ from impl.testing import TestDatabases, session_databases
 def pytest_configure(config: pytest.Config) -> None:
     """SIGTERM/SIGHUP stop the run like Ctrl-C: session fixtures tear down the embedded cluster."""
     interrupt_on_signals()
+
+
+# Which test was running when the process died (a segfault in an extension module kills pytest before it
+# reports anything; its faulthandler traceback goes to stderr, this file names the test): scripts/test.sh
+# prints it when pytest dies of a signal.
+RUNNING = Path(os.environ.get("BELAY_TEST_RUNNING", Path(__file__).parent / "reports" / "pytest-running.txt"))
+
+
+def _mark(text: str) -> None:
+    try:
+        RUNNING.parent.mkdir(parents=True, exist_ok=True)
+        RUNNING.write_text(text + "\n")
+    except OSError:
+        pass
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    _mark(f"running {nodeid}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _mark(f"finished (exit {int(exitstatus)})")
 
 
 @pytest.fixture(scope="session")

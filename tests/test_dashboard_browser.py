@@ -61,7 +61,7 @@ expect.set_options(timeout=WAIT_MS)
 def browser():
     if not (shutil.which(CHROMIUM) or Path(CHROMIUM).exists()):
         message = f"Chromium not found at {CHROMIUM}: apt-get install -y chromium (or set $BELAY_CHROMIUM)"
-        if os.environ.get("CI"):
+        if os.environ.get("BELAY_REQUIRE_CHROMIUM"):  # .ci/run installs it first: there, a missing one fails
             pytest.fail(message)
         pytest.skip(message)
     with playwright_api.sync_playwright() as p:
