@@ -18,53 +18,8 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-# --- the suites: the project's own tests, grouped by the layer they exercise --------------------------
-
-CONFORMANCE = "properties/test_conformance.py"
-STATEFUL = "properties/test_stateful.py"
-REGRESSIONS = "properties/test_regressions.py"
-MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
-RUNTIME = "tests/test_runtime.py"
-SIGNALS = "tests/test_workflows_signals.py"
-PEER_BUGS = ("tests/test_peer_bugs.py",)
-TELEMETRY_SUITE = (
-    "tests/test_telemetry_retry.py",
-    "tests/test_telemetry.py",
-)  # issue 13: other job queues' real bugs, as named regressions
-
-STORE_SUITE = (CONFORMANCE, REGRESSIONS, MUTANT_REGRESSIONS, STATEFUL)
-RACE_SUITE = (SIGNALS, MUTANT_REGRESSIONS, CONFORMANCE)
-RUNTIME_SUITE = (RUNTIME,)
-# The durable-execution tier (issue 20): the Client's transactional enqueue, the runtime duties, then the
-# model-vs-runtime property test under real faults — fastest first (the runner stops at the first kill).
-DURABLE_SUITE = (
-    "properties/test_client_transactions.py",
-    "properties/test_runtime_duties.py",
-    "properties/test_durable_execution.py",
-)
-
-
-@dataclass(frozen=True)
-class Edit:
-    """Replace the single occurrence of `old` in `path` (relative to the repository root) by `new`."""
-
-    path: str
-    old: str
-    new: str
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """One protocol bug: a name, what it breaks, the contract section, the patch, the catching suite."""
-
-    name: str
-    description: str
-    section: str
-    edits: tuple[Edit, ...]
-    suite: tuple[str, ...] = STORE_SUITE
-
+from properties.mutants.certifier import CERTIFIER
+from properties.mutants.kinds import DURABLE_SUITE, PEER_BUGS, RACE_SUITE, RUNTIME_SUITE, TELEMETRY_SUITE, Edit, Mutant
 
 STORE_PY = "impl/store.py"
 WORKER_STORE_PY = "impl/worker_store.py"
@@ -743,9 +698,12 @@ CATALOGUE: tuple[Mutant, ...] = (
         ),
         suite=PEER_BUGS,
     ),
+    # --- the certifier tier (issue 32): the soak's own judges, properties/mutants/certifier.py ---------
+    *CERTIFIER,
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
+    "certifier": tuple(m.name for m in CERTIFIER),  # the soak's own rules (issue 32)
 }

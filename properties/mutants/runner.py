@@ -33,6 +33,7 @@ from properties.mutants.catalogue import Edit, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT = 120.0
+PATCHABLE = ("impl/", "soak/")  # soak/: the certifier tier (its judges are code under test, issue 32)
 IGNORED = (
     ".git",
     ".venv",
@@ -82,8 +83,11 @@ def check_edits(root: Path, edits: Sequence[Edit]) -> list[str]:
     problems = []
     texts: dict[str, str] = {}
     for i, edit in enumerate(edits):
-        if not edit.path.startswith("impl/"):
-            problems.append(f"edit {i} patches {edit.path}: mutants patch impl/ only (model/ is the oracle)")
+        if not edit.path.startswith(PATCHABLE):
+            problems.append(
+                f"edit {i} patches {edit.path}: mutants patch impl/ (and the certifier tier soak/) only "
+                "(model/ is the oracle)"
+            )
             continue
         path = root / edit.path
         if edit.path not in texts:
@@ -138,12 +142,16 @@ def import_check(root: Path, python: str = sys.executable) -> str:
     code = (
         "import compileall, sys, pathlib\n"
         "ok = compileall.compile_dir('impl', quiet=1, legacy=True, force=True)\n"
+        "ok = compileall.compile_dir('soak', quiet=1, legacy=True, force=True) and ok\n"
         "import impl.store, impl.runtime, impl.worker, impl.queries\n"
+        "import soak.checker, soak.duties, soak.coverage, soak.verdicts, soak.commits.refine, soak.commits.replay\n"
         "from impl.queries import raw_queries\n"
         "raw_queries()\n"
         "root = pathlib.Path.cwd().resolve()\n"
         "where = pathlib.Path(impl.store.__file__).resolve()\n"
         "assert root in where.parents, f'impl imported from {where}, not from the copy {root}'\n"
+        "where = pathlib.Path(soak.checker.__file__).resolve()\n"
+        "assert root in where.parents, f'soak imported from {where}, not from the copy {root}'\n"
         "sys.exit(0 if ok else 1)\n"
     )
     env = subprocess_env(root)

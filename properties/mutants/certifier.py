@@ -1,0 +1,635 @@
+"""The certifier tier (issue 32): mutants of the soak's own judges, `python -m properties.mutants --tier certifier`.
+
+The certifier is code under test too: a rule of soak/checker.py (the §11 invariants), soak/duties.py (the
+worker duties P1–P17), soak/coverage.py (which scenarios a row needs before it may say `valid`),
+soak/verdicts.py (how a rule's findings become a verdict), soak/commits/refine.py (the trace validation of
+the committed history) or soak/commits/replay.py (the per-commit replay of the captured history) that is
+weakened must make some test fail. Each mutant here is one small weakening — a predicate that always
+passes, a comparison off by one, a skipped row, a scenario counted too generously, refinement accepting
+any candidate, the taint set swallowing every finding — that makes the certifier pass a run it must fail
+(or call `valid` a run whose scenario never happened).
+
+The killers are fast tests over synthesized or recorded evidence, never a soak: the checker and duty rules
+on hand-built snapshots, ledgers and fault logs (tests/test_soak_checker.py, tests/test_soak_duties.py,
+tests/test_certifier_checks.py), the trace validation and the replay on small histories captured from a
+real PostgreSQL in the test itself (tests/test_refine.py, tests/test_history_capture.py,
+tests/test_certifier_history.py). Like every tier, each edit is an exact text patch applied to a throwaway
+copy (properties/mutants/runner.py), never a switch in the checker's source.
+"""
+
+from __future__ import annotations
+
+from properties.mutants.kinds import Edit, Mutant
+
+CHECKER_PY = "soak/checker.py"
+DUTIES_PY = "soak/duties.py"
+COVERAGE_PY = "soak/coverage.py"
+VERDICTS_PY = "soak/verdicts.py"
+REFINE_PY = "soak/commits/refine.py"
+REPLAY_PY = "soak/commits/replay.py"
+
+# the suites, fastest first (the runner stops at the first failure): pure checks of hand-built evidence
+CHECKER_SUITE = (
+    "tests/test_soak_checker.py",
+    "tests/test_soak_duties.py",
+    "tests/test_certifier_checks.py",
+)
+# small histories captured from a real PostgreSQL inside the test (an embedded cluster; seconds each)
+REFINE_SUITE = ("tests/test_refine.py", "tests/test_certifier_history.py")
+REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
+
+
+def _one(
+    name: str, description: str, section: str, path: str, old: str, new: str, suite: tuple[str, ...] = CHECKER_SUITE
+) -> Mutant:
+    return Mutant(name, description, section, (Edit(path, old, new),), suite)
+
+
+CERTIFIER: tuple[Mutant, ...] = (
+    # --- soak/verdicts.py and the overall verdict -----------------------------------------------------------
+    _one(
+        "cert_unexercised_rule_is_valid",
+        "a rule whose scenario never happened (exercised False, no reason given) finishes valid, not unknown",
+        "§cert verdict",
+        VERDICTS_PY,
+        '        elif not self.exercised:\n            self.verdict = "unknown"\n',
+        '        elif False:  # MUTANT: an unexercised rule is valid\n            self.verdict = "unknown"\n',
+    ),
+    _one(
+        "cert_violations_of_an_unexercised_rule_ignored",
+        "a rule's violations make it invalid only when its scenario was also exercised",
+        "§cert verdict",
+        VERDICTS_PY,
+        "        if self.violations:\n",
+        "        if self.violations and self.exercised:  # MUTANT\n",
+    ),
+    _one(
+        "cert_unknown_outranks_invalid",
+        "the run's verdict is unknown when any row is unknown, even with an invalid row (exit 2, not 1)",
+        "§cert verdict",
+        CHECKER_PY,
+        '    verdict = "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"\n',
+        '    verdict = "unknown" if "unknown" in verdicts else "invalid" if "invalid" in verdicts else "valid"  # MUTANT\n',
+    ),
+    # --- soak/checker.py: the §11 invariants ----------------------------------------------------------------
+    _one(
+        "cert_i1_lost_jobs_not_checked",
+        "I1: the model's no-job-lost predicate is not applied (a ledger job gone from the database passes)",
+        "§11 I1",
+        CHECKER_PY,
+        "    r.add(inv.i1_no_job_lost(state, expected, drained=False))\n",
+        "    r.add([])  # MUTANT: inv.i1_no_job_lost not applied\n",
+    ),
+    _one(
+        "cert_i1_stuck_after_a_drain_not_flagged",
+        "I1: a due job left non-terminal after a drain that completed is not a violation",
+        "§11 I1",
+        CHECKER_PY,
+        "    stuck = stuck if drained else []\n",
+        "    stuck = []  # MUTANT\n",
+    ),
+    _one(
+        "cert_i1_lease_loss_blamed_only_after_two_ttls",
+        "I1: a lost lease is blamed on the worker only when its node held it for two ttls (not half a ttl)",
+        "§11 I1",
+        CHECKER_PY,
+        "                    and t1 - t0 >= ttl / 2\n",
+        "                    and t1 - t0 >= ttl * 2  # MUTANT\n",
+    ),
+    _one(
+        "cert_i2_older_attempts_result_accepted",
+        "I2: a succeeded row carrying an older attempt's result passes (only a newer attempt's is flagged)",
+        "§11 I2",
+        CHECKER_PY,
+        '        if result["attempt"] != job.attempt:\n',
+        '        if result["attempt"] > job.attempt:  # MUTANT\n',
+    ),
+    _one(
+        "cert_i2_attempt_ending_twice_accepted",
+        "I2: the error entries' attempts need only not decrease: one attempt ending twice passes",
+        "§11 I2",
+        CHECKER_PY,
+        "            if not (isinstance(a, int) and isinstance(b, int) and b > a):\n",
+        "            if not (isinstance(a, int) and isinstance(b, int) and b >= a):  # MUTANT\n",
+    ),
+    _one(
+        "cert_i2_pre_ack_compares_state_only",
+        "I2: a pre-ack observation of a running row counts as current whatever attempt it saw",
+        "§11 I2",
+        CHECKER_PY,
+        '        if seen.get("state") == "running" and seen.get("attempt") == o.attempt:\n',
+        '        if seen.get("state") == "running":  # MUTANT: the attempt is not compared\n',
+    ),
+    _one(
+        "cert_i3_result_token_compared_with_itself",
+        "I3: a result's step token is compared with itself instead of the journaled value (re-execution passes)",
+        "§11 I3",
+        CHECKER_PY,
+        '            stored = value.get("token") if isinstance(value, Mapping) else value\n',
+        "            stored = tok  # MUTANT\n",
+    ),
+    Mutant(
+        "cert_i3_samples_compare_seq_only",
+        "I3: step-journal samples are compared by seq only, not by the value's digest (a rewritten value passes)",
+        "§11 I3",
+        (
+            Edit(
+                CHECKER_PY,
+                "            if key in first and first[key] != (seq, digest):\n",
+                "            if key in first and first[key][0] != seq:  # MUTANT\n",
+            ),
+            Edit(
+                CHECKER_PY,
+                "        elif (s.seq, _digest(s.value)) != (seq, digest):\n",
+                "        elif s.seq != seq:  # MUTANT\n",
+            ),
+        ),
+        CHECKER_SUITE,
+    ),
+    _one(
+        "cert_i3_late_journal_compared_by_day",
+        "I3: a step journaled after its job finished is flagged only when it is a day later",
+        "§11 I3",
+        CHECKER_PY,
+        "            elif job.finished_at is not None and s.inserted_at > job.finished_at:\n",
+        "            elif job.finished_at is not None and s.inserted_at.date() > job.finished_at.date():  # MUTANT\n",
+    ),
+    _one(
+        "cert_i3_unjournaled_step_skipped",
+        "I3: a result naming a step the journal does not hold is skipped instead of flagged",
+        "§11 I3",
+        CHECKER_PY,
+        "            if s is None:\n                r.add(\n",
+        "            if s is None:\n                continue  # MUTANT\n                r.add(\n",
+    ),
+    _one(
+        "cert_i4_budget_predicate_dropped",
+        "I4: the model's budget predicate (fail on the crossing step, no step past it) is not applied",
+        "§11 I4",
+        CHECKER_PY,
+        "    r.add(inv.i4_budget_fails_on_crossing_step(state))\n",
+        "    r.add([])  # MUTANT\n",
+    ),
+    _one(
+        "cert_i4_crossing_step_judged_only_with_two_steps",
+        "I4: the step a budget failure came after is compared with the crossing step only when two were journaled",
+        "§11 I4",
+        CHECKER_PY,
+        "            if names and names[-1] != want:\n",
+        "            if len(names) > 1 and names[-1] != want:  # MUTANT\n",
+    ),
+    _one(
+        "cert_i5_settlement_predicate_dropped",
+        "I5: the model's settlement predicate (no missed doom, no early release) is not applied",
+        "§11 I5",
+        CHECKER_PY,
+        "    r.add(inv.i5_settlement_consistent(state, retried=frozenset()))\n",
+        "    r.add([])  # MUTANT\n",
+    ),
+    _one(
+        "cert_i5_first_attempt_beside_failed_dep_accepted",
+        "I5: a member that ran beside an unsatisfied dep is flagged only from its second attempt (off by one)",
+        "§11 I5",
+        CHECKER_PY,
+        "            if job.attempt > 0 and not satisfied:\n",
+        "            if job.attempt > 1 and not satisfied:  # MUTANT\n",
+    ),
+    _one(
+        "cert_i6_due_slots_not_expected",
+        "I6: the due cron slots are not passed to the predicate: a slot missed while workers ran passes",
+        "§11 I6",
+        CHECKER_PY,
+        "    r.add(inv.i6_cron_slots_once(state, slots))\n",
+        "    r.add(inv.i6_cron_slots_once(state, set()))  # MUTANT\n",
+    ),
+    _one(
+        "cert_i7_window_mode_admissions_not_counted",
+        "I7: admissions per unique key are counted for the always mode only: window-mode duplicates pass",
+        "§11 I7",
+        CHECKER_PY,
+        '        if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):\n',
+        '        if a.outcome == "inserted" and a.job_id is not None and a.mode == "always":  # MUTANT\n',
+    ),
+    _one(
+        "cert_i7_always_mode_admissions_not_counted",
+        "I7: admissions per unique key are counted for the window mode only: always-mode duplicates pass",
+        "§11 I7",
+        CHECKER_PY,
+        '        if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):\n',
+        '        if a.outcome == "inserted" and a.job_id is not None and a.mode == "window":  # MUTANT\n',
+    ),
+    _one(
+        "cert_i7_incomplete_group_allows_two_holders",
+        "I7: a concurrent insert group of an incomplete-mode key may admit two live holders (off by one)",
+        "§11 I7",
+        CHECKER_PY,
+        '        if attempts[0].mode == "incomplete" and len(inserted) > 1:\n',
+        '        if attempts[0].mode == "incomplete" and len(inserted) > 2:  # MUTANT\n',
+    ),
+    _one(
+        "cert_i8_children_compared_by_count",
+        "I8: a parent's children are compared with its declared spawn by count, not by id",
+        "§11 I8",
+        CHECKER_PY,
+        "        if actual != sorted(declared):\n",
+        "        if len(actual) != len(declared):  # MUTANT\n",
+    ),
+    _one(
+        "cert_i8_children_finishing_after_the_parent_accepted",
+        "I8: a child that finished after its succeeded parent passes (a minute of slack instead of the skew)",
+        "§11 I8",
+        CHECKER_PY,
+        "c.finished_at.timestamp() > job.finished_at.timestamp() + skew\n",
+        "c.finished_at.timestamp() > job.finished_at.timestamp() + skew + 60  # MUTANT\n",
+    ),
+    _one(
+        "cert_i9_payload_not_compared",
+        "I9: an awaiter that ran with another payload than its delivered signal passes",
+        "§11 I9",
+        CHECKER_PY,
+        '            if isinstance(result, Mapping) and result.get("payload") != signal.payload:\n',
+        '            if isinstance(result, Mapping) and result.get("payload") is None:  # MUTANT\n',
+    ),
+    _one(
+        "cert_i9_only_failed_awaiters_flagged",
+        "I9: an awaiter left non-terminal despite its delivered signal passes (only failed ones are flagged)",
+        "§11 I9",
+        CHECKER_PY,
+        '        elif not (job.state == "failed" and _last_error(job) == "lease_expired"):\n',
+        '        elif job.state == "failed" and _last_error(job) != "lease_expired":  # MUTANT\n',
+    ),
+    _one(
+        "cert_i9_awaiting_predicate_not_quiescent",
+        "I9: the model's awaiter predicate runs as if the snapshot were mid-run (no lost wake-up after the drain)",
+        "§11 I9",
+        CHECKER_PY,
+        "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))\n",
+        "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=False))  # MUTANT\n",
+    ),
+    # --- soak/duties.py: the worker duties ----------------------------------------------------------------
+    _one(
+        "cert_p1_any_observation_makes_an_exit_deliberate",
+        "P1: a node that wrote any observation (not an `exit` one) may exit by itself",
+        "§duty P1",
+        DUTIES_PY,
+        '    deliberate = {o.node for o in ledger.observations if o.phase == "exit"}\n    for e in ev.by_type["worker_unstable"]:',
+        '    deliberate = {o.node for o in ledger.observations}  # MUTANT\n    for e in ev.by_type["worker_unstable"]:',
+    ),
+    _one(
+        "cert_p1_unstable_worker_not_reported",
+        "P1: a worker that cannot stay up (the harness's worker_unstable) is not a violation",
+        "§duty P1",
+        DUTIES_PY,
+        "        r.add([f\"P1 {e['message']}\"])\n",
+        "        pass  # MUTANT: r.add([f\"P1 {e['message']}\"])\n",
+    ),
+    _one(
+        "cert_p2_renewal_due_only_after_two_ttls",
+        "P2: a lost lease is blamed only when the attempt was seen holding it for two ttls",
+        "§duty P2",
+        DUTIES_PY,
+        "            if first_seen > t1 - ttl / 2:\n",
+        "            if first_seen > t1 - ttl * 2:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p3_only_failures_after_a_cancel_flagged",
+        "P3: a job that succeeded after a cancel requested before its await passes (only failed ones flagged)",
+        "§duty P3",
+        DUTIES_PY,
+        '        if job.terminal and job.state != "cancelled":\n',
+        '        if job.terminal and job.state == "failed":  # MUTANT\n',
+    ),
+    _one(
+        "cert_p4_tempfail_exit_is_a_drain",
+        "P4: a worker exiting with status 75 (EX_TEMPFAIL) after SIGTERM is taken as drained",
+        "§duty P4",
+        DUTIES_PY,
+        '        elif d.get("code") != 0:\n',
+        '        elif d.get("code") not in (0, 75):  # MUTANT\n',
+    ),
+    _one(
+        "cert_p4_short_grace_accepted",
+        "P4: a worker exiting a second after SIGTERM, its running job left to lease expiry, is not flagged",
+        "§duty P4",
+        DUTIES_PY,
+        "            if isinstance(lived, int | float) and lived < GRACE_MIN - 0.5:\n",
+        "            if isinstance(lived, int | float) and lived < 0.5:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p4_abandoned_jobs_not_flagged",
+        "P4: a job a SIGTERMed worker left to lease expiry is only flagged when no sample attributed it",
+        "§duty P4",
+        DUTIES_PY,
+        '            elif (job_id, attempt) in listed and kind != "slow":\n',
+        '            elif (job_id, attempt) in listed and kind != "slow" and False:  # MUTANT\n',
+    ),
+    _one(
+        "cert_p5_priority_compared_below_zero",
+        "P5: only a waiting job of a negative priority counts as passed over (priority 0 waits unjudged)",
+        "§duty P5",
+        DUTIES_PY,
+        "            waiting_low = sorted(i for i in ready_a & ready_b if prio[i] == 0)\n",
+        "            waiting_low = sorted(i for i in ready_a & ready_b if prio[i] < 0)  # MUTANT\n",
+    ),
+    _one(
+        "cert_p6_cron_queue_not_compared",
+        "P6: a cron job's queue is not compared with its belay_crons row",
+        "§duty P6",
+        DUTIES_PY,
+        "        if job.queue != want_queue or job.worker != row.worker or job.input != row.input:\n",
+        "        if job.worker != row.worker or job.input != row.input:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p7_first_resume_not_judged",
+        "P7: a sleeper resumed once without a journaled `$sleep:` step passes (judged from two resumes)",
+        "§duty P7",
+        DUTIES_PY,
+        '        if resumes >= 1 and sleep_step is None and job.state != "cancelled":\n',
+        '        if resumes >= 2 and sleep_step is None and job.state != "cancelled":  # MUTANT\n',
+    ),
+    _one(
+        "cert_p8_result_attempt_not_required",
+        "P8: any mapping result passes, with or without the attempt that produced it",
+        "§duty P8",
+        DUTIES_PY,
+        '        if not (isinstance(result, Mapping) and isinstance(result.get("attempt"), int)):\n'
+        "            r.add(\n                [\n                    f'P8",
+        "        if not isinstance(result, Mapping):  # MUTANT\n            r.add(\n                [\n                    f'P8",
+    ),
+    _one(
+        "cert_p9_any_terminal_outcome_accepted",
+        "P9: every terminal job matches its kind's prescribed outcome (the predicate always passes)",
+        "§duty P9",
+        DUTIES_PY,
+        "        if _matches(e.expected, job):\n",
+        "        if True:  # MUTANT: _matches(e.expected, job)\n",
+    ),
+    _one(
+        "cert_p10_stranded_parents_skipped",
+        "P10: a parent seen parked with all its children terminal is skipped instead of flagged",
+        "§duty P10",
+        DUTIES_PY,
+        "            if pid in flagged or timeline.db_down_during(at - 2, at + 1):\n",
+        "            if pid not in flagged or timeline.db_down_during(at - 2, at + 1):  # MUTANT\n",
+    ),
+    _one(
+        "cert_p11_every_sampled_attempt_counts_as_seen",
+        "P11: every attempt of any later sample counts as already seen: no claim after SIGTERM is found",
+        "§duty P11",
+        DUTIES_PY,
+        "        seen = {k for k, v in after[0][1].items() if v[0] == node}\n",
+        "        seen = {k for _at, rows in after for k in rows}  # MUTANT\n",
+    ),
+    _one(
+        "cert_p11_committed_claims_ignored",
+        "P11: the trace validation's claims after SIGTERM are not added to the duty",
+        "§duty P11",
+        CHECKER_PY,
+        '        for line in committed.get("claims_after_term") or ():\n            duties["P11"].add([line])\n',
+        '        for line in committed.get("claims_after_term") or ():\n            pass  # MUTANT\n',
+    ),
+    _one(
+        "cert_p12_early_slots_allowed_a_minute",
+        "P12: a cron slot inserted up to a minute before it was due passes",
+        "§duty P12",
+        DUTIES_PY,
+        "        if early > STAMP_SLACK:\n",
+        "        if early > 60:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p12_paused_rows_allowed_two_minutes",
+        "P12: a slot due up to two minutes after its cron row was paused passes",
+        "§duty P12",
+        DUTIES_PY,
+        "        if t_paused is not None and slot > t_paused + ev.max_skew + 1.0:\n",
+        "        if t_paused is not None and slot > t_paused + ev.max_skew + 120.0:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p13_two_steps_after_a_cancel_allowed",
+        "P13: two steps journaled after a pending cancel pass (the rule allows the step in flight only)",
+        "§duty P13",
+        DUTIES_PY,
+        "        if len(after) >= 2:\n",
+        "        if len(after) >= 3:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p14_one_late_renewal_needs_a_whole_ttl",
+        "P14: one renewal interval is late only above a whole ttl (not 0.75 ttl)",
+        "§duty P14",
+        DUTIES_PY,
+        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 2):\n",
+        "        if not slow or (slow[0][0] <= ev.ttl and len(slow) < 2):  # MUTANT\n",
+    ),
+    _one(
+        "cert_p14_slow_renewals_need_three",
+        "P14: two renewal intervals above 0.6 ttl on a node pass (three are needed)",
+        "§duty P14",
+        DUTIES_PY,
+        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 2):\n",
+        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 3):  # MUTANT\n",
+    ),
+    _one(
+        "cert_p15_only_lowered_budgets_flagged",
+        "P15: a park that spent an attempt passes as long as max_attempts did not drop below its enqueued value",
+        "§duty P15",
+        DUTIES_PY,
+        "        if job.max_attempts != m0 + parks:\n",
+        "        if job.max_attempts < m0:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p16_one_attempt_past_the_budget_allowed",
+        "P16: a job may run one attempt past its max_attempts (off by one)",
+        "§duty P16",
+        DUTIES_PY,
+        "        if job.attempt > job.max_attempts:\n",
+        "        if job.attempt > job.max_attempts + 1:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p17_expired_leases_allowed_a_minute",
+        "P17: a lease may stay expired for a minute while workers run before it counts as unreclaimed",
+        "§duty P17",
+        DUTIES_PY,
+        "            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:\n",
+        "            if until is None or at - until <= 60 or key in flagged:  # MUTANT\n",
+    ),
+    # --- soak/coverage.py: what a row needs before it may say valid ------------------------------------------
+    _one(
+        "cert_cov_every_sigterm_counts_as_a_drain",
+        "P4 coverage: every SIGTERM counts as a drain, also one that found no job running",
+        "§cov P4",
+        COVERAGE_PY,
+        '        "drains": sum(1 for e in t["worker_drain_term"] if e.get("running")),\n',
+        '        "drains": len(t["worker_drain_term"]),  # MUTANT\n',
+    ),
+    _one(
+        "cert_cov_missing_scenarios_ignored",
+        "coverage: a row whose scenario occurred zero times is not marked unknown (< 0 instead of <= 0)",
+        "§cov all",
+        COVERAGE_PY,
+        "        missing = [(key, desc) for key, desc in scenarios if counts.get(key, 0) <= 0]\n",
+        "        missing = [(key, desc) for key, desc in scenarios if counts.get(key, 0) < 0]  # MUTANT\n",
+    ),
+    _one(
+        "cert_cov_only_the_first_scenario_required",
+        "coverage: only the first scenario of each row must occur (a row with several needs one)",
+        "§cov all",
+        COVERAGE_PY,
+        "        missing = [(key, desc) for key, desc in scenarios if counts.get(key, 0) <= 0]\n",
+        "        missing = [(key, desc) for key, desc in scenarios[:1] if counts.get(key, 0) <= 0]  # MUTANT\n",
+    ),
+    _one(
+        "cert_cov_any_error_counts_as_a_reclaim",
+        "I1/P16 coverage: any error entry counts as a reclaimed lease, not only lease_expired",
+        "§cov I1",
+        COVERAGE_PY,
+        '        1 for j in state.jobs.values() for e in j.errors if isinstance(e, Mapping) and e.get("error") == "lease_expired"\n',
+        "        1 for j in state.jobs.values() for e in j.errors if isinstance(e, Mapping)  # MUTANT\n",
+    ),
+    _one(
+        "cert_cov_self_exits_count_as_kills",
+        "I1/I3/P17 coverage: a worker's own exit counts as a kill -9",
+        "§cov I1",
+        COVERAGE_PY,
+        '        "kills": len(t["worker_kill"]),\n',
+        '        "kills": len(t["worker_kill"]) + len(t["worker_exit"]),  # MUTANT\n',
+    ),
+    _one(
+        "cert_cov_every_lease_is_long",
+        "P2/P14 coverage: every sampled attempt counts as one that held its lease longer than the ttl",
+        "§cov P2",
+        DUTIES_PY,
+        "        return [k for k, (a, b) in self.span.items() if b - a > self.ttl]\n",
+        "        return [k for k, (a, b) in self.span.items() if b - a >= 0]  # MUTANT\n",
+    ),
+    _one(
+        "cert_cov_cancels_of_any_state_count",
+        "P9 coverage: a cancel of an awaiter counts as one of a job awaiting its signal whatever state it was in",
+        "§cov P9",
+        COVERAGE_PY,
+        '        if kind == "awaiter" and before == "awaiting":\n',
+        '        if kind == "awaiter":  # MUTANT\n',
+    ),
+    # --- soak/commits/refine.py: the trace validation ---------------------------------------------------------
+    _one(
+        "cert_refine_any_candidate_explains",
+        "refine: the first candidate explains the transaction whatever the model's rows say",
+        "§refine",
+        REFINE_PY,
+        "            if why is None:\n                explained = cand\n",
+        "            if True:  # MUTANT: why is None\n                explained = cand\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_rows_the_model_changed_ignored",
+        "refine: rows the model writes and the transaction does not are not compared (one-way comparison)",
+        "§refine",
+        REFINE_PY,
+        "            for k, v in model_rows.items():\n                if was.get(k) is not v:\n                    keys.add(k)\n",
+        "            for k, v in ():  # MUTANT: model_rows.items()\n                if was.get(k) is not v:\n                    keys.add(k)\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_taken_rows_not_checked_claimable",
+        "refine: a claim's taken rows need not be claimable under the model's predicate (a future row is claimed)",
+        "§refine",
+        REFINE_PY,
+        "                if taken is None or not model_store.claimable(taken, op.now):\n",
+        "                if taken is None:  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_taint_swallows_everything",
+        "refine: every unexplained transaction counts as one on rows with a capture gap (unknown, never invalid)",
+        "§refine",
+        REFINE_PY,
+        "            tainted = bool(involved & self.taint) or bool(rows.gap)\n",
+        "            tainted = True  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_now_skew_unbounded",
+        "refine: an operation's `now` may run any time ahead of its commit (the clock tolerance is not applied)",
+        "§refine",
+        REFINE_PY,
+        "        if now > at + SKEW:\n",
+        "        if now > at + SKEW * 1000:  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_capture_gaps_ignored",
+        "refine: a capture gap with every transaction explained is valid, not unknown",
+        "§refine",
+        REFINE_PY,
+        "    elif r.unexplained or r.capture_gaps or r.matches_snapshot is False:\n",
+        "    elif r.unexplained or r.matches_snapshot is False:  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_client_writes_not_attested",
+        "refine: a client cancel need not be one the harness ledger recorded",
+        "§refine",
+        REFINE_PY,
+        "            if self.ledger.strict and a.id not in self.ledger.cancels:\n",
+        "            if False:  # MUTANT: self.ledger.strict and a.id not in self.ledger.cancels\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_late_claims_need_a_minute",
+        "refine P11: a committed claim counts as after its node's SIGTERM only when its `now` is a minute later",
+        "§refine P11",
+        REFINE_PY,
+        "            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:\n",
+        "            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK + 60:  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    # --- soak/commits/replay.py: the per-commit replay ---------------------------------------------------------
+    _one(
+        "cert_replay_illegal_transitions_ignored",
+        "replay: an illegal belay_jobs transition is not a finding",
+        "§replay",
+        REPLAY_PY,
+        "                if not j.legal:\n                    new_findings.append(\n                        Finding(\n"
+        '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
+        "                            j.rule,\n                            job_id,\n",
+        "                if False:  # MUTANT: not j.legal\n                    new_findings.append(\n                        Finding(\n"
+        '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
+        "                            j.rule,\n                            job_id,\n",
+        REPLAY_SUITE,
+    ),
+    _one(
+        "cert_replay_state_predicates_skipped",
+        "replay: the §11 state predicates are not evaluated on the committed states",
+        "§replay",
+        REPLAY_PY,
+        "            for v in self._predicates(touched_jobs, touched_signals):\n",
+        "            for v in ():  # MUTANT: self._predicates(touched_jobs, touched_signals)\n",
+        REPLAY_SUITE,
+    ),
+    _one(
+        "cert_replay_taint_swallows_everything",
+        "replay: every finding counts as related to a capture gap and is suppressed",
+        "§replay",
+        REPLAY_PY,
+        "        return bool(f.related_jobs & self.tainted) or bool(f.related_rows & self.tainted_rows)\n",
+        "        return True  # MUTANT\n",
+        REPLAY_SUITE,
+    ),
+    _one(
+        "cert_replay_old_rows_not_compared",
+        "replay: an update's old row is not compared with the replayed one (a missed commit is no gap)",
+        "§replay",
+        REPLAY_PY,
+        "                if old != current:\n",
+        "                if old != current and False:  # MUTANT\n",
+        REPLAY_SUITE,
+    ),
+    _one(
+        "cert_replay_snapshot_difference_ignored",
+        "replay: a replay that does not end in the final snapshot is still complete (valid)",
+        "§replay",
+        REPLAY_PY,
+        '        or r.matches_snapshot is False\n        or r.capture.get("errors")\n',
+        '        or r.capture.get("errors")  # MUTANT: r.matches_snapshot is False\n',
+        REPLAY_SUITE,
+    ),
+)

@@ -1,0 +1,227 @@
+"""The certifier's rules where the mutant catalogue's certifier tier found them untested (issue 32).
+
+`python -m properties.mutants --tier certifier` weakens one rule of soak/checker.py, soak/duties.py,
+soak/coverage.py or soak/verdicts.py at a time; each test here is the evidence that the weakened rule
+would have passed — a hand-built snapshot, ledger and fault log (tests/test_soak_checker.py's baseline
+run, broken in one place) that the rule must fail, or a run whose scenario did not happen that it must
+not call valid. Pure and fast: no database.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from model.envelope import encode
+from soak.checker import UniqueAttempt
+from soak.verdicts import InvariantResult
+from tests.test_soak_checker import E0, at, baseline, err, job
+
+
+def duty(result, name):
+    return result.duties[name]
+
+
+def coverage_count(result, row: str, key: str) -> int:
+    entry = next(x for x in result.coverage if x["row"] == row)
+    return {s["key"]: s["count"] for s in entry["scenarios"]}[key]
+
+
+# --- soak/verdicts.py: how a rule's findings become its verdict ------------------------------------------
+
+
+def test_a_rule_that_held_but_was_never_exercised_is_unknown_not_valid():
+    r = InvariantResult("X", checks=12)
+    r.finish()
+    assert r.verdict == "unknown" and r.why_unknown == "not exercised in this run"
+    r = InvariantResult("X", checks=12, exercised=True)
+    r.finish()
+    assert r.verdict == "valid"
+
+
+def test_a_rule_with_violations_is_invalid_whether_or_not_its_scenario_was_exercised():
+    r = InvariantResult("X")
+    r.add(["job 1 broke it"])
+    r.finish()
+    assert r.verdict == "invalid" and r.counterexamples == ["job 1 broke it"]
+
+
+# --- I7: admissions counted per key from the ledger, in both modes that admit a key once ------------------
+
+
+def test_i7_an_always_key_admitted_again_after_retention_deleted_its_first_holder_is_flagged():
+    """The model's predicate sees one row (the first holder is gone): only the ledger's admissions show
+    that the key was admitted twice."""
+    r = baseline()
+    r.unique += [UniqueAttempt(2, "alw-1", "always", "inserted", 16, at(1))]
+    r.add(job(17, unique_key="alw-1", unique_mode="always"), "echo")
+    r.unique += [UniqueAttempt(3, "alw-1", "always", "inserted", 17, at(2))]
+    i7 = r.check().invariants["I7"]
+    assert i7.verdict == "invalid", i7.to_json()
+    assert any("always-mode key 'alw-1' was admitted 2 times: [16, 17]" in c for c in i7.counterexamples)
+
+
+def test_i7_a_window_key_admitted_twice_in_one_window_is_flagged_even_when_the_rows_hide_the_mode():
+    """A store that admitted the second insert of a window key as if its mode were `incomplete` (the first
+    holder had finished) wrote the second row with that mode: the rows alone are a finished window holder
+    and a live incomplete one — only the ledger says both were window-mode admissions of one window."""
+    r = baseline()
+    r.add(job(16, unique_key="win-1@5", unique_mode="window"), "echo")
+    r.unique += [UniqueAttempt(2, "win-1", "window", "inserted", 16, at(1))]
+    r.add(job(17, unique_key="win-1@5", unique_mode="incomplete"), "echo")
+    r.unique += [UniqueAttempt(3, "win-1", "window", "inserted", 17, at(3))]
+    i7 = r.check().invariants["I7"]
+    assert i7.verdict == "invalid", i7.to_json()
+    assert any("window-mode key 'win-1@5' was admitted 2 times: [16, 17]" in c for c in i7.counterexamples)
+
+
+def test_i7_window_keys_admitted_once_per_window_are_valid():
+    r = baseline()
+    r.add(job(16, unique_key="win-1@5", unique_mode="window"), "echo")
+    r.unique += [UniqueAttempt(2, "win-1", "window", "inserted", 16, at(1))]
+    r.add(job(17, unique_key="win-1@6", unique_mode="window"), "echo")
+    r.unique += [UniqueAttempt(3, "win-1", "window", "inserted", 17, at(3))]
+    assert r.check().invariants["I7"].verdict == "valid"
+
+
+# --- coverage: a scenario is what could have exposed the violation, counted no more generously ----------
+
+
+def test_p4_a_sigterm_that_found_no_job_running_is_not_a_drain():
+    """SIGTERM of an idle worker drains nothing that could break: P4 stays unknown (issue 32's survivor)."""
+    r = baseline()
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": []},
+        {"t": E0 + 10.5, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 0.5},
+    ]
+    result = r.check()
+    assert coverage_count(result, "P4", "drains") == 0
+    p4 = duty(result, "P4")
+    assert p4.verdict == "unknown" and "SIGTERM of a worker with jobs running" in p4.why_unknown
+    r.history[-2]["running"] = [[1, 1, "echo"]]
+    assert duty(r.check(), "P4").verdict == "valid"
+
+
+def test_reclaims_count_lease_expiries_only():
+    """A run whose jobs only failed by their own errors reclaimed nothing: I1 and P16 stay unknown."""
+    r = baseline()
+    r.jobs[3] = replace(r.jobs[3], errors=[err(1, "Planned", 1.9), err(2, "budget_exceeded", 2)])
+    r.jobs[11] = replace(r.jobs[11], errors=[err(1, "Planned", 20)])
+    result = r.check()
+    assert coverage_count(result, "I1", "reclaims") == 0
+    assert result.invariants["I1"].verdict == "unknown" and "leases reclaimed" in result.invariants["I1"].why_unknown
+    assert duty(result, "P16").verdict == "unknown"
+
+
+def test_a_workers_own_exit_is_not_a_kill():
+    r = baseline()
+    r.history = [e for e in r.history if e["type"] != "worker_kill"]
+    r.history.append({"t": E0 + 30, "type": "worker_exit", "node": "w3-1", "code": 0})
+    r.observations.append(r.observations[0].__class__(1, 1, "w3-1", "exit", {"reason": "flaky exit"}, at(29)))
+    result = r.check()
+    assert coverage_count(result, "I1", "kills") == 0
+    assert result.invariants["I1"].verdict == "unknown" and "kill -9" in result.invariants["I1"].why_unknown
+
+
+def test_a_short_lease_is_not_a_long_lease():
+    """An attempt sampled for less than a ttl needed no renewal: P2 and P14 have nothing to stand on."""
+    from tests.test_soak_duties import lease_sample
+
+    r = baseline()
+    r.history += [
+        lease_sample(3, [[1, 1, "w2-1", E0 + 13, "echo"]]),
+        lease_sample(6, [[1, 1, "w2-1", E0 + 13, "echo"]]),
+    ]
+    result = r.check()
+    assert coverage_count(result, "P2", "long_leases") == 0
+    assert duty(result, "P2").verdict == "unknown" and duty(result, "P14").verdict == "unknown"
+    r.history.append(lease_sample(14, [[1, 1, "w2-1", E0 + 23, "echo"]]))  # held 11 s > ttl 10 s
+    assert coverage_count(r.check(), "P2", "long_leases") == 1
+
+
+def test_a_cancel_of_a_running_awaiter_is_not_a_cancel_awaiting_its_signal():
+    r = baseline()
+    r.history.append(
+        {
+            "t": E0 + 1,
+            "type": "cancel",
+            "job_id": 4,
+            "result": "CancelRequested",
+            "kind": "awaiter",
+            "state_before": "running",
+        }
+    )
+    assert coverage_count(r.check(), "P9", "cancel_awaiting_signal") == 0
+
+
+# --- the duties at their exact thresholds -----------------------------------------------------------------
+
+
+def test_p16_a_single_attempt_past_max_attempts_is_flagged():
+    r = baseline()
+    r.jobs[11] = replace(r.jobs[11], max_attempts=1, attempt=2)  # one reclaim too many, not a gross overrun
+    p16 = duty(r.check(), "P16")
+    assert p16.verdict == "invalid" and "ran attempt 2 of max_attempts 1" in p16.counterexamples[0]
+
+
+def test_p13_two_steps_journaled_after_a_pending_cancel_are_flagged():
+    from tests.test_soak_duties import cancel_requested, steps_job
+
+    r = baseline()
+    steps_job(r, times=[10.0, 10.45, 10.9], state="succeeded")  # s1 before, s2 in flight, s3 past the boundary
+    r.history.append(cancel_requested(10.2, 20))
+    p13 = duty(r.check(), "P13")
+    assert p13.verdict == "invalid" and "2 steps (s2, s3) were journaled after it" in p13.counterexamples[0]
+
+
+def test_p7_a_sleeper_resumed_once_without_a_journaled_sleep_is_flagged():
+    r = baseline()
+    r.add(
+        job(
+            40,
+            "sleeper",
+            input={"seconds": 2},
+            state="ready",
+            attempt=2,
+            result=None,
+            finished_at=None,
+            ready_at=at(10_000),
+        ),
+        "sleeper",
+    )
+    p7 = duty(r.check(), "P7")
+    assert p7.verdict == "invalid" and "resumed 1 time(s)" in p7.counterexamples[0]
+
+
+def test_p4_a_drain_within_the_grace_that_left_a_running_job_to_lease_expiry_is_flagged():
+    """The node exited 0 after 12 s (inside the 10–15 s grace) but never finished the job it was running at
+    its SIGTERM: its lease expired after the signal."""
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "lease_expired", 30)])
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[2, 1, "steps"]]},
+        {"t": E0 + 22, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 12.0},
+    ]
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "without finishing it" in p4.counterexamples[0], p4.to_json()
+
+
+def test_p14_two_slow_renewals_on_a_node_are_flagged():
+    from tests.test_soak_duties import renewals
+
+    r = baseline()
+    r.history += renewals("w2-1", 6.5, 3)  # intervals of 6.5 s (0.65 ttl), none above 0.75 ttl
+    p14 = duty(r.check(), "P14")
+    assert p14.verdict == "invalid" and "renewal interval(s) above 0.6 ttl" in p14.counterexamples[0], p14.to_json()
+
+
+def test_i3_a_step_journaled_a_moment_after_the_ack_is_flagged():
+    r = baseline()
+    r.steps[1] = replace(r.steps[1], inserted_at=at(5.2))  # job 2 finished at +5
+    i3 = r.check().invariants["I3"]
+    assert i3.verdict == "invalid" and any("after the job finished" in c for c in i3.counterexamples)
+
+
+def test_p8_a_result_whose_attempt_is_not_a_number_is_flagged():
+    r = baseline()
+    r.jobs[1] = replace(r.jobs[1], result=encode({"echo": 1, "attempt": "1"}))
+    assert duty(r.check(), "P8").verdict == "invalid"

@@ -1,0 +1,87 @@
+"""The committed-history judges where the certifier tier of the mutant catalogue found them untested
+(issue 32): the trace validation (soak/commits/refine.py) and the per-commit replay
+(soak/commits/replay.py), each fed a small history captured from a real PostgreSQL in the test, with one
+planted write the judge must fail — or a capture that is incomplete, which it must not call valid.
+
+Runs its own embedded cluster with wal_level = logical (like tests/test_refine.py).
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+
+import psycopg
+import pytest
+
+from impl.client import Client
+from impl.migrate import migrate
+from impl.provision import ClusterConfig, EmbeddedCluster
+from impl.store import PgStore
+from model import worker_ops as w
+from soak.broken.base import patched_queries
+from soak.commits.capture import read_transactions
+from soak.commits.replay import load_state, replay
+from tests.test_refine import TTL, Captured, first, now
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
+    yield c
+    c.destroy()
+
+
+@pytest.fixture
+def url(cluster):
+    name = f"c_{secrets.token_hex(4)}"
+    with psycopg.connect(cluster.url, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    u = cluster.url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(u, autocommit=True) as c:
+        migrate(c)
+    yield u
+    with psycopg.connect(cluster.url, autocommit=True) as c:
+        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
+        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def test_a_claim_of_a_row_not_yet_due_is_unexplained_and_named_not_claimable(url, tmp_path):
+    """A store whose claim ignores ready_at takes a job scheduled an hour ahead. The trace validation must
+    name the claimed row as not claimable under the model's own predicate (not merely differ on a column)."""
+    eager = patched_queries(
+        claim_plain=(
+            "AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s)",
+            "AND state = 'ready'",
+        )
+    )
+    with Captured(url, tmp_path, "future") as cap:
+        with eager(url) as store, Client(url) as client:
+            later = client.enqueue("q", "k", {}, scheduled_at=now() + timedelta(hours=1)).id
+            assert [j.id for j in store.apply(w.Claim(now(), "q", "n1", 1, TTL)).jobs] == [later]
+            store.apply(w.Ack(now(), later, 1, w.Succeed(None)))
+    r = cap.validate()
+    assert r.verdict == "invalid" and r.unexplained >= 1, r.line()
+    assert any(f"claim of job {later}: not claimable at" in t for f in r.findings for t in f.tried), first(r)
+
+
+def test_a_replay_that_does_not_end_in_the_final_snapshot_is_unknown_not_valid(url, tmp_path):
+    """Every captured transaction legal, but the final snapshot holds a row the capture never showed
+    written (here: the last transaction left out): the replay is incomplete, its verdict unknown."""
+    from soak.commits.hook import HistoryCheck
+
+    hist = HistoryCheck.begin(url, tmp_path, "tail")
+    try:
+        with PgStore(url) as store, Client(url) as client:
+            job = client.enqueue("q", "k", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+            store.apply(w.Ack(now(), job, 1, w.Succeed(None)))
+        whole = hist.finish()
+    finally:
+        assert hist.close()
+    assert whole.verdict == "valid", whole.line()
+    txs = list(read_transactions(tmp_path / "history.bin"))
+    final = load_state(tmp_path / "history-final.pickle")
+    short = replay(txs[:-1], hist.initial, final, {})
+    assert short.matches_snapshot is False and not short.findings
+    assert short.verdict == "unknown", short.line()
