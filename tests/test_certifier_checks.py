@@ -225,3 +225,52 @@ def test_p8_a_result_whose_attempt_is_not_a_number_is_flagged():
     r = baseline()
     r.jobs[1] = replace(r.jobs[1], result=encode({"echo": 1, "attempt": "1"}))
     assert duty(r.check(), "P8").verdict == "invalid"
+
+
+def test_i4_a_budget_failure_after_a_step_journaled_with_a_wrong_cost_is_flagged():
+    """The journal alone is consistent (c1 journaled at 120 crosses the budget of 100, the job failed
+    right after it): only the ledger knows that c1 costs 60 and the crossing step is c2 — a worker that
+    charged c1 twice failed the job a step early. The model's predicate cannot see it; the checker's
+    crossing rule must."""
+    from tests.test_soak_checker import step
+
+    r = baseline()
+    r.steps = [s for s in r.steps if s.job_id != 3]
+    r.steps.append(step(3, 1, "c1", {"token": "x", "attempt": 1}, usd=120))
+    r.jobs[3] = replace(r.jobs[3], spent_usd_micros=120)
+    i4 = r.check().invariants["I4"]
+    assert i4.verdict == "invalid", i4.to_json()
+    assert any("after step 'c1'; its costs cross the budget on step 'c2'" in c for c in i4.counterexamples)
+
+
+def test_i8_a_parent_whose_children_are_not_the_ones_it_declared_is_named_with_both_lists():
+    """As many children as declared, but not the declared ones (child 7 re-parented away, job 16 adopted):
+    the model's predicate names the children's keys; the checker must also name the parent and both lists
+    (a count comparison would find nothing)."""
+    r = baseline()
+    r.jobs[7] = replace(r.jobs[7], parent_id=None)
+    r.add(job(16, parent_id=5, finished_at=at(8)))
+    i8 = r.check().invariants["I8"]
+    assert i8.verdict == "invalid"
+    assert any("job 5: has children [6, 16] but its spawn declared [6, 7]" in c for c in i8.counterexamples), (
+        i8.to_json()
+    )
+
+
+def test_i9_an_awaiter_cancelled_by_nobody_after_its_signal_was_delivered_is_flagged():
+    """Not awaiting any more (the model's lost-wake-up predicate has nothing to see), not failed: cancelled
+    although neither the driver nor its plan cancelled it — it never ran to completion."""
+    r = baseline()
+    r.jobs[4] = replace(r.jobs[4], state="cancelled", result=None)
+    i9 = r.check().invariants["I9"]
+    assert i9.verdict == "invalid"
+    assert any("job 4: is cancelled although its signal 'go' was delivered" in c for c in i9.counterexamples)
+
+
+def test_p1_a_node_that_wrote_observations_but_no_exit_one_has_not_asked_to_exit():
+    """Only an `exit` observation makes a self-exit deliberate: w2-1 wrote pre_ack observations, then
+    exited by itself."""
+    r = baseline()
+    r.history.append({"t": E0 + 41, "type": "worker_exit", "node": "w2-1", "code": 1})
+    p1 = duty(r.check(), "P1")
+    assert p1.verdict == "invalid" and "node w2-1 exited by itself" in p1.counterexamples[0], p1.to_json()
