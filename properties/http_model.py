@@ -366,7 +366,8 @@ class ApiModel:
             "id": t.tid(),
             "queue_name": t.queue,
             "task_name": t.name,
-            "status": self.task_status(now, t),
+            "status": t.state if t.state in ("completed", "failed", "canceled") else "pending",  # clients' TaskStatus
+            "state": self.task_status(now, t),
             "attempt": failures if t.state == "failed" else failures + 1,
             "max_attempts": t.max_attempts,
             "params": t.params,

@@ -34,7 +34,7 @@ STRATEGIES = [None, {"kind": "fixed", "base_seconds": 5}, {"kind": "exponential"
 MAX_TASKS = 6
 TABLES = ("belay_jobs", "belay_steps", "belay_events", "belay_signals", "belay_queues")
 RUN_KEYS = ("id", "attempt", "status", "error", "wait_timed_out")
-TASK_KEYS = ("id", "queue_name", "task_name", "status", "attempt", "max_attempts", "params", "created_at")
+TASK_KEYS = ("id", "queue_name", "task_name", "status", "state", "attempt", "max_attempts", "params", "created_at")
 
 
 class ApiVersusModel(RuleBasedStateMachine):

@@ -538,10 +538,10 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
     api.post(f"/runs/{done['run_id']}/complete", json={})
     listing = api.get("/tasks", params={"queue_name": "q"}).json()
     assert api.get("/tasks", params={"queue": "q"}).json() == listing  # the earlier parameter name
-    assert [(t["id"], t["status"]) for t in listing["tasks"]] == [
-        (a["task_id"], "sleeping"),
-        (b["task_id"], "completed"),
-        (c["task_id"], "pending"),
+    assert [(t["id"], t["status"], t["state"]) for t in listing["tasks"]] == [
+        (a["task_id"], "pending", "sleeping"),
+        (b["task_id"], "completed", "completed"),
+        (c["task_id"], "pending", "pending"),
     ]
     first = listing["tasks"][0]
     assert {k: first[k] for k in ("queue_name", "task_name", "attempt", "max_attempts", "params", "headers")} == {
@@ -559,7 +559,7 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
         named["task_id"]
     ]
     assert api.get("/tasks", params={"queue_name": "other", "task_name": "other_kind"}).json() == {"tasks": []}
-    assert [t["task_id"] for t in api.get("/tasks", params={"status": "pending"}).json()["tasks"]] == [
+    assert [t["task_id"] for t in api.get("/tasks", params={"state": "pending"}).json()["tasks"]] == [
         c["task_id"],
         elsewhere["task_id"],
         named["task_id"],
@@ -576,6 +576,41 @@ def test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor(api, 
     assert_error(r, 400, "VALIDATION_ERROR")
     assert r.json()["error"] == "limit must be at least 1, got 0"
     assert_error(api.get("/tasks", params={"cursor": "zz"}), 400, "VALIDATION_ERROR")
+
+
+CLIENT_TASK_STATUSES = {"pending", "completed", "failed", "canceled"}  # TaskStatus of both reference clients
+
+
+def test_tasks_listing_speaks_the_reference_clients_task_status_and_state_is_the_finer_one(api, clock):
+    make_queue(api)
+    held, scheduled, waiting, finished = (make_task(api) for _ in range(4))
+    claim(api)  # held
+    run = claim(api)[0]
+    api.post(f"/runs/{run['run_id']}/schedule", json={"run_at": iso(clock() + timedelta(seconds=60))})
+    run = claim(api)[0]
+    assert wait(api, run, "never").status_code == 202
+    run = claim(api)[0]
+    assert api.post(f"/runs/{run['run_id']}/complete", json={}).status_code == 200
+    ready = make_task(api)
+    listing = api.get("/tasks", params={"queue_name": "q"}).json()["tasks"]
+    # the clients' TaskStatus is pending | completed | failed | canceled: pending until the task finishes
+    assert {t["status"] for t in listing} <= CLIENT_TASK_STATUSES
+    assert [(t["id"], t["status"], t["state"]) for t in listing] == [
+        (held["task_id"], "pending", "running"),
+        (scheduled["task_id"], "pending", "sleeping"),
+        (waiting["task_id"], "pending", "sleeping"),
+        (finished["task_id"], "completed", "completed"),
+        (ready["task_id"], "pending", "pending"),
+    ]
+    unfinished = api.get("/tasks", params={"status": "pending"}).json()["tasks"]
+    assert [t["id"] for t in unfinished] == [t["task_id"] for t in (held, scheduled, waiting, ready)]
+    assert [t["id"] for t in api.get("/tasks", params={"state": "running"}).json()["tasks"]] == [held["task_id"]]
+    assert [t["id"] for t in api.get("/tasks", params={"state": "sleeping"}).json()["tasks"]] == [
+        scheduled["task_id"],
+        waiting["task_id"],
+    ]
+    assert_error(api.get("/tasks", params={"status": "running"}), 400, "VALIDATION_ERROR")
+    assert_error(api.get("/tasks", params={"state": "claimed"}), 400, "VALIDATION_ERROR")
 
 
 # --- events and wait-for-event -------------------------------------------------------------------

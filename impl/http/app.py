@@ -29,7 +29,7 @@ from impl.http import errors as e
 from impl.http import fastpath as fast
 from impl.http import hot
 from impl.http.errors import ApiError
-from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATUSES, HttpService
+from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATES, TASK_STATUSES, HttpService
 from impl.http.state import Belay
 from model import ops
 
@@ -141,7 +141,10 @@ async def list_tasks(request: Request, s: HttpService, now: datetime) -> Respons
     status, limit = _page_query(request, TASK_STATUSES)
     q = request.query_params
     queue = q.get("queue_name", q.get("queue"))  # `queue`: the name this server read before the clients'
-    return ok(await call(s.list_tasks, now, queue, status, q.get("cursor"), limit, q.get("task_name")))
+    state = q.get("state")
+    if state is not None and state not in TASK_STATES:
+        raise e.bad(f"state must be one of {', '.join(TASK_STATES)}")
+    return ok(await call(s.list_tasks, now, queue, status, q.get("cursor"), limit, q.get("task_name"), state))
 
 
 async def complete_run(request: Request, s: HttpService, now: datetime) -> Response:

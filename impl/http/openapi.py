@@ -83,7 +83,8 @@ _LINKS = {
 }
 
 
-_TASK_STATUSES = ["pending", "running", "sleeping", "completed", "failed", "canceled"]
+_TASK_STATUSES = ["pending", "completed", "failed", "canceled"]  # the reference clients' TaskStatus
+_TASK_STATES = ["pending", "running", "sleeping", "completed", "failed", "canceled"]
 
 # Extensions: operations the spec does not have but the reference client calls (path → item).
 _EXTENSION_PATHS = {
@@ -93,11 +94,12 @@ _EXTENSION_PATHS = {
             "summary": "List tasks (extension)",
             "description": (
                 "A Belay extension the reference clients use (not in the spec): tasks in creation order, "
-                "optionally of one queue, one task name and one status, at most `limit` (values above 1000 "
-                "return 1000), with "
-                "`next_cursor` when more follow. Status: pending (claimable now, or held), running (claimed), "
-                "sleeping (scheduled, backing off before a retry, or waiting for an event), completed, failed, "
-                "canceled. 404 when the named queue does not exist."
+                "optionally of one queue, one task name, one status and one state, at most `limit` (values "
+                "above 1000 return 1000), with `next_cursor` when more follow. `status` is the reference "
+                "clients' TaskStatus: pending (not finished: queued, claimed or sleeping), completed, failed, "
+                "canceled. `state` is finer: pending (claimable now, or held), running (claimed), sleeping "
+                "(scheduled, backing off before a retry, or waiting for an event), completed, failed, canceled. "
+                "404 when the named queue does not exist."
             ),
             "tags": ["Tasks"],
             "x-belay-extension": True,
@@ -128,8 +130,15 @@ _EXTENSION_PATHS = {
                     "name": "status",
                     "in": "query",
                     "required": False,
-                    "description": "Only tasks in this status",
+                    "description": "Only tasks in this status (pending: every task not finished)",
                     "schema": {"type": "string", "enum": _TASK_STATUSES},
+                },
+                {
+                    "name": "state",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only tasks in this state (the finer status: running = claimed now)",
+                    "schema": {"type": "string", "enum": _TASK_STATES},
                 },
                 {
                     "name": "cursor",
@@ -175,14 +184,24 @@ _EXTENSION_PATHS = {
 _EXTENSION_SCHEMAS = {
     "TaskSummary": {
         "type": "object",
-        "required": ["id", "queue_name", "task_name", "status", "max_attempts", "created_at", "completed_at"],
+        "required": ["id", "queue_name", "task_name", "status", "state", "max_attempts", "created_at", "completed_at"],
         "x-belay-extension": True,
         "properties": {
             "id": {"type": "string", "description": "The task's id (task_<n>)"},
             "task_id": {"type": "string", "description": "The same id, under the name earlier servers used"},
             "queue_name": {"type": "string"},
             "task_name": {"type": "string"},
-            "status": {"type": "string", "enum": _TASK_STATUSES},
+            "status": {
+                "type": "string",
+                "enum": _TASK_STATUSES,
+                "description": "The reference clients' TaskStatus: pending until the task finishes",
+            },
+            "state": {
+                "type": "string",
+                "enum": _TASK_STATES,
+                "description": "pending (claimable now, or held), running (claimed), sleeping (scheduled, "
+                "backing off before a retry, or waiting for an event), completed, failed, canceled",
+            },
             "attempt": {
                 "type": "integer",
                 "description": "The attempt of the task's current (or last) run: 1 + the runs that failed before it",

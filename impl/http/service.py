@@ -75,7 +75,10 @@ MAX_CLAIM = 1000  # one claim hands out at most this many runs ("up to limit")
 MAX_PAGE = 1000
 DEFAULT_PAGE = 50
 RUN_STATUSES = ("pending", "claimed", "completed", "failed", "sleeping")
-TASK_STATUSES = ("pending", "running", "sleeping", "completed", "failed", "canceled")  # listTasks (extension)
+# listTasks (an extension): `status` in the reference clients' TaskStatus (pending until the task finishes),
+# `state` the finer one (pending = claimable now, running = claimed, sleeping = not claimable before a time)
+TASK_STATUSES = ("pending", "completed", "failed", "canceled")
+TASK_STATES = ("pending", "running", "sleeping", "completed", "failed", "canceled")
 WORKFLOW_STATUSES = ("pending", "running", "completed", "failed", "canceled")
 WORKFLOW_TERMINAL = ("completed", "failed", "canceled")
 NO_BACKOFF = w.Backoff(base_s=0, factor=1, max_s=0)  # an expired claim is claimable again at once
@@ -416,10 +419,12 @@ class HttpService:
         cursor: str | None,
         limit: int,
         task_name: str | None = None,
+        state: str | None = None,
     ) -> dict:
         """listTasks (an extension the reference clients call): tasks in id order, optionally of one
-        queue (404 when it does not exist), one task name and one status, at most `limit` (clamped to
-        MAX_PAGE), with next_cursor when more follow."""
+        queue (404 when it does not exist), one task name, one status (TASK_STATUSES: the clients'
+        TaskStatus) and one state (TASK_STATES), at most `limit` (clamped to MAX_PAGE), with
+        next_cursor when more follow."""
         after = 0
         if cursor is not None:
             ref = decode_cursor(cursor)
@@ -441,6 +446,7 @@ class HttpService:
                 "queue": queue,
                 "task_name": task_name,
                 "status": status,
+                "state": state,
                 "limit": limit + 1,
             },
         )
@@ -460,7 +466,8 @@ class HttpService:
             "task_id": task_id(row["id"]),
             "queue_name": row["queue"],
             "task_name": row["worker"],
-            "status": row["status"],
+            "status": row["status"] if row["status"] in TASK_STATUSES else "pending",
+            "state": row["status"],
             "attempt": failures if row["state"] == "failed" and failures else failures + 1,
             "max_attempts": config.max_attempts,
             "params": row["input"],

@@ -51,7 +51,9 @@ SELECT * FROM (
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task_name)s::text IS NULL OR j.worker = %(task_name)s::text)
 ) AS t
-WHERE %(status)s::text IS NULL OR t.status = %(status)s::text
+WHERE (%(state)s::text IS NULL OR t.status = %(state)s::text)
+  AND (%(status)s::text IS NULL
+       OR CASE WHEN t.status IN ('running', 'sleeping') THEN 'pending' ELSE t.status END = %(status)s::text)
 ORDER BY t.id
 LIMIT %(limit)s
 """,

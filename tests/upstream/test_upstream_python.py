@@ -172,6 +172,10 @@ def test_every_public_method_of_the_python_client(server: str, checker: SpecChec
     assert first.retry_strategy == {"kind": "fixed", "base_seconds": 0} or first.retry_strategy == strategy
     assert c.get_queue_stats("py").claimed_runs == 1
     assert runs(c, created.task_id) == [(first.run_id, 1, "claimed", None)]
+    # a claimed task is pending in the clients' TaskStatus (pending | completed | failed | canceled)
+    assert [T.TaskStatus(t.status) for t in c.list_tasks(queue_name="py").tasks] == [T.TaskStatus.PENDING]
+    unfinished = [t.id for t in c.list_tasks(status=T.TaskStatus.PENDING).tasks]
+    assert created.task_id in unfinished and len(unfinished) == 2
     assert error_of(c.get_checkpoint, created.task_id, "progress").status_code == 404
     cp = c.set_checkpoint(
         created.task_id, "progress", T.SetCheckpointRequest(state={"done": 1}, owner_run=first.run_id)
@@ -219,6 +223,8 @@ def test_every_public_method_of_the_python_client(server: str, checker: SpecChec
     slept = c.wait_for_event(w.run_id, wait)
     assert slept.status == "sleeping" and slept.message
     assert [r.task_id for r in c.list_runs(status="sleeping").runs] == [w.task_id]
+    (waiting_task,) = c.list_tasks(queue_name="py", task_name="waiter").tasks
+    assert T.TaskStatus(waiting_task.status) == T.TaskStatus.PENDING  # not finished
     emitted = c.emit_event(T.EmitEventRequest(event_name="go", payload={"v": 7}))
     assert emitted.event_id and emitted.event_name == "go" and ts(emitted.created_at)
     woken = claim_one(c, "py")
@@ -329,6 +335,73 @@ def test_validation_and_missing_resources_answer_the_error_schema(c) -> None:
     assert error_of(c.claim_tasks, "v", T.ClaimTasksRequest(limit=0, claim_timeout=1)).status_code == 400
     assert error_of(c.complete_run, "run_nope", T.CompleteRunRequest()).status_code == 404
     assert error_of(c.update_workflow_run, "wfr_nope", T.UpdateWorkflowRunRequest(status="running")).status_code == 404
+
+
+def test_retry_strategies_space_the_retries_as_specified(c) -> None:
+    c.create_queue(T.CreateQueueRequest(name="rs"))
+    exp = T.RetryStrategy(kind=T.RetryStrategyKind.EXPONENTIAL, base_seconds=0.5, factor=2, max_seconds=1.5)
+    made = c.create_task("rs", T.CreateTaskRequest(task_name="flaky", retry_strategy=exp, max_attempts=4))
+    delays = []
+    for attempt in (1, 2, 3):
+        held = claim_one(c, "rs")
+        assert (held.task_id, held.attempt, held.max_attempts) == (made.task_id, attempt, 4)
+        before = datetime.now(UTC)
+        failed = c.fail_run(held.run_id, T.FailRunRequest(error=f"e{attempt}"))
+        assert failed.attempt == attempt and failed.next_run_id
+        delays.append((ts(failed.next_attempt_at) - before).total_seconds())
+    # 0.5 · 2^(n-1), capped at 1.5: 0.5, 1.0, 1.5 (less the time the fail request took)
+    for got, want in zip(delays, (0.5, 1.0, 1.5), strict=True):
+        assert want - 0.3 <= got <= want + 0.05, delays
+    last = claim_one(c, "rs")
+    assert last.attempt == 4
+    final = c.fail_run(last.run_id, T.FailRunRequest(error="e4"))
+    assert final.next_run_id is None and final.next_attempt_at is None
+    assert [(a, s) for (_, a, s, _) in runs(c, made.task_id)] == [(n, "failed") for n in (1, 2, 3, 4)]
+    assert c.list_tasks(queue_name="rs").tasks[0].status == "failed"
+
+
+def test_start_and_execution_timeouts_cancel_the_task(c) -> None:
+    c.create_queue(T.CreateQueueRequest(name="tt"))
+    unclaimed = c.create_task("tt", T.CreateTaskRequest(task_name="late", start_timeout=1))
+    time.sleep(1.5)
+    assert c.claim_tasks("tt", T.ClaimTasksRequest(limit=5, claim_timeout=30)).tasks == []
+    (task,) = c.list_tasks(queue_name="tt").tasks
+    assert (task.id, task.status) == (unclaimed.task_id, "canceled") and ts(task.completed_at)
+    ((_, _, status, error),) = runs(c, unclaimed.task_id)
+    assert status == "failed" and error is not None and "start_timeout" in error
+
+    running = c.create_task("tt", T.CreateTaskRequest(task_name="long", execution_timeout=1, max_attempts=3))
+    held = claim_one(c, "tt")
+    assert held.task_id == running.task_id
+    time.sleep(1.5)
+    refused = error_of(c.complete_run, held.run_id, T.CompleteRunRequest(result=1))
+    assert refused.status_code == 409
+    assert [t.status for t in c.list_tasks(queue_name="tt", task_name="long").tasks] == ["canceled"]
+
+
+def test_a_checkpoint_with_extend_claim_by_keeps_the_claim_past_its_timeout(c) -> None:
+    c.create_queue(T.CreateQueueRequest(name="ext"))
+    c.create_task("ext", T.CreateTaskRequest(task_name="t"))
+    held = claim_one(c, "ext", timeout=1)
+    c.set_checkpoint(
+        held.task_id, "s", T.SetCheckpointRequest(state={"i": 1}, owner_run=held.run_id, extend_claim_by=10)
+    )
+    time.sleep(2)  # past the 1 s claim timeout, and several sweeps
+    assert c.claim_tasks("ext", T.ClaimTasksRequest(limit=1, claim_timeout=30)).tasks == []
+    assert c.complete_run(held.run_id, T.CompleteRunRequest(result=1)).status == "completed"
+
+
+def test_one_event_wakes_every_run_waiting_for_it(c) -> None:
+    c.create_queue(T.CreateQueueRequest(name="fan"))
+    made = {c.create_task("fan", T.CreateTaskRequest(task_name=f"w{i}")).task_id for i in range(3)}
+    for _ in range(3):
+        held = claim_one(c, "fan")
+        wait = T.WaitForEventRequest(event_name="all", timeout_seconds=60, task_id=held.task_id, step_name="s")
+        assert c.wait_for_event(held.run_id, wait).status == "sleeping"
+    assert {r.task_id for r in c.list_runs(status="sleeping").runs} == made
+    c.emit_event(T.EmitEventRequest(event_name="all", payload="go"))
+    woken = {claim_one(c, "fan").task_id for _ in range(3)}
+    assert woken == made and c.list_runs(status="sleeping").runs == []
 
 
 # --- the upstream examples, unmodified ----------------------------------------------------------
