@@ -673,25 +673,28 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 log.error("belay sweeper pass failed: %s", exc)
 
-    def _refresh_queues_loop(self) -> None:
+    def refresh_queues(self) -> None:
         """Merge belay_queues rows over static options (runtime CRUD reconciled by every node)."""
-        while not self.stopped.is_set():
+        rows = self.call(lambda: self._queue_rows(), "queue refresh")
+        for name, producer in self.producers.items():
+            opts = producer.static
+            if name in rows:
+                try:
+                    opts = merge_opts(producer.static, rows[name])  # key by key: `paused` keeps limits
+                except ValueError as exc:
+                    log.error("belay queue %s: ignoring invalid belay_queues row: %s", name, exc)
+            if opts != producer.opts:
+                producer.opts = opts
+                producer.limit = min(max(producer.limit, opts.limit_min), opts.limit_max)
+                producer.poke()
+
+    def _refresh_queues_loop(self) -> None:
+        # start() read the rows once before any producer claimed; then every queue_refresh seconds
+        while not self.stopped.wait(self.config.queue_refresh):
             try:
-                rows = self.call(lambda: self._queue_rows(), "queue refresh")
-                for name, producer in self.producers.items():
-                    opts = producer.static
-                    if name in rows:
-                        try:
-                            opts = merge_opts(producer.static, rows[name])  # key by key: `paused` keeps limits
-                        except ValueError as exc:
-                            log.error("belay queue %s: ignoring invalid belay_queues row: %s", name, exc)
-                    if opts != producer.opts:
-                        producer.opts = opts
-                        producer.limit = min(max(producer.limit, opts.limit_min), opts.limit_max)
-                        producer.poke()
+                self.refresh_queues()
             except Exception as exc:  # noqa: BLE001
                 log.error("belay queue refresh failed: %s", exc)
-            self.stopped.wait(self.config.queue_refresh)
 
     def _queue_rows(self) -> dict[str, Any]:
         with self.store.transaction(None) as tx:
@@ -714,6 +717,10 @@ class Worker:
 
     def start(self) -> Worker:
         self.call(lambda: self.store.apply(ops.CheckCompat()), "compatibility check")
+        # The belay_queues rows are in force from the first claim (§6 admission: a node that claimed with
+        # its static options until its first refresh over-admitted a global_limit / rate queue — found by
+        # the soak's trace validation, issue 30).
+        self.refresh_queues()
         loops = [self._renew_loop, self._sweep_loop, self._refresh_queues_loop]
         if self.config.notify:
             loops.append(self._listen_loop)

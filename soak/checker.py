@@ -319,6 +319,9 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
         extra["drains_sampled"] = extra.get("drains_sampled", 0) + judged
         for line in committed.get("claims_after_term") or ():
             duties["P11"].add([line])
+        admitted = committed.get("admission_claims") or {}
+        duties["P18"].checks += sum(admitted.values())
+        extra["admission_claims"] = sum(admitted.values())
     for r in results.values():
         extra.update(r.scenario)
     for r in duties.values():

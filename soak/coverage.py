@@ -80,6 +80,10 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "P15": [("parks_resumed", "parking jobs (awaiter, parent, sleeper) that parked, resumed and succeeded")],
     "P16": [("reclaims", "leases reclaimed (lease_expired entries)")],
     "P17": [("kills", "kill -9 of a worker (its leases expire and must be reclaimed)")],
+    "P18": [
+        ("admission_at_limit", "lease samples that saw soak-global at its global_limit (the limit was binding)"),
+        ("admission_claims", "claims on the admission queues judged by trace validation"),
+    ],
 }
 
 
@@ -136,6 +140,10 @@ HINTS: dict[str, str] = {
     "cancel_sleeping": "no sleeper was cancelled while sleeping: none parked in time",
     "cancel_awaiting_children": "no parent was cancelled while awaiting children",
     "cancel_running_steps": "no `steps` job was cancelled while running",
+    "admission_at_limit": "soak-global never ran 2 jobs at once: the worker does not claim from every queue in "
+    "BELAY_QUEUES (PROTOCOL §1), or its bursts were claimed one at a time",
+    "admission_claims": "no claim on soak-global / soak-rate was judged: the committed history is off "
+    "(--no-history) or has gaps, or the worker does not claim from those queues (BELAY_QUEUES)",
 }
 
 

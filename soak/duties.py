@@ -24,6 +24,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
 | P16 | §6, §7 | attempts are bounded: no job's attempt exceeds its max_attempts (a reclaim on the last attempt fails the job) |
 | P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no lease stays expired for long while a node runs |
+| P18 | §6 admission | claims apply the queue's `belay_queues` options: never more live leases than `global_limit` on `soak-global` (lease samples), and every claim on an admission queue admitted as the model admits it — global limit, rate window (trace validation) |
 
 The time duties (P4's grace, P11, P12, P13, P14) compare the harness's clock (the fault log's `t`, lease
 samples' `at`, the driver's cancel times) with the timestamps the rows carry (a worker's `now`:
@@ -53,6 +54,8 @@ DUTIES: dict[str, str] = {
     "P13": "§8.6: a cancel requested while a job runs stops it at the next step boundary (≤ 1 step journaled after)",
     "P14": "§6: leases renewed each ttl/3 — no renewal interval above 0.75 ttl (nor two above 0.6 ttl) on a node",
     "P15": "§7 (decisions.md outcome table): a wait spends no attempt — every park raises max_attempts by one",
+    "P18": "§6 admission: claims apply the queue's belay_queues options (global_limit, rate) — no more live "
+    "leases than global_limit, rate windows as the model admits",
     "P17": "§6, PROTOCOL §1: expired leases are reclaimed — a sweeper at least every 2 s, no lease left expired",
     "P16": "§6/§7: attempts are bounded — no attempt beyond max_attempts (reclaim on the last attempt fails the job)",
 }
@@ -719,6 +722,37 @@ def p17_reclaims_expired(r: Any, ev: Evidence, timeline: Any) -> None:
     r.checks += len(ev.samples)
 
 
+def p18_admission(r: Any, ev: Evidence) -> int:
+    """§6 global_limit from the lease samples: a sample (one consistent read) counts the live leases of
+    each admission queue — leases running more than LIVE_SLACK_S past the sample, so that a claimer whose
+    clock runs ahead and saw a lease expire is not blamed; more than the queue's global_limit is a
+    violation. Returns the samples that saw a queue at its limit (contention: the limit was binding)."""
+    from soak.scenarios import ADMISSION_QUEUES
+
+    limits = {q: o["global_limit"] for q, o in ADMISSION_QUEUES.items() if o.get("global_limit") is not None}
+    at_limit = 0
+    worst: dict[str, tuple[int, float]] = {}
+    for e in ev.by_type["lease_sample"]:
+        live = e.get("admission")
+        if live is None:
+            continue
+        for q, limit in limits.items():
+            n = int(live.get(q, 0))
+            r.checks += 1
+            if n >= limit:
+                at_limit += 1
+            if n > limit and n > worst.get(q, (0, 0.0))[0]:
+                worst[q] = (n, float(e.get("at", e["t"])))
+    for q, (n, at) in sorted(worst.items()):
+        r.add(
+            [
+                f"P18 queue {q}: {n} live leases at +{at - ev.t0:.1f}s (lease sample), its belay_queues row says "
+                f"global_limit {limits[q]} — claims must apply the queue's options (§6 admission)"
+            ]
+        )
+    return at_limit
+
+
 def later_duties(
     duties: Mapping[str, Any],
     state: Any,
@@ -727,7 +761,7 @@ def later_duties(
     timeline: Any,
     steps: Mapping[int, Mapping[str, Any]],
 ) -> dict[str, int]:
-    """P11–P17 (the checker calls this once); returns their scenario counts for soak/coverage.py."""
+    """P11–P18 (the checker calls this once); returns their scenario counts for soak/coverage.py."""
     counts = {"drains_sampled": p11_no_claims_after_term(duties["P11"], state, ev, timeline)}
     p12_cron_due(duties["P12"], state, ev)
     counts["cancels_judged"] = p13_cancel_at_next_step(duties["P13"], state, ev, steps)
@@ -735,6 +769,7 @@ def later_duties(
     counts["parks_resumed"] = p15_wait_spends_no_attempt(duties["P15"], state, ledger)
     counts["last_attempts"] = p16_attempts_bounded(duties["P16"], state)
     p17_reclaims_expired(duties["P17"], ev, timeline)
+    counts["admission_at_limit"] = p18_admission(duties["P18"], ev)
     return counts
 
 
@@ -759,4 +794,5 @@ __all__ = [
     "p15_wait_spends_no_attempt",
     "p16_attempts_bounded",
     "p17_reclaims_expired",
+    "p18_admission",
 ]

@@ -44,6 +44,7 @@ from soak.history import History
 from soak.memory import MemorySampler, dir_size
 from soak.memory import describe as describe_memory
 from soak.nemesis import Nemesis, Workers, fault_rates
+from soak.scenarios import ADMISSION_QUEUES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"
@@ -277,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     env = {
         **os.environ,
         "BELAY_DATABASE_URL": db.url,
-        "BELAY_QUEUES": "soak",
+        "BELAY_QUEUES": ",".join(["soak", *ADMISSION_QUEUES]),  # §6 admission queues (duty P18)
         "BELAY_LEASE_TTL": str(args.lease_ttl),
         "BELAY_SOAK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
@@ -379,6 +380,7 @@ def run(args: argparse.Namespace) -> int:
     code = 3
     try:
         history.record("phase", phase="faults")
+        driver.scenarios.put_admission_queues()  # before any worker reads its queue options
         workers.start()
         driver.start()
         driver.put_cron(paused=False)

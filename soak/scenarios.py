@@ -17,7 +17,11 @@ Each scenario exists so that a worker duty or an invariant can be *exposed* in a
   * priority contention (duty P5): batches of 1-step `steps` jobs at priorities 0 and 5 that become due
     at one instant, sampled every 0.25 s while workers choose between them;
   * lease samples (duty P2, P4, clock skew): every 0.5 s the running rows (job, attempt, node,
-    lease_until), so the checker knows which node held an attempt and whether leases were renewed.
+    lease_until), so the checker knows which node held an attempt and whether leases were renewed;
+  * admission (§6, duty P18): two queues with `belay_queues` rows written before any worker starts —
+    `soak-global` (global_limit 2) and `soak-rate` (rate 4 per 1 s) — get bursts of `steps`/`echo`
+    jobs every 5 s, more than their limits admit at once; the lease samples count their live leases,
+    and trace validation judges every claim there with the queue's options.
 
 Everything is recorded in the history; the SQL uses harness-side `now` parameters (no now()).
 """
@@ -36,6 +40,13 @@ from model.envelope import encode
 from soak.plan import Plan, utc_now
 
 EXTERNAL_QUEUE = "soak-external"
+# §6 admission (duty P18): queue → its belay_queues opts; a worker claims from them (BELAY_QUEUES) and
+# must apply the row's options, however it was configured
+ADMISSION_QUEUES: dict[str, dict[str, Any]] = {
+    "soak-global": {"global_limit": 2},
+    "soak-rate": {"rate": {"allowed": 4, "period": 1}},
+}
+LIVE_SLACK_S = 1.0  # a lease counts as live in a sample only if it runs this far past the sample (skewed nodes)
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 
@@ -55,6 +66,7 @@ class Scenarios:
         sample_every: float = 0.5,
         held_cancel_every: float = 15.0,
         children_park_every: float = 5.0,
+        admission_every: float = 5.0,
         child_pause_ms: int = 1500,
     ) -> None:
         self.d = driver
@@ -66,6 +78,7 @@ class Scenarios:
             "priority": priority_every,
             "held_cancel": held_cancel_every,
             "children_park": children_park_every,
+            "admission": admission_every,
         }
         self.child_pause_ms = child_pause_ms
         self.priority_batch = priority_batch
@@ -130,12 +143,39 @@ class Scenarios:
                     {"plan": "cancel_at_park", "signal": name},
                 )
             )
+        if due["admission"]:  # bursts past the limits: 5 jobs of ~0.4 s on global_limit 2, 8 on rate 4/s
+            for _ in range(5):
+                plans.append(
+                    Plan(
+                        self._admission_spec("soak-global", "steps", {"n": 1, "raise_after": None, "pause_ms": 400}),
+                        "steps",
+                    )
+                )
+            for _ in range(8):
+                plans.append(Plan(self._admission_spec("soak-rate", "echo", {"v": self.d.rng.randrange(1000)}), "echo"))
         if plans:
             self.d.enqueue(plans)
         if due["priority"]:
             self.priority_batch_now()
         if due["held_cancel"]:  # a workflow whose held member the driver's follow-up cancels
             self.d.enqueue_workflow("cancel")
+
+    def _admission_spec(self, queue: str, kind: str, input: dict) -> ops.JobSpec:
+        base = self._spec(kind, input)
+        return ops.JobSpec(queue, kind, input, max_attempts=base.max_attempts, priority=base.priority)
+
+    def put_admission_queues(self, deadline: float = 60.0) -> bool:
+        """The admission queues' belay_queues rows; called before any worker starts."""
+        end = time.monotonic() + deadline
+        while time.monotonic() < end:
+            try:
+                for name, opts in ADMISSION_QUEUES.items():
+                    self.d.store.apply(ops.PutQueue(utc_now(), name, opts))
+                self.d.history.record("admission_queues", queues=ADMISSION_QUEUES)
+                return True
+            except psycopg.Error:
+                time.sleep(0.5)
+        return False
 
     def priority_batch_now(self) -> None:
 
@@ -315,9 +355,15 @@ class Scenarios:
                 # worker wakes the parent in the last child's terminal transaction (§7 step 2), so one
                 # consistent read never sees this; the reconciler only repairs it later (duty P10).
                 parked = conn.execute(self.PARKED_PARENTS).fetchall()
+                live = conn.execute(
+                    "SELECT queue, count(*) FROM belay_jobs WHERE state = 'running' AND queue = ANY(%s) "
+                    "AND lease_until > to_timestamp(%s) GROUP BY queue",
+                    (list(ADMISSION_QUEUES), t + LIVE_SLACK_S),
+                ).fetchall()
                 self.d.history.record(
                     "lease_sample",
                     at=t,
+                    admission={q: n for q, n in live},
                     rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
                     parked=[r[0] for r in parked],
                     stranded=[r[0] for r in parked if r[1]],
@@ -328,4 +374,4 @@ class Scenarios:
             conn.close()
 
 
-__all__ = ["EXTERNAL_QUEUE", "Scenarios"]
+__all__ = ["ADMISSION_QUEUES", "EXTERNAL_QUEUE", "Scenarios"]

@@ -784,3 +784,21 @@ def test_an_unknown_kind_fails_the_job_at_once_with_error_unknown_kind(db, pg, c
     wait_for(lambda: client.job(job_id).errors, 10, "the first attempt to end")
     job = client.job(job_id)
     assert (job.state, error_names(job)) == ("failed", [(1, "unknown_kind")])
+
+
+def test_a_node_applies_the_queue_row_options_from_its_first_claim(db, pg, client, workers):
+    """§6 admission: a belay_queues row's global_limit is in force before the node's first claim. A node
+    that claimed with its static options until its first refresh (queue_refresh later) over-admitted:
+    the soak's trace validation found such claims from freshly started nodes (issue 30)."""
+    with PgStore(db) as store:
+        store.apply(ops.PutQueue(utc_now(), Q, {"global_limit": 1}))
+    ids = [client.enqueue(Q, "gated", {"gate": f"adm{i}"}).id for i in range(4)]
+    workers(limit=4, queue_refresh=3600.0)  # no periodic refresh within the test: only the one at start
+    deadline = time.monotonic() + 10
+    running = 0
+    while time.monotonic() < deadline and running == 0:
+        running = pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'running'").fetchone()[0]
+        time.sleep(0.05)
+    time.sleep(0.5)  # every producer round has had its chance to claim more
+    running = pg.execute("SELECT count(*) FROM belay_jobs WHERE state = 'running'").fetchone()[0]
+    assert running == 1, f"{running} of {len(ids)} jobs running under global_limit 1"

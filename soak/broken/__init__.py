@@ -37,7 +37,9 @@ VARIANTS: dict[str, Variant] = {
         ("P3",), "parks/resumes are not step boundaries: a pending cancel is ignored", ("--duration", "40")
     ),
     "renews_every_ttl": Variant(
-        ("P2", "I1"), "renews leases every ttl instead of ttl/3 (§6)", ("--lease-ttl", "2", "--clock-skew", "0.6")
+        ("P2", "I1", "P14"),
+        "renews leases every ttl instead of ttl/3 (§6)",
+        ("--lease-ttl", "2", "--clock-skew", "0.6"),
     ),
     "no_renewal": Variant(("P2", "I1"), "never renews leases (§6)"),
     "unfenced_ack": Variant(("I2",), "acks without the attempt fence (§7)", ("--stop-every", "10")),
@@ -64,6 +66,9 @@ VARIANTS: dict[str, Variant] = {
     ),
     "reclaim_past_max_attempts": Variant(
         ("P16",), "reclaim retries past max_attempts (§6)", ("--max-attempts", "1", "--kill-every", "6")
+    ),
+    "ignores_queue_options": Variant(
+        ("P18",), "never reads belay_queues: claims soak-global/soak-rate without admission (§6)"
     ),
     "park_spends_attempt": Variant(("P15",), "a park does not raise max_attempts (a wait spends an attempt, §7)"),
     "cron_early": Variant(

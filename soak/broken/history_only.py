@@ -68,6 +68,9 @@ def soak(variant: str, duration: float, report: Path, extra: list[str], seed: in
         "first": (hist.get("first_violations") or [None])[0],
         "exit": proc.returncode,
         "history_counts": {k: hist.get(k) for k in ("transitions", "transactions", "states", "violations")},
+        # trace validation (soak/commits/refine.py) on its own: the history verdict's main judge
+        "refinement": (hist.get("refinement") or {}).get("verdict"),
+        "refinement_first": ((hist.get("refinement") or {}).get("findings") or [None])[0],
         "report": str((report / variant / "latest").resolve()),
     }
 
@@ -86,11 +89,14 @@ def main() -> None:
         r = soak(name, args.duration, report, extra)
         r["expected_rules"] = sorted(want)
         r["caught"] = r["final"] != "invalid" and r["history"] == "invalid" and bool(want & set(r["rules"]))
-        ok &= r["caught"]
+        r["caught_by_refinement"] = r["final"] != "invalid" and r.get("refinement") == "invalid"
+        ok &= r["caught"] and r["caught_by_refinement"]
         rows[name] = r
         print(
             f"{name:20} final-state {r['final']:8} history {r['history'] or '-':8} rules={','.join(r['rules']) or '-'} "
-            f"{'CAUGHT BY HISTORY ONLY' if r['caught'] else 'NOT SHOWN'}  {str(r['first'])[:220]}",
+            f"{'CAUGHT BY HISTORY ONLY' if r['caught'] else 'NOT SHOWN'}; trace validation {r.get('refinement') or '-'}"
+            f"{' (caught)' if r['caught_by_refinement'] else ''}  {str(r['first'])[:160]} | "
+            f"{str(r.get('refinement_first') or '').splitlines()[0][:160] if r.get('refinement_first') else ''}",
             flush=True,
         )
     (report / "history_only.json").write_text(json.dumps(rows, indent=2))

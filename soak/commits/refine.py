@@ -148,6 +148,7 @@ class RefinementResult:
     # duty P11 judged from the committed claims (operations guide "Shutdown": producers stop claiming first)
     drains_judged: int = 0  # SIGTERMed nodes whose claims the history holds
     claims_after_term: list[str] = field(default_factory=list)  # one line per offending node
+    admission_claims: Counter = field(default_factory=Counter)  # queue → explained claims under §6 admission
 
     def line(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in self.by_kind.most_common())
@@ -180,6 +181,7 @@ class RefinementResult:
             "cpu_seconds": round(self.cpu_seconds, 2),
             "drains_judged": self.drains_judged,
             "claims_after_term": self.claims_after_term[:20],
+            "admission_claims": dict(self.admission_claims),
         }
 
 
@@ -1317,6 +1319,10 @@ class Validator:
                 r.by_kind[k] += 1
             if self.ledger.terms:
                 self._claims_after_term(rows, explained)
+            for op in explained.ops:
+                inner = op[-1] if isinstance(op, tuple) else op
+                if isinstance(inner, w.Claim) and inner.opts.needs_admission_lock:
+                    r.admission_claims[inner.queue] += 1
         else:
             r.unexplained += 1
             involved = set(rows.rows.get(JOBS, {})) | {k[0] for t in (STEPS, EVENTS) for k in rows.rows.get(t, {})}
