@@ -209,9 +209,12 @@ def test_p14_two_slow_renewals_on_a_node_are_flagged():
     from tests.test_soak_duties import renewals
 
     r = baseline()
-    r.history += renewals("w2-1", 6.5, 3)  # intervals of 6.5 s (0.65 ttl), none above 0.75 ttl
+    r.history += renewals("w2-1", 6.5, 2)  # two intervals of 6.5 s (0.65 ttl), none above 0.75 ttl
     p14 = duty(r.check(), "P14")
-    assert p14.verdict == "invalid" and "renewal interval(s) above 0.6 ttl" in p14.counterexamples[0], p14.to_json()
+    assert p14.verdict == "invalid" and "2 renewal interval(s) above 0.6 ttl" in p14.counterexamples[0], p14.to_json()
+    r = baseline()
+    r.history += renewals("w2-1", 6.5, 1)  # one such interval alone is a stalled machine, not a cadence
+    assert duty(r.check(), "P14").violations == 0
 
 
 def test_i3_a_step_journaled_a_moment_after_the_ack_is_flagged():
@@ -274,3 +277,25 @@ def test_p1_a_node_that_wrote_observations_but_no_exit_one_has_not_asked_to_exit
     r.history.append({"t": E0 + 41, "type": "worker_exit", "node": "w2-1", "code": 1})
     p1 = duty(r.check(), "P1")
     assert p1.verdict == "invalid" and "node w2-1 exited by itself" in p1.counterexamples[0], p1.to_json()
+
+
+def test_p11_claims_after_sigterm_found_in_the_committed_history_make_the_duty_invalid():
+    """The trace validation's P11 findings (soak/commits/refine.py `claims_after_term`) are the duty's
+    counterexamples: a drain the lease samples never saw is still judged from the committed claims."""
+    from model.state import from_rows
+    from soak.checker import SoakLedger, check
+
+    r = baseline()
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[1, 1, "echo"]]},
+        {"t": E0 + 11, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 1.0},
+    ]
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
+    line = "P11 node w2-1 committed claims (up to 1 row(s)) after its own SIGTERM: the first 2.0 s after the signal"
+    judged = check(state, ledger, r.history, committed={"drains_judged": 1, "claims_after_term": [line]})
+    p11 = duty(judged, "P11")
+    assert p11.verdict == "invalid" and p11.counterexamples == [line], p11.to_json()
+    assert coverage_count(judged, "P11", "drains_sampled") == 1
+    clean = duty(check(state, ledger, r.history, committed={"drains_judged": 1, "claims_after_term": []}), "P11")
+    assert clean.verdict == "valid", clean.to_json()
