@@ -320,7 +320,8 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
         for line in committed.get("claims_after_term") or ():
             duties["P11"].add([line])
         admitted = committed.get("admission_claims") or {}
-        duties["P18"].checks += sum(admitted.values())
+        if "P18" in duties:
+            duties["P18"].checks += sum(admitted.values())
         extra["admission_claims"] = sum(admitted.values())
     for r in results.values():
         extra.update(r.scenario)

@@ -175,6 +175,7 @@ class Scenarios:
                 return True
             except psycopg.Error:
                 time.sleep(0.5)
+        self.d.history.record("admission_queues_failed", queues=ADMISSION_QUEUES)  # P18 then stays unknown
         return False
 
     def priority_batch_now(self) -> None:

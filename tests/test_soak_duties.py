@@ -516,3 +516,33 @@ def test_p4_a_kind_asked_exit_after_15_s_of_drain_is_still_a_drain_that_did_not_
     r.observations.append(Observation(16, 1, "w2-1", "exit", {"reason": "flaky exit"}, at(28)))
     p4 = duty(r.check(), "P4")
     assert p4.verdict == "invalid" and "did not exit within 15s" in p4.counterexamples[0]
+
+
+ADMISSION = {"soak-global": {"global_limit": 2}, "soak-rate": {"rate": {"allowed": 4, "period": 1}}}
+
+
+def _sample(t: float, live: dict) -> dict:
+    return {"t": E0 + t, "type": "lease_sample", "at": E0 + t, "rows": [], "admission": live}
+
+
+def test_p18_more_live_leases_than_the_global_limit_is_flagged_and_the_limit_reached_is_its_scenario():
+    r = baseline()
+    r.history += [{"t": E0, "type": "admission_queues", "queues": ADMISSION}, _sample(5, {"soak-global": 2})]
+    ok = duty(r.check(), "P18")
+    assert ok.violations == 0 and ok.checks == 1  # one queue with a global limit, one sample
+    r.history.append(_sample(6, {"soak-global": 3, "soak-rate": 9}))  # the rate queue has no global limit
+    bad = duty(r.check(), "P18")
+    assert bad.verdict == "invalid" and "3 live leases" in bad.counterexamples[0], bad.to_json()
+    assert "global_limit 2" in bad.counterexamples[0]
+
+
+def test_p18_is_unknown_without_its_scenarios_and_absent_from_a_run_that_configured_no_admission_queues():
+    r = baseline()
+    r.history.append({"t": E0, "type": "admission_queues", "queues": ADMISSION})
+    p18 = duty(r.check(), "P18")
+    assert p18.verdict == "unknown" and "soak-global never ran 2 jobs at once" in p18.why_unknown
+    failed = baseline()
+    failed.history.append({"t": E0, "type": "admission_queues_failed", "queues": ADMISSION})
+    assert duty(failed.check(), "P18").verdict == "unknown"
+    legacy = baseline().check()  # a harness older than P18: the duty was not part of the run
+    assert "P18" not in legacy.duties and all(row["row"] != "P18" for row in legacy.coverage)
