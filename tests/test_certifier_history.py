@@ -85,3 +85,29 @@ def test_a_replay_that_does_not_end_in_the_final_snapshot_is_unknown_not_valid(u
     short = replay(txs[:-1], hist.initial, final, {})
     assert short.matches_snapshot is False and not short.findings
     assert short.verdict == "unknown", short.line()
+
+
+def test_a_cancel_request_of_a_running_job_the_harness_never_sent_is_unexplained(url, tmp_path):
+    """With the soak's ledger every client write must be the harness's: a cancel request of a running job
+    (and the cancel of a parked one) that history.jsonl does not record is nobody's write."""
+    from soak.commits.refine import HarnessLedger
+
+    with Captured(url, tmp_path, "cancels") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            running = client.enqueue("q", "k", {}).id
+            parked = client.enqueue("q", "k", {}).id
+            store.apply(w.Claim(now(), "q", "n1", 2, TTL))
+            store.apply(w.ParkAwait(now(), parked, 1, "sc", "nm", None))
+            client.cancel(running)  # requested: the row stays running with cancel_requested
+            client.cancel(parked)  # a parked job is cancelled at once
+    recorded = [{"type": "cancel", "job_id": running}, {"type": "cancel", "job_id": parked}]
+    attested = cap.validate(HarnessLedger.load(recorded))
+    assert attested.verdict == "valid", first(attested)
+    unrecorded = cap.validate(HarnessLedger.load([]))
+    assert unrecorded.verdict == "invalid" and unrecorded.unexplained == 2, unrecorded.line()
+    for job in (running, parked):
+        assert any(
+            f"job {job} cancelled" in t and "the harness recorded no cancel of it" in t
+            for f in unrecorded.findings
+            for t in f.tried
+        ), [f.detail() for f in unrecorded.findings]
