@@ -299,3 +299,34 @@ def test_p11_claims_after_sigterm_found_in_the_committed_history_make_the_duty_i
     assert coverage_count(judged, "P11", "drains_sampled") == 1
     clean = duty(check(state, ledger, r.history, committed={"drains_judged": 1, "claims_after_term": []}), "P11")
     assert clean.verdict == "valid", clean.to_json()
+
+
+# --- D1 (soak/failover.py): committed work survives a failover -----------------------------------------
+
+
+def _watch(rows):
+    return {"t": E0 + 50, "type": "failover_watch", "jobs": rows}
+
+
+def test_d1_an_ack_committed_before_a_failover_and_gone_after_it_is_lost_work():
+    """The watch saw job 1 succeeded on the old primary; the promoted standby holds it ready again."""
+    r = baseline()
+    seen = r.jobs[1]
+    r.history += [{"t": E0 + 49, "type": "failover_begin", "mode": "async"}]
+    r.history += [_watch([[1, "echo", "succeeded", 1, seen.inserted_at.isoformat(), seen.finished_at.isoformat()]])]
+    assert r.check().invariants["D1"].verdict == "valid"
+    r.jobs[1] = replace(seen, state="ready", result=None, finished_at=None)
+    d1 = r.check().invariants["D1"]
+    assert d1.verdict == "invalid" and "the ack was lost and the job ran again" in d1.counterexamples[0], d1.to_json()
+
+
+def test_d1_an_id_reused_by_another_enqueue_after_a_failover_is_a_lost_enqueue():
+    """The standby never got job 1's insert; a later enqueue took the same id: the row exists, but it is
+    not the job the watch saw committed (its inserted_at differs)."""
+    r = baseline()
+    seen = r.jobs[1]
+    r.history += [{"t": E0 + 49, "type": "failover_begin", "mode": "async"}]
+    r.history += [_watch([[1, "echo", "running", 1, seen.inserted_at.isoformat(), None]])]
+    r.jobs[1] = replace(seen, inserted_at=at(60))
+    d1 = r.check().invariants["D1"]
+    assert d1.verdict == "invalid" and "the enqueue was lost" in d1.counterexamples[0], d1.to_json()

@@ -1,7 +1,7 @@
 """The certifier tier (issue 32): mutants of the soak's own judges, `python -m properties.mutants --tier certifier`.
 
 The certifier is code under test too: a rule of soak/checker.py (the §11 invariants), soak/duties.py (the
-worker duties P1–P17), soak/coverage.py (which scenarios a row needs before it may say `valid`),
+worker duties P1–P17), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
 soak/verdicts.py (how a rule's findings become a verdict), soak/commits/refine.py (the trace validation of
 the committed history) or soak/commits/replay.py (the per-commit replay of the captured history) that is
 weakened must make some test fail. Each mutant here is one small weakening — a predicate that always
@@ -25,6 +25,7 @@ CHECKER_PY = "soak/checker.py"
 DUTIES_PY = "soak/duties.py"
 COVERAGE_PY = "soak/coverage.py"
 VERDICTS_PY = "soak/verdicts.py"
+FAILOVER_PY = "soak/failover.py"
 REFINE_PY = "soak/commits/refine.py"
 REPLAY_PY = "soak/commits/replay.py"
 
@@ -265,6 +266,23 @@ CERTIFIER: tuple[Mutant, ...] = (
         CHECKER_PY,
         "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))\n",
         "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=False))  # MUTANT\n",
+    ),
+    # --- soak/failover.py: D1, committed work survives a failover ------------------------------------------
+    _one(
+        "cert_d1_lost_acks_not_compared",
+        "D1: an ack committed on the old primary before a failover and missing after it is not lost work",
+        "§11 D1",
+        FAILOVER_PY,
+        "            elif st in TERMINAL and (\n",
+        "            elif False and st in TERMINAL and (  # MUTANT\n",
+    ),
+    _one(
+        "cert_d1_enqueue_identity_not_compared",
+        "D1: a watched job whose id now holds another enqueue (other inserted_at) counts as surviving",
+        "§11 D1",
+        FAILOVER_PY,
+        "            if job is None or job.inserted_at != datetime.fromisoformat(inserted):\n",
+        "            if job is None:  # MUTANT: the row's identity (inserted_at) is not compared\n",
     ),
     # --- soak/duties.py: the worker duties ----------------------------------------------------------------
     _one(
