@@ -641,13 +641,23 @@ CERTIFIER: tuple[Mutant, ...] = (
         "                if old != current and False:  # MUTANT\n",
         REPLAY_SUITE,
     ),
-    _one(
+    Mutant(
         "cert_replay_snapshot_difference_ignored",
-        "replay: a replay that does not end in the final snapshot is still complete (valid)",
+        "replay: a replay that does not end in the final snapshot is complete (its differences neither taint "
+        "nor count): valid",
         "§replay",
-        REPLAY_PY,
-        '        or r.matches_snapshot is False\n        or r.capture.get("errors")\n',
-        '        or r.capture.get("errors")  # MUTANT: r.matches_snapshot is False\n',
+        (
+            Edit(
+                REPLAY_PY,
+                "            if table in CONVERT:\n                rp.taint(table, key)\n",
+                "            if table in CONVERT and False:  # MUTANT\n                rp.taint(table, key)\n",
+            ),
+            Edit(
+                REPLAY_PY,
+                '        or r.matches_snapshot is False\n        or r.capture.get("errors")\n',
+                '        or r.capture.get("errors")  # MUTANT: r.matches_snapshot is False\n',
+            ),
+        ),
         REPLAY_SUITE,
     ),
 )
