@@ -728,10 +728,16 @@ def p18_admission(r: Any, ev: Evidence) -> int:
     clock runs ahead and saw a lease expire is not blamed; more than the queue's global_limit is a
     violation. Returns the samples that saw a queue at its limit (contention: the limit was binding)."""
     limits: dict[str, int] = {}
+    per_key: dict[str, int] = {}  # partitioned queue → per-key limit (§6: global_limit, else the queue's limit)
     for e in ev.by_type["admission_queues"]:  # what this run configured (soak/scenarios.py)
         for q, o in (e.get("queues") or {}).items():
-            if isinstance(o, Mapping) and o.get("global_limit") is not None:
+            if not isinstance(o, Mapping):
+                continue
+            if o.get("global_limit") is not None:
                 limits[q] = int(o["global_limit"])
+            if o.get("partition") is not None:
+                lim = o.get("global_limit") or o.get("limit", 10)
+                per_key[q] = int(lim["max"] if isinstance(lim, Mapping) else lim)
     at_limit = 0
     worst: dict[str, tuple[int, float]] = {}
     for e in ev.by_type["lease_sample"]:
@@ -745,13 +751,25 @@ def p18_admission(r: Any, ev: Evidence) -> int:
                 at_limit += 1
             if n > limit and n > worst.get(q, (0, 0.0))[0]:
                 worst[q] = (n, float(e.get("at", e["t"])))
+        for qk, n in (e.get("partitions") or {}).items():
+            q = qk.rsplit(":", 1)[0]
+            if q not in per_key:
+                continue
+            r.checks += 1
+            if n >= per_key[q]:
+                at_limit += 1
+            if n > per_key[q] and n > worst.get(qk, (0, 0.0))[0]:
+                worst[qk] = (n, float(e.get("at", e["t"])))
     for q, (n, at) in sorted(worst.items()):
-        r.add(
-            [
-                f"P18 queue {q}: {n} live leases at +{at - ev.t0:.1f}s (lease sample), its belay_queues row says "
-                f"global_limit {limits[q]} — claims must apply the queue's options (§6 admission)"
-            ]
-        )
+        if q in limits:
+            what = f"queue {q}: {n} live leases at +{at - ev.t0:.1f}s (lease sample), its belay_queues row says global_limit {limits[q]}"
+        else:
+            queue, key = q.rsplit(":", 1)
+            what = (
+                f"queue {queue}, partition key {key!r}: {n} live leases at +{at - ev.t0:.1f}s (lease sample), "
+                f"per-key limit {per_key[queue]}"
+            )
+        r.add([f"P18 {what} — claims must apply the queue's options (§6 admission)"])
     return at_limit
 
 

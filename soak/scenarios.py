@@ -18,10 +18,11 @@ Each scenario exists so that a worker duty or an invariant can be *exposed* in a
     at one instant, sampled every 0.25 s while workers choose between them;
   * lease samples (duty P2, P4, clock skew): every 0.5 s the running rows (job, attempt, node,
     lease_until), so the checker knows which node held an attempt and whether leases were renewed;
-  * admission (§6, duty P18): two queues with `belay_queues` rows written before any worker starts —
-    `soak-global` (global_limit 2) and `soak-rate` (rate 4 per 1 s) — get bursts of `steps`/`echo`
-    jobs every 5 s, more than their limits admit at once; the lease samples count their live leases,
-    and trace validation judges every claim there with the queue's options.
+  * admission (§6, duty P18): three queues with `belay_queues` rows written before any worker starts —
+    `soak-global` (global_limit 2), `soak-rate` (rate 4 per 1 s) and `soak-part` (partitioned by
+    input.tenant, limit 2: at most 2 live leases per tenant) — get bursts of `steps`/`echo` jobs every
+    5 s, more than their limits admit at once; the lease samples count their live leases (per tenant on
+    soak-part), and trace validation judges every claim there with the queue's options.
 
 Everything is recorded in the history; the SQL uses harness-side `now` parameters (no now()).
 """
@@ -45,6 +46,8 @@ EXTERNAL_QUEUE = "soak-external"
 ADMISSION_QUEUES: dict[str, dict[str, Any]] = {
     "soak-global": {"global_limit": 2},
     "soak-rate": {"rate": {"allowed": 4, "period": 1}},
+    # per-key limit = the queue's limit (no global_limit): at most 2 live leases per tenant, fleet-wide
+    "soak-part": {"limit": 2, "partition": {"field": "input", "key": "tenant"}},
 }
 LIVE_SLACK_S = 1.0  # a lease counts as live in a sample only if it runs this far past the sample (skewed nodes)
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -153,6 +156,9 @@ class Scenarios:
                 )
             for _ in range(8):
                 plans.append(Plan(self._admission_spec("soak-rate", "echo", {"v": self.d.rng.randrange(1000)}), "echo"))
+            for tenant in "aaaaaabb":  # 6 of tenant a on a per-key limit of 2
+                inp = {"n": 1, "raise_after": None, "pause_ms": 400, "tenant": tenant}
+                plans.append(Plan(self._admission_spec("soak-part", "steps", inp), "steps"))
         if plans:
             self.d.enqueue(plans)
         if due["priority"]:
@@ -361,10 +367,16 @@ class Scenarios:
                     "AND lease_until > to_timestamp(%s) GROUP BY queue",
                     (list(ADMISSION_QUEUES), t + LIVE_SLACK_S),
                 ).fetchall()
+                per_key = conn.execute(
+                    "SELECT queue, COALESCE(input->>'tenant', ''), count(*) FROM belay_jobs WHERE state = 'running' "
+                    "AND queue = 'soak-part' AND lease_until > to_timestamp(%s) GROUP BY 1, 2",
+                    (t + LIVE_SLACK_S,),
+                ).fetchall()
                 self.d.history.record(
                     "lease_sample",
                     at=t,
                     admission={q: n for q, n in live},
+                    partitions={f"{q}:{k}": n for q, k, n in per_key},
                     rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
                     parked=[r[0] for r in parked],
                     stranded=[r[0] for r in parked if r[1]],

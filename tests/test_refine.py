@@ -393,3 +393,29 @@ def test_an_ack_claim_that_retries_a_row_and_claims_it_again_is_explained(url, t
     r = cap.validate()
     assert r.verdict == "valid", first(r)
     assert r.by_kind["claim"] == 2 and r.unexplained == 0, r.by_kind
+
+
+def test_a_claim_by_a_node_whose_clock_runs_ahead_is_admitted_at_its_own_now(url, tmp_path):
+    """global_limit 1: the first lease has expired by the claimer's clock (ahead of the commit time by
+    less than the skew) but not by the commit time. The claim's `now` is not a column; with the run's
+    lease ttl it is lease_until − ttl, and the model admits the claim there (found unexplained in a soak
+    whose skewed node claimed on soak-global)."""
+    ttl = timedelta(seconds=10)
+    with Captured(url, tmp_path, "skewclaim") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            store.apply(ops.PutQueue(now(), "qg", {"global_limit": 1}))
+            opts = QueueOpts.parse({"global_limit": 1})
+            b = client.enqueue("qg", "k", {}, max_attempts=3).id
+            store.apply(w.Claim(now(), "qg", "n0", 1, ttl, opts))
+            t = now()
+            store.apply(w.Ack(t, b, 1, w.Fail("boom", None, t + timedelta(milliseconds=200))))  # started_at kept
+            client.enqueue("qg", "k", {})
+            store.apply(w.Claim(now(), "qg", "n1", 1, timedelta(milliseconds=800), opts))  # the other job (b not due)
+            time.sleep(0.3)
+            got = store.apply(w.Claim(now() + timedelta(seconds=1), "qg", "ahead", 1, ttl, opts))
+            assert [j.id for j in got.jobs] == [b]  # by its clock the other lease has expired
+    blind = cap.validate(HarnessLedger.load([]))
+    assert blind.unexplained == 1, first(blind)  # judged at the commit time, the first lease is live
+    r = cap.validate(HarnessLedger.load([{"type": "run_start", "lease_ttl": ttl.total_seconds()}]))
+    assert r.verdict == "valid", first(r)
+    assert r.admission_claims["qg"] == 3

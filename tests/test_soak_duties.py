@@ -518,11 +518,15 @@ def test_p4_a_kind_asked_exit_after_15_s_of_drain_is_still_a_drain_that_did_not_
     assert p4.verdict == "invalid" and "did not exit within 15s" in p4.counterexamples[0]
 
 
-ADMISSION = {"soak-global": {"global_limit": 2}, "soak-rate": {"rate": {"allowed": 4, "period": 1}}}
+ADMISSION = {
+    "soak-global": {"global_limit": 2},
+    "soak-rate": {"rate": {"allowed": 4, "period": 1}},
+    "soak-part": {"limit": 2, "partition": {"field": "input", "key": "tenant"}},
+}
 
 
-def _sample(t: float, live: dict) -> dict:
-    return {"t": E0 + t, "type": "lease_sample", "at": E0 + t, "rows": [], "admission": live}
+def _sample(t: float, live: dict, partitions: dict | None = None) -> dict:
+    return {"t": E0 + t, "type": "lease_sample", "at": E0 + t, "rows": [], "admission": live, "partitions": partitions}
 
 
 def test_p18_more_live_leases_than_the_global_limit_is_flagged_and_the_limit_reached_is_its_scenario():
@@ -546,3 +550,15 @@ def test_p18_is_unknown_without_its_scenarios_and_absent_from_a_run_that_configu
     assert duty(failed.check(), "P18").verdict == "unknown"
     legacy = baseline().check()  # a harness older than P18: the duty was not part of the run
     assert "P18" not in legacy.duties and all(row["row"] != "P18" for row in legacy.coverage)
+
+
+def test_p18_more_live_leases_of_one_partition_key_than_its_per_key_limit_is_flagged():
+    r = baseline()
+    r.history += [
+        {"t": E0, "type": "admission_queues", "queues": ADMISSION},
+        _sample(5, {"soak-part": 4}, {"soak-part:a": 2, "soak-part:b": 2}),  # 2 per tenant: the limit, held
+    ]
+    assert duty(r.check(), "P18").violations == 0
+    r.history.append(_sample(6, {"soak-part": 4}, {"soak-part:a": 3, "soak-part:b": 1}))
+    bad = duty(r.check(), "P18")
+    assert bad.verdict == "invalid" and "partition key 'a': 3 live leases" in bad.counterexamples[0], bad.to_json()

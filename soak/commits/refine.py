@@ -206,6 +206,7 @@ class HarnessLedger:
     silent_children: frozenset[int] = frozenset()
     strict: bool = False  # True: a client cancel/signal must be recorded here
     terms: Mapping[str, float] = field(default_factory=dict)  # node → its SIGTERM (the nemesis's drain_term)
+    lease_ttl: float | None = None  # the run's BELAY_LEASE_TTL (run_start): a claim's `now` = lease_until − ttl
 
     @classmethod
     def load(cls, source: Any) -> HarnessLedger:
@@ -227,8 +228,11 @@ class HarnessLedger:
         signals: set[int] = set()
         silent: set[int] = set()
         terms: dict[str, float] = {}
+        ttl: float | None = None
         for r in records:
             t = r.get("type")
+            if t == "run_start" and r.get("lease_ttl") is not None:
+                ttl = float(r["lease_ttl"])
             if t == "worker_drain_term" and r.get("node") is not None:
                 terms.setdefault(str(r["node"]), float(r["t"]))
             if t == "cancel" and r.get("job_id") is not None:
@@ -237,7 +241,7 @@ class HarnessLedger:
                 signals.add(int(r["job_id"]))
             elif t == "lost_wakeup":
                 silent.update(int(c) for c in r.get("children", ()))
-        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms)
+        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms, ttl)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -902,6 +906,13 @@ class Validator:
                 lo = max([at - LAG, *due])
                 hi = min(at + SKEW, lease_until - timedelta(microseconds=1))
                 now = min(max(at, lo), hi)
+                # With the run's lease ttl the worker's own `now` is in the row: lease_until − ttl. It
+                # matters for admission — a node whose clock runs ahead sees leases expire (global
+                # limit, partitions) and windows turn (rate) before the commit time does.
+                if self.ledger.lease_ttl is not None:
+                    stamped = lease_until - timedelta(seconds=self.ledger.lease_ttl)
+                    if lo <= stamped <= hi:
+                        now = stamped
             self.now_ok(now, at, f"claim by {node}")
             if lease_until <= now:
                 raise Mismatch(
