@@ -68,7 +68,7 @@ VARIANTS: dict[str, Variant] = {
         ("P16",), "reclaim retries past max_attempts (§6)", ("--max-attempts", "1", "--kill-every", "6")
     ),
     "ignores_queue_options": Variant(
-        ("P18",), "never reads belay_queues: claims soak-global/soak-rate without admission (§6)"
+        ("P18", "refine"), "never reads belay_queues: claims soak-global/soak-rate without admission (§6)"
     ),
     "park_spends_attempt": Variant(("P15",), "a park does not raise max_attempts (a wait spends an attempt, §7)"),
     "cron_early": Variant(
@@ -94,6 +94,24 @@ VARIANTS: dict[str, Variant] = {
     "exit_unrecorded": Variant(("P1",), "self-kills without the `exit` observation (PROTOCOL §1)"),
     "wrong_result_attempt": Variant(("I2",), "results name attempt 1 whatever the attempt (PROTOCOL §2)"),
     "prunes_during_run": Variant(("I1",), "prunes terminal jobs at once (PROTOCOL §1: no pruning during a run)"),
+    # --- issue 30 item 2: the last nine gaps of docs/certification.md (refine = trace validation) ---
+    "claims_early": Variant(("refine",), "claims ready rows up to 30 s before they are due (§4)"),
+    "inserts_attempt_one": Variant(("refine",), "spawned children and cron slots inserted at attempt 1 (§5.1)"),
+    "claims_without_row_lock": Variant(("refine", "I2"), "claims without FOR UPDATE SKIP LOCKED (§6)"),
+    "renews_unguarded": Variant(("refine",), "renews without the state/leased_by guard (§6)"),
+    "clears_cancel_on_retry": Variant(("refine",), "error acks and reclaim retries clear cancel_requested (§7)"),
+    "await_children_no_reverify": Variant(
+        ("refine", "I9", "P10"), "await-children parks without re-verifying after the clear (§8.4)"
+    ),
+    "notifications_only": Variant(("I1",), "no polling floor: only pokes wake a producer (§9)"),
+    "gathers_past_clamp": Variant(
+        ("P2",), "chunk gather window of 3 ttl, unclamped, gathered jobs not renewed (operations: Chunks)"
+    ),
+    "no_call_deadlines": Variant(
+        ("P2",),
+        "no call deadline, connect_timeout or keepalives (PROTOCOL §1)",
+        ("--stall-conn-every", "5", "--duration", "45"),
+    ),
 }
 
 # The matrix's default soak settings for every variant (short, faults dense).

@@ -40,6 +40,13 @@ def soak(name: str, report: Path, extra: tuple[str, ...] = (), timeout: float = 
         }
     data = json.loads(results.read_text())
     rows = {**data["invariants"], **data.get("duties", {})}
+    # trace validation (soak/commits/refine.py) is the row `refine` of docs/certification.md
+    refinement = (data.get("history") or {}).get("refinement") or {}
+    if refinement:
+        first = (refinement.get("findings") or [None])[0]
+        rows["refine"] = {"verdict": refinement.get("verdict"), "first_counterexample": first, "why_unknown": None}
+        if refinement.get("verdict") == "invalid":  # the soak's own exit folds the history in (combine_exit)
+            data["verdict"] = "invalid"
     invalid = [k for k, v in rows.items() if v["verdict"] == "invalid"]
     return {
         "verdict": data["verdict"],
