@@ -495,3 +495,17 @@ def test_example_event_sleeps_until_approved_then_completes(server: str, c) -> N
     assert [s for (_, _, s, _) in runs(c, task_id)] == ["completed"]
     assert c.list_runs(status="sleeping").runs == []
     assert durable.DurableClient is DurableClient
+
+
+def test_example_event_worker_stopped_while_the_task_sleeps_and_a_new_one_finishes_it(server: str, c) -> None:
+    worker = example(server, "event.py", "work")
+    task_id = field(finished(example(server, "event.py", "create")), "task")
+    until(lambda: c.list_runs(task_id=task_id, status="sleeping").runs, 20, "the task never slept")
+    interrupt(worker)  # nothing in hand: the run sleeps on the server
+    finished(example(server, "event.py", "approve", task_id))
+    assert [r.status for r in c.list_runs(task_id=task_id).runs] == ["pending"]  # woken, nobody has it
+    resumed = example(server, "event.py", "work")
+    until(lambda: c.list_tasks(queue_name="approvals", status="completed").tasks, 20, "never completed")
+    out = interrupt(resumed)
+    assert "approved with payload: {'approved_by': 'admin'}" in out and "done!" in out, out
+    assert [(r.attempt, r.status) for r in c.list_runs(task_id=task_id).runs] == [(1, "completed")]
