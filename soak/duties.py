@@ -722,11 +722,22 @@ def p17_reclaims_expired(r: Any, ev: Evidence, timeline: Any) -> None:
     r.checks += len(ev.samples)
 
 
-def p18_admission(r: Any, ev: Evidence) -> int:
+def p18_admission(r: Any, ev: Evidence, timeline: Any = None) -> int:
     """§6 global_limit from the lease samples: a sample (one consistent read) counts the live leases of
     each admission queue — leases running more than LIVE_SLACK_S past the sample, so that a claimer whose
     clock runs ahead and saw a lease expire is not blamed; more than the queue's global_limit is a
-    violation. Returns the samples that saw a queue at its limit (contention: the limit was binding)."""
+    violation. Returns the samples that saw a queue at its limit (contention: the limit was binding).
+
+    Not judged: samples within a ttl after a node came back from a SIGSTOP, a partition, a stall or a cut.
+    Its lease may have expired meanwhile (others then admitted in its place, rightly) and its renewal,
+    which §6 guards by holder only, revives it: more live leases than the limit without a wrong claim.
+    Trace validation still judges every claim there exactly."""
+    resumed: list[float] = []
+    if timeline is not None:
+        for windows in (*timeline.stopped.values(), *timeline.isolated.values()):
+            resumed += [b for _a, b in windows if b != float("inf")]
+        resumed += [c[2] for c in timeline.cuts if c[2] != float("inf")]
+    excused = 0
     limits: dict[str, int] = {}
     per_key: dict[str, int] = {}  # partitioned queue → per-key limit (§6: global_limit, else the queue's limit)
     for e in ev.by_type["admission_queues"]:  # what this run configured (soak/scenarios.py)
@@ -743,6 +754,10 @@ def p18_admission(r: Any, ev: Evidence) -> int:
     for e in ev.by_type["lease_sample"]:
         live = e.get("admission")
         if live is None:
+            continue
+        sample_at = float(e.get("at", e["t"]))
+        if any(b <= sample_at <= b + ev.ttl for b in resumed):
+            excused += 1
             continue
         for q, limit in limits.items():
             n = int(live.get(q, 0))
@@ -770,6 +785,10 @@ def p18_admission(r: Any, ev: Evidence) -> int:
                 f"per-key limit {per_key[queue]}"
             )
         r.add([f"P18 {what} — claims must apply the queue's options (§6 admission)"])
+    if excused:
+        r.notes.append(
+            f"{excused} lease sample(s) within a ttl after a node resumed (stop, partition, cut): not judged"
+        )
     return at_limit
 
 
@@ -790,7 +809,7 @@ def later_duties(
     counts["last_attempts"] = p16_attempts_bounded(duties["P16"], state)
     p17_reclaims_expired(duties["P17"], ev, timeline)
     if ev.by_type["admission_queues"] or ev.by_type["admission_queues_failed"]:
-        counts["admission_at_limit"] = p18_admission(duties["P18"], ev)
+        counts["admission_at_limit"] = p18_admission(duties["P18"], ev, timeline)
     elif isinstance(duties, dict):
         # a run whose harness configured no admission queues (a harness older than P18, whose check phase
         # loads this module): the duty was not part of that run — it is left out, not passed

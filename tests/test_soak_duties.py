@@ -562,3 +562,20 @@ def test_p18_more_live_leases_of_one_partition_key_than_its_per_key_limit_is_fla
     r.history.append(_sample(6, {"soak-part": 4}, {"soak-part:a": 3, "soak-part:b": 1}))
     bad = duty(r.check(), "P18")
     assert bad.verdict == "invalid" and "partition key 'a': 3 live leases" in bad.counterexamples[0], bad.to_json()
+
+
+def test_p18_a_sample_right_after_a_node_resumed_is_not_judged():
+    """A SIGSTOPped node's expired lease, revived by its renewal after SIGCONT while others admitted in its
+    place, is no wrong claim: samples within a ttl of the resume are left out (trace validation still
+    judges the claims)."""
+    r = baseline()
+    r.history += [
+        {"t": E0, "type": "admission_queues", "queues": ADMISSION},
+        {"t": E0 + 1, "type": "worker_stop", "node": "w1-1"},
+        {"t": E0 + 16, "type": "worker_cont", "node": "w1-1"},
+        _sample(17, {"soak-global": 3}),
+    ]
+    p18 = duty(r.check(), "P18")
+    assert p18.violations == 0 and any("not judged" in n for n in p18.notes), p18.to_json()
+    r.history.append(_sample(40, {"soak-global": 3}))  # long after the resume: judged
+    assert duty(r.check(), "P18").verdict == "invalid"
