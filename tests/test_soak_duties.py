@@ -571,11 +571,11 @@ def test_p18_a_sample_right_after_a_node_resumed_is_not_judged():
     r = baseline()
     r.history += [
         {"t": E0, "type": "admission_queues", "queues": ADMISSION},
-        {"t": E0 + 1, "type": "worker_stop", "node": "w1-1"},
-        {"t": E0 + 16, "type": "worker_cont", "node": "w1-1"},
-        _sample(17, {"soak-global": 3}),
+        {"t": E0 + 30, "type": "worker_stop", "node": "w9-1"},
+        {"t": E0 + 45, "type": "worker_cont", "node": "w9-1"},
+        _sample(46, {"soak-global": 3}),
     ]
     p18 = duty(r.check(), "P18")
     assert p18.violations == 0 and any("not judged" in n for n in p18.notes), p18.to_json()
-    r.history.append(_sample(40, {"soak-global": 3}))  # long after the resume: judged
+    r.history.append(_sample(70, {"soak-global": 3}))  # long after any resume: judged
     assert duty(r.check(), "P18").verdict == "invalid"
