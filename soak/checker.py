@@ -225,7 +225,7 @@ def check(
     for (job_id, name), s in state.steps.items():
         steps[job_id][name] = s
 
-    _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl)
+    _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history)
     _i2(results["I2"], state, ledger)
     _i3(results["I3"], state, history, steps)
     _i4(results["I4"], state, by_id, steps)
@@ -335,7 +335,25 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
 # --- I1 -------------------------------------------------------------------------------------------------
 
 
-def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> None:
+IDLE_S = 10.0  # the reference's idle poll ceiling is 0.5 s (§9.1): twenty of them without a claim
+
+
+def _idle_end_of_drain(history, timeline) -> tuple[float, list[str]] | None:
+    """(window start, nodes that ran) when the drain ended unfinished and every lease sample of its last
+    IDLE_S seconds (at least 5 of them) saw no running row, with a worker running and the database up."""
+    drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
+    if drain is None or drain.get("drained"):
+        return None
+    t1 = float(drain["t"])
+    t0 = t1 - IDLE_S
+    samples = [e for e in history if e.get("type") == "lease_sample" and t0 <= float(e.get("at", e["t"])) <= t1]
+    if len(samples) < 5 or any(e.get("rows") for e in samples) or timeline.db_down_during(t0, t1):
+        return None
+    ran = sorted(n for n in timeline.started if timeline.node_ran(n, t0, t1))
+    return (t0, ran) if ran else None
+
+
+def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history=()) -> None:
     expected = set(by_id)
     declared = set()
     for (_, name), s in state.steps.items():
@@ -365,6 +383,26 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl) -> N
     # they are unknown, not violations — only after a drain that completed is a job stuck (issue 27).
     left = [] if drained else stuck
     stuck = stuck if drained else []
+    # An unfinished drain whose last IDLE_S seconds every lease sample saw no running row at all, while a
+    # worker ran and the database was up: a ready job due through that window was not claimed by anyone —
+    # no overload explains it (nothing ran); the polling floor did not fire (§9). A violation, not unknown.
+    idle = _idle_end_of_drain(history, timeline)
+    if idle is not None:
+        for job in list(left):
+            due_t = (job.ready_at or job.inserted_at).timestamp() if (job.ready_at or job.inserted_at) else 0.0
+            if job.state == "ready" and due_t <= idle[0]:
+                left.remove(job)
+                r.add(
+                    [
+                        inv.Violation(
+                            "I1",
+                            job.id,
+                            f"is ready and due (ready_at {job.ready_at}) yet unclaimed through the last "
+                            f"{IDLE_S:.0f} s of the drain, while node(s) {', '.join(idle[1])} ran and held no lease "
+                            "at all (lease samples): nothing polled for it (§9: polling is the correctness floor)",
+                        )
+                    ]
+                )
     for job in stuck:
         r.add(
             [

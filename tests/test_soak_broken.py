@@ -255,3 +255,26 @@ def test_the_docs_say_where_the_contracts_section_10_is_superseded():
     cert = (ROOT / "docs" / "certification.md").read_text()
     assert "§10" in cert and "soak/worker.exs" in cert and "nine" in cert
     assert "supersedes §10 of the contract" in (ROOT / "soak" / "PROTOCOL.md").read_text()
+
+
+# --- W9.3 (notifications_only): an unfinished drain whose end was idle is a polling-floor failure ---------
+
+
+def _drain_history(rows_at: float | None = None, drained: bool = False, db_crash: bool = False) -> list[dict]:
+    h: list[dict] = [{"t": 0.0, "type": "worker_start", "node": "w1-1", "slot": 1}]
+    h += [{"t": t / 2, "type": "lease_sample", "at": t / 2, "rows": []} for t in range(2, 61)]
+    if rows_at is not None:
+        h.append({"t": rows_at, "type": "lease_sample", "at": rows_at, "rows": [[7, 1, "w1-1", rows_at + 4, "echo"]]})
+    if db_crash:
+        h += [{"t": 25.0, "type": "db_crash"}, {"t": 26.0, "type": "db_restarted"}]
+    h.append({"t": 30.0, "type": "drain_end", "drained": drained})
+    return sorted(h, key=lambda e: e["t"])
+
+
+def test_an_idle_end_of_an_unfinished_drain_is_found_only_when_nothing_ran_and_the_database_was_up():
+    from soak.checker import IDLE_S, Timeline, _idle_end_of_drain
+
+    h = _drain_history()
+    assert _idle_end_of_drain(h, Timeline(h)) == (30.0 - IDLE_S, ["w1-1"])
+    for h in (_drain_history(rows_at=28.0), _drain_history(drained=True), _drain_history(db_crash=True)):
+        assert _idle_end_of_drain(h, Timeline(h)) is None
