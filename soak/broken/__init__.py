@@ -110,7 +110,11 @@ VARIANTS: dict[str, Variant] = {
     "no_call_deadlines": Variant(
         ("P2",),
         "no call deadline, connect_timeout or keepalives (PROTOCOL §1)",
-        ("--stall-conn-every", "5", "--duration", "45"),
+        # conn stalls only: a SIGSTOP, kill or restart would excuse the leases a hung renewal loses
+        (
+            *("--stall-conn-every", "2", "--kill-every", "0", "--stop-every", "0"),
+            *("--db-restart-every", "0", "--term-every", "0", "--duration", "45"),
+        ),
     ),
 }
 
