@@ -8,7 +8,8 @@ subclass, a patched JobContext method) and runs the reference worker's `main` wi
 
 `python -m soak.broken` soaks every variant (plus the reference worker as a control) and prints a
 matrix; a variant is caught when the verdict is invalid and one of its expected rows (an invariant
-I1–I9 or a worker duty P1–P10) is among the invalid ones. A VALID verdict is a failure of the harness.
+I1–I9, a worker duty P1–P18, or `refine`: trace validation of the committed history) is among the
+invalid ones. A VALID verdict is a failure of the harness.
 
 Adding a variant: write `soak/broken/<name>.py` (docstring: what is broken, the expected verdict) and add
 one `Variant` line to VARIANTS below. `options` are extra `soak.run` options that give its scenario
