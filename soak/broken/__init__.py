@@ -47,7 +47,7 @@ VARIANTS: dict[str, Variant] = {
     "reexecute_steps": Variant(("I3",), "re-executes journaled steps (§8.2)"),
     "no_budget_preflight": Variant(("I4",), "no §8.2 pre-flight before a missed step", ("--duration", "45")),
     "ignore_budget": Variant(("I4",), "ignores budgets entirely (§8.2)"),
-    "count_gated_children": Variant(("P10", "I9"), "count-gated $children signal, reconciler kept (§7, R1)"),
+    "count_gated_children": Variant(("P10", "I9", "refine"), "count-gated $children signal, reconciler kept (§7, R1)"),
     "ack_before_journal": Variant(("I3",), "acks before the step journal commits (§8.2)"),
     "spend_for_duplicate_step": Variant(
         ("I4",),
