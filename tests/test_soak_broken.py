@@ -278,3 +278,18 @@ def test_an_idle_end_of_an_unfinished_drain_is_found_only_when_nothing_ran_and_t
     assert _idle_end_of_drain(h, Timeline(h)) == (30.0 - IDLE_S, ["w1-1"])
     for h in (_drain_history(rows_at=28.0), _drain_history(drained=True), _drain_history(db_crash=True)):
         assert _idle_end_of_drain(h, Timeline(h)) is None
+
+
+def test_a_variant_that_crashes_on_its_own_drift_is_not_counted_as_caught(tmp_path):
+    """A variant whose code drifted from impl/ (a query parameter renamed) fails for that reason and proves
+    nothing: the matrix reports VARIANT BROKEN, not CAUGHT (sleep_without_journal crashed every sleep with
+    `query parameter missing: park_credit` for a session before this was checked)."""
+    from soak.broken.__main__ import variant_error
+
+    (tmp_path / "workers").mkdir()
+    (tmp_path / "workers" / "w1-1.log").write_text("job 5 failed: OperationalError: the connection is lost\n")
+    assert variant_error(tmp_path) is None  # a fault the soak injected: not the variant's own error
+    (tmp_path / "workers" / "w2-1.log").write_text(
+        "error: ProgrammingError: query parameter missing: attempts_ceiling, park_credit\n"
+    )
+    assert "park_credit" in (variant_error(tmp_path) or "")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,11 +53,26 @@ def soak(name: str, report: Path, extra: tuple[str, ...] = (), timeout: float = 
         "verdict": data["verdict"],
         "exit": proc.returncode,
         "invalid": invalid,
+        "variant_error": variant_error(report / name / "latest"),
         "seconds": seconds,
         "first": {k: rows[k]["first_counterexample"] for k in invalid},
         "unknown": {k: v["why_unknown"] for k, v in rows.items() if v["verdict"] == "unknown"},
         "report": str((report / name / "latest").resolve()),
     }
+
+
+# Errors a variant's own code raises when it has drifted from impl/ (a query's parameters changed, a
+# method renamed): the variant then fails for that reason, not for its bug, and proves nothing.
+DRIFT = re.compile(r"\b(ProgrammingError|TypeError|AttributeError|NameError|ImportError)\b[^\n]*")
+
+
+def variant_error(run_dir: Path) -> str | None:
+    """The first programming error in the run's worker logs, if any."""
+    for log in sorted((run_dir / "workers").glob("*.log")):
+        m = DRIFT.search(log.read_text(errors="replace"))
+        if m:
+            return f"{log.name}: {m.group(0)[:200]}"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +111,10 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 want = VARIANTS[name].expects
                 hit = [k for k in want if k in r["invalid"]]
-                r.update(expected=list(want), caught=r["verdict"] == "invalid" and bool(hit))
+                r.update(
+                    expected=list(want),
+                    caught=r["verdict"] == "invalid" and bool(hit) and not r.get("variant_error"),
+                )
                 ok &= r["caught"]
                 first = (
                     r["first"].get(hit[0])
@@ -104,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 print(
                     f"{name:26} {r['verdict']:8} invalid={','.join(r['invalid']) or '-':10} "
-                    f"expected={'|'.join(want):7} {'CAUGHT' if r['caught'] else 'MISSED'} {r['seconds']}s  "
+                    f"expected={'|'.join(want):7} "
+                    f"{'CAUGHT' if r['caught'] else 'VARIANT BROKEN' if r.get('variant_error') else 'MISSED'} "
+                    f"{r['seconds']}s  {r.get('variant_error') or ''}"
                     f"{str(first)[:220]}",
                     flush=True,
                 )
