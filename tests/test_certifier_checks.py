@@ -330,3 +330,18 @@ def test_d1_an_id_reused_by_another_enqueue_after_a_failover_is_a_lost_enqueue()
     r.jobs[1] = replace(seen, inserted_at=at(60))
     d1 = r.check().invariants["D1"]
     assert d1.verdict == "invalid" and "the enqueue was lost" in d1.counterexamples[0], d1.to_json()
+
+
+def test_p18_a_queue_that_never_reached_its_global_limit_leaves_the_duty_unknown():
+    """One live lease on a queue whose global_limit is 2: the limit never bound, so no claim could have
+    over-admitted — not the scenario that makes P18 valid."""
+    from tests.test_soak_duties import ADMISSION, _sample
+
+    r = baseline()
+    r.history += [{"t": E0, "type": "admission_queues", "queues": ADMISSION}, _sample(5, {"soak-global": 1})]
+    result = r.check()
+    assert coverage_count(result, "P18", "admission_at_limit") == 0
+    p18 = duty(result, "P18")
+    assert p18.violations == 0 and p18.verdict == "unknown", p18.to_json()
+    r.history.append(_sample(6, {"soak-global": 2}))
+    assert coverage_count(r.check(), "P18", "admission_at_limit") == 1

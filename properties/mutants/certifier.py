@@ -470,6 +470,30 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:\n",
         "            if until is None or at - until <= 60 or key in flagged:  # MUTANT\n",
     ),
+    _one(
+        "cert_p18_global_limit_off_by_one",
+        "P18 (global_limit admission): one live lease over a queue's global_limit passes (off by one)",
+        "§duty P18",
+        DUTIES_PY,
+        "            if n > limit and n > worst.get(q, (0, 0.0))[0]:\n",
+        "            if n > limit + 1 and n > worst.get(q, (0, 0.0))[0]:  # MUTANT\n",
+    ),
+    _one(
+        "cert_p18_partition_keys_not_judged",
+        "P18 (partitioned admission): the live leases per partition key are not compared with its limit",
+        "§duty P18",
+        DUTIES_PY,
+        "            if q not in per_key:\n                continue\n",
+        "            if True:  # MUTANT: q not in per_key\n                continue\n",
+    ),
+    _one(
+        "cert_p18_one_below_the_limit_counts_as_contention",
+        "P18 coverage: a queue one lease below its global_limit counts as one whose limit was binding",
+        "§cov P18",
+        DUTIES_PY,
+        "            if n >= limit:\n                at_limit += 1\n",
+        "            if n >= limit - 1:  # MUTANT\n                at_limit += 1\n",
+    ),
     # --- soak/coverage.py: what a row needs before it may say valid ------------------------------------------
     _one(
         "cert_cov_every_sigterm_counts_as_a_drain",
@@ -589,6 +613,15 @@ CERTIFIER: tuple[Mutant, ...] = (
         REFINE_PY,
         "            if self.ledger.strict and a.id not in self.ledger.cancels:\n",
         "            if False:  # MUTANT: self.ledger.strict and a.id not in self.ledger.cancels\n",
+        REFINE_SUITE,
+    ),
+    _one(
+        "cert_refine_queue_options_ignored",
+        "refine P18 (rate and global_limit admission): claims are judged with default options, not the queue's row",
+        "§refine P18",
+        REFINE_PY,
+        "                qopts = QueueOpts.parse(qrow.opts) if qrow is not None else QueueOpts()\n",
+        "                qopts = QueueOpts()  # MUTANT: the belay_queues row is ignored\n",
         REFINE_SUITE,
     ),
     _one(
