@@ -362,20 +362,19 @@ class Scenarios:
                 # worker wakes the parent in the last child's terminal transaction (§7 step 2), so one
                 # consistent read never sees this; the reconciler only repairs it later (duty P10).
                 parked = conn.execute(self.PARKED_PARENTS).fetchall()
-                live = conn.execute(
-                    "SELECT queue, count(*) FROM belay_jobs WHERE state = 'running' AND queue = ANY(%s) "
-                    "AND lease_until > to_timestamp(%s) GROUP BY queue",
+                live_by_key = conn.execute(  # one read: per queue, and per tenant for the partitioned one
+                    "SELECT queue, COALESCE(input->>'tenant', ''), count(*) FROM belay_jobs WHERE state = 'running' "
+                    "AND queue = ANY(%s) AND lease_until > to_timestamp(%s) GROUP BY 1, 2",
                     (list(ADMISSION_QUEUES), t + LIVE_SLACK_S),
                 ).fetchall()
-                per_key = conn.execute(
-                    "SELECT queue, COALESCE(input->>'tenant', ''), count(*) FROM belay_jobs WHERE state = 'running' "
-                    "AND queue = 'soak-part' AND lease_until > to_timestamp(%s) GROUP BY 1, 2",
-                    (t + LIVE_SLACK_S,),
-                ).fetchall()
+                live: dict[str, int] = {}
+                for q, _key, n in live_by_key:
+                    live[q] = live.get(q, 0) + n
+                per_key = [(q, k, n) for q, k, n in live_by_key if q == "soak-part"]
                 self.d.history.record(
                     "lease_sample",
                     at=t,
-                    admission={q: n for q, n in live},
+                    admission=live,
                     partitions={f"{q}:{k}": n for q, k, n in per_key},
                     rows=[[r[0], r[1], r[2], r[3], r[4]] for r in rows],
                     parked=[r[0] for r in parked],

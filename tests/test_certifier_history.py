@@ -8,42 +8,18 @@ Runs its own embedded cluster with wal_level = logical (like tests/test_refine.p
 
 from __future__ import annotations
 
-import secrets
 from datetime import timedelta
 
-import psycopg
-import pytest
-
 from impl.client import Client
-from impl.migrate import migrate
-from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.store import PgStore
 from model import worker_ops as w
 from soak.broken.base import patched_queries
 from soak.commits.capture import read_transactions
 from soak.commits.replay import load_state, replay
+from tests import test_refine
 from tests.test_refine import TTL, Captured, first, now
 
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
-    yield c
-    c.destroy()
-
-
-@pytest.fixture
-def url(cluster):
-    name = f"c_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    u = cluster.url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(u, autocommit=True) as c:
-        migrate(c)
-    yield u
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
-        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+cluster, url = test_refine.cluster, test_refine.url  # the same logical-replication cluster fixtures
 
 
 def test_a_claim_of_a_row_not_yet_due_is_unexplained_and_named_not_claimable(url, tmp_path):

@@ -536,6 +536,14 @@ class Candidate:
     mask_for: dict[int, str] = field(default_factory=dict)  # op index → what masking applies ("claim" …)
 
 
+def _claims(cand: Candidate) -> Iterable[w.Claim]:
+    """The claims among a candidate's operations (an op may be wrapped as (directive, …, op))."""
+    for op in cand.ops:
+        inner = op[-1] if isinstance(op, tuple) else op
+        if isinstance(inner, w.Claim):
+            yield inner
+
+
 class ObservedRetry:
     """A reclaim's backoff as the rows show it: the SDK's choice (§6 leaves backoff and jitter to it).
     `retry_at(now, attempt)` answers, per attempt number in id order, the ready_at the transaction wrote."""
@@ -1328,12 +1336,11 @@ class Validator:
             r.validated += 1
             for k in explained.kinds:
                 r.by_kind[k] += 1
-            if self.ledger.terms:
-                self._claims_after_term(rows, explained)
-            for op in explained.ops:
-                inner = op[-1] if isinstance(op, tuple) else op
-                if isinstance(inner, w.Claim) and inner.opts.needs_admission_lock:
-                    r.admission_claims[inner.queue] += 1
+            for claim in _claims(explained):
+                if self.ledger.terms:
+                    self._claim_after_term(rows, claim)
+                if claim.opts.needs_admission_lock:
+                    r.admission_claims[claim.queue] += 1
         else:
             r.unexplained += 1
             involved = set(rows.rows.get(JOBS, {})) | {k[0] for t in (STEPS, EVENTS) for k in rows.rows.get(t, {})}
@@ -1358,23 +1365,19 @@ class Validator:
             for key, (_b, a) in changed.items():
                 self.world.put(table, key, a)
 
-    def _claims_after_term(self, tx: TxRows, cand: Candidate) -> None:
+    def _claim_after_term(self, tx: TxRows, claim: w.Claim) -> None:
         """P11: a claim by a node after its own SIGTERM. Both clocks must say so: the commit (the server's
         clock, the harness's machine) more than CLAIM_SETTLE after the signal — a claim in flight at the
         signal has committed by then unless the database stalled — and the claim's own `now` (its lease
         less its ttl) more than NOW_SLACK after it, beyond any clock offset the harness gives a node: a claim
         built before the signal and held up by a stall is not one made after it."""
-        for op in cand.ops:
-            inner = op[-1] if isinstance(op, tuple) else op
-            if not isinstance(inner, w.Claim):
-                continue
-            t = self.ledger.terms.get(inner.node)
-            if t is None:
-                continue
-            at, now = tx.at.timestamp(), inner.now.timestamp()
-            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:
-                self._late_claims[inner.node] = self._late_claims.get(inner.node, 0) + inner.demand
-                self._late_first.setdefault(inner.node, (at - t, tx.lsn))
+        t = self.ledger.terms.get(claim.node)
+        if t is None:
+            return
+        at, now = tx.at.timestamp(), claim.now.timestamp()
+        if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:
+            self._late_claims[claim.node] = self._late_claims.get(claim.node, 0) + claim.demand
+            self._late_first.setdefault(claim.node, (at - t, tx.lsn))
 
     def finish_duties(self) -> None:
         r = self.result
