@@ -167,6 +167,7 @@ class PgStore(WorkerOps):
         self.q = SchemaSQL(schema)
         self.schema = self.q.schema
         self.notify = notify
+        self.call_timeout = call_timeout  # kept so a subclass swapped in (soak fixtures) gets the same deadline
         pool_class: Any = ConnectionPool
         extra: dict[str, Any] = {}
         kwargs: dict[str, Any] = {"autocommit": True}

@@ -300,6 +300,18 @@ MIN_GAP = 0.25  # catching up after a late fault: at most one per MIN_GAP × eve
 RETRY_S = 0.5  # a due fault with no target now (no running worker, a zombie stop holding …) is retried this often
 
 
+def zombie_hold_budget(stop_for: float, db_due_in: float) -> float | None:
+    """How long a zombie stop may hold the database (soak/zombies.py), or None for a plain stop instead.
+
+    A zombie stop holds `db_lock` — no crash-restart — for up to 3 × stop_for plus AFTER_CONT_S. Unbounded,
+    holds starved `--db-restart-every` (issue 27: 0 of 2 crash-restarts in 60 s runs; the due crash waited
+    out every hold). So a hold ends before the next crash-restart is due, and a zombie stop that could not
+    last stop_for (the lease must run out and a later attempt journal the step) is a plain stop."""
+    room = db_due_in - zombies.AFTER_CONT_S - 1.0
+    most = min(3 * stop_for, room)
+    return most if most >= stop_for else None
+
+
 class FaultSchedule:
     """When each fault of one kind (one lane of it) is due: an absolute schedule from the fault phase's start.
 
@@ -514,6 +526,9 @@ class Nemesis:
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
         node, held = slot.node, napping.get(slot.node, [])
+        most = zombie_hold_budget(self.stop_for, self._db_due_in()) if held else None
+        if most is None:  # no zombie stop now: it would hold the database past a due crash-restart
+            held = []
         locked = bool(held)
         if locked:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
             self.db_lock.acquire()
@@ -532,7 +547,7 @@ class Nemesis:
             if held:
                 self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
                 t0 = time.monotonic()
-                why = zombies.hold(self.url, held, self.halt, self.spare, most=3 * self.stop_for)
+                why = zombies.hold(self.url, held, self.halt, self.spare, most=most or 3 * self.stop_for)
                 self.zombie_quiet_until = time.monotonic() + 2 * (time.monotonic() - t0)
                 self.history.record("zombie_cont", node=node, why=why)
                 self.spare.clear()
@@ -547,6 +562,11 @@ class Nemesis:
             if locked:
                 self.spare.clear()
                 self.db_lock.release()
+
+    def _db_due_in(self) -> float:
+        """Seconds until the next PostgreSQL crash-restart is due (negative: overdue; inf: that lane is off)."""
+        lanes = self.schedules.get("db", ())
+        return min(s.next_at() for s in lanes) - time.monotonic() if lanes else float("inf")
 
     def _running_by_node(self) -> dict[str, list]:
         try:

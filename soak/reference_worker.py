@@ -269,7 +269,11 @@ def build(
     if store_class is not PgStore:
         original = worker.store
         worker.store = store_class(
-            url, schema=original.schema, pool_size=original.pool.max_size, notify=original.notify
+            url,
+            schema=original.schema,
+            pool_size=original.pool.max_size,
+            notify=original.notify,
+            call_timeout=original.call_timeout,  # the swapped store keeps the per-call deadline (issue 27)
         )
         original.close()
     return worker

@@ -25,10 +25,28 @@ ROWS = {f"I{i}" for i in range(1, 10)} | {f"P{i}" for i in range(1, 19)} | {"ref
 
 def test_the_catalogue_has_at_least_33_variants_each_expecting_a_known_row_and_importable():
     assert len(VARIANTS) >= 33  # 16 before issue 30, 17 more with it
+    before = _impl_classes()
     for name, v in VARIANTS.items():
         assert set(v.expects) <= ROWS and v.expects, name
         module = importlib.import_module(f"soak.broken.{name}")
         assert module.__doc__ and "Expected verdict: invalid" in module.__doc__, name
+        # a variant patches impl/ only when run as its own worker process, never at import: two did, and
+        # every in-process Worker of the test session after this test stopped running jobs
+        assert _impl_classes() == before, f"importing soak.broken.{name} changed impl/"
+
+
+def _impl_classes() -> dict[str, dict[str, object]]:
+    """Every attribute of every class in impl/'s worker-side modules (what a variant could patch)."""
+    import inspect
+
+    from impl import client, runtime, store, worker, worker_store
+
+    return {
+        f"{m.__name__}.{name}": dict(vars(cls))
+        for m in (runtime, store, worker_store, worker, client)
+        for name, cls in inspect.getmembers(m, inspect.isclass)
+        if cls.__module__ == m.__name__
+    }
 
 
 def soak(tmp_path: Path, worker: str, *options: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, dict]:

@@ -643,3 +643,24 @@ def test_reports_never_contain_a_password(tmp_path: Path):
         assert "s3cret-pw" not in text and "soak:***@" in text, name
     assert (tmp_path / "latest").resolve() == run_dir.resolve()
     assert "data:image/png;base64," in (run_dir / "report.html").read_text()
+
+
+def test_the_reference_worker_with_a_swapped_store_keeps_the_per_call_deadline(db_url):
+    # issue 27: build(store_class=…) made a store without call_timeout — a broken variant's (or a test's)
+    # patched store then had no client-side deadline, unlike the honest worker it is compared with
+    from impl.store import PgStore
+    from soak import reference_worker
+
+    class Patched(PgStore):
+        pass
+
+    env = {"BELAY_DATABASE_URL": db_url, "BELAY_NODE": "n1", "BELAY_LEASE_TTL": "10"}
+    honest = reference_worker.build(env)
+    patched = reference_worker.build(env, store_class=Patched)
+    try:
+        assert isinstance(patched.store, Patched)
+        assert honest.store.call_timeout == patched.store.call_timeout == 2.5
+        assert type(patched.store.pool) is type(honest.store.pool)  # the guarded pool, with its watchdog
+    finally:
+        honest.store.close()
+        patched.store.close()

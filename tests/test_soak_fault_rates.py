@@ -190,3 +190,15 @@ def test_a_short_phase_gets_its_whole_count_on_average():
     assert within(sum(counts) / len(counts), 2.0, 0.1), sum(counts) / len(counts)
     counts = [simulate(20, 60, takes=15.0, lanes=2, seed=s) for s in range(200)]
     assert within(sum(counts) / len(counts), 3.0, 0.1), sum(counts) / len(counts)
+
+
+def test_a_zombie_stop_never_holds_the_database_past_a_due_crash_restart():
+    # issue 27: unbounded zombie holds (up to 3 × stop_for with the database locked) starved
+    # --db-restart-every: 0 of 2 crash-restarts in 60 s default runs
+    stop_for = 10.0
+    assert nemesis.zombie_hold_budget(stop_for, float("inf")) == 30.0  # no crash lane: the usual cap
+    assert nemesis.zombie_hold_budget(stop_for, 100.0) == 30.0
+    budget = nemesis.zombie_hold_budget(stop_for, 20.0)
+    assert budget is not None and stop_for <= budget and budget + nemesis.zombies.AFTER_CONT_S < 20.0
+    assert nemesis.zombie_hold_budget(stop_for, 12.0) is None, "too little room: a plain stop instead"
+    assert nemesis.zombie_hold_budget(stop_for, -3.0) is None, "a crash-restart is overdue"

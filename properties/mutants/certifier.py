@@ -629,8 +629,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "refine P11: a committed claim counts as after its node's SIGTERM only when its `now` is a minute later",
         "§refine P11",
         REFINE_PY,
-        "            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:\n",
-        "            if at > t + CLAIM_SETTLE and now > t + NOW_SLACK + 60:  # MUTANT\n",
+        "        if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:\n",
+        "        if at > t + CLAIM_SETTLE and now > t + NOW_SLACK + 60:  # MUTANT\n",
         REFINE_SUITE,
     ),
     # --- soak/commits/replay.py: the per-commit replay ---------------------------------------------------------
