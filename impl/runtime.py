@@ -90,11 +90,17 @@ class WorkerConfig:
     # Group commit of single-job acks (issue 33): acks that finish while one commits go in the next
     # AckMany (each row fenced on its own attempt; a lone ack takes the one-statement path). 1 = off.
     ack_group_max: int = 64
+    # A group's leader waits up to this long (seconds) for the acks of the node's other executions of the
+    # queue that are still running, and never when it is the only one (idle latency unchanged): short
+    # jobs that finish together then commit, and claim their slots' successors, in one transaction.
+    ack_linger: float = 0.001
 
     def __post_init__(self) -> None:
         ops.require_name(self.node, "node")
         if self.ack_group_max < 1:
             raise ValueError("ack_group_max must be at least 1")
+        if not 0 <= self.ack_linger <= 0.1:
+            raise ValueError("ack_linger must be between 0 and 0.1 s")
         if self.lease_ttl <= 0 or self.shutdown_grace < 0 or self.busy_poll <= 0 or self.poll_interval <= 0:
             raise ValueError("lease_ttl, busy_poll and poll_interval must be positive; shutdown_grace >= 0")
         names = [q.name for q in self.queues]
@@ -128,8 +134,10 @@ class AckGroup:
     """Group commit of the acks of single-job executions (issue 33), leader/follower, no thread of its own.
     One per producer (queue): `many` may then claim the batch's slots in the same transaction (AckClaim).
 
-    An ack that finds no commit in flight commits at once on its own thread, alone (the one-statement
-    path: idle latency is unchanged). Acks that arrive while a commit is in flight queue up; when it
+    An ack that finds no commit in flight leads one on its own thread. When `pending()` (the executions
+    that may still ack into this group) says it is the only one, it commits at once and alone (the
+    one-statement path: idle latency is unchanged); otherwise it first waits up to `linger` seconds for
+    those others to queue their acks. Acks that arrive while a commit is in flight queue up; when it
     ends, the first of them leads the next commit with every queued ack (up to `max_batch`) as one
     `AckMany`: one transaction, each row fenced on its own attempt exactly as a single Ack, the §7
     after-terminal steps once for all. Every caller returns only after its own ack committed (durable
@@ -141,9 +149,14 @@ class AckGroup:
         one: Callable[[w.Ack], w.Acked | w.Stale],
         many: Callable[[w.AckMany, tuple[Any, ...]], w.AckedMany],
         max_batch: int = 64,
+        *,
+        pending: Callable[[], int] | None = None,
+        linger: float = 0.0,
     ) -> None:
         self._one, self._many, self.max_batch = one, many, max_batch
+        self._pending, self.linger = pending, linger
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)  # a lingering leader waits on it for more acks
         self._queue: list[_Waiter] = []
         self._busy = False
         self.commits = 0  # transactions committed (for benchmarks and tests)
@@ -156,6 +169,8 @@ class AckGroup:
             self._queue.append(me)
             lead = not self._busy
             self._busy = True
+            if not lead:
+                self._arrived.notify()
         if not lead:
             me.event.wait()  # either my ack committed in someone's batch, or I lead the next batch
             if not me.lead:
@@ -165,6 +180,12 @@ class AckGroup:
 
     def _lead(self) -> None:
         with self._lock:
+            if self.linger > 0 and self._pending is not None and len(self._queue) < self.max_batch:
+                deadline = time.monotonic() + self.linger
+                while len(self._queue) < min(self._pending(), self.max_batch):
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._arrived.wait(left):
+                        break
             batch = self._queue[: self.max_batch]
             del self._queue[: self.max_batch]
         try:
@@ -221,11 +242,17 @@ class _Producer:
             lambda op: worker.call(lambda: worker.store.apply(op), "ack"),
             self.ack_group,
             max_batch=worker.config.ack_group_max,
+            pending=self.executing,
+            linger=worker.config.ack_linger,
         )
         self.thread = threading.Thread(target=self.loop, name=f"belay-producer-{self.name}", daemon=True)
 
     def poke(self) -> None:
         self.poked.set()
+
+    def executing(self) -> int:
+        """The single-job executions registered here (running, or queued in the ack group)."""
+        return len(self.running)  # a dict's len: no lock needed for an estimate
 
     def free(self) -> int:
         with self.lock:

@@ -85,6 +85,43 @@ def test_acks_arriving_during_a_commit_share_the_next_one_and_each_gets_its_own_
     assert len(store.commits) < 20 and any(kind == "many" for kind, _ in store.commits)
 
 
+def test_a_lingering_leader_commits_at_once_when_it_is_the_only_execution() -> None:
+    store = FakeStore(delay=0)
+    group = AckGroup(store.one, store.many, pending=lambda: 1, linger=5.0)
+    t0 = time.monotonic()
+    assert group.ack(_ack(1)) == w.Acked(1, "succeeded")
+    assert time.monotonic() - t0 < 1.0, "an idle ack waits for nobody"
+    assert store.commits == [("one", (1,))]
+
+
+def test_a_lingering_leader_waits_for_the_other_executions_and_they_commit_together() -> None:
+    # three executions finish a little apart: without the linger the first commits alone
+    store = FakeStore(delay=0)
+    group = AckGroup(store.one, store.many, pending=lambda: 3, linger=2.0)
+    results: dict[int, object] = {}
+
+    def late(i: int, after: float) -> None:
+        time.sleep(after)
+        results[i] = group.ack(_ack(i))
+
+    threads = [threading.Thread(target=late, args=(i, 0.05 * i)) for i in (1, 2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert results == {i: w.Acked(i, "succeeded") for i in (1, 2, 3)}
+    assert store.commits == [("many", (1, 2, 3))]
+
+
+def test_a_lingering_leader_waits_no_longer_than_the_linger() -> None:
+    store = FakeStore(delay=0)
+    group = AckGroup(store.one, store.many, pending=lambda: 5, linger=0.2)  # the other four never ack
+    t0 = time.monotonic()
+    assert group.ack(_ack(1)) == w.Acked(1, "succeeded")
+    assert 0.15 < time.monotonic() - t0 < 2.0
+    assert store.commits == [("one", (1,))]
+
+
 def test_a_batch_never_exceeds_max_batch() -> None:
     store = FakeStore(delay=0.05)
     group = AckGroup(store.one, store.many, max_batch=3)
