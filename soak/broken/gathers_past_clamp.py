@@ -46,8 +46,6 @@ def gather(self: runtime._Producer, kind, arrived) -> None:
         self.poke()
 
 
-
-
 class ExecutingOnlyRenewalWorker(Worker):
     def _running_contexts(self) -> dict[int, JobContext]:
         """Leases of executing jobs only: a gathered job is not renewed (the design the clamp protects)."""

@@ -34,7 +34,6 @@ def loop(self: runtime._Producer) -> None:
         self.poked.wait(None if math.isinf(gather_wait) else gather_wait)
 
 
-
 if __name__ == "__main__":
     # patched here, not at import: importing a variant (the catalogue test does) must leave impl/ as it is
     runtime._Producer.loop = loop  # type: ignore[method-assign]
