@@ -21,12 +21,13 @@ Configuration is one frozen object per component; the environment is read only b
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -299,15 +300,16 @@ class _Producer:
         self.worker.emit("queue.scale", {"queue": self.name, "limit": new})
 
     def claim(self, demand: int) -> int:
-        jobs = self.claim_jobs(demand)
-        self.adopt((), jobs)
+        with self.worker.claiming():  # registered before a claim-recovery census may count them as orphans
+            jobs = self.claim_jobs(demand)
+            self.adopt((), jobs)
         return len(jobs)
 
     def claim_jobs(self, demand: int) -> tuple[Job, ...]:
         cfg = self.worker.config
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
         started = time.monotonic()
-        jobs = self.worker.call(lambda: self.worker.store.apply(op), "claim").jobs
+        jobs = self.worker.claim_call(lambda: self.worker.store.apply(op), "claim").jobs
         if "claim" in telemetry.taken(self.worker.telemetry):  # issue 15: no metadata nobody takes
             self.worker.emit(
                 "claim",
@@ -340,14 +342,15 @@ class _Producer:
         their slots until the claimed jobs take them (`adopt`), so nothing claims past the limit."""
         take = self.refill_slots(finished)
         jobs: tuple[Job, ...] = ()
-        try:
-            if take:
-                jobs = self.claim_jobs(take)
-                self.adapt(len(jobs), take)
-        except Exception as exc:  # noqa: BLE001 - transient faults already retried
-            log.error("belay producer %s: refill claim failed: %s", self.name, exc)
-        finally:
-            self.adopt(finished, jobs)
+        with self.worker.claiming():
+            try:
+                if take:
+                    jobs = self.claim_jobs(take)
+                    self.adapt(len(jobs), take)
+            except Exception as exc:  # noqa: BLE001 - transient faults already retried
+                log.error("belay producer %s: refill claim failed: %s", self.name, exc)
+            finally:
+                self.adopt(finished, jobs)
 
     def ack_group(self, acks: w.AckMany, contexts: tuple[JobContext, ...]) -> w.AckedMany:
         """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
@@ -359,8 +362,9 @@ class _Producer:
             return worker.call(lambda: worker.store.apply(acks), "ack group")
         cfg = worker.config
         claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), opts)
-        done = worker.call(lambda: worker.store.apply(w.AckClaim(acks, claim)), "ack group and claim")
-        self.adopt(contexts, done.claimed.jobs)
+        with worker.claiming():
+            done = worker.claim_call(lambda: worker.store.apply(w.AckClaim(acks, claim)), "ack group and claim")
+            self.adopt(contexts, done.claimed.jobs)
         self.adapt(len(done.claimed.jobs), take)
         return done.acked
 
@@ -485,6 +489,16 @@ class Worker:
         self.stopped = threading.Event()
         self._threads: list[threading.Thread] = []
         self.stale_acks = 0
+        # Claim recovery (issue 27): a claim whose commit the node could not confirm (the connection broke
+        # during it and the call was retried, or gave up) may have leased jobs to this node that nobody here
+        # runs or renews. The renewal loop then adopts them (recover_claims) — found by a two-hour soak:
+        # 7 leases of a live node expired after its AckClaim's commit outlived the call's deadline.
+        self._claim_lock = threading.Lock()
+        self._claims_in_flight = 0
+        self._claim_gen = 0  # claim-bearing calls ended (a census is valid only if none started or ended)
+        self._recover_due = False
+        self._renew_wake = threading.Event()
+        self.recovered = 0  # jobs adopted by claim recovery
         self.completed = 0
         self.connectivity = Connectivity(log)  # database lost / back, logged once per change
 
@@ -502,6 +516,67 @@ class Worker:
     def call(self, fn: Callable[[], Any], what: str) -> Any:
         """A store call that degrades and retries on transient faults until the node stops."""
         return with_retries(fn, self.config.retry, what=what, stop=self.stopped, connectivity=self.connectivity)
+
+    def claim_call(self, fn: Callable[[], Any], what: str) -> Any:
+        """`call` for a store call that claims (a claim, an ack group with its claim). When a try failed —
+        the call was retried or gave up — that try's commit may still have happened without the node
+        learning what it claimed: claim recovery is then due (recover_claims, on the renewal thread)."""
+        tries = 0
+
+        def once() -> Any:
+            nonlocal tries
+            tries += 1
+            return fn()
+
+        ok = False
+        try:
+            result = self.call(once, what)
+            ok = True
+            return result
+        finally:
+            if tries > 1 or not ok:
+                self._recover_due = True
+                self._renew_wake.set()
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        """A claim-bearing call and the registration of what it claimed: no census is trusted meanwhile."""
+        with self._claim_lock:
+            self._claims_in_flight += 1
+        try:
+            yield
+        finally:
+            with self._claim_lock:
+                self._claims_in_flight -= 1
+                self._claim_gen += 1
+
+    def recover_claims(self) -> int:
+        """Adopt the jobs this node holds a live lease on that no execution here knows: the census
+        (`held_leases`) is compared with what was registered before it was read, and trusted only when no
+        claim-bearing call was in flight or ended meanwhile (else it stays due). Returns the jobs adopted;
+        they run here as if this node's claim had returned them, and are renewed at once."""
+        with self._claim_lock:
+            if self._claims_in_flight:
+                return 0
+            gen = self._claim_gen
+        before = {i: c.attempt for i, c in self._running_contexts().items()}
+        node, queues = self.config.node, sorted(self.producers)
+        jobs = self.call(lambda: self.store.held_leases(node, queues), "claim recovery")
+        with self._claim_lock:
+            if self._claims_in_flight or self._claim_gen != gen:
+                return 0  # a claim raced the census: try again next round
+            self._recover_due = False
+        orphans = [j for j in jobs if before.get(j.id) != j.attempt]
+        for job in orphans:
+            log.warning(
+                "belay claim recovery: job=%s attempt=%s is leased to this node by a claim whose commit it "
+                "could not confirm; running it",
+                job.id,
+                job.attempt,
+            )
+            self.producers[job.queue].adopt((), (job,))
+        self.recovered += len(orphans)
+        return len(orphans)
 
     def poke(self, queue: str) -> None:
         producer = self.producers.get(queue)
@@ -646,8 +721,14 @@ class Worker:
 
     def _renew_loop(self) -> None:
         period = self.config.lease_ttl / 3
-        while not self.stopped.wait(period):
+        while not self.stopped.is_set():
+            self._renew_wake.wait(period)  # every ttl/3, or at once when claim recovery is due
+            self._renew_wake.clear()
+            if self.stopped.is_set():
+                break
             try:
+                if self._recover_due:
+                    self.recover_claims()
                 self.renew_once()
             except Exception as exc:  # noqa: BLE001
                 log.error("belay lease renewal failed: %s", exc)
@@ -772,6 +853,7 @@ class Worker:
             time.sleep(0.01)
         drained = not any(p.running for p in self.producers.values())
         self.stopped.set()
+        self._renew_wake.set()
         for producer in self.producers.values():
             producer.pool.shutdown(wait=drained, cancel_futures=True)
         for t in self._threads:

@@ -11,6 +11,7 @@ workflow lock ever waits on a running row (cancel requests take no workflow lock
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,7 @@ from model import admission, ops
 from model import worker_ops as w
 from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
-from model.rows import TERMINAL, CronRow
+from model.rows import TERMINAL, CronRow, Job
 from model.store import EPOCH, PARK_ATTEMPT_CREDIT, claim_order, epoch_us, over_budget, spawn_key
 
 if TYPE_CHECKING:
@@ -130,6 +131,11 @@ class WorkerOps:
             )
         }
         return w.Renewed(tuple(sorted(kept)), tuple(sorted(set(op.job_ids) - kept)))
+
+    def held_leases(self, node: str, queues: Sequence[str]) -> list[Job]:
+        """The running jobs leased to `node` on `queues` (a read: the runtime's claim recovery)."""
+        rows = self.statement("held_leases", {"node": node, "queues": list(queues)}, rows=tuple_row)
+        return [job_from_tuple(r) for r in rows]
 
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
         with self.transaction(op.now) as tx:

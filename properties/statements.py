@@ -245,6 +245,11 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         )
         for name in ("prune_steps", "prune_events")
     },
+    "held_leases": (
+        "a read of the runtime's claim recovery (impl/runtime.py recover_claims): changes no row, and the "
+        "machine runs one operation at a time, so no claim's commit is ever in doubt",
+        "tests/test_claim_recovery.py::test_jobs_claimed_by_a_commit_the_node_could_not_confirm_run_on_that_node_first_attempt",
+    ),
     "unique_holder": (
         "§8.6 a retry blocked by a new live holder of the job's incomplete key: the machine's unique keys "
         "(k1, k2 in four modes) almost never leave a failed holder with a newer live one when a retry comes",

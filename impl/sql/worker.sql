@@ -54,6 +54,11 @@ UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(lease_until)s)
 WHERE id = ANY(%(ids)s) AND state = 'running' AND leased_by = %(node)s
 RETURNING id
 
+-- held_leases --
+-- §6 claim recovery (runtime): every running job leased to this node on its queues, read after a claim
+-- whose commit the node could not confirm; the ones no execution knows are run (docs/sdk-guide.md).
+SELECT {job_columns} FROM {jobs} WHERE state = 'running' AND leased_by = %(node)s AND queue = ANY(%(queues)s)
+
 -- expired_leases --
 -- §6 reclaim: running jobs whose lease has expired, locked, skipping rows another sweeper holds.
 SELECT id, attempt, max_attempts FROM {jobs}
