@@ -33,6 +33,7 @@ samples' `at`, the driver's cancel times) with the timestamps the rows carry (a 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -67,6 +68,7 @@ CLAIM_SETTLE = 1.5  # a claim in flight at SIGTERM has committed this long after
 STAMP_SLACK = 0.05  # rounding between a worker's timestamps and the harness clock (same machine)
 PARKING_KINDS = ("awaiter", "parent", "sleeper")  # the soak kinds that park (P15)
 RENEW_SLOW = 0.6  # × ttl: two renewal intervals above it on a node are not "each ttl/3" (load adds ~0.1-0.4 s)
+SAMPLE_HIDES = 0.9  # × ttl/3: a gap between two lease samples this long may hide a renewal (P14)
 RENEW_LATE = 0.75  # × ttl: one interval above it is a renewal at the lease's end
 
 
@@ -598,21 +600,31 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     RENEW_LATE × ttl (a renewal at the lease's very end), or two above RENEW_SLOW × ttl, while the node ran,
     connected, with the database up, is a cadence other than ttl/3 — even when no lease is lost (P2 judges
     losses). One renewal statement extends all the node's leases: each renewal instant counts once."""
-    series: dict[tuple[int, int], list[float]] = defaultdict(list)
+    series: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)  # (lease_until, first seen)
     node_of: dict[tuple[int, int], str] = {}
-    for _at, rows in ev.samples:
+    # The harness's own sampling gaps: a gap longer than a renewal period can hide a renewal, and two
+    # renewals then look like one interval of 2 × ttl/3 (issue 27: the two-hour soak's one P14 finding
+    # came from a starved harness). An interval spanning such a gap is not judged.
+    hide = SAMPLE_HIDES * ev.ttl / 3
+    blind: list[tuple[float, float]] = []
+    last_at: float | None = None
+    for at, rows in sorted(ev.samples, key=lambda sample: sample[0]):
+        if last_at is not None and at - last_at > hide:
+            blind.append((last_at, at))
+        last_at = at
         for key, (node, until, _kind) in rows.items():
             if until is None or not node:
                 continue
             node_of[key] = node
             seq = series[key]
-            if not seq or until > seq[-1] + 0.05:
-                seq.append(until)
+            if not seq or until > seq[-1][0] + 0.05:
+                seq.append((until, at))
+    blind_starts = [a for a, _ in blind]
     gaps: dict[str, dict[float, tuple[float, tuple[int, int]]]] = defaultdict(dict)
     for key, seq in series.items():
         node = node_of[key]
         skew = ev.skewed_nodes.get(node, 0.0)
-        for u1, u2 in itertools.pairwise(seq):
+        for (u1, seen1), (u2, seen2) in itertools.pairwise(seq):
             t1, t2 = u1 - ev.ttl - skew, u2 - ev.ttl - skew  # the two writes' `now`, on the harness clock
             if (
                 not timeline.node_ran(node, t1, t2)
@@ -620,6 +632,9 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
                 or timeline.cut_during(node, t1 - 1, t2)
             ):
                 continue
+            i = bisect.bisect_left(blind_starts, seen1)
+            if i < len(blind) and blind[i][1] <= seen2:
+                continue  # the samples were blind for longer than a renewal period in between
             r.checks += 1
             gaps[node].setdefault(round(u2, 1), (u2 - u1, key))
     for node, seen in sorted(gaps.items()):

@@ -426,6 +426,20 @@ def test_p14_a_node_renewing_each_ttl_over_3_with_one_late_renewal_is_valid():
     assert p14.violations == 0 and p14.checks >= 6, p14.to_json()
 
 
+def test_p14_renewals_the_harness_did_not_sample_are_not_judged_as_one_long_interval():
+    # issue 27: a starved harness took no lease sample for 8 s; the node renewed on time (every 3.3 s), but
+    # the samples show the value before and the one two renewals later: a "6.6 s interval" it never had
+    r = baseline()
+    samples = [e for e in renewals("w2-1", 3.3, 8) if not (20 < e["t"] - E0 < 28)]
+    r.history += samples
+    p14 = duty(r.check(), "P14")
+    assert p14.violations == 0 and p14.checks >= 4, p14.to_json()
+    # the same blindness does not excuse a node that really renews late around it
+    r = baseline()
+    r.history += [e for e in renewals("w2-1", 8.0, 5) if not (20 < e["t"] - E0 < 28)]
+    assert duty(r.check(), "P14").verdict == "invalid"
+
+
 def test_p14_renewals_across_a_stop_or_a_database_outage_are_not_judged():
     r = baseline()
     r.history += renewals("w1-1", 8.0, 3, start=4.0)  # w1-1 was SIGSTOPped 5 … 25: no gap is judged
