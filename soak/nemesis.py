@@ -301,13 +301,12 @@ RETRY_S = 0.5  # a due fault with no target now (no running worker, a zombie sto
 
 
 def zombie_hold_budget(stop_for: float, db_due_in: float) -> float | None:
-    """How long a zombie stop may hold the database (soak/zombies.py), or None: not now.
+    """How long a zombie stop may hold the database (soak/zombies.py), or None for a plain stop instead.
 
     A zombie stop holds `db_lock` — no crash-restart — for up to 3 × stop_for plus AFTER_CONT_S. Unbounded,
     holds starved `--db-restart-every` (issue 27: 0 of 2 crash-restarts in 60 s runs; the due crash waited
     out every hold). So a hold ends before the next crash-restart is due, and a zombie stop that could not
-    last stop_for (the lease must run out and a later attempt journal the step) waits: the stop stays
-    due until the crash-restart has happened (Nemesis._zombie_or_plain_stop)."""
+    last stop_for (the lease must run out and a later attempt journal the step) is a plain stop."""
     room = db_due_in - zombies.AFTER_CONT_S - 1.0
     most = min(3 * stop_for, room)
     return most if most >= stop_for else None
@@ -527,11 +526,9 @@ class Nemesis:
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
         node, held = slot.node, napping.get(slot.node, [])
-        budget = zombie_hold_budget(self.stop_for, self._db_due_in()) if held else None
-        if held and budget is None:
-            # a zombie stop now would hold the database past a due crash-restart: the stop stays due and
-            # is retried (run_schedule, every RETRY_S) — after the crash-restart it gets a whole budget
-            return False
+        most = zombie_hold_budget(self.stop_for, self._db_due_in()) if held else None
+        if most is None:  # no zombie stop now: it would hold the database past a due crash-restart
+            held = []
         locked = bool(held)
         if locked:  # a zombie stop (soak/zombies.py): no PostgreSQL crash until the zombies have written
             self.db_lock.acquire()
@@ -550,7 +547,7 @@ class Nemesis:
             if held:
                 self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
                 t0 = time.monotonic()
-                why = zombies.hold(self.url, held, self.halt, self.spare, most=budget or 3 * self.stop_for)
+                why = zombies.hold(self.url, held, self.halt, self.spare, most=most or 3 * self.stop_for)
                 self.zombie_quiet_until = time.monotonic() + 2 * (time.monotonic() - t0)
                 self.history.record("zombie_cont", node=node, why=why)
                 self.spare.clear()

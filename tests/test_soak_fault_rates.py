@@ -200,5 +200,5 @@ def test_a_zombie_stop_never_holds_the_database_past_a_due_crash_restart():
     assert nemesis.zombie_hold_budget(stop_for, 100.0) == 30.0
     budget = nemesis.zombie_hold_budget(stop_for, 20.0)
     assert budget is not None and stop_for <= budget and budget + nemesis.zombies.AFTER_CONT_S < 20.0
-    assert nemesis.zombie_hold_budget(stop_for, 12.0) is None, "too little room: not now"
+    assert nemesis.zombie_hold_budget(stop_for, 12.0) is None, "too little room: a plain stop instead"
     assert nemesis.zombie_hold_budget(stop_for, -3.0) is None, "a crash-restart is overdue"
