@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,16 +28,9 @@ from impl.worker import Registry
 from model import worker_ops as w
 from model.ops import JobSpec
 from model.queues import QueueOpts
+from tests.test_runtime import wait_for
 
 Q = "recovery"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 class CommitThenCut(PgStore):
