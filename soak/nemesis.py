@@ -300,14 +300,33 @@ MIN_GAP = 0.25  # catching up after a late fault: at most one per MIN_GAP × eve
 RETRY_S = 0.5  # a due fault with no target now (no running worker, a zombie stop holding …) is retried this often
 
 
-def zombie_hold_budget(stop_for: float, db_due_in: float) -> float | None:
+RESTART_S = 1.0  # reserved per crash-restart still due in the phase (a crash and restart took 0.2 s here)
+
+
+def zombie_hold_budget(
+    stop_for: float, db_due_in: float, *, phase_left: float | None = None, db_every: float | None = None
+) -> float | None:
     """How long a zombie stop may hold the database (soak/zombies.py), or None for a plain stop instead.
 
-    A zombie stop holds `db_lock` — no crash-restart — for up to 3 × stop_for plus AFTER_CONT_S. Unbounded,
-    holds starved `--db-restart-every` (issue 27: 0 of 2 crash-restarts in 60 s runs; the due crash waited
-    out every hold). So a hold ends before the next crash-restart is due, and a zombie stop that could not
-    last stop_for (the lease must run out and a later attempt journal the step) is a plain stop."""
-    room = db_due_in - zombies.AFTER_CONT_S - 1.0
+    A zombie stop holds `db_lock` — no crash-restart — for up to 3 × stop_for plus AFTER_CONT_S, and needs
+    most of it: the frozen attempt's lease must run out, the job be reclaimed and claimed elsewhere, and
+    that attempt sleep through its `nap` (about 25 s at the default ttl). Unbounded, holds starved
+    `--db-restart-every` (issue 27: 0 of 2 crash-restarts in 60 s runs; the due crash waited out every
+    hold). Bounded by the next crash's due time (`db_due_in`), holds were cut short ("cap") before their
+    zombies wrote, and I4's duplicate-write scenario went missing in 2 of 14 default runs.
+
+    So with the phase's end known (`phase_left`, `db_every`), a hold may delay due crash-restarts as long
+    as all of them still fit before the phase ends: after the hold, they catch up one per MIN_GAP × every
+    (FaultSchedule), so the hold leaves room for AFTER_CONT_S plus, for each crash due before the end
+    (counted with the shortest gap, 0.75 × every), RESTART_S and a catch-up gap. Without it, a hold ends
+    before the next crash is due. A zombie stop that could not last stop_for is a plain stop."""
+    if phase_left is not None and db_every and db_due_in != float("inf"):
+        due = 0 if db_due_in >= phase_left else 1 + int((phase_left - max(db_due_in, 0.0)) // (db_every * (1 - JITTER)))
+        room = phase_left - zombies.AFTER_CONT_S - due * RESTART_S - max(due - 1, 0) * MIN_GAP * db_every
+        if due == 0:
+            room = float("inf")  # no crash left in the phase (a hold may outlast it by OVERRUN_S)
+    else:
+        room = db_due_in - zombies.AFTER_CONT_S - 1.0
     most = min(3 * stop_for, room)
     return most if most >= stop_for else None
 
@@ -446,8 +465,10 @@ class Nemesis:
         db_restart_every: float | None,
         stop_for: float,
         term_every: float | None = None,
+        phase_seconds: float | None = None,
     ) -> None:
         self.workers = workers
+        self.phase_seconds = phase_seconds  # the fault phase's length: zombie holds fit its crash-restarts in it
         self.history = history
         self.rng = rng
         self.url = url
@@ -526,7 +547,7 @@ class Nemesis:
         most = max((len(napping.get(s.node, ())) for s in preferred), default=0)
         slot = self.rng.choice([s for s in preferred if len(napping.get(s.node, ())) == most] or preferred or slots)
         node, held = slot.node, napping.get(slot.node, [])
-        most = zombie_hold_budget(self.stop_for, self._db_due_in()) if held else None
+        most = self._hold_budget() if held else None
         if most is None:  # no zombie stop now: it would hold the database past a due crash-restart
             held = []
         locked = bool(held)
@@ -562,6 +583,11 @@ class Nemesis:
             if locked:
                 self.spare.clear()
                 self.db_lock.release()
+
+    def _hold_budget(self) -> float | None:
+        start = self.fault_phase[0]
+        left = start + self.phase_seconds - time.monotonic() if start is not None and self.phase_seconds else None
+        return zombie_hold_budget(self.stop_for, self._db_due_in(), phase_left=left, db_every=self.every["db"])
 
     def _db_due_in(self) -> float:
         """Seconds until the next PostgreSQL crash-restart is due (negative: overdue; inf: that lane is off)."""

@@ -327,6 +327,7 @@ def run(args: argparse.Namespace) -> int:
         db_restart_every=args.db_restart_every or None,
         stop_for=stop_for,
         term_every=args.term_every or None,
+        phase_seconds=args.duration,
     )
     progress = Progress(harness_url, args.no_progress)
     meta = {

@@ -192,7 +192,7 @@ def test_a_short_phase_gets_its_whole_count_on_average():
     assert within(sum(counts) / len(counts), 3.0, 0.1), sum(counts) / len(counts)
 
 
-def test_a_zombie_stop_never_holds_the_database_past_a_due_crash_restart():
+def test_without_the_phase_end_a_zombie_stop_never_holds_the_database_past_a_due_crash_restart():
     # issue 27: unbounded zombie holds (up to 3 × stop_for with the database locked) starved
     # --db-restart-every: 0 of 2 crash-restarts in 60 s default runs
     stop_for = 10.0
@@ -202,3 +202,63 @@ def test_a_zombie_stop_never_holds_the_database_past_a_due_crash_restart():
     assert budget is not None and stop_for <= budget and budget + nemesis.zombies.AFTER_CONT_S < 20.0
     assert nemesis.zombie_hold_budget(stop_for, 12.0) is None, "too little room: a plain stop instead"
     assert nemesis.zombie_hold_budget(stop_for, -3.0) is None, "a crash-restart is overdue"
+
+
+HOLD_NEEDS_S = 25.0  # a default zombie stop: lease (≤ 10 s) runs out, reclaim + claim, `begin`, the 12 s nap
+
+
+def crash_restarts(seed: int, hold_at: float | None, *, duration=60.0, every=30.0, stop_for=15.0, budget_kw=None):
+    """Crash-restarts injected over a `duration` s phase when a zombie stop starting at `hold_at` holds the
+    database for its whole budget (the worst case: its zombies never write); and that budget."""
+
+    def run(window):
+        fake = FakeClock(duration)
+        sched = FaultSchedule(every, random.Random(seed), 0.0)
+        fired = []
+
+        def fire() -> bool:
+            if window and window[0] <= fake.now < window[1]:
+                return False  # the hold has the database lock: retried every RETRY_S, still due
+            fired.append(fake.now)
+            fake.now += 0.2  # a crash-restart here takes about 0.2 s
+            return True
+
+        run_schedule(sched, fire, fake.wait, fake.clock)
+        return sched.injected, fired
+
+    free, fired = run(None)
+    if hold_at is None:
+        return free, None
+    due_in = min((t for t in fired if t > hold_at), default=duration + every) - hold_at  # as the nemesis sees it
+    budget = nemesis.zombie_hold_budget(stop_for, due_in, **budget_kw(duration - hold_at, every))
+    window = (hold_at, hold_at + budget + nemesis.zombies.AFTER_CONT_S) if budget is not None else None
+    return run(window)[0], budget
+
+
+def test_a_zombie_stop_gets_the_time_it_needs_and_costs_no_crash_restart_of_the_phase():
+    # issue 27: bounded by the next crash's due time, the one zombie stop of a default run often ended at
+    # "cap" (15.5 s of the ~25 s it needs) and I4 was unknown in 2 of 14 runs. Bounded by the phase's end
+    # instead, a hold may delay crash-restarts, which then catch up before the phase ends.
+    with_end = lambda left, every: {"phase_left": left, "db_every": every}  # noqa: E731
+    next_only = lambda left, every: {}  # noqa: E731 -- the old budget: only the next crash's due time
+    enough, enough_before, total = 0, 0, 0
+    for seed in range(200):
+        for hold_at in (5.0, 10.0, 15.0, 20.0, 25.0, 30.0):  # the first stop lane's stop, with its patience
+            free, _ = crash_restarts(seed, None)
+            held, budget = crash_restarts(seed, hold_at, budget_kw=with_end)
+            assert held == free, (seed, hold_at, budget)  # not one crash-restart of the phase lost
+            _, old = crash_restarts(seed, hold_at, budget_kw=next_only)
+            total += 1
+            enough += budget is not None and budget >= HOLD_NEEDS_S
+            enough_before += old is not None and old >= HOLD_NEEDS_S
+    assert enough >= 0.9 * total, (enough, total)  # measured: 1,162 of 1,200
+    assert enough_before < 0.25 * total, (enough_before, total)  # the old budget: 121 of 1,200
+
+
+def test_a_long_phase_keeps_the_usual_cap_and_its_crash_restarts():
+    for seed in range(50):
+        free, _ = crash_restarts(seed, None, duration=600.0)
+        held, budget = crash_restarts(
+            seed, 300.0, duration=600.0, budget_kw=lambda left, every: {"phase_left": left, "db_every": every}
+        )
+        assert budget == 45.0 and held == free
