@@ -336,3 +336,27 @@ def test_an_advance_lost_by_the_crash_is_redone_from_the_redelivered_transaction
         cap._halt.set()
         assert cap.close()
     assert result.verdict == "valid" and result.matches_snapshot, result.line()
+
+
+def test_an_advance_whose_reply_is_lost_is_not_a_lost_range(cluster, db, tmp_path):
+    """The server executes pg_replication_slot_advance, the reply is lost, a checkpoint saves the slot and
+    the server crash-restarts: the slot is now ahead of the advance the capture knows of, over
+    transactions it had already written. Issue 27: a default soak's capture recorded exactly this as a
+    lost range ("the slot passed 0/1DDE058..0/1DE57F0 without us", the file holding all four of its
+    transactions) and its history verdict was unknown. Nothing was lost: no range, verdict valid."""
+    cap, initial = open_capture(db, tmp_path, "peek")
+    try:
+        assert poll(cap) == "ok"
+        enqueue(db, 6, "a")
+        fail_once_at(cap, "advance_executed")
+        assert poll(cap) == "LostReply"
+        with psycopg.connect(db, autocommit=True) as c:
+            c.execute("CHECKPOINT")  # the advanced slot is saved: the crash keeps it
+        crash_restart(cluster)
+        assert slot_confirmed(db, cap.slot) > cap.acked, "the crash lost the advance: the scenario did not happen"
+        enqueue(db, 3, "b")
+        result, _, _ = finish(cap, db, initial)
+    finally:
+        assert cap.close()
+    assert cap.stats["lost_ranges"] == [], cap.stats
+    assert result.verdict == "valid" and result.matches_snapshot, result.line()
