@@ -126,6 +126,11 @@ class Driver:
         self.store = PgStore(url, pool_size=4, notify=True)
         self.producing = threading.Event()
         self.halt = threading.Event()
+        # Set by the nemesis while a zombie stop holds (soak/zombies.py): no new job that kills its own
+        # worker (flaky `exit`, costed crash_at_crossing) until it ends — such an exit on the node running a
+        # held job's later attempt restarts the lease-and-nap wait, and the hold ran out ("cap") before
+        # the duplicate write I4 needs (a default run: the later attempt's node self-exited 8 s into its nap).
+        self.exits_paused = threading.Event()
         self.threads: list[threading.Thread] = []
         self.enqueued = 0
         self.enqueue_errors = 0
@@ -259,7 +264,7 @@ class Driver:
         else:
             budget = sum(costs) + 5
             expected = "succeeded"
-        crash = cross and self.rng.random() < 0.3
+        crash = cross and self.rng.random() < 0.3 and not self.exits_paused.is_set()
         return Plan(
             self._spec("costed", {"costs": costs, "crash_at_crossing": crash}, budget_usd_micros=budget),
             "costed",
@@ -329,7 +334,9 @@ class Driver:
                 if self.rng.random() < self.cfg.workflow_per_s * dt:
                     self.enqueue_workflow(self.rng.choice(sorted(WORKFLOW_SHAPES)))
                 now = time.monotonic()
-                if self.cfg.flaky_exit_every and now - last_exit >= self.cfg.flaky_exit_every:
+                if self.exits_paused.is_set():
+                    last_exit = max(last_exit, now - self.cfg.flaky_exit_every / 2)  # half a gap after the hold
+                elif self.cfg.flaky_exit_every and now - last_exit >= self.cfg.flaky_exit_every:
                     last_exit = now
                     self.enqueue([self.plan_flaky("exit")])
                 if now - last_slow >= self.cfg.slow_every:

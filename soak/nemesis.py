@@ -469,6 +469,7 @@ class Nemesis:
     ) -> None:
         self.workers = workers
         self.phase_seconds = phase_seconds  # the fault phase's length: zombie holds fit its crash-restarts in it
+        self.exits_paused: threading.Event | None = None  # the driver's: no self-exiting jobs during a hold
         self.history = history
         self.rng = rng
         self.url = url
@@ -568,7 +569,13 @@ class Nemesis:
             if held:
                 self.history.record("zombie_stop", node=node, held=[list(h) for h in held])
                 t0 = time.monotonic()
-                why = zombies.hold(self.url, held, self.halt, self.spare, most=most or 3 * self.stop_for)
+                if self.exits_paused is not None:
+                    self.exits_paused.set()
+                try:
+                    why = zombies.hold(self.url, held, self.halt, self.spare, most=most or 3 * self.stop_for)
+                finally:
+                    if self.exits_paused is not None:
+                        self.exits_paused.clear()
                 self.zombie_quiet_until = time.monotonic() + 2 * (time.monotonic() - t0)
                 self.history.record("zombie_cont", node=node, why=why)
                 self.spare.clear()

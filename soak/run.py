@@ -329,6 +329,7 @@ def run(args: argparse.Namespace) -> int:
         term_every=args.term_every or None,
         phase_seconds=args.duration,
     )
+    nemesis.exits_paused = driver.exits_paused  # zombie holds pause the self-exiting kinds (soak/zombies.py)
     progress = Progress(harness_url, args.no_progress)
     meta = {
         "run_id": run_id,

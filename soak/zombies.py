@@ -14,7 +14,10 @@ holds the nemesis's `db_lock` (no PostgreSQL crash) from the SIGSTOP until short
 and the zombie's node is spared from kill -9 for that moment (`spare`). While the node is stopped, kill -9
 spares the nodes running the later attempts (`spare`, filled as they are seen) but goes on elsewhere
 (issue 27: skipping every kill during a hold delivered half the kills asked for); SIGTERM drains go on
-(they let running jobs finish). One zombie stop at a time, and after one the next waits twice as long as
+(they let running jobs finish). While a hold lasts the driver enqueues no job that kills its own worker
+(flaky `exit`, costed `crash_at_crossing`: soak/driver.py `exits_paused`) — such an exit on a later
+attempt's node restarts its lease-and-nap wait, and a default run's hold ran out at the cap with no
+duplicate write. One zombie stop at a time, and after one the next waits twice as long as
 it held (soak/nemesis.py), so holds do not starve the crash-restarts of their rate. A
 zombie stop may outlast the faults phase by at most OVERRUN_S (the phase ends when its last fault ends).
 

@@ -29,3 +29,18 @@ def test_the_nodes_running_later_attempts_are_spared_not_the_ones_of_earlier_or_
     r = rows(j7=("running", 2, "w3-1", False), j9=("running", 2, "w2-1", False))  # 9 still at the held attempt
     assert later_nodes(r, HELD) == {"w3-1"}
     assert later_nodes(rows(j7=("succeeded", 2, None, True)), HELD) == set()
+
+
+def test_while_a_zombie_stop_holds_the_driver_plans_no_job_that_kills_its_worker():
+    """A self-exit on the node running a held job's later attempt restarts the lease-and-nap wait: in a
+    default run the hold then ran out ("cap") with no duplicate write, and I4 was unknown (issue 27)."""
+    import random
+    import threading
+
+    from soak.driver import Driver, DriverConfig
+
+    d = object.__new__(Driver)  # the planners only need their rng, config and the pause
+    d.rng, d.cfg, d.exits_paused = random.Random(3), DriverConfig(), threading.Event()
+    assert any(d.plan_costed().spec.input["crash_at_crossing"] for _ in range(200))
+    d.exits_paused.set()
+    assert not any(d.plan_costed().spec.input["crash_at_crossing"] for _ in range(200))
