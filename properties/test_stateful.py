@@ -8,8 +8,14 @@ process, `properties.statements.run_machine`), which gates the statements it exe
 
 from __future__ import annotations
 
+import pytest
+
 from properties import stateful, statements
 from properties.stateful import PROFILE
+
+# One machine run per process serves both modules (statements.run_machine): under pytest-xdist they must
+# share a worker, or the ~70 s run happens twice (`-n 2 --dist loadgroup`, README "Verifying").
+pytestmark = pytest.mark.xdist_group("stateful-run")
 
 
 def test_model_and_postgres_agree_step_by_step(db_url, capsys):

@@ -17,6 +17,11 @@ from properties import stateful, statements
 from properties.stateful import PROFILE
 from properties.statements import DEAD, ELSEWHERE, FLOORS, ROOT, inventory
 
+# One machine run per process serves both modules (statements.run_machine): under pytest-xdist they must
+# share a worker, or the ~70 s run happens twice (`-n 2 --dist loadgroup`, README "Verifying").
+pytestmark = pytest.mark.xdist_group("stateful-run")
+
+
 # (batched or chunked form, its single-row form): the first executed at least as often as the second.
 AT_LEAST_AS_OFTEN = (
     ("ack_succeed_many", "ack_succeed"),
