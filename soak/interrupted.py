@@ -38,7 +38,7 @@ def write(run_dir: Path, history: list[dict[str, Any]], meta: dict[str, Any], re
         "",
         f"- interrupted by {reason} during the {phase} phase: nothing was checked",
         "- faults so far: " + ", ".join(f"{k} {v}" for k, v in faults.items()),
-        "- the fault log is history.jsonl; worker logs are in workers/",
+        "- the fault log is history.jsonl.gz (gzip); worker logs are in workers/",
     ]
     (run_dir / "summary.md").write_text(redact("\n".join(lines)) + "\n")
     page = (
@@ -47,7 +47,7 @@ def write(run_dir: Path, history: list[dict[str, Any]], meta: dict[str, Any], re
         f"<p>Interrupted by {html.escape(reason)} during the {html.escape(str(phase))} phase: nothing was "
         f"checked.</p><ul>"
         + "".join(f"<li>{html.escape(k)}: {v}</li>" for k, v in faults.items())
-        + "</ul><p><a href='history.jsonl'>history.jsonl</a> (fault log)</p></body></html>"
+        + "</ul><p><a href='history.jsonl.gz'>history.jsonl.gz</a> (fault log)</p></body></html>"
     )
     (run_dir / "report.html").write_text(redact(page))
     point_latest(run_dir)

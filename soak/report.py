@@ -1,5 +1,5 @@
 """Soak reports: `reports/<run-id>/` with results.json, summary.md, report.html (throughput over time
-with fault windows shaded, latency quantiles, as embedded PNGs), history.jsonl and worker logs, and a
+with fault windows shaded, latency quantiles, as embedded PNGs), history.jsonl.gz and worker logs, and a
 `latest` link to the newest run. Nothing written here contains a password (`redact`)."""
 
 from __future__ import annotations
@@ -350,7 +350,7 @@ font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:
 <h2>Scenario coverage</h2><table><tr><th>row</th><th>verdict</th><th>scenarios: count</th></tr>{coverage_rows}</table>
 {imgs}
 <h2>Artifacts</h2><ul><li><a href="results.json">results.json</a></li><li><a href="summary.md">summary.md</a></li>
-<li><a href="history.jsonl">history.jsonl</a> (fault log and driver actions)</li>{logs}</ul></body></html>"""
+<li><a href="history.jsonl.gz">history.jsonl.gz</a> (fault log and driver actions, gzip)</li>{logs}</ul></body></html>"""
     (run_dir / "report.html").write_text(redact(page))
     point_latest(run_dir)
     return results

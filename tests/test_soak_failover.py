@@ -28,7 +28,7 @@ from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
 from soak.failover import Replication, check_durability, primary_settings
-from soak.history import History
+from soak.history import History, events_path, read_events
 from soak.proxy import Proxy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def _soak(tmp_path: Path, *args: str) -> tuple[int, dict, list[dict]]:
     )
     assert out.returncode != 3, out.stdout[-4000:] + out.stderr[-4000:]
     results = json.loads((tmp_path / "latest" / "results.json").read_text())
-    history = [json.loads(line) for line in (tmp_path / "latest" / "history.jsonl").read_text().splitlines()]
+    history = list(read_events(events_path(tmp_path / "latest")))
     return out.returncode, results, history
 
 

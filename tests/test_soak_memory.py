@@ -74,8 +74,35 @@ def test_history_keeps_nothing_in_memory_and_reads_every_event_back(tmp_path) ->
     assert events[1]["rows"][0] == [0, 1, "w1-1", 1.5, "slow"] and events[-1] == {**events[-1], "drained": True}
     assert sum(1 for _ in h.stream()) == len(events)  # a stream, one event at a time
     assert [e["node"] for e in h.of("worker_kill")][:2] == ["w1-0", "w1-100"]
+    size = (tmp_path / "history.jsonl").stat().st_size
     h.close()
-    assert len(h.snapshot()) == len(events)  # still readable after close
+    assert not (tmp_path / "history.jsonl").exists()  # replaced by its gzip
+    assert (tmp_path / "history.jsonl.gz").stat().st_size < size / 10
+    assert h.snapshot() == events  # still readable after close, every event equal
+
+
+def test_an_event_log_cut_short_is_read_up_to_its_last_whole_line(tmp_path) -> None:
+    """A killed harness leaves a plain log ending mid-line, or (killed while compressing) a plain log and
+    a partial .gz beside it; an offline re-check reads what was whole (issue 27)."""
+    import gzip
+
+    from soak.commits.refine import HarnessLedger
+    from soak.history import History, events_path, read_events
+
+    h = History(tmp_path / "history.jsonl")
+    for i in range(50):
+        h.record("cancel", job_id=i, ok=True)
+    h.close(compress=False)
+    with open(tmp_path / "history.jsonl", "a") as f:
+        f.write('{"t": 1, "type": "cancel", "job_id": 99')  # the write the kill interrupted
+    assert [e["job_id"] for e in read_events(events_path(tmp_path))] == list(range(50))
+    data = gzip.compress((tmp_path / "history.jsonl").read_bytes())
+    (tmp_path / "history.jsonl.gz").write_bytes(data[: len(data) // 2])  # a gzip stream without its end
+    assert events_path(tmp_path) == tmp_path / "history.jsonl"  # the plain log is preferred while it exists
+    (tmp_path / "history.jsonl").unlink()
+    part = list(read_events(events_path(tmp_path)))
+    assert 0 < len(part) < 50 and [e["job_id"] for e in part] == list(range(len(part)))
+    assert len(HarnessLedger.load(tmp_path).cancels) == len(part)  # the trace validation reads the .gz too
 
 
 def test_history_without_a_file_keeps_everything() -> None:

@@ -14,7 +14,7 @@ invalid), and its §11 predicates over every committed state stay as a second op
 finding makes the history invalid; the history is valid only when the refinement is.
 
 Files in the run folder: history.bin (the captured transactions, gzip frames), history-initial.pickle
-and history-final.pickle (the states the replay starts from and must end in) — `python -m
+and history-final.pickle (gzip-compressed pickles of the states the replay starts from and must end in) — `python -m
 soak.commits.refine <run-dir>` and `python -m soak.commits.replay <run-dir>` re-check them.
 """
 

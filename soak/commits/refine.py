@@ -216,12 +216,12 @@ class HarnessLedger:
             return source
         records: Iterable[dict]
         if isinstance(source, (str, Path)):
-            p = Path(source)
-            if p.is_dir():
-                p = p / "history.jsonl"
-            if not p.exists():
+            from soak.history import events_path, read_events
+
+            found = events_path(source)  # history.jsonl, or history.jsonl.gz once the run has closed it
+            if found is None:
                 return cls()
-            records = (json.loads(line) for line in p.read_text().splitlines() if line.strip())
+            records = read_events(found)
         else:
             records = source
         cancels: set[int] = set()
