@@ -309,7 +309,7 @@ class _Producer:
         cfg = self.worker.config
         op = w.Claim(self.worker.clock(), self.name, cfg.node, demand, timedelta(seconds=cfg.lease_ttl), self.opts)
         started = time.monotonic()
-        jobs = self.worker.claim_call(lambda: self.worker.store.apply(op), "claim").jobs
+        jobs = self.worker.claim_call(lambda: self.worker.store.apply(op), "claim", lambda: w.Claimed(())).jobs
         if "claim" in telemetry.taken(self.worker.telemetry):  # issue 15: no metadata nobody takes
             self.worker.emit(
                 "claim",
@@ -363,7 +363,11 @@ class _Producer:
         cfg = worker.config
         claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), opts)
         with worker.claiming():
-            done = worker.claim_call(lambda: worker.store.apply(w.AckClaim(acks, claim)), "ack group and claim")
+            done = worker.claim_call(
+                lambda: worker.store.apply(w.AckClaim(acks, claim)),
+                "ack group and claim",
+                lambda: w.AckedClaimed(worker.store.apply(acks), w.Claimed(())),
+            )
             self.adopt(contexts, done.claimed.jobs)
         self.adapt(len(done.claimed.jobs), take)
         return done.acked
@@ -517,15 +521,22 @@ class Worker:
         """A store call that degrades and retries on transient faults until the node stops."""
         return with_retries(fn, self.config.retry, what=what, stop=self.stopped, connectivity=self.connectivity)
 
-    def claim_call(self, fn: Callable[[], Any], what: str) -> Any:
+    def claim_call(self, fn: Callable[[], Any], what: str, unclaimed: Callable[[], Any]) -> Any:
         """`call` for a store call that claims (a claim, an ack group with its claim). When a try failed —
         the call was retried or gave up — that try's commit may still have happened without the node
-        learning what it claimed: claim recovery is then due (recover_claims, on the renewal thread)."""
+        learning what it claimed: claim recovery is then due (recover_claims, on the renewal thread).
+
+        A retry once the node is stopping runs `unclaimed` instead (the same call without its claim): on
+        SIGTERM a producer stops claiming, and a retry is a new claim. In a default soak a claim built
+        0.2 s before the SIGTERM was cut by its 2.5 s deadline and retried; the retry committed 3.2 s after
+        the signal (P11). What the cut try may have claimed, claim recovery still finds."""
         tries = 0
 
         def once() -> Any:
             nonlocal tries
             tries += 1
+            if tries > 1 and self.stopping.is_set():
+                return unclaimed()
             return fn()
 
         ok = False

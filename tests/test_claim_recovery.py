@@ -16,7 +16,9 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import psycopg
 import pytest
@@ -146,3 +148,57 @@ def test_a_census_is_not_trusted_while_a_claim_is_in_flight(db_url):
             p.pool.shutdown(wait=True)
         worker.store.close()
     assert worker.recovered == 0 and ran == [(jobs[0].id, 1, "ran")], "the claimed job ran once, not adopted twice"
+
+
+class CutBeforeSigterm(PgStore):
+    """The first claim-bearing call fails as a cut connection does (nothing committed), and the node's
+    SIGTERM arrives meanwhile: the retry comes after the signal."""
+
+    def __init__(self, *args: Any, worker: Worker, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.worker = worker
+        self.claims_after_term = 0
+        self.cut = False
+
+    def apply(self, op: Any, conn: Any = None) -> Any:
+        if isinstance(op, (w.Claim, w.AckClaim)):
+            if not self.cut:
+                self.cut = True
+                self.worker.stopping.set()  # SIGTERM while the claim is in flight
+                raise psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+            self.claims_after_term += 1
+        return super().apply(op, conn)
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["claim", "ack_group_and_claim"])
+def test_a_claim_cut_at_a_sigterm_is_not_retried_as_a_claim(db_url, plain):
+    """P11 (operations guide: on SIGTERM producers stop claiming first). A default soak's claim, built 0.2 s
+    before the SIGTERM, was cut by its 2.5 s deadline and retried: the retry claimed two jobs 3.2 s after
+    the signal. A retry once stopping is the same call without its claim (the acks still commit)."""
+    ran: list = []
+    worker = _worker(db_url, ran, cut=False)
+    original = worker.store
+    store = CutBeforeSigterm(db_url, schema=original.schema, pool_size=2, notify=False, worker=worker)
+    worker.store = store
+    original.close()
+    try:
+        with Client(db_url) as client:
+            ids = list(client.enqueue_many([JobSpec(Q, "note", {}) for _ in range(3)]).ids)
+        producer = worker.producers[Q]
+        if plain:
+            assert producer.claim_jobs(2) == ()
+        else:
+            running = PgStore.apply(
+                store, w.Claim(worker.clock(), Q, "n1", 1, timedelta(seconds=3), QueueOpts(4, 4))
+            ).jobs
+            acks = w.AckMany(worker.clock(), (w.Ack(worker.clock(), running[0].id, 1, w.Succeed(None)),))
+            ctx = SimpleNamespace(id=running[0].id)
+            with patch.object(producer, "refill_slots", return_value=2):  # slots were free when the group formed
+                acked = producer.ack_group(acks, (ctx,))
+            assert [type(r).__name__ for r in acked.results] == ["Acked"]  # the ack committed on the retry
+        assert store.claims_after_term == 0
+        states = _rows(db_url, ids)
+        assert not any(s == "running" for s, _, _ in states.values()), states  # nothing leased after the signal
+        assert worker._recover_due  # what the cut try might have claimed is looked for
+    finally:
+        store.close()
