@@ -498,6 +498,7 @@ class Worker:
         # runs or renews. The renewal loop then adopts them (recover_claims) — found by a two-hour soak:
         # 7 leases of a live node expired after its AckClaim's commit outlived the call's deadline.
         self._claim_lock = threading.Lock()
+        self._recover_lock = threading.Lock()  # one recovery at a time (the renewal thread, a draining stop)
         self._claims_in_flight = 0
         self._claim_gen = 0  # claim-bearing calls ended (a census is valid only if none started or ended)
         self._recover_due = False
@@ -566,6 +567,10 @@ class Worker:
         (`held_leases`) is compared with what was registered before it was read, and trusted only when no
         claim-bearing call was in flight or ended meanwhile (else it stays due). Returns the jobs adopted;
         they run here as if this node's claim had returned them, and are renewed at once."""
+        with self._recover_lock:
+            return self._recover_claims()
+
+    def _recover_claims(self) -> int:
         with self._claim_lock:
             if self._claims_in_flight:
                 return 0
@@ -860,7 +865,16 @@ class Worker:
             producer.thread.join(timeout=5)
             producer.dispatch_gathered()  # claimed jobs gathering into a chunk run now (stopping: every window)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(p.running for p in self.producers.values()):
+        # A claim whose commit the node could not confirm may have leased it jobs nobody here runs: they
+        # are recovered and run within the grace, not left to lease expiry (P4). In a two-hour soak a node's
+        # AckClaim was cut at its deadline just after its SIGTERM; the node drained and exited 4 s later
+        # with the renewal thread (which recovers) still in a call, and the jobs waited out their leases.
+        while time.monotonic() < deadline and (self._recover_due or any(p.running for p in self.producers.values())):
+            if self._recover_due:
+                try:
+                    self.recover_claims()
+                except Exception as exc:  # noqa: BLE001 - retried until the grace ends
+                    log.error("belay claim recovery while draining failed: %s", exc)
             time.sleep(0.01)
         drained = not any(p.running for p in self.producers.values())
         self.stopped.set()

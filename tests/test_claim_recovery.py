@@ -202,3 +202,35 @@ def test_a_claim_cut_at_a_sigterm_is_not_retried_as_a_claim(db_url, plain):
         assert worker._recover_due  # what the cut try might have claimed is looked for
     finally:
         store.close()
+
+
+def test_a_draining_node_runs_what_a_cut_claim_leased_it_before_exiting(db_url):
+    """P4 (running jobs get the grace to finish). In a two-hour soak a node's AckClaim committed but was cut
+    at its deadline just after the node's SIGTERM; the node drained and exited 4 s later while its renewal
+    thread (which recovers claims) was still in a call, and the jobs the cut claim leased it waited out
+    their leases. Here the renewal thread is held in a call; stop() must recover and run them itself."""
+    ran: list[tuple[int, int, str]] = []
+    worker = _worker(db_url, ran)
+    in_renewal, release = threading.Event(), threading.Event()
+    renew = worker.renew_once
+
+    def stuck_renewal() -> tuple[int, ...]:
+        in_renewal.set()
+        release.wait(20)  # a renewal call held up by a slow database
+        return renew()
+
+    worker.renew_once = stuck_renewal  # type: ignore[method-assign]
+    worker.start()
+    try:
+        assert in_renewal.wait(10)
+        with Client(db_url) as client:
+            ids = list(client.enqueue_many([JobSpec(Q, "note", {}) for _ in range(4)]).ids)
+        wait_for(lambda: worker.store.lost, 10, "the planted cut of a committed claim")
+        lost = list(worker.store.lost)
+        drained = worker.stop(grace=5)
+    finally:
+        release.set()
+    rows = _rows(db_url, ids)
+    assert drained
+    assert all(rows[i][:2] == ("succeeded", 1) for i in lost), (lost, rows)
+    assert sorted(i for i, _, _ in ran if i in lost) == sorted(lost)
