@@ -265,13 +265,11 @@ class Driver:
         else:
             budget = sum(costs) + 5
             expected = "succeeded"
-        crash = cross and self.rng.random() < 0.3
-        if crash and self.exits_paused.is_set():  # owed, not dropped: the scenario keeps its rate (I4 coverage)
-            self._owed_crashes += 1
-            crash = False
-        elif cross and not crash and self._owed_crashes and not self.exits_paused.is_set():
+        if cross and self.rng.random() < 0.3:
+            self._owed_crashes += 1  # owed, spent by the next crossing outside a hold (I4 coverage)
+        crash = cross and self._owed_crashes > 0 and not self.exits_paused.is_set()
+        if crash:
             self._owed_crashes -= 1
-            crash = True
         return Plan(
             self._spec("costed", {"costs": costs, "crash_at_crossing": crash}, budget_usd_micros=budget),
             "costed",
