@@ -139,20 +139,26 @@ class WorkerOps:
 
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
         with self.transaction(op.now) as tx:
-            retried, failed = [], []
             expired = tx.all("expired_leases", {"now": op.now, "limit": op.limit})
             failpoint("reclaim.after_read")
-            for row in expired:
-                entry = Jsonb([w.error_entry(row["attempt"], op.now, "lease_expired", None)])
-                if row["attempt"] < row["max_attempts"]:
-                    done = tx.one(
-                        "reclaim_retry",
-                        {"id": row["id"], "entry": entry, "ready_at": op.backoff.retry_at(op.now, row["attempt"])},
-                    )
-                    tx.pokes.add(done["queue"])
-                    retried.append(row["id"])
-                else:
-                    failed.append(tx.one("reclaim_fail", {"id": row["id"], "entry": entry, "now": op.now}))
+            if not expired:
+                return w.Reclaimed((), ())
+            # One statement for every outcome (reclaim_many): retry or fail is decided by the row itself.
+            base = w.error_entry(0, op.now, "lease_expired", None)
+            del base["attempt"]
+            rows = tx.all(
+                "reclaim_many",
+                {
+                    "ids": [r["id"] for r in expired],
+                    "ready_ats": [op.backoff.retry_at(op.now, r["attempt"]) for r in expired],
+                    "base": Jsonb(base),
+                    "now": op.now,
+                },
+            )
+            rows.sort(key=lambda r: r["id"])
+            retried = [r["id"] for r in rows if r["state"] == "ready"]
+            failed = [r for r in rows if r["state"] == "failed"]
+            tx.pokes.update(r["queue"] for r in rows if r["state"] == "ready")
             self._terminal(tx, failed)
             return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))
 

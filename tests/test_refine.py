@@ -210,12 +210,7 @@ def test_operator_and_maintenance_shapes_are_explained(url, tmp_path):
 
 def test_a_reclaim_that_retries_past_max_attempts_is_invalid(url, tmp_path):
     """The issue's Node.js bug: attempts 7 and 8 of 6. The reclaim pass reads max_attempts + 2."""
-    past_max = patched_queries(
-        expired_leases=(
-            "SELECT id, attempt, max_attempts FROM",
-            "SELECT id, attempt, max_attempts + 2 AS max_attempts FROM",
-        )
-    )
+    past_max = patched_queries(reclaim_many=("j.attempt < j.max_attempts", "j.attempt < j.max_attempts + 2"))
     with Captured(url, tmp_path, "pastmax") as cap:
         with past_max(url) as store, Client(url) as client:
             job = client.enqueue("q", "slow", {}, max_attempts=6).id

@@ -252,6 +252,42 @@ def test_two_workers_never_run_the_same_attempt_at_once(db, pg, client, spawn_wo
 # --- 2. the ack fence ------------------------------------------------------------------------------
 
 
+def test_a_reclaim_of_many_expired_leases_is_a_fixed_number_of_statements(db, now):
+    """One reclaim pass of 30 expired leases (20 with attempts left, 10 on their last) runs the same three
+    statements as a pass of one: the two-hour soak's P17 (24 leases left expired 8 s while the only live
+    node was under 66 ms of network latency: its per-row reclaim, one round trip per row, outlived the
+    2.5 s call deadline on every try). Outcomes as the model's: retried ready at the backoff, failed at
+    now, lease_expired appended with each row's attempt."""
+    from properties.statements import recording
+
+    with PgStore(db) as store:
+        ids = store.apply(
+            ops.Enqueue(now, tuple(JobSpec(Q, "interval", max_attempts=1 if i % 3 == 0 else 3) for i in range(30)))
+        ).ids
+        claimed = store.apply(w.Claim(now, Q, "ghost", 30, timedelta(seconds=1))).jobs
+        assert len(claimed) == 30
+        later = now + timedelta(seconds=5)
+        with recording() as counts:
+            out = store.apply(w.Reclaim(later, w.Backoff(base_s=7)))
+        last = {ids[i] for i in range(30) if i % 3 == 0}
+        assert out == w.Reclaimed(tuple(sorted(set(ids) - last)), tuple(sorted(last)))
+        assert counts["expired_leases"] == 1 and counts["reclaim_many"] == 1, counts
+        assert sum(counts.values()) <= 4, f"a statement per row: {dict(counts)}"
+    from impl.snapshot import snapshot
+
+    with psycopg.connect(db) as conn:
+        jobs = snapshot(conn).jobs
+        for job_id in ids:
+            job = jobs[job_id]
+            assert job.errors == [w.error_entry(1, later, "lease_expired", None)]
+            assert (job.lease_until, job.leased_by) == (None, None)
+            if job_id in last:
+                assert (job.state, job.finished_at) == ("failed", later)
+            else:
+                assert (job.state, job.ready_at, job.finished_at) == ("ready", later + timedelta(seconds=7), None)
+
+
+
 def test_a_stale_ack_after_reclaim_changes_nothing(db, now):
     with PgStore(db) as store:
         job_id = store.apply(ops.Enqueue(now, (JobSpec(Q, "interval"),))).ids[0]

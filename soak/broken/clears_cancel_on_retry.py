@@ -1,5 +1,5 @@
 """Broken: a retry clears the job's pending cancel request — the error ack and the reclaim retry set
-`cancel_requested = false` (§7: transitions never clear it; a pending request survives crashes and retries).
+`cancel_requested = false` (the reclaim on its failing rows too) (§7: transitions never clear it; a pending request survives crashes and retries).
 The next attempt then runs to completion instead of being cancelled at its first step boundary.
 
 Expected verdict: invalid, refine (an ack or reclaim transaction writes cancel_requested true → false: no
@@ -15,7 +15,7 @@ ClearsCancelStore = patched_queries(
         "errors = errors || %(entry)s, lease_until",
         "errors = errors || %(entry)s, cancel_requested = false, lease_until",
     ),
-    reclaim_retry=("errors = errors || %(entry)s,", "errors = errors || %(entry)s, cancel_requested = false,"),
+    reclaim_many=("lease_until = NULL, leased_by = NULL", "lease_until = NULL, leased_by = NULL, cancel_requested = false"),
 )
 
 if __name__ == "__main__":
