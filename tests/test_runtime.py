@@ -287,7 +287,6 @@ def test_a_reclaim_of_many_expired_leases_is_a_fixed_number_of_statements(db, no
                 assert (job.state, job.ready_at, job.finished_at) == ("ready", later + timedelta(seconds=7), None)
 
 
-
 def test_a_stale_ack_after_reclaim_changes_nothing(db, now):
     with PgStore(db) as store:
         job_id = store.apply(ops.Enqueue(now, (JobSpec(Q, "interval"),))).ids[0]

@@ -15,7 +15,10 @@ ClearsCancelStore = patched_queries(
         "errors = errors || %(entry)s, lease_until",
         "errors = errors || %(entry)s, cancel_requested = false, lease_until",
     ),
-    reclaim_many=("lease_until = NULL, leased_by = NULL", "lease_until = NULL, leased_by = NULL, cancel_requested = false"),
+    reclaim_many=(
+        "lease_until = NULL, leased_by = NULL",
+        "lease_until = NULL, leased_by = NULL, cancel_requested = false",
+    ),
 )
 
 if __name__ == "__main__":
