@@ -376,8 +376,8 @@ class _Producer:
         """Register newly claimed jobs in place of finished executions (under one lock, so the slot count
         never drops in between), then run them: chunk kinds gather, the rest go to the pool. Slots the
         claim did not fill poke the producer."""
-        store, clock = self.worker.store, self.worker.clock
-        contexts = [JobContext(job, store, clock) for job in jobs]
+        store, clock, call = self.worker.store, self.worker.clock, self.worker.call
+        contexts = [JobContext(job, store, clock, call=call) for job in jobs]
         with self.lock:
             self._forget(finished)
             for ctx in contexts:

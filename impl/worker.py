@@ -19,6 +19,7 @@ it resumes, and memoized steps bring it back to where it was.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -184,6 +185,11 @@ class JobContext:
     # longer finds the lease then is this attempt's own release, not a lease lost (the fence decides).
     releasing: Flag = field(default_factory=Flag)
     steps_run: list[str] = field(default_factory=list)
+    # The runtime's retrying store call (Worker.call: `call(fn, what)`), set on every context it runs: a
+    # step boundary's reads and journaling retry through a database outage like the runtime's own calls.
+    # Without it a crash-restart during a step surfaced as the job's own error (AdminShutdown) and, on a
+    # last attempt, failed the job (two-hour soak, P9). None: the store is called directly.
+    call: Callable[[Callable[[], Any], str], Any] | None = None
 
     def __init__(
         self,
@@ -193,8 +199,9 @@ class JobContext:
         lost: Flag | None = None,
         releasing: Flag | None = None,
         steps_run: list[str] | None = None,
+        call: Callable[[Callable[[], Any], str], Any] | None = None,
     ) -> None:
-        self.job, self.store, self.clock = job, store, clock
+        self.job, self.store, self.clock, self.call = job, store, clock, call
         self.lost = Flag() if lost is None else lost
         self.releasing = Flag() if releasing is None else releasing
         self.steps_run = [] if steps_run is None else steps_run
@@ -207,11 +214,18 @@ class JobContext:
     def attempt(self) -> int:
         return self.job.attempt
 
+    def _apply(self, op: Any, what: str) -> Any:
+        """A read or an idempotent write of a step boundary (a journaled step's first write wins, a spawn
+        is keyed), retried through transient faults when the runtime gave a `call`."""
+        if self.call is None:
+            return self.store.apply(op)
+        return self.call(functools.partial(self.store.apply, op), what)
+
     def _boundary(self) -> w.BudgetOk:
         """A step boundary: the lease still ours, no cancel request, the budget not crossed."""
         if self.lost.is_set():
             raise LeaseLost(f"job {self.id} attempt {self.attempt}: lease lost")
-        verdict = self.store.apply(w.Preflight(self.id))
+        verdict = self._apply(w.Preflight(self.id), "step boundary")
         if isinstance(verdict, w.JobGone):
             raise LeaseLost(f"job {self.id} no longer exists")
         if verdict.cancel_requested:
@@ -222,20 +236,20 @@ class JobContext:
 
     def check_budget(self) -> None:
         """Durable spend over a budget column ⇒ BudgetExceeded (checked before a budgeted job succeeds)."""
-        verdict = self.store.apply(w.Preflight(self.id))
+        verdict = self._apply(w.Preflight(self.id), "step boundary")
         if isinstance(verdict, w.OverBudget):
             raise BudgetExceeded(f"spent {verdict.spent_usd_micros} µ$ / {verdict.spent_tokens} tokens")
 
     def step(self, name: str, fn: Callable[[], Any], *, cost: Cost = None) -> Any:
         """Run fn once per job (memoized by name); `cost` is (usd_micros, tokens) or a function of the
         value returning them. Raising leaves the step unrecorded; returned values are memoized."""
-        hit = self.store.apply(w.ReadStep(self.id, name))
+        hit = self._apply(w.ReadStep(self.id, name), "step read")
         if isinstance(hit, w.StepHit):
             return decode(hit.value)
         self._boundary()
         value = fn()
         usd, tokens = cost(value) if callable(cost) else (cost or (0, 0))
-        recorded = self.store.apply(w.RecordStep(self.clock(), self.id, name, value, usd, tokens))
+        recorded = self._apply(w.RecordStep(self.clock(), self.id, name, value, usd, tokens), "step journal")
         if isinstance(recorded, w.JobGone):
             raise LeaseLost(f"job {self.id} no longer exists")
         self.steps_run.append(name)
@@ -250,7 +264,7 @@ class JobContext:
         """Durable sleep (§9 reserved step `$sleep:<name>`): returns at once when already slept. A park
         and a resume are step boundaries: a pending cancel request is honoured here (§8.6)."""
         self._boundary()
-        hit = self.store.apply(w.ReadStep(self.id, f"$sleep:{name}"))
+        hit = self._apply(w.ReadStep(self.id, f"$sleep:{name}"), "step read")
         now = self.clock()
         if isinstance(hit, w.StepHit) and datetime.fromisoformat(decode(hit.value)) <= now:
             return
@@ -263,7 +277,7 @@ class JobContext:
         requested before the park, or while parked, is honoured here — also on the resume."""
         self._boundary()
         scope = scope or f"job:{self.id}"
-        found = [s for s in self.store.apply(ops.ReadSignals((scope,))) if s.name == name]
+        found = [s for s in self._apply(ops.ReadSignals((scope,)), "signal read") if s.name == name]
         if found:
             return found[0].payload
         if (self.job.await_scope, self.job.await_name) == (scope, name):
@@ -275,7 +289,7 @@ class JobContext:
 
     def spawn(self, name: str, children: Sequence[ops.JobSpec]) -> tuple[int, ...]:
         """Doubly idempotent spawn (§8.4): the same call on a re-run returns the same child ids."""
-        result = self.store.apply(w.Spawn(self.clock(), self.id, name, tuple(children)))
+        result = self._apply(w.Spawn(self.clock(), self.id, name, tuple(children)), "spawn")
         if isinstance(result, w.JobGone):
             raise LeaseLost(f"job {self.id} no longer exists")
         return result.child_ids
@@ -289,7 +303,7 @@ class JobContext:
         result = self._releasing(w.AwaitChildren(now, self.id, self.attempt, deadline))
         if isinstance(result, w.ChildrenDone):
             self.releasing.clear()  # no park: the attempt runs on under its lease
-            return tuple(self.store.apply(ops.ReadJob(i)) for i in result.child_ids)
+            return tuple(self._apply(ops.ReadJob(i), "child read") for i in result.child_ids)
         self._park_result(result)
         raise AssertionError("unreachable")
 

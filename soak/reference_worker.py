@@ -184,8 +184,12 @@ def slow(ctx: JobContext, input: dict) -> dict:
         return {"token": token(), "attempt": ctx.attempt}
 
     ctx.step("nap", nap, cost=(1, 0))  # a stale attempt resuming here journals a duplicate: no spend for it
-    with ctx.store.pool.connection() as c:
-        row = c.execute("SELECT state, attempt, leased_by FROM belay_jobs WHERE id = %s", (ctx.id,)).fetchone()
+
+    def read() -> Any:
+        with ctx.store.pool.connection() as c:
+            return c.execute("SELECT state, attempt, leased_by FROM belay_jobs WHERE id = %s", (ctx.id,)).fetchone()
+
+    row = ctx.call(read, "pre_ack read") if ctx.call else read()  # retried through a crash-restart
     observed = {"state": row[0], "attempt": row[1], "leased_by": row[2]} if row else {"state": None}
     observe(ctx, "pre_ack", observed)
     return {"token": begin, "node": ctx.job.leased_by, "attempt": ctx.attempt}

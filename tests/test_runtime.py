@@ -487,6 +487,35 @@ def test_a_budget_crossing_fails_the_job_on_that_step_and_a_retry_runs_no_furthe
     assert len(client.steps(job_id)) == 3 and again.spent_usd_micros == 12
 
 
+def test_a_database_fault_during_a_step_is_retried_not_the_jobs_error(db, client, workers, monkeypatch):
+    """A crash-restart while a step journals (or a boundary reads) is the database's weather, not the job's
+    error: the call retries like the runtime's own. In the two-hour soak (seed 2028) a `slow` job on its
+    last attempt ended failed with AdminShutdown raised by a step call (P9)."""
+    registry = Registry()
+
+    @registry.kind("twostep", queue=Q)
+    def twostep(ctx: Any, input: dict) -> dict:
+        return {"a": ctx.step("a", lambda: 1), "b": ctx.step("b", lambda: 2)}
+
+    worker = workers(registry=registry)
+    real = worker.store.apply
+    faults = {"RecordStep": 1, "ReadStep": 1, "Preflight": 1}
+
+    def flaky(op: Any, *args: Any, **kwargs: Any) -> Any:
+        name = type(op).__name__
+        if faults.get(name):
+            faults[name] -= 1
+            raise psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(worker.store, "apply", flaky)
+    job_id = client.enqueue(Q, "twostep", {}, max_attempts=1).id
+    final = client.await_result(job_id, timeout=20)
+    assert (final.state, final.attempt, final.errors) == ("succeeded", 1, []), final.errors
+    assert result_value(final) == {"a": 1, "b": 2}
+    assert not any(faults.values()), f"every planted fault was met: {faults}"
+
+
 # --- 6. cron ------------------------------------------------------------------------------------------
 
 CRON = CronDef("every-minute", "* * * * *", "tick", {"from": "static"}, queue="cron")
