@@ -315,7 +315,7 @@ class JobContext:
 
     def steering(self) -> Any:
         """The latest `$steer` message for this job (None when there is none)."""
-        found = [s for s in self.store.apply(ops.ReadSignals((f"job:{self.id}",))) if s.name == "$steer"]
+        found = [s for s in self._apply(ops.ReadSignals((f"job:{self.id}",)), "signal read") if s.name == "$steer"]
         return found[0].payload if found else None
 
     def _releasing(self, op: Any) -> Any:

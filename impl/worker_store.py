@@ -156,11 +156,11 @@ class WorkerOps:
                 },
             )
             rows.sort(key=lambda r: r["id"])
-            retried = [r["id"] for r in rows if r["state"] == "ready"]
+            retried = [r for r in rows if r["state"] == "ready"]
             failed = [r for r in rows if r["state"] == "failed"]
-            tx.pokes.update(r["queue"] for r in rows if r["state"] == "ready")
+            tx.pokes.update(r["queue"] for r in retried)
             self._terminal(tx, failed)
-            return w.Reclaimed(tuple(retried), tuple(r["id"] for r in failed))
+            return w.Reclaimed(tuple(r["id"] for r in retried), tuple(r["id"] for r in failed))
 
     def _terminal(self, tx: _Tx, rows: list[dict]) -> None:
         """§7 after-terminal steps, then the result notification for each (§9.2)."""

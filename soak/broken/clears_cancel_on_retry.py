@@ -1,5 +1,6 @@
-"""Broken: a retry clears the job's pending cancel request — the error ack and the reclaim retry set
-`cancel_requested = false` (the reclaim on its failing rows too) (§7: transitions never clear it; a pending request survives crashes and retries).
+"""Broken: a retry clears the job's pending cancel request — the error ack and the reclaim (its retried
+and its failed rows) set `cancel_requested = false` (§7: transitions never clear it; a pending request
+survives crashes and retries).
 The next attempt then runs to completion instead of being cancelled at its first step boundary.
 
 Expected verdict: invalid, refine (an ack or reclaim transaction writes cancel_requested true → false: no
