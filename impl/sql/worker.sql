@@ -6,6 +6,11 @@
 -- §6: serialize claimers of a queue with global_limit, rate or partition.
 SELECT pg_advisory_xact_lock(hashtext('belay:' || %(queue)s))
 
+-- lock_running --
+-- §6 global_limit / partition: lock the queue's running rows (live or expired) before they are counted, so
+-- that a renewal reviving an expired lease cannot commit between the count and the claim's commit.
+SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id FOR UPDATE
+
 -- live_running --
 -- §6 global_limit: live-leased jobs only.
 SELECT count(*) AS n FROM {jobs} WHERE queue = %(queue)s AND state = 'running' AND lease_until > %(now)s

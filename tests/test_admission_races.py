@@ -1,0 +1,111 @@
+"""§6 admission against a concurrent lease renewal, on a real database (issue 27: the two-hour soak of
+seed 2028 was INVALID by trace validation: queue soak-global, global_limit 2, ended with four live leases).
+
+A renewal may extend a lease that has expired but was not yet reclaimed (the contract's renewal checks
+only `state = 'running' AND leased_by`). The queue's advisory lock serializes claims against claims, not
+against renewals: a claim that counted an expired lease as free, and then committed after a renewal that
+revived it, admitted more than the limit — a claim the model refuses in commit order. The claim now locks
+the queue's running rows before counting, so the renewal either commits before the count (which then sees
+it) or waits for the claim's commit.
+
+Each test forces the schedule with the `claim.after_admission` failpoint and then checks the outcome
+against the model applied in the order the two transactions committed. The broken variant (the claim
+without the row lock) is xfail(strict): the test is seen failing on it in every run. A partitioned claim
+takes the same lock (its per-key count is the claim statement's own CTE, so the window is inside one
+statement and no failpoint can hold it open: no forced schedule here).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from impl.failpoints import Pause
+from impl.queries import SchemaSQL
+from impl.store import PgStore
+from model import ops
+from model import worker_ops as w
+from model.queues import QueueOpts
+from model.store import ModelStore
+from tests.test_forced_interleavings import NOW, Client, blocked_or_parked, reached
+
+TTL = timedelta(seconds=10)
+
+
+class _NoRunningLockSQL(SchemaSQL):
+    def q(self, name: str, **extra: sql.Composable) -> sql.Composed:
+        if name == "lock_running":
+            return sql.SQL("SELECT 1 AS no_lock")
+        return super().q(name, **extra)
+
+
+class ClaimWithoutRunningLock(PgStore):
+    """The claim before the fix: advisory lock, count of live leases, claim — no lock on the counted rows."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.q = _NoRunningLockSQL(self.schema)
+
+
+def _variants() -> list:
+    return [
+        pytest.param(PgStore, id="belay"),
+        pytest.param(
+            ClaimWithoutRunningLock,
+            id="no_running_lock",
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason="the claim races the renewal"),
+        ),
+    ]
+
+
+def _race(db_url: str, claimer_class: type[PgStore], opts: QueueOpts, specs: tuple[ops.JobSpec, ...]) -> None:
+    """n1 holds the first job; its lease expires; n2's claim counts at `later` and stops after its count;
+    n1 renews meanwhile; n2 goes on. The claim's and the renewal's answers must be the model's in the order
+    the two committed."""
+    model = ModelStore()
+    with PgStore(db_url, pool_size=1, notify=False) as s:
+        enq = ops.Enqueue(NOW, specs)
+        s.apply(enq)
+        model.apply(enq)
+        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
+        [held] = s.apply(first).jobs
+        model.apply(first)
+    later = NOW + TTL + timedelta(seconds=2)  # n1's lease has expired; no sweeper ran
+    claim = w.Claim(later, "q", "n2", len(specs), TTL, opts)
+    renew = w.Renew(later, "n1", (held.id,), later + TTL)
+    claimer, renewer = Client(db_url, "claimer", claimer_class), Client(db_url, "renewer")
+    try:
+        with (
+            Pause("claim.after_admission", thread="claimer") as paused,
+            psycopg.connect(db_url, autocommit=True) as obs,
+        ):
+            claimer.start(lambda st: st.apply(claim))
+            reached(paused, claimer)
+            renewer.start(lambda st: st.apply(renew))
+            seen = blocked_or_parked(obs, renewer)
+            renew_first = "finished" in seen  # it committed while the claim was still open
+            paused.release()
+            claimed, renewed = claimer.join(), renewer.join()
+        assert claimer.error is None and renewer.error is None, (claimer.error, renewer.error)
+        order = (renew, claim) if renew_first else (claim, renew)
+        expected = {type(op): model.apply(op) for op in order}
+        assert {j.id for j in claimed.jobs} == {j.id for j in expected[w.Claim].jobs}, (
+            f"{seen}; the claim admitted {[j.id for j in claimed.jobs]}, the model in commit order "
+            f"{[j.id for j in expected[w.Claim].jobs]}"
+        )
+        assert renewed.kept == expected[w.Renew].kept
+    finally:
+        claimer.close()
+        renewer.close()
+
+
+@pytest.mark.parametrize("claimer_class", _variants())
+def test_a_global_limit_claim_and_a_renewal_reviving_an_expired_lease_commit_in_the_models_order(
+    db_url, claimer_class
+):
+    opts = QueueOpts(global_limit=1)
+    _race(db_url, claimer_class, opts, tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(3)))
