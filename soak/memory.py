@@ -30,6 +30,27 @@ def rss_bytes(pid: int | str = "self") -> int | None:
     return None
 
 
+def peak_rss_bytes(pid: int | str = "self") -> int | None:
+    """VmHWM: the largest resident set the process has had (the end-of-run check included)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def add_check_peak(mem: dict[str, Any]) -> dict[str, Any]:
+    """The harness's lifetime peak RSS, read after the end-of-run check: the samples stop before it, and
+    the check (snapshot, replay, trace validation, checkers) is where a long run's memory went."""
+    peak = peak_rss_bytes()
+    if mem and peak is not None:
+        mem["harness_rss_mib"]["peak_with_check"] = round(peak / MiB, 1)
+    return mem
+
+
 @dataclass
 class MemorySampler:
     every: float = 30.0
@@ -68,12 +89,14 @@ class MemorySampler:
 
         all_workers = [w for s in self.samples for w in s["workers"]]
         oldest = max(all_workers, key=lambda w: w["age"], default=None)
+        at10 = next((s for s in self.samples if s["t"] - first["t"] >= 600), None)
         out: dict[str, Any] = {
             "samples": len(self.samples),
             "harness_rss_mib": {
                 "start": mib(first["harness"]),
                 "end": mib(last["harness"]),
                 "max": mib(max(s["harness"] for s in self.samples)),
+                **({"at_10_min": mib(at10["harness"])} if at10 is not None else {}),
             },
             "worker_rss_mib": {
                 "start": [mib(w["rss"]) for w in first["workers"]],
@@ -134,7 +157,12 @@ def describe(mem: dict[str, Any], report_bytes: int) -> str:
     parts = [f"report size {report_bytes / MiB:.1f} MiB"]
     if mem:
         h, w = mem["harness_rss_mib"], mem["worker_rss_mib"]
-        parts.insert(0, f"harness RSS {h['start']} → {h['end']} MiB (max {h['max']})")
+        text = f"harness RSS {h['start']} → {h['end']} MiB (max {h['max']}"
+        if "at_10_min" in h:
+            text += f", at 10 min {h['at_10_min']}"
+        if "peak_with_check" in h:
+            text += f"; peak with the end-of-run check {h['peak_with_check']}"
+        parts.insert(0, text + ")")
         parts.insert(1, f"worker RSS at start {w['start']} MiB, at end {w['end']} MiB (max {w['max']})")
         if "oldest_worker" in mem:
             o = mem["oldest_worker"]

@@ -41,7 +41,7 @@ from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.driver import Driver, DriverConfig
 from soak.history import History
-from soak.memory import MemorySampler, dir_size
+from soak.memory import MemorySampler, add_check_peak, dir_size
 from soak.memory import describe as describe_memory
 from soak.nemesis import Nemesis, Workers, fault_rates
 from soak.scenarios import ADMISSION_QUEUES
@@ -452,6 +452,7 @@ def run(args: argparse.Namespace) -> int:
             if password:
                 text = text.replace(password, "***")
             log.write_text(text)
+        add_check_peak(meta["memory"])  # the samples stopped before the check: its peak, said apart
         results = report.write(run_dir, result, state, events, meta)
         hist.add_to_report(run_dir, events)  # issue 12
         code = combine_exit(result.exit_code, hist_result)

@@ -104,8 +104,6 @@ def _race(db_url: str, claimer_class: type[PgStore], opts: QueueOpts, specs: tup
 
 
 @pytest.mark.parametrize("claimer_class", _variants())
-def test_a_global_limit_claim_and_a_renewal_reviving_an_expired_lease_commit_in_the_models_order(
-    db_url, claimer_class
-):
+def test_a_global_limit_claim_and_a_renewal_reviving_an_expired_lease_commit_in_the_models_order(db_url, claimer_class):
     opts = QueueOpts(global_limit=1)
     _race(db_url, claimer_class, opts, tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(3)))

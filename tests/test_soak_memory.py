@@ -111,3 +111,24 @@ def test_history_without_a_file_keeps_everything() -> None:
     h = History()
     h.record("lease_sample", rows=[])
     assert [e["type"] for e in h.snapshot()] == ["lease_sample"]
+
+
+def test_the_check_phase_peak_and_the_ten_minute_figure_are_reported() -> None:
+    """The samples stop before the end-of-run check; the harness's lifetime peak (VmHWM) is read after it
+    and said apart, with the sample at 10 minutes (issue 27: RSS at the end against RSS at 10 min)."""
+    from soak.memory import add_check_peak, peak_rss_bytes
+
+    s = MemorySampler(every=30.0)
+    for t in (0.0, 300.0, 600.0, 900.0):
+        s.maybe_sample([], now=t)
+    m = s.summary()
+    assert "at_10_min" in m["harness_rss_mib"]
+    ballast = bytearray(64 * 1024 * 1024)  # the peak must count memory the samples never saw
+    ballast[::4096] = b"x" * len(ballast[::4096])
+    m = add_check_peak(m)
+    del ballast
+    peak = m["harness_rss_mib"]["peak_with_check"]
+    assert peak >= m["harness_rss_mib"]["max"] + 60, m
+    assert peak * 1024 * 1024 <= (peak_rss_bytes() or 0) + 1024 * 1024
+    line = describe(m, 0)
+    assert "at 10 min" in line and "peak with the end-of-run check" in line

@@ -66,11 +66,12 @@ from model import store as model_store
 from model import worker_ops as w
 from model.envelope import decode
 from model.queues import QueueOpts
-from model.rows import TERMINAL, CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
+from model.rows import TERMINAL, CronRow, Job, QueueRow, RateWindow, Signal, Step
 from model.state import State, Tables
 from soak.commits.capture import Transaction, read_transactions
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder, Truncate, lsn_str
 from soak.commits.replay import CONVERT, TABLE_ATTR
+from soak.commits.spill import HOT, SpillDict
 
 # Contract §2 clock rule: "Keep worker clocks within a few seconds of true time (NTP); leases and windows
 # tolerate small skew." A few seconds: a `now` may run ahead of the commit time by at most SKEW.
@@ -251,11 +252,13 @@ class HarnessLedger:
 class World:
     """The model state before the next transaction, with indexes to cut out what one operation reads."""
 
-    def __init__(self, initial: State | None) -> None:
+    def __init__(self, initial: State | None, hot: int = HOT) -> None:
         s = initial or State()
-        self.jobs: dict[int, Job] = {}
-        self.steps: dict[int, dict[str, Step]] = defaultdict(dict)  # by job, by name
-        self.events: dict[int, dict[int, Event]] = defaultdict(dict)  # by job, by seq
+        # Every row the history wrote; past `hot` per map the least recently used wait on disk until read
+        # again (issue 27 item 3: memory bounded by the rows in use; soak/commits/spill.py).
+        self.jobs: SpillDict = SpillDict(hot=hot)
+        self.steps: SpillDict = SpillDict(hot=hot, default_factory=dict)  # by job, by name
+        self.events: SpillDict = SpillDict(hot=hot, default_factory=dict)  # by job, by seq
         self.signals: dict[tuple[str, str], Signal] = dict(s.signals)
         self.by_scope: dict[str, set[str]] = defaultdict(set)
         self.rate: dict[tuple[str, datetime], RateWindow] = dict(s.rate)
@@ -277,6 +280,15 @@ class World:
             self.events[e.job_id][e.seq] = e
         for scope, name in self.signals:
             self.by_scope[scope].add(name)
+
+    def spill(self) -> None:
+        """Between two transactions: rows not used lately go to disk."""
+        for d in (self.jobs, self.steps, self.events):
+            d.spill()
+
+    def close(self) -> None:
+        for d in (self.jobs, self.steps, self.events):
+            d.close()
 
     # --- writes ------------------------------------------------------------------------------------
 
@@ -613,11 +625,16 @@ def _child_spec(j: Job, now: datetime) -> ops.JobSpec:
 
 class Validator:
     def __init__(
-        self, initial: State | None, ledger: HarnessLedger, taint: set[int] | None = None, keep_going: bool = True
+        self,
+        initial: State | None,
+        ledger: HarnessLedger,
+        taint: set[int] | None = None,
+        keep_going: bool = True,
+        hot: int = HOT,
     ) -> None:
-        self.world = World(initial)
+        self.world = World(initial, hot=hot)
         self.decoder = Decoder(lazy_old=True)
-        self.raw: dict[tuple[str, Any], bytes] = {}
+        self.raw: SpillDict = SpillDict(hot=hot)  # (table, key) → the TupleData of the row's last version
         self.ledger = ledger
         self.taint: set[int] = set(taint or ())
         self.result = RefinementResult("valid")
@@ -1364,6 +1381,8 @@ class Validator:
         for table, changed in rows.rows.items():
             for key, (_b, a) in changed.items():
                 self.world.put(table, key, a)
+        self.world.spill()
+        self.raw.spill()
 
     def _claim_after_term(self, tx: TxRows, claim: w.Claim) -> None:
         """P11: a claim by a node after its own SIGTERM. Both clocks must say so: the commit (the server's
@@ -1391,21 +1410,34 @@ class Validator:
             )
 
     def compare(self, final: State) -> list[str]:
-        diff = []
-        mine: dict[str, dict[Any, Any]] = {
-            "jobs": self.world.jobs,
-            "steps": {(j, n): s for j, by in self.world.steps.items() for n, s in by.items()},
-            "events": {(j, q): e for j, by in self.world.events.items() for q, e in by.items()},
-            "signals": self.world.signals,
-            "rate": self.world.rate,
-            "queues": self.world.queues,
-            "crons": self.world.crons,
+        """Streamed both ways (no set of every key): each row held against the snapshot's, then each
+        snapshot row the validation does not hold."""
+        w = self.world
+
+        def by_job(d: SpillDict) -> Iterable[tuple[Any, Any]]:
+            return (((j, n), row) for j, by in d.items() for n, row in by.items())
+
+        def held(attr: str, k: Any) -> bool:
+            if attr in ("steps", "events"):
+                return k[1] in getattr(w, attr).get(k[0], {})
+            return k in getattr(w, attr)
+
+        mine: dict[str, Iterable[tuple[Any, Any]]] = {
+            "jobs": w.jobs.items(),
+            "steps": by_job(w.steps),
+            "events": by_job(w.events),
+            "signals": w.signals.items(),
+            "rate": w.rate.items(),
+            "queues": w.queues.items(),
+            "crons": w.crons.items(),
         }
+        diff = []
         for attr, have in mine.items():
-            theirs: dict[Any, Any] = dict(getattr(final, attr))
-            for k in set(have) | set(theirs):
-                if not _rows_equal(have.get(k), theirs.get(k)):
+            theirs = getattr(final, attr)
+            for k, row in have:
+                if not _rows_equal(row, theirs.get(k)):
                     diff.append(f"{attr} {k!r}")
+            diff += [f"{attr} {k!r}" for k in theirs if not held(attr, k)]
         return sorted(diff)
 
 
@@ -1415,17 +1447,22 @@ def validate(
     initial_state: State | None = None,
     taint: set[int] | frozenset[int] = frozenset(),
     final_state: State | None = None,
+    hot: int = HOT,
 ) -> RefinementResult:
     """Validate a captured history against the model; see the module docstring."""
     t0, c0 = time.perf_counter(), time.process_time()
-    v = Validator(initial_state, HarnessLedger.load(ledger_path_or_obj), set(taint))
-    for tx in transactions:
-        v.step(tx)
-    v.finish_duties()
-    r = v.result
-    if final_state is not None:
-        r.snapshot_diff = v.compare(final_state)
-        r.matches_snapshot = not r.snapshot_diff
+    v = Validator(initial_state, HarnessLedger.load(ledger_path_or_obj), set(taint), hot=hot)
+    try:
+        for tx in transactions:
+            v.step(tx)
+        v.finish_duties()
+        r = v.result
+        if final_state is not None:
+            r.snapshot_diff = v.compare(final_state)
+            r.matches_snapshot = not r.snapshot_diff
+    finally:
+        v.world.close()
+        v.raw.close()
     if r.unexplained_hard:
         r.verdict = "invalid"
         r.why = f"{r.unexplained} transaction(s) no operation of the model explains"

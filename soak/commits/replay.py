@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import heapq
 import json
 import pickle
 import sys
@@ -54,6 +55,7 @@ from model.rows import CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
 from model.state import State, from_rows
 from soak.commits.capture import Transaction, read_transactions
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder, Truncate, lsn_str
+from soak.commits.spill import HOT, SpillDict
 
 KEEP_TRANSITIONS = 12  # per job, for "preceding transitions" and the timeline
 
@@ -174,6 +176,7 @@ class HistoryResult:
     refinement: dict | None = None
     refinement_line: str = ""
     refinement_findings: list[str] = field(default_factory=list)
+    spill: dict = field(default_factory=dict)  # per map: entries in memory / on disk at the end (spill.py)
 
     def line(self) -> str:
         base = (
@@ -218,6 +221,7 @@ class HistoryResult:
             "cpu_seconds": round(self.cpu_seconds, 2),
             "rules_verdict": self.rules_verdict,
             "refinement": self.refinement,
+            "spill": self.spill,
         }
 
 
@@ -227,19 +231,21 @@ GAP_JOB_TABLES = ("belay_steps", "belay_events")  # tables whose key starts with
 class Replayer:
     """The replayed database plus the indexes the per-commit predicates need."""
 
-    def __init__(self, initial: State | None = None, keep_all_timelines: bool = False) -> None:
+    def __init__(self, initial: State | None = None, keep_all_timelines: bool = False, hot: int = HOT) -> None:
         s = initial or State()
-        self.jobs: dict[int, Job] = dict(s.jobs)
-        self.steps: dict[tuple[int, str], Step] = dict(s.steps)
-        self.events: dict[tuple[int, int], Event] = dict(s.events)
+        # Every row the history wrote, the least recently used on disk past `hot` per map (issue 27 item 3:
+        # memory bounded by the rows in use, not by the run's length; soak/commits/spill.py).
+        self.jobs: SpillDict = SpillDict(s.jobs.items(), hot=hot)
+        self.steps: SpillDict = SpillDict(s.steps.items(), hot=hot)
+        self.events: SpillDict = SpillDict(s.events.items(), hot=hot)
         self.signals: dict[tuple[str, str], Signal] = dict(s.signals)
         self.rate: dict = dict(s.rate)
         self.queues: dict = dict(s.queues)
         self.crons: dict = dict(s.crons)
         self.meta = (s.version, s.contract_major)
         self.decoder = Decoder(lazy_old=True)
-        self.raw: dict[tuple[str, Any], bytes] = {}  # (table, key) → the TupleData of the row's last version
-        self.steps_by_job: dict[int, dict[str, Step]] = defaultdict(dict)
+        self.raw: SpillDict = SpillDict(hot=hot)  # (table, key) → the TupleData of the row's last version
+        self.steps_by_job: SpillDict = SpillDict(hot=hot, default_factory=dict)  # job → name → Step
         for (j, n), st in self.steps.items():
             self.steps_by_job[j][n] = st
         self.wf: dict[str, set[int]] = defaultdict(set)
@@ -251,7 +257,7 @@ class Replayer:
             self._index(j, add=True)
         self.retried: set[int] = set()
         self.pruned: set[int] = set()
-        self.history: dict[int, list[Transition]] = defaultdict(list)
+        self.history: SpillDict = SpillDict(hot=hot, default_factory=list)  # job → its latest transitions
         self.keep_all = keep_all_timelines
         self.reported: set[str] = set()
         # Jobs with a capture gap: a committed change of theirs never reached the capture (the server's own
@@ -481,6 +487,21 @@ class Replayer:
             for f in new_findings:
                 self._relate(f)
             self._report(tx, new_findings, changed_rows)
+        self.spill()
+
+    def spill(self) -> None:
+        """Between two transactions: the rows not used lately go to disk (references held inside a
+        transaction stay valid: nothing spills while one is applied)."""
+        for d in (self.jobs, self.steps, self.events, self.raw, self.steps_by_job, self.history):
+            d.spill()
+
+    def spill_stats(self) -> dict[str, dict[str, int]]:
+        names = ("jobs", "steps", "events", "raw", "steps_by_job", "history")
+        return {n: getattr(self, n).stats() for n in names}
+
+    def close(self) -> None:
+        for n in ("jobs", "steps", "events", "raw", "steps_by_job", "history"):
+            getattr(self, n).close()
 
     # --- capture gaps ------------------------------------------------------------------------------
 
@@ -613,15 +634,22 @@ class Replayer:
         diff = []
         table_of = {v: k for k, v in TABLE_ATTR.items()}
         for attr in ("jobs", "steps", "events", "signals", "rate", "queues", "crons"):
-            mine, theirs = getattr(self, attr), dict(getattr(final, attr))
-            for k in sorted(set(mine) | set(theirs), key=repr):
-                a, b = mine.get(k), theirs.get(k)
+            # streamed both ways (no set of every key): the replay's rows against the snapshot's, then the
+            # snapshot's rows the replay does not hold
+            mine, theirs = getattr(self, attr), getattr(final, attr)
+            found = []
+            for k, a in mine.items():
+                b = theirs.get(k)
                 if a != b:
-                    if a is None or b is None:
-                        text = f"{attr} {k!r}: {'missing from the replay' if a is None else 'not in the snapshot'}"
+                    if b is None:
+                        text = f"{attr} {k!r}: not in the snapshot"
                     else:
                         text = f"{attr} {k!r}: differs in {', '.join(sorted(tr.changed_columns(a, b)))}"
-                    diff.append((table_of[attr], k, text))
+                    found.append((k, text))
+            for k in theirs:
+                if k not in mine:
+                    found.append((k, f"{attr} {k!r}: missing from the replay"))
+            diff += [(table_of[attr], k, text) for k, text in sorted(found, key=lambda x: repr(x[0]))]
         return diff
 
 
@@ -631,11 +659,25 @@ def replay(
     final: State | None = None,
     capture_stats: dict | None = None,
     timeline_jobs: int = 8,
+    hot: int = HOT,
 ) -> HistoryResult:
     """Check a whole captured history; `final` (the snapshot taken after the capture stopped) is compared
     with the replayed end state."""
+    rp = Replayer(initial, hot=hot)
+    try:
+        return _replay(rp, transactions, final, capture_stats, timeline_jobs)
+    finally:
+        rp.close()
+
+
+def _replay(
+    rp: Replayer,
+    transactions: Iterable[Transaction],
+    final: State | None,
+    capture_stats: dict | None,
+    timeline_jobs: int,
+) -> HistoryResult:
     t0, c0 = time.perf_counter(), time.process_time()
-    rp = Replayer(initial)
     r = rp.result
     r.capture = dict(capture_stats or {})
     for tx in transactions:
@@ -689,6 +731,7 @@ def replay(
         if r.matches_snapshot:
             r.why = "the replay ends in the final snapshot"
     r.timelines = select_timelines(rp, r, timeline_jobs)
+    r.spill = rp.spill_stats()
     r.seconds = time.perf_counter() - t0
     r.cpu_seconds = time.process_time() - c0
     return r
@@ -723,7 +766,8 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
             _job_id, ts = item
             return (len({t.node for t in ts if t.node}), len(ts))
 
-        for job_id, _ in sorted(rp.history.items(), key=interest, reverse=True):
+        # streamed: the top few, not every job's transitions in one list
+        for job_id, _ in heapq.nlargest(n + len(chosen), rp.history.items(), key=interest):
             if len(chosen) >= n:
                 break
             if job_id not in chosen:

@@ -1,0 +1,230 @@
+"""A dict that keeps its least recently used entries in a SQLite file: the history checks' memory is
+bounded by the entries in use, not by the length of the run (issue 27, item 3).
+
+    d = SpillDict(hot=50_000)            # like a dict; default_factory= makes it a defaultdict
+    d[k] = v; d[k]; k in d; del d[k]
+    d.spill()                            # between two transactions: move entries past `hot` to disk
+
+The replay (soak/commits/replay.py) and the trace validation (soak/commits/refine.py) hold every row the
+history ever wrote — the final state must equal the snapshot, and a terminal row can be touched again (a
+prune reads it, an operator retry revives it, a unique key or cron slot is judged against it). A long run
+is almost all terminal rows nobody touches again. They move to disk when the hot part grows past `hot`
+entries and come back, unchanged, the first time they are read: every lookup sees the same mapping as a
+plain dict, so the checks' verdicts do not depend on `hot` (tests/test_spill.py runs a whole history
+with `hot=8` and compares).
+
+Spilling happens only in `spill()`, which the callers run between transactions: a reference a
+caller holds to a mutable value (a job's list of transitions, its steps by name) stays the stored value
+for the whole transaction. Values are pickled; keys must be picklable to equal bytes for equal keys
+(ints, strings, tuples of them — the tables' primary keys).
+
+Why SQLite (stdlib) and not shelve/dbm: dbm.dumb rewrites its index in memory, gdbm is not always
+present, and SQLite gives deletes, counts and an ordered scan with bounded memory.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import sqlite3
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any
+
+HOT = 20_000  # entries kept in memory per map (a soak's live jobs are a few hundred to a few thousand)
+_MISSING = object()
+
+
+class SpillDict(MutableMapping[Any, Any]):
+    def __init__(
+        self,
+        items: Any = (),
+        *,
+        hot: int = HOT,
+        default_factory: Callable[[], Any] | None = None,
+        directory: str | None = None,
+    ) -> None:
+        if hot < 1:
+            raise ValueError(f"hot must be at least 1, got {hot}")
+        self._hot: OrderedDict[Any, Any] = OrderedDict()
+        self._cap = hot
+        self._default = default_factory
+        self._dir = directory
+        self._db: sqlite3.Connection | None = None
+        self._path: str | None = None
+        self._cold = 0  # entries on disk
+        self.spilled = 0  # entries ever moved to disk (a statistic)
+        self.faulted = 0  # entries ever read back
+        for k, v in items.items() if hasattr(items, "items") else items:
+            self._hot[k] = v
+
+    # --- the disk part -------------------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            fd, self._path = tempfile.mkstemp(prefix="belay-spill-", suffix=".sqlite", dir=self._dir)
+            os.close(fd)
+            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute("PRAGMA cache_size = -8192")  # 8 MiB of SQLite page cache
+            db.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
+            self._db = db
+        return self._db
+
+    @staticmethod
+    def _k(key: Any) -> bytes:
+        return pickle.dumps(key, protocol=5)
+
+    def _take_cold(self, key: Any) -> Any:
+        """The value of `key` on disk, removed from there (the caller makes it hot), else _MISSING."""
+        if not self._cold:
+            return _MISSING
+        db = self._conn()
+        k = self._k(key)
+        row = db.execute("SELECT v FROM kv WHERE k = ?", (k,)).fetchone()
+        if row is None:
+            return _MISSING
+        db.execute("DELETE FROM kv WHERE k = ?", (k,))
+        self._cold -= 1
+        self.faulted += 1
+        return pickle.loads(row[0])
+
+    def _drop_cold(self, key: Any) -> bool:
+        if not self._cold:
+            return False
+        n = self._conn().execute("DELETE FROM kv WHERE k = ?", (self._k(key),)).rowcount
+        self._cold -= n
+        return n > 0
+
+    def spill(self) -> int:
+        """Move the least recently used entries past `hot` to disk; returns how many moved."""
+        over = len(self._hot) - self._cap
+        if over <= 0:
+            return 0
+        over += self._cap // 10  # spill in batches, not one entry per call
+        batch = []
+        for _ in range(min(over, len(self._hot))):
+            k, v = self._hot.popitem(last=False)
+            batch.append((self._k(k), pickle.dumps(v, protocol=5)))
+        db = self._conn()
+        db.execute("BEGIN")
+        db.executemany("INSERT INTO kv (k, v) VALUES (?, ?)", batch)
+        db.execute("COMMIT")
+        self._cold += len(batch)
+        self.spilled += len(batch)
+        return len(batch)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._path is not None:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+            self._path = None
+        self._cold = 0
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, sqlite3.Error, AttributeError, TypeError):  # at interpreter exit modules may be gone
+            pass
+
+    def __reduce__(self) -> Any:  # pickles as a plain dict (save_state of a replayed state)
+        return (dict, (list(self.items()),))
+
+    # --- the mapping ---------------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        hot = self._hot
+        if key in hot:
+            hot.move_to_end(key)
+            return hot[key]
+        v = self._take_cold(key)
+        if v is _MISSING:
+            if self._default is None:
+                raise KeyError(key)
+            v = self._default()
+        hot[key] = v
+        return v
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        hot = self._hot
+        if key in hot:
+            hot.move_to_end(key)
+            return hot[key]
+        v = self._take_cold(key)
+        if v is _MISSING:
+            return default
+        hot[key] = v
+        return v
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        hot = self._hot
+        if key not in hot:
+            self._drop_cold(key)
+        hot[key] = value
+        hot.move_to_end(key)
+
+    def __delitem__(self, key: Any) -> None:
+        if key in self._hot:
+            del self._hot[key]
+            self._drop_cold(key)  # never both, but cheap to be sure
+            return
+        if not self._drop_cold(key):
+            raise KeyError(key)
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        if key in self._hot:
+            return self._hot.pop(key)
+        v = self._take_cold(key)
+        if v is _MISSING:
+            if default is _MISSING:
+                raise KeyError(key)
+            return default
+        return v
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._hot:
+            return True
+        if not self._cold:
+            return False
+        return self._conn().execute("SELECT 1 FROM kv WHERE k = ?", (self._k(key),)).fetchone() is not None
+
+    def __len__(self) -> int:
+        return len(self._hot) + self._cold
+
+    def _cold_rows(self) -> Iterator[tuple[bytes, bytes]]:
+        if not self._cold:
+            return
+        cur = self._conn().execute("SELECT k, v FROM kv")
+        while True:
+            rows = cur.fetchmany(1000)
+            if not rows:
+                return
+            yield from rows
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from list(self._hot)
+        for k, _ in self._cold_rows():
+            yield pickle.loads(k)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        """Every entry, the disk part streamed (nothing is made hot): do not mutate while iterating."""
+        yield from list(self._hot.items())
+        for k, v in self._cold_rows():
+            yield pickle.loads(k), pickle.loads(v)
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        for _, v in self.items():
+            yield v
+
+    def keys(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self)
+
+    def stats(self) -> dict[str, int]:
+        return {"hot": len(self._hot), "cold": self._cold, "spilled": self.spilled, "faulted": self.faulted}

@@ -1,0 +1,134 @@
+"""soak/commits/spill.py: the history checks hold the rows in use in memory and the rest on disk (issue 27,
+item 3), and nothing they decide depends on where a row was.
+
+- SpillDict behaves as a dict (and as a defaultdict) under any sequence of operations and spills.
+- A captured history with every operation shape — terminal rows touched again later by an operator
+  retry and a prune — gets the same replay and trace validation results with one row per map in memory
+  as with every row in memory, while the spill counters show rows did go to disk and came back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from impl.client import Client
+from impl.store import PgStore
+from model import worker_ops as w
+from soak.commits.capture import read_transactions
+from soak.commits.refine import validate
+from soak.commits.replay import load_state, replay
+from soak.commits.spill import HOT, SpillDict
+from tests.test_refine import TTL, Captured, cluster, now, url  # noqa: F401  (fixtures)
+
+KEYS = st.one_of(st.integers(0, 12), st.tuples(st.integers(0, 4), st.sampled_from(["a", "b"])))
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), KEYS, st.integers()),
+        st.tuples(st.just("get"), KEYS, st.none()),
+        st.tuples(st.just("del"), KEYS, st.none()),
+        st.tuples(st.just("pop"), KEYS, st.none()),
+        st.tuples(st.just("append"), KEYS, st.integers()),  # defaultdict(list) use: d[k].append(v)
+        st.tuples(st.just("spill"), st.none(), st.none()),
+    ),
+    max_size=80,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=OPS, hot=st.integers(1, 4))
+def test_a_spill_dict_is_a_dict_whatever_it_keeps_in_memory(ops, hot):
+    d = SpillDict(hot=hot)
+    lists = SpillDict(hot=hot, default_factory=list)
+    ref: dict = {}
+    ref_lists: dict = {}
+    try:
+        for op, k, v in ops:
+            if op == "set":
+                d[k] = v
+                ref[k] = v
+            elif op == "get":
+                assert d.get(k) == ref.get(k)
+                assert (k in d) == (k in ref)
+            elif op == "del":
+                if k in ref:
+                    del d[k]
+                    del ref[k]
+                else:
+                    assert k not in d
+            elif op == "pop":
+                assert d.pop(k, None) == ref.pop(k, None)
+            elif op == "append":
+                lists[k].append(v)
+                ref_lists.setdefault(k, []).append(v)
+            else:
+                d.spill()
+                lists.spill()
+            assert len(d) == len(ref)
+        assert dict(d.items()) == ref and sorted(map(repr, d)) == sorted(map(repr, ref))
+        assert dict(lists.items()) == ref_lists
+    finally:
+        d.close()
+        lists.close()
+
+
+def test_a_spill_dict_moves_what_it_does_not_use_to_disk_and_reads_it_back_unchanged():
+    d = SpillDict(hot=10)
+    for i in range(1000):
+        d[i] = {"i": i, "pad": "x" * 50}
+        d.spill()
+    s = d.stats()
+    assert s["hot"] <= 10 and s["cold"] == 1000 - s["hot"] and s["spilled"] >= 990
+    assert d[3] == {"i": 3, "pad": "x" * 50} and d.stats()["faulted"] == 1
+    assert sum(1 for _ in d.values()) == 1000 and len(d) == 1000
+    d.close()
+
+
+def _shapes(db: str) -> None:
+    """Rows that finish early and are touched again late: an operator retry of a failed job and a prune of
+    finished ones, after many other jobs came and went."""
+    with PgStore(db) as store, Client(db) as client:
+        early = client.enqueue("q", "k", {}, max_attempts=1).id
+        store.apply(w.Claim(now(), "q", "n1", 1, TTL))
+        store.apply(w.Ack(now(), early, 1, w.Fail("boom", None, None)))
+        ids = [client.enqueue("q", "k", {"i": i}).id for i in range(40)]
+        store.apply(w.Claim(now(), "q", "n1", 40, TTL))
+        store.apply(w.RecordStep(now(), ids[0], "s1", {"v": 1}, 1, 1))
+        store.apply(w.EmitEvent(now(), ids[0], {"p": 1}))
+        for i in ids[:20]:
+            store.apply(w.Ack(now(), i, 1, w.Succeed(i)))
+        store.apply(w.AckMany(now(), tuple(w.Ack(now(), i, 1, w.Succeed(i)) for i in ids[20:])))
+        client.retry(early)  # a terminal row long out of use, revived
+        store.apply(w.Claim(now(), "q", "n2", 1, TTL))
+        store.apply(w.Ack(now(), early, 2, w.Succeed("again")))
+        time.sleep(0.01)
+        store.apply(w.Prune(now(), {"succeeded": 0, "failed": 0, "cancelled": 0}, None, limit=10))
+        store.apply(w.Renew(now(), "n2", (early,), now() + timedelta(seconds=5)))  # nothing to renew: a no-op
+
+
+def test_the_history_checks_decide_the_same_with_one_row_in_memory_as_with_all(url, tmp_path):  # noqa: F811
+    with Captured(url, tmp_path, "spill"):
+        _shapes(url)
+    initial = load_state(tmp_path / "history-initial.pickle")
+    final = load_state(tmp_path / "history-final.pickle")
+
+    def both(hot: int):
+        rules = replay(read_transactions(tmp_path / "history.bin"), initial, final, {}, hot=hot)
+        refined = validate(read_transactions(tmp_path / "history.bin"), None, initial, final_state=final, hot=hot)
+        return rules, refined
+
+    (r_all, v_all), (r_one, v_one) = both(HOT), both(1)
+    assert r_all.verdict == v_all.verdict == "valid", (r_all.line(), v_all.line())
+    assert v_all.by_kind["prune"] == 1 and v_all.by_kind["retry"] == 1, dict(v_all.by_kind)
+
+    def same(x: dict) -> str:
+        return json.dumps({k: v for k, v in x.items() if k not in ("seconds", "cpu_seconds", "spill")}, default=str)
+
+    assert same(r_one.to_json()) == same(r_all.to_json())
+    assert same(v_one.to_json()) == same(v_all.to_json())
+    assert r_all.spill["jobs"]["cold"] == 0
+    assert r_one.spill["jobs"]["cold"] > 30 and r_one.spill["jobs"]["faulted"] > 0, r_one.spill
