@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
+from typing import Any
+
 import psycopg
 from psycopg.rows import dict_row
 
@@ -50,3 +55,56 @@ def snapshot(conn: psycopg.Connection, schema: str = "public") -> State:
             contract_major=meta["contract_major"],
             next_id=rows("snapshot_seq")[0]["next_id"],
         )
+
+
+# A long soak's end-of-run snapshot: the big tables streamed into a mapping of the caller's (a disk-backed
+# table: soak/commits/spill.py DiskTable), so memory does not grow with the run (issue 27, item 3).
+BigTable = Callable[[Iterator[tuple[Any, Any]]], Mapping[Any, Any]]
+
+
+def snapshot_streamed(
+    conn: psycopg.Connection, schema: str = "public", *, big: BigTable, big_over: int = 50_000
+) -> State:
+    """The same State as `snapshot`, but jobs, steps and events with more than `big_over` rows are read
+    through server-side cursors and handed to `big` (an iterator of (key, row) in key order) instead of
+    being held in dicts. One REPEATABLE READ transaction, as `snapshot`."""
+    q = SchemaSQL(schema)
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+        def small(name: str) -> list[dict]:
+            with conn.cursor(row_factory=dict_row) as cur:
+                return cur.execute(q.q(name)).fetchall()
+
+        def table(name: str, make: Callable[[dict], Any], key: Callable[[Any], Any]) -> Mapping[Any, Any]:
+            with conn.cursor(name=f"belay_snapshot_{name}", row_factory=dict_row) as cur:
+                cur.itersize = 2000
+                cur.execute(q.q(name))
+                rows = ((key(r), r) for r in map(make, cur))
+                first = list(itertools.islice(rows, big_over))
+                if len(first) < big_over:
+                    return MappingProxyType(dict(first))
+                return big(itertools.chain(first, rows))
+
+        meta = small("meta")[0]
+        jobs = table("snapshot_jobs", job_from_row, lambda j: j.id)
+        steps = table("snapshot_steps", step_from_row, lambda s: (s.job_id, s.name))
+        events = table("snapshot_events", lambda r: Event(**r), lambda e: (e.job_id, e.seq))
+        signals = [Signal(**r) for r in small("snapshot_signals")]
+        rate = [RateWindow(**r) for r in small("snapshot_rate")]
+        queues = [QueueRow(**r) for r in small("snapshot_queues")]
+        crons = [CronRow(**r) for r in small("snapshot_crons")]
+        next_id = small("snapshot_seq")[0]["next_id"]
+    rest = from_rows((), (), (), signals, rate, queues, crons)
+    return State(
+        jobs,
+        steps,
+        events,
+        rest.signals,
+        rest.rate,
+        rest.queues,
+        rest.crons,
+        meta["version"],
+        meta["contract_major"],
+        next_id,
+    )

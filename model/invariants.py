@@ -52,7 +52,7 @@ from model import worker_ops as w
 from model.envelope import EnvelopeError, decode
 from model.rows import INCOMPLETE, TERMINAL, UNIQUE_MODES, Job, Step
 from model.settle import Member, settle
-from model.state import State
+from model.state import State, in_key_order
 
 CONTRACT: dict[str, str] = {
     "I1": "No inserted job is ever lost; all reach a terminal state given workers.",
@@ -476,7 +476,7 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
     """
     out: list[Violation] = []
     steps = _steps_by_job(state.steps.values())
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         rows = steps.get(job.id, [])
         usd = sum(s.usd_micros for s in rows)
         tokens = sum(s.tokens for s in rows)
@@ -642,7 +642,7 @@ def i6_cron_slots_once(state: State, expected_slots: Iterable[tuple[str, datetim
     """
     out: list[Violation] = []
     holders: dict[tuple[str, datetime], list[int]] = defaultdict(list)
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.cron_name is None and job.cron_slot is None:
             continue
         if job.cron_name is None or job.cron_slot is None:
@@ -692,7 +692,7 @@ def i7_unique_keys(state: State) -> list[Violation]:
     out: list[Violation] = []
     live: dict[str, list[int]] = defaultdict(list)
     ever: dict[str, list[int]] = defaultdict(list)
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.unique_mode is not None and job.unique_mode not in UNIQUE_MODES:
             out.append(
                 Violation("I7", job.id, f"has unique_mode {job.unique_mode!r}, not one of {', '.join(UNIQUE_MODES)}")
@@ -763,7 +763,7 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
     pruned = set(pruned)
     out: list[Violation] = []
     keyed: dict[tuple[int, str], dict[int, list[Job]]] = defaultdict(lambda: defaultdict(list))
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         parsed = parse_spawn_key(job.unique_key)
         if parsed is None:
             continue
@@ -844,7 +844,7 @@ def i9_awaiters_eventually_run(state: State, *, quiescent: bool) -> list[Violati
         for job in state.jobs.values():
             if job.parent_id is not None:
                 children[job.parent_id].append(job)
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.state != "awaiting":
             continue
         if job.await_scope is None or job.await_name is None:

@@ -130,4 +130,12 @@ def from_rows(
     )
 
 
-__all__ = ["State", "Tables", "from_rows"]
+def in_key_order(table: Mapping[Any, Any]) -> Iterable[Any]:
+    """A table's values in key order (jobs: by id). A table that iterates in key order already — a long
+    soak's disk-backed snapshot table says so with `ordered = True` — is streamed; a dict is sorted."""
+    if getattr(table, "ordered", False):
+        return table.values()
+    return [table[k] for k in sorted(table)]
+
+
+__all__ = ["State", "Tables", "from_rows", "in_key_order"]

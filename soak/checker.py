@@ -29,7 +29,7 @@ from typing import Any
 
 from model import invariants as inv
 from model.rows import Job
-from model.state import State
+from model.state import State, in_key_order
 from soak.verdicts import InvariantResult, _digest, _last_error, _matches, _result, _value
 
 INVARIANTS = tuple(inv.CONTRACT)  # I1 … I9
@@ -478,7 +478,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
 
 def _i2(r, state, ledger) -> None:
     missing_attempt = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         attempts = [e.get("attempt") for e in job.errors if isinstance(e, Mapping)]
         r.checks += 1
         for a, b in itertools.pairwise(attempts):
@@ -603,7 +603,7 @@ def _i3(r, state, history, steps) -> None:
     # Results consistent with the journal: every token a result lists is the journaled one, journaled
     # no later than the ack that finished the job.
     replayed = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.state != "succeeded":
             continue
         result = _result(job)
@@ -853,7 +853,7 @@ def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
         if j.parent_id is not None:
             kids[j.parent_id].append(j)
     parents = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         entry = by_id.get(job.id)
         if entry is None or entry.kind != "parent":
             continue
@@ -907,7 +907,7 @@ def _i9(r, state, by_id, drained) -> None:
     r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))
     r.checks += sum(1 for j in state.jobs.values() if j.state == "awaiting") + len(state.signals)
     ran = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         entry = by_id.get(job.id)
         if entry is None or entry.kind != "awaiter":
             continue

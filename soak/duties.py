@@ -39,6 +39,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from model.state import in_key_order
+
 DUTIES: dict[str, str] = {
     "P1": "PROTOCOL §1: stays up — never exits by itself (database loss included) except the exits a kind asks for",
     "P2": "§6: renews its leases (every ttl/3): no lease lost while its node is alive, running and connected",
@@ -162,7 +164,7 @@ def p1_stays_up(r: Any, ledger: Any, ev: Evidence, timeline: Any) -> None:
 
 def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
     ttl = ev.ttl
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         for e in job.errors:
             if not (isinstance(e, Mapping) and e.get("error") == "lease_expired"):
                 continue
@@ -330,7 +332,7 @@ def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
 
 def p6_crons(r: Any, state: Any) -> int:
     n = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.cron_name is None:
             continue
         row = state.crons.get(job.cron_name)
@@ -353,7 +355,7 @@ def p6_crons(r: Any, state: Any) -> int:
 
 def p7_sleeps(r: Any, state: Any, by_id: Mapping[int, Any], steps: Mapping[int, Mapping[str, Any]]) -> int:
     resumed = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         entry = by_id.get(job.id)
         if entry is None or entry.kind != "sleeper":
             continue
@@ -522,7 +524,7 @@ def p12_cron_due(r: Any, state: Any, ev: Evidence) -> None:
     """Cron slots only when due: a slot is a whole UTC minute, inserted no earlier than that minute by the
     inserting node's own `now` (the row's inserted_at), and none due after the cron row was paused."""
     paused = {e["name"]: float(e["t"]) for e in ev.by_type["cron_paused"]}
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         if job.cron_name is None or job.cron_slot is None:
             continue
         r.checks += 1
@@ -693,7 +695,7 @@ def p16_attempts_bounded(r: Any, state: Any) -> int:
     max_attempts (P15), operator retries raise it to attempt+1, so attempt ≤ max_attempts always holds.
     Returns the jobs that used their last attempt (the scenario that exposes a reclaim past the budget)."""
     exhausted = 0
-    for job in sorted(state.jobs.values(), key=lambda j: j.id):
+    for job in in_key_order(state.jobs):
         r.checks += 1
         exhausted += job.attempt >= job.max_attempts and bool(job.errors)
         if job.attempt > job.max_attempts:

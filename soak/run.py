@@ -29,7 +29,7 @@ from impl.failures import debug_requested, describe_database_error
 from impl.lifecycle import interrupt_on_signals
 from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, redact
-from impl.snapshot import snapshot
+from impl.snapshot import snapshot_streamed
 from model.ops import IncompatibleSchema
 from soak import (
     interrupted,
@@ -39,6 +39,7 @@ from soak import (
 from soak import ledger as soak_ledger
 from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
+from soak.commits.spill import disk_table
 from soak.driver import Driver, DriverConfig
 from soak.history import History
 from soak.memory import MemorySampler, add_check_peak, dir_size
@@ -109,6 +110,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="do not capture and check the committed history "
         "(logical replication; soak/commits/) — e.g. to measure its cost",
+    )
+    p.add_argument(
+        "--disk-tables-over",
+        type=int,
+        default=50_000,
+        metavar="ROWS",
+        help="end-of-run check: jobs, steps and events tables with more rows than this are read into a "
+        "disk-backed table, not memory (default %(default)s; issue 27)",
     )
     netfaults.add_arguments(p)  # issue 13
     args = p.parse_args(argv)
@@ -437,14 +446,14 @@ def run(args: argparse.Namespace) -> int:
         driver.sample_steps()
         with psycopg.connect(harness_url, autocommit=True) as c:
             history.record("snapshot")
-            state = snapshot(c)
+            state = snapshot_streamed(c, big=disk_table, big_over=args.disk_tables_over)  # big ones on disk
             led = soak_ledger.read(c)
         progress.close()
         driver.close()
         workers.terminate()
         meta["driver"] = driver.counters()
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
-        hist_result = hist.finish()  # issue 12: workers and driver have stopped writing
+        hist_result = hist.finish(args.disk_tables_over)  # issue 12: workers and driver have stopped writing
         events = history.snapshot()  # read back from history.jsonl (the samples are not kept in memory)
         result = check(state, led, events, hist_result.refinement)  # P11 also from the committed claims
         for log in (run_dir / "workers").glob("*.log"):

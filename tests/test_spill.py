@@ -132,3 +132,109 @@ def test_the_history_checks_decide_the_same_with_one_row_in_memory_as_with_all(u
     assert same(v_one.to_json()) == same(v_all.to_json())
     assert r_all.spill["jobs"]["cold"] == 0
     assert r_one.spill["jobs"]["cold"] > 30 and r_one.spill["jobs"]["faulted"] > 0, r_one.spill
+
+
+# --- the end-of-run snapshot on disk (DiskTable) -----------------------------------------------------
+
+
+def test_a_disk_table_is_the_mapping_it_was_built_from_in_key_order():
+    from soak.commits.spill import DiskTable
+
+    rows = {i: {"v": i} for i in (5, 1, 9, 3)}
+    steps = {(1, "b"): 2, (1, "a"): 1, (0, "z"): 0}
+    t = DiskTable.build(sorted(rows.items()), cache=1)
+    s = DiskTable.build(steps.items(), cache=1)
+    try:
+        assert dict(t.items()) == rows and list(t) == [1, 3, 5, 9] and len(t) == 4
+        assert [v["v"] for v in t.values()] == [1, 3, 5, 9]
+        assert t[9] == {"v": 9} and t.get(2) is None and 2 not in t and 3 in t
+        assert list(s) == [(0, "z"), (1, "b"), (1, "a")]  # by job, then as given (the snapshot's seq order)
+        import pickle
+
+        assert pickle.loads(pickle.dumps(t)) == rows
+    finally:
+        t.close()
+        s.close()
+
+
+def test_a_saved_state_reads_back_equal_with_its_big_tables_on_disk(tmp_path):
+    from model.rows import Step
+    from model.state import from_rows, in_key_order
+    from soak.commits.replay import save_state
+    from soak.commits.spill import DiskTable, disk_table
+    from tests.test_soak_checker import at, job
+
+    jobs = [job(i) for i in range(1, 5001)]
+    steps = [Step(i, 1, "s", b"1", 0, 0, at(1)) for i in range(1, 3001)]
+    state = from_rows(jobs, steps, (), next_id=6000)
+    save_state(state, tmp_path / "s.pickle")
+    small = load_state(tmp_path / "s.pickle")
+    big = load_state(tmp_path / "s.pickle", big=disk_table, big_over=4000)
+    assert isinstance(big.jobs, DiskTable) and not isinstance(big.steps, DiskTable)  # 3,000 steps < 4,000
+    for s in (small, big):
+        assert dict(s.jobs.items()) == dict(state.jobs) and dict(s.steps) == dict(state.steps)
+        assert s.next_id == 6000 and list(in_key_order(s.jobs)) == jobs
+
+
+def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):  # noqa: F811
+    import psycopg
+
+    from impl.snapshot import snapshot, snapshot_streamed
+    from soak.commits.spill import DiskTable, disk_table
+
+    _shapes(url)
+    with PgStore(url) as store, Client(url) as client:  # a running job with steps and events (not pruned)
+        live = client.enqueue("q9", "k", {}).id
+        store.apply(w.Claim(now(), "q9", "n1", 1, TTL))
+        for name in ("a", "b"):
+            store.apply(w.RecordStep(now(), live, name, {"v": name}, 0, 0))
+            store.apply(w.EmitEvent(now(), live, {"p": name}))
+    with psycopg.connect(url, autocommit=True) as c:
+        plain = snapshot(c)
+        streamed = snapshot_streamed(c, big=disk_table, big_over=1)
+        assert c.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert all(isinstance(getattr(streamed, a), DiskTable) for a in ("jobs", "steps", "events"))
+    for attr in ("jobs", "steps", "events", "signals", "rate", "queues", "crons"):
+        assert dict(getattr(streamed, attr).items()) == dict(getattr(plain, attr)), attr
+        assert list(getattr(streamed, attr)) == list(getattr(plain, attr)), attr  # the same order
+    assert (streamed.version, streamed.contract_major, streamed.next_id) == (
+        plain.version,
+        plain.contract_major,
+        plain.next_id,
+    )
+
+
+def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk(monkeypatch):
+    """Each test of tests/test_soak_checker.py builds a run and checks it; here each of those runs is
+    checked twice — its state in dicts, and with jobs, steps and events in DiskTables that keep one row
+    in memory — and the two results must be the same to the last counterexample."""
+    import inspect
+
+    import tests.test_soak_checker as tsc
+    from model.state import from_rows
+    from soak.checker import SoakLedger, check
+    from soak.commits.spill import on_disk
+
+    compared = []
+
+    def both(self):
+        state = from_rows(
+            sorted(self.jobs.values(), key=lambda j: j.id),
+            sorted(self.steps, key=lambda s: (s.job_id, s.seq)),
+            sorted(self.events, key=lambda e: (e.job_id, e.seq)),
+            self.signals,
+        )
+        ledger = SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique))
+        plain = check(state, ledger, self.history)
+        disk = check(on_disk(state, cache=1), ledger, self.history)
+        assert json.dumps(disk.to_json(), default=str) == json.dumps(plain.to_json(), default=str)
+        compared.append(plain.verdict)
+        return plain
+
+    monkeypatch.setattr(tsc.Run, "check", both)
+    ran = 0
+    for name, fn in sorted(vars(tsc).items()):
+        if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
+            fn()
+            ran += 1
+    assert ran >= 30 and len(compared) >= 30 and "invalid" in compared, (ran, len(compared))

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import psycopg
 
-from impl.snapshot import snapshot
+from impl.snapshot import snapshot, snapshot_streamed
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions, slot_name
 from soak.commits.refine import RefinementResult, validate
 from soak.commits.replay import HistoryResult, replay, save_state
+from soak.commits.spill import disk_table
 from soak.commits.timeline import add_to_report
 
 POLL_S = (
@@ -101,7 +102,7 @@ class HistoryCheck:
     def line_prefix(self) -> str:
         return "history"
 
-    def finish(self) -> HistoryResult:
+    def finish(self, disk_tables_over: int = 50_000) -> HistoryResult:
         """Drain the slot, take the final snapshot, replay. Call once no worker or driver writes any more."""
         if self.capture is None:
             self.result = HistoryResult("skipped", why=self.skipped or "")
@@ -112,7 +113,7 @@ class HistoryCheck:
         # the snapshot until no transaction arrives after it.
         for _ in range(10):
             with psycopg.connect(self.url, autocommit=True) as c:
-                final = snapshot(c)
+                final = snapshot_streamed(c, big=disk_table, big_over=disk_tables_over)  # big ones on disk
             time.sleep(0.5)  # a commit in flight during the snapshot lands in the slot meanwhile
             if self.capture.drain() == 0:
                 break

@@ -1486,6 +1486,7 @@ def validate_run_dir(run_dir: Path, ledger: bool = True) -> RefinementResult:
     """Trace validation of a soak's report folder: history.bin from history-initial.pickle, ended in
     history-final.pickle, harness writes attested by history.jsonl (what the soak hook can call)."""
     from soak.commits.replay import load_state
+    from soak.commits.spill import disk_table
 
     run_dir = Path(run_dir)
     initial = run_dir / "history-initial.pickle"
@@ -1494,7 +1495,7 @@ def validate_run_dir(run_dir: Path, ledger: bool = True) -> RefinementResult:
         read_transactions(run_dir / "history.bin"),
         run_dir if ledger else None,
         load_state(initial) if initial.exists() else None,
-        final_state=load_state(final) if final.exists() else None,
+        final_state=load_state(final, big=disk_table) if final.exists() else None,
     )
 
 

@@ -35,15 +35,17 @@ preceding transitions of the rows involved.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import heapq
+import itertools
 import json
 import pickle
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable
-from dataclasses import dataclass, field, fields
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,7 @@ from model.rows import CronRow, Event, Job, QueueRow, RateWindow, Signal, Step
 from model.state import State, from_rows
 from soak.commits.capture import Transaction, read_transactions
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder, Truncate, lsn_str
-from soak.commits.spill import HOT, SpillDict
+from soak.commits.spill import HOT, SpillDict, disk_table
 
 KEEP_TRANSITIONS = 12  # per job, for "preceding transitions" and the timeline
 
@@ -778,32 +780,83 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
 # --- persistence of the initial state (a State holds read-only mappings, which do not pickle) -------------
 
 
+STATE_FORMAT = 2  # a stream of pickles: header, then ("table", rows) chunks, then None
+STATE_TABLES = ("jobs", "steps", "events", "signals", "rate", "queues", "crons")
+
+
 def save_state(state: State, path: Path) -> None:
-    data = {
-        attr: list(getattr(state, attr).values())
-        for attr in ("jobs", "steps", "events", "signals", "rate", "queues", "crons")
-    }
-    data["meta"] = (state.version, state.contract_major, state.next_id)
-    # gzip level 3: a two-hour soak's final state (381k jobs) is 124 MB as a plain pickle, 18 MB so (4 s)
-    path.write_bytes(gzip.compress(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL), compresslevel=3))
+    """A gzip-compressed stream of pickles, written table by table in chunks of rows (a long run's state
+    is never one list in memory). gzip level 3: a two-hour soak's final state (381k jobs) is 124 MB as a
+    plain pickle, 18 MB so (4 s)."""
+    tmp = path.with_name(path.name + ".part")
+    with gzip.open(tmp, "wb", compresslevel=3) as f:
+
+        def dump(obj: Any) -> None:  # one pickle per frame (its own memo): read back with pickle.load
+            f.write(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+        dump({"format": STATE_FORMAT, "meta": (state.version, state.contract_major, state.next_id)})
+        for attr in STATE_TABLES:
+            chunk: list[Any] = []
+            for row in getattr(state, attr).values():
+                chunk.append(row)
+                if len(chunk) >= 2000:
+                    dump((attr, chunk))
+                    chunk = []
+            if chunk:
+                dump((attr, chunk))
+        dump(None)
+    tmp.replace(path)
 
 
-def load_state(path: Path) -> State:
-    raw = path.read_bytes()
-    data = pickle.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)  # older runs: plain pickles
-    v, c, n = data.pop("meta")
-    return from_rows(
-        data["jobs"],
-        data["steps"],
-        data["events"],
-        data["signals"],
-        data["rate"],
-        data["queues"],
-        data["crons"],
-        version=v,
-        contract_major=c,
-        next_id=n,
-    )
+def load_state(path: Path, big: Any = None, big_over: int = 50_000) -> State:
+    """The state save_state wrote (or an older run's single pickle, gzip or plain). With `big` (a
+    DiskTable builder), jobs, steps and events past `big_over` rows are streamed into it, not into dicts."""
+    with open(path, "rb") as raw:
+        compressed = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        with gzip.open(raw, "rb") if compressed else contextlib.nullcontext(raw) as f:
+            head = pickle.load(f)
+            if not (isinstance(head, dict) and head.get("format") == STATE_FORMAT):  # older runs: one dict
+                v, c, n = head.pop("meta")
+                return from_rows(*(head[a] for a in STATE_TABLES), version=v, contract_major=c, next_id=n)
+            v, c, n = head["meta"]
+            frames = _Frames(f)
+            lists: dict[str, list[Any]] = {}
+            mapped: dict[str, Any] = {}
+            for attr in STATE_TABLES:  # save_state wrote the tables in this order
+                rows = frames.rows_of(attr)
+                if big is None or attr not in KEY_OF:
+                    lists[attr] = list(rows)
+                    continue
+                first = list(itertools.islice(rows, big_over))
+                if len(first) < big_over:
+                    lists[attr] = first
+                else:
+                    key = KEY_OF[attr]
+                    mapped[attr] = big((key(r), r) for r in itertools.chain(first, rows))
+    small = from_rows(*(lists.get(a, ()) for a in STATE_TABLES), version=v, contract_major=c, next_id=n)
+    return replace(small, **mapped)  # the big tables as built, the rest as from_rows made them
+
+
+class _Frames:
+    """save_state's ("table", rows) frames, read one at a time."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+        self.head: tuple[str, list[Any]] | None = pickle.load(f)
+
+    def rows_of(self, attr: str) -> Iterator[Any]:
+        while self.head is not None and self.head[0] == attr:
+            rows = self.head[1]
+            self.head = pickle.load(self.f)
+            yield from rows
+
+
+KEY_OF = {
+    "jobs": lambda j: j.id,
+    "steps": lambda s: (s.job_id, s.name),
+    "events": lambda e: (e.job_id, e.seq),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -815,7 +868,7 @@ def main(argv: list[str] | None = None) -> None:
     result = replay(
         read_transactions(args.run_dir / "history.bin"),
         load_state(initial) if initial.exists() else None,
-        load_state(final) if final.exists() else None,
+        load_state(final, big=disk_table) if final.exists() else None,
     )
     print(result.line())
     print(f"replayed in {result.seconds:.1f} s ({result.cpu_seconds:.1f} s CPU)")

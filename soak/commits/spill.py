@@ -29,7 +29,7 @@ import pickle
 import sqlite3
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 HOT = 20_000  # entries kept in memory per map (a soak's live jobs are a few hundred to a few thousand)
@@ -228,3 +228,150 @@ class SpillDict(MutableMapping[Any, Any]):
 
     def stats(self) -> dict[str, int]:
         return {"hot": len(self._hot), "cold": self._cold, "spilled": self.spilled, "faulted": self.faulted}
+
+
+class DiskTable(Mapping[Any, Any]):
+    """A read-only mapping written once, in key order, to a SQLite file; `cache` values stay in memory
+    (least recently used dropped: the disk copy is the truth). Iteration is in key order — int keys
+    numerically, tuple keys by their first int then the rest — so `values()` is what
+    `sorted(d.values(), key=<key>)` would give, without holding every value at once.
+
+        t = DiskTable.build(((job.id, job) for job in rows), cache=5_000)
+
+    Used for the end-of-run snapshot of a long soak (soak/commits/hook.py `big_tables`): the invariant and
+    duty checks read it like the dict a short run gets.
+    """
+
+    ordered = True  # iterates in key order (model.state.in_key_order streams it instead of sorting)
+
+    def __init__(self, cache: int = 5_000, directory: str | None = None) -> None:
+        self._cache: OrderedDict[Any, Any] = OrderedDict()
+        self._cap = max(1, cache)
+        fd, self._path = tempfile.mkstemp(prefix="belay-table-", suffix=".sqlite", dir=directory)
+        os.close(fd)
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute("PRAGMA cache_size = -8192")
+        db.execute("CREATE TABLE kv (o INTEGER NOT NULL, n INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL)")
+        self._db: sqlite3.Connection | None = db
+        self._n = 0
+
+    @classmethod
+    def build(cls, rows: Any, cache: int = 5_000, directory: str | None = None) -> DiskTable:
+        t = cls(cache, directory)
+        db = t._conn()
+        db.execute("BEGIN")
+        batch: list[tuple[int, int, bytes, bytes]] = []
+        for key, value in rows:
+            batch.append((_order(key), t._n, SpillDict._k(key), pickle.dumps(value, protocol=5)))
+            t._n += 1
+            if len(batch) >= 2000:
+                db.executemany("INSERT INTO kv VALUES (?, ?, ?, ?)", batch)
+                batch.clear()
+        db.executemany("INSERT INTO kv VALUES (?, ?, ?, ?)", batch)
+        db.execute("CREATE UNIQUE INDEX kv_k ON kv (k)")  # also refuses a key given twice
+        db.execute("CREATE INDEX kv_o ON kv (o, n)")
+        db.execute("COMMIT")
+        return t
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise ValueError("the table is closed")
+        return self._db
+
+    def __getitem__(self, key: Any) -> Any:
+        cache = self._cache
+        if key in cache:
+            cache.move_to_end(key)
+            return cache[key]
+        row = self._conn().execute("SELECT v FROM kv WHERE k = ?", (SpillDict._k(key),)).fetchone()
+        if row is None:
+            raise KeyError(key)
+        value = pickle.loads(row[0])
+        cache[key] = value
+        if len(cache) > self._cap:
+            cache.popitem(last=False)
+        return value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        if key in self._cache:
+            return True
+        return self._conn().execute("SELECT 1 FROM kv WHERE k = ?", (SpillDict._k(key),)).fetchone() is not None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _rows(self, what: str) -> Iterator[Any]:
+        cur = self._conn().execute(f"SELECT {what} FROM kv ORDER BY o, n")
+        while True:
+            rows = cur.fetchmany(1000)
+            if not rows:
+                return
+            yield from rows
+
+    def __iter__(self) -> Iterator[Any]:
+        for (k,) in self._rows("k"):
+            yield pickle.loads(k)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        for k, v in self._rows("k, v"):
+            yield pickle.loads(k), pickle.loads(v)
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        for (v,) in self._rows("v"):
+            yield pickle.loads(v)
+
+    def keys(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        try:
+            os.unlink(self._path)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, sqlite3.Error, AttributeError, TypeError):
+            pass
+
+    def __reduce__(self) -> Any:  # pickles as a plain dict
+        return (dict, (list(self.items()),))
+
+
+def _order(key: Any) -> int:
+    """The key's position in the table's iteration order: an int key itself, a tuple key its first int.
+    Rows must be given in key order within equal positions (the snapshot's ORDER BY does that)."""
+    if isinstance(key, int):
+        return key
+    if isinstance(key, tuple) and key and isinstance(key[0], int):
+        return key[0]
+    return 0
+
+
+def disk_table(rows: Iterator[tuple[Any, Any]]) -> DiskTable:
+    """The `big` table builder of impl.snapshot.snapshot_streamed and replay.load_state."""
+    return DiskTable.build(rows)
+
+
+def on_disk(state: Any, cache: int = 5_000) -> Any:
+    """The same State with jobs, steps and events in DiskTables (tests compare the checks on both)."""
+    from dataclasses import replace
+
+    return replace(
+        state,
+        jobs=DiskTable.build(state.jobs.items(), cache=cache),
+        steps=DiskTable.build(state.steps.items(), cache=cache),
+        events=DiskTable.build(state.events.items(), cache=cache),
+    )
