@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any
 
 from model import invariants as inv
@@ -84,6 +85,36 @@ class SoakLedger:
     entries: tuple[LedgerEntry, ...] = ()
     observations: tuple[Observation, ...] = ()
     unique: tuple[UniqueAttempt, ...] = ()
+
+
+class StepsByJob(Mapping[int, Mapping[str, Any]]):
+    """A job's steps by name, read from the snapshot's steps table: a dict of every job's steps for a
+    table in memory, a lookup per job for a disk-backed one (issue 27: nothing per job is built for jobs
+    without steps; a missing job reads as no steps, as a defaultdict would, without adding an entry)."""
+
+    _NONE: Mapping[str, Any] = MappingProxyType({})
+
+    def __init__(self, steps: Mapping[tuple[int, str], Any]) -> None:
+        self._at = getattr(steps, "rows_at", None)  # a DiskTable: the rows whose key starts with a job id
+        self._by_job: dict[int, dict[str, Any]] = {}
+        if self._at is None:
+            for (job_id, name), s in steps.items():
+                self._by_job.setdefault(job_id, {})[name] = s
+
+    def __getitem__(self, job_id: int) -> Mapping[str, Any]:
+        if self._at is not None:
+            return {k[1]: s for k, s in self._at(job_id)} or self._NONE
+        return self._by_job.get(job_id, self._NONE)
+
+    def get(self, job_id: int, default: Any = None) -> Any:  # type: ignore[override]
+        found = self[job_id]
+        return found if found else default
+
+    def __iter__(self) -> Iterator[int]:
+        raise TypeError("StepsByJob is read by job id, not iterated")
+
+    def __len__(self) -> int:
+        raise TypeError("StepsByJob is read by job id, not counted")
 
 
 # --- outputs ------------------------------------------------------------------------------------------
@@ -221,9 +252,7 @@ def check(
     run = next((e for e in history if e.get("type") == "run_start"), {})
     ttl = float(run.get("lease_ttl", 10))
     by_id = {e.job_id: e for e in ledger.entries}
-    steps = defaultdict(dict)
-    for (job_id, name), s in state.steps.items():
-        steps[job_id][name] = s
+    steps = StepsByJob(state.steps)
 
     _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history)
     _i2(results["I2"], state, ledger)

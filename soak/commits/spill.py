@@ -320,6 +320,11 @@ class DiskTable(Mapping[Any, Any]):
         for (k,) in self._rows("k"):
             yield pickle.loads(k)
 
+    def rows_at(self, order: int) -> list[tuple[Any, Any]]:
+        """The (key, value) rows at one position of the order: for (job_id, …) keys, one job's rows."""
+        rows = self._conn().execute("SELECT k, v FROM kv WHERE o = ? ORDER BY n", (order,)).fetchall()
+        return [(pickle.loads(k), pickle.loads(v)) for k, v in rows]
+
     def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
         for k, v in self._rows("k, v"):
             yield pickle.loads(k), pickle.loads(v)
