@@ -106,7 +106,7 @@ class StepsByJob(Mapping[int, Mapping[str, Any]]):
             return {k[1]: s for k, s in self._at(job_id)} or self._NONE
         return self._by_job.get(job_id, self._NONE)
 
-    def get(self, job_id: int, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, job_id: int, default: Any = None) -> Any:
         found = self[job_id]
         return found if found else default
 
