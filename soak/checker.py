@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -239,22 +239,39 @@ def check(
     ledger: SoakLedger,
     history: Sequence[Mapping[str, Any]],
     committed: Mapping[str, Any] | None = None,
+    samples: Iterable[Mapping[str, Any]] = (),
 ) -> CheckResult:
     """Every §11 invariant over one post-drain snapshot, the ledger and the fault log.
 
     `committed`: what the trace validation of the committed history found for the duties it judges
-    (soak/commits/refine.py: `drains_judged`, `claims_after_term` for P11), None without a history."""
+    (soak/commits/refine.py: `drains_judged`, `claims_after_term` for P11), None without a history.
+    `samples`: the lease and priority samples when `history` leaves them out (a stream: the soak reads
+    them from history.jsonl once, into disk-backed series — issue 27)."""
+    from soak import duties as d
+
+    ev = d.Evidence(history, _ttl(history), samples)
+    try:
+        return _check(state, ledger, history, committed, ev)
+    finally:
+        ev.close()
+
+
+def _ttl(history: Sequence[Mapping[str, Any]]) -> float:
+    run = next((e for e in history if e.get("type") == "run_start"), {})
+    return float(run.get("lease_ttl", 10))
+
+
+def _check(state, ledger, history, committed, ev) -> CheckResult:
     results = {name: InvariantResult(name) for name in INVARIANTS}
     timeline = Timeline(history)
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
     drained = bool(drain and drain.get("drained"))
     snapshot_t = next((float(e["t"]) for e in reversed(history) if e.get("type") == "snapshot"), timeline.end)
-    run = next((e for e in history if e.get("type") == "run_start"), {})
-    ttl = float(run.get("lease_ttl", 10))
+    ttl = ev.ttl
     by_id = {e.job_id: e for e in ledger.entries}
     steps = StepsByJob(state.steps)
 
-    _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history)
+    _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history, ev)
     _i2(results["I2"], state, ledger)
     _i3(results["I3"], state, history, steps)
     _i4(results["I4"], state, by_id, steps)
@@ -269,7 +286,7 @@ def check(
     durability = check_durability(state, history)
     if durability is not None:
         results[durability.name] = durability
-    duties, coverage = _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps, committed)
+    duties, coverage = _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, committed)
 
     for r in (*results.values(), *duties.values()):
         r.finish()
@@ -321,13 +338,12 @@ def _exits(ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> dict[str
     return {"deliberate": deliberate, "other": other}
 
 
-def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, steps, committed=None):
+def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, committed=None):
     """The worker duties (soak/duties.py) and the scenario coverage (soak/coverage.py) of every row."""
     from soak import coverage as cov
     from soak import duties as d
 
     duties = {name: InvariantResult(name, contract=text) for name, text in d.DUTIES.items()}
-    ev = d.Evidence(history, ttl)
     expected = set(by_id) | {j.id for j in state.jobs.values() if j.cron_name is not None or j.parent_id is not None}
     d.p1_stays_up(duties["P1"], ledger, ev, timeline)
     d.p2_renews_leases(duties["P2"], state, ev, timeline)
@@ -367,7 +383,7 @@ def _duties_and_coverage(results, state, ledger, history, timeline, ttl, by_id, 
 IDLE_S = 10.0  # the reference's idle poll ceiling is 0.5 s (§9.1): twenty of them without a claim
 
 
-def _idle_end_of_drain(history, timeline) -> tuple[float, list[str]] | None:
+def _idle_end_of_drain(history, timeline, ev) -> tuple[float, list[str]] | None:
     """(window start, nodes that ran) when the drain ended unfinished and every lease sample of its last
     IDLE_S seconds (at least 5 of them) saw no running row, with a worker running and the database up."""
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
@@ -375,14 +391,14 @@ def _idle_end_of_drain(history, timeline) -> tuple[float, list[str]] | None:
         return None
     t1 = float(drain["t"])
     t0 = t1 - IDLE_S
-    samples = [e for e in history if e.get("type") == "lease_sample" and t0 <= float(e.get("at", e["t"])) <= t1]
+    samples = [e for _at, e in ev.series["lease_sample"].between(t0, t1)]  # IDLE_S of samples: a few dozen
     if len(samples) < 5 or any(e.get("rows") for e in samples) or timeline.db_down_during(t0, t1):
         return None
     ran = sorted(n for n in timeline.started if timeline.node_ran(n, t0, t1))
     return (t0, ran) if ran else None
 
 
-def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history=()) -> None:
+def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history=(), ev=None) -> None:
     expected = set(by_id)
     declared = set()
     for (_, name), s in state.steps.items():
@@ -415,7 +431,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
     # An unfinished drain whose last IDLE_S seconds every lease sample saw no running row at all, while a
     # worker ran and the database was up: a ready job due through that window was not claimed by anyone —
     # no overload explains it (nothing ran); the polling floor did not fire (§9). A violation, not unknown.
-    idle = _idle_end_of_drain(history, timeline)
+    idle = _idle_end_of_drain(history, timeline, ev) if ev is not None else None
     if idle is not None:
         for job in list(left):
             due_t = (job.ready_at or job.inserted_at).timestamp() if (job.ready_at or job.inserted_at) else 0.0

@@ -36,10 +36,11 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from model.state import in_key_order
+from soak.commits.spill import TimeSeries
 
 DUTIES: dict[str, str] = {
     "P1": "PROTOCOL §1: stays up — never exits by itself (database loss included) except the exits a kind asks for",
@@ -74,20 +75,63 @@ SAMPLE_HIDES = 0.9  # × ttl/3: a gap between two lease samples this long may hi
 RENEW_LATE = 0.75  # × ttl: one interval above it is a renewal at the lease's end
 
 
-class Evidence:
-    """What the history says, indexed once for the duties and the coverage table."""
+SAMPLE_TYPES = ("lease_sample", "priority_sample")  # two a second for the whole run: kept on disk
 
-    def __init__(self, history: Sequence[Mapping[str, Any]], ttl: float) -> None:
+
+class Samples:
+    """The lease samples in time order as (at, {(job, attempt): (node, lease_until, kind)}) — each one
+    consistent read of every running row — streamed from the run's TimeSeries (issue 27: a long run's
+    samples are never all in memory)."""
+
+    def __init__(self, series: TimeSeries) -> None:
+        self.series = series
+
+    @staticmethod
+    def _rows(e: Mapping[str, Any]) -> dict[tuple[int, int], tuple[str, float | None, str]]:
+        return {(int(j), int(a)): (n, u, k) for j, a, n, u, k in e.get("rows", ())}
+
+    def __iter__(self) -> Iterator[tuple[float, dict[tuple[int, int], tuple[str, float | None, str]]]]:
+        for at, e in self.series.by_time():
+            yield at, self._rows(e)
+
+    def __len__(self) -> int:
+        return len(self.series)
+
+    def first_at_or_after(self, t: float) -> tuple[float, dict[tuple[int, int], tuple[str, float | None, str]]] | None:
+        found = self.series.first_at_or_after(t)
+        return None if found is None else (found[0], self._rows(found[1]))
+
+
+class Evidence:
+    """What the history says, indexed once for the duties and the coverage table. The lease and priority
+    samples (`SAMPLE_TYPES`: most of a long run's history) go to disk-backed series; `samples` gives
+    further sample events (a stream read from history.jsonl) when `history` leaves them out."""
+
+    def __init__(
+        self, history: Sequence[Mapping[str, Any]], ttl: float, samples: Iterable[Mapping[str, Any]] = ()
+    ) -> None:
         self.ttl = ttl
-        self.by_type: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-        for e in history:
-            self.by_type[e.get("type")].append(e)
+        self.by_type: dict[str, Any] = defaultdict(list)
+        self.series = {t: TimeSeries() for t in SAMPLE_TYPES}
+        t0 = float("inf")
+        for e in itertools.chain(history, samples):
+            t0 = min(t0, float(e["t"]))
+            kind = e.get("type")
+            if kind in self.series:
+                self.series[kind].append(float(e.get("at", e["t"])), e)
+            else:
+                self.by_type[kind].append(e)
+        for kind, series in self.series.items():
+            self.by_type[kind] = series  # iterated as recorded, like the other types' lists
+        self.t0 = t0 if t0 != float("inf") else 0.0
         # (job, attempt) → node, first seen, last seen; lease_until values seen
         self.attempt_node: dict[tuple[int, int], str] = {}
         self.attempt_kind: dict[tuple[int, int], str] = {}
         self.until_last: dict[tuple[int, int], float] = {}  # the latest lease_until seen for each attempt
         self.span: dict[tuple[int, int], list[float]] = {}
         self.renewed: set[tuple[int, int]] = set()
+        # node → (first seen, job/attempt, lease_until then) of each attempt, in time order (P11)
+        self.first_seen: dict[str, list[tuple[float, tuple[int, int], float | None]]] = defaultdict(list)
         self.skewed_nodes = {
             e["node"]: float(e["clock_skew"]) for e in self.by_type["worker_start"] if e.get("clock_skew")
         }
@@ -95,15 +139,15 @@ class Evidence:
         last_until: dict[tuple[int, int], float] = {}
         # every lease sample in time order: (at, {(job, attempt): (node, lease_until, kind)}) — a sample
         # lists every running row of one consistent read (soak/scenarios.py)
-        self.samples: list[tuple[float, dict[tuple[int, int], tuple[str, float | None, str]]]] = []
-        for e in sorted(self.by_type["lease_sample"], key=lambda e: float(e.get("at", e["t"]))):
-            at = float(e.get("at", e["t"]))
-            self.samples.append((at, {(int(j), int(a)): (n, u, k) for j, a, n, u, k in e.get("rows", ())}))
+        self.samples = Samples(self.series["lease_sample"])
+        for at, e in self.series["lease_sample"].by_time():
             for job_id, attempt, node, until, _kind in e.get("rows", ()):
                 key = (int(job_id), int(attempt))
                 if node:
                     self.attempt_node[key] = node
                 self.attempt_kind[key] = _kind
+                if key not in self.span:
+                    self.first_seen[node].append((at, key, until))
                 span = self.span.setdefault(key, [at, at])
                 span[1] = at
                 if until is not None:
@@ -115,7 +159,10 @@ class Evidence:
                     if node in self.skewed_nodes and ahead > 0.1:
                         self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), ahead)
         self.max_skew = max([0.0, *self.skewed_nodes.values()])
-        self.t0 = min((float(e["t"]) for e in history), default=0.0)
+
+    def close(self) -> None:
+        for series in self.series.values():
+            series.close()
 
     def long_attempts(self) -> list[tuple[int, int]]:
         """Attempts seen holding their lease for longer than the ttl (they needed a renewal)."""
@@ -488,20 +535,20 @@ def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) ->
         if timeline.cut_during(node, t - ev.ttl, end + 1):
             r.notes.append(f"drain of {node}: a network cut around it; claims not judged")
             continue
-        after = [(at, rows) for at, rows in ev.samples if at >= t + CLAIM_SETTLE]
-        if not after or after[0][0] > end:
+        settled = ev.samples.first_at_or_after(t + CLAIM_SETTLE)
+        if settled is None or settled[0] > end:
             continue  # no sample while the node could still claim
         judged += 1
         skew = ev.skewed_nodes.get(node, 0.0)
         late: dict[tuple[int, int], float] = {}
-        seen = {k for k, v in after[0][1].items() if v[0] == node}
-        for at, rows in after[1:]:
-            for key, (n, until, _kind) in rows.items():
-                if n != node or key in seen:
-                    continue
-                seen.add(key)
-                if until is None or until - ev.ttl - skew > t + STAMP_SLACK:
-                    late[key] = at
+        seen = {k for k, v in settled[1].items() if v[0] == node}
+        # the node's attempts first seen in a later sample (an attempt never leaves the samples and comes
+        # back: its rows are seen while it runs, then never again), with the lease they were first seen with
+        for at, key, until in ev.first_seen.get(node, ()):
+            if at <= settled[0] or key in seen:
+                continue
+            if until is None or until - ev.ttl - skew > t + STAMP_SLACK:
+                late[key] = at
         r.checks += 1
         if late:
             keys = sorted(late)
@@ -610,7 +657,7 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     hide = SAMPLE_HIDES * ev.ttl / 3
     blind: list[tuple[float, float]] = []
     last_at: float | None = None
-    for at, rows in sorted(ev.samples, key=lambda sample: sample[0]):
+    for at, rows in ev.samples:  # in time order
         if last_at is not None and at - last_at > hide:
             blind.append((last_at, at))
         last_at = at

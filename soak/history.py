@@ -102,9 +102,14 @@ class History:
         with self.lock:
             return list(self.events)
 
-    def snapshot(self) -> list[dict[str, Any]]:
-        """The whole history as a list (samples included)."""
-        return list(self.stream()) if self.path is not None else self.snapshot_in_memory()
+    def snapshot(self, skip: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+        """The whole history as a list (samples included), but events of the `skip` types."""
+        events = self.stream() if self.path is not None else iter(self.snapshot_in_memory())
+        return [e for e in events if e.get("type") not in skip] if skip else list(events)
+
+    def of_types(self, types: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+        """The events of these types, streamed (the checker reads a run's samples so, issue 27)."""
+        return (e for e in self.stream() if e.get("type") in types)
 
     def close(self, compress: bool = True) -> None:
         """Close the file and (by default) replace it by its gzip (written aside, then renamed: a kill

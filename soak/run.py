@@ -41,6 +41,7 @@ from soak.checker import check
 from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
 from soak.commits.spill import disk_table
 from soak.driver import Driver, DriverConfig
+from soak.duties import SAMPLE_TYPES
 from soak.history import History
 from soak.memory import MemorySampler, add_check_peak, dir_size
 from soak.memory import describe as describe_memory
@@ -454,8 +455,10 @@ def run(args: argparse.Namespace) -> int:
         meta["driver"] = driver.counters()
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
         hist_result = hist.finish(args.disk_tables_over)  # issue 12: workers and driver have stopped writing
-        events = history.snapshot()  # read back from history.jsonl (the samples are not kept in memory)
-        result = check(state, led, events, hist_result.refinement)  # P11 also from the committed claims
+        # read back from history.jsonl; the lease and priority samples (most of a long run's history) are
+        # streamed into the checker's disk-backed series, never held in a list (issue 27)
+        events = history.snapshot(skip=SAMPLE_TYPES)
+        result = check(state, led, events, hist_result.refinement, samples=history.of_types(SAMPLE_TYPES))
         for log in (run_dir / "workers").glob("*.log"):
             text = redact(log.read_text(errors="replace"))
             if password:

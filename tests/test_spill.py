@@ -204,16 +204,20 @@ def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):  # noqa: F811
     )
 
 
-def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk(monkeypatch):
-    """Each test of tests/test_soak_checker.py builds a run and checks it; here each of those runs is
-    checked twice — its state in dicts, and with jobs, steps and events in DiskTables that keep one row
-    in memory — and the two results must be the same to the last counterexample."""
+def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_the_samples_streamed(monkeypatch):
+    """Each test of tests/test_soak_checker.py and tests/test_soak_duties.py builds a run and checks it;
+    here each of those runs is checked twice — its state in dicts and every event in the history list,
+    and with jobs, steps and events in DiskTables that keep one row in memory and the lease and priority
+    samples handed over as a separate stream (as the soak does) — and the two results must be the same
+    to the last counterexample."""
     import inspect
 
     import tests.test_soak_checker as tsc
+    import tests.test_soak_duties as tsd
     from model.state import from_rows
     from soak.checker import SoakLedger, check
     from soak.commits.spill import on_disk
+    from soak.duties import SAMPLE_TYPES
 
     compared = []
 
@@ -226,15 +230,18 @@ def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk(monke
         )
         ledger = SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique))
         plain = check(state, ledger, self.history)
-        disk = check(on_disk(state, cache=1), ledger, self.history)
+        rest = [e for e in self.history if e.get("type") not in SAMPLE_TYPES]
+        streamed = (e for e in self.history if e.get("type") in SAMPLE_TYPES)
+        disk = check(on_disk(state, cache=1), ledger, rest, samples=streamed)
         assert json.dumps(disk.to_json(), default=str) == json.dumps(plain.to_json(), default=str)
         compared.append(plain.verdict)
         return plain
 
     monkeypatch.setattr(tsc.Run, "check", both)
     ran = 0
-    for name, fn in sorted(vars(tsc).items()):
-        if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
-            fn()
-            ran += 1
-    assert ran >= 30 and len(compared) >= 30 and "invalid" in compared, (ran, len(compared))
+    for module in (tsc, tsd):
+        for name, fn in sorted(vars(module).items()):
+            if name.startswith("test_") and callable(fn) and not inspect.signature(fn).parameters:
+                fn()
+                ran += 1
+    assert ran >= 70 and len(compared) >= 70 and "invalid" in compared, (ran, len(compared))

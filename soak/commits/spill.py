@@ -380,3 +380,97 @@ def on_disk(state: Any, cache: int = 5_000) -> Any:
         steps=DiskTable.build(state.steps.items(), cache=cache),
         events=DiskTable.build(state.events.items(), cache=cache),
     )
+
+
+class TimeSeries:
+    """Events appended once (a run's lease and priority samples: two a second for hours), read back in
+    the order they came or in time order, without holding them in memory (issue 27, item 3).
+
+        s = TimeSeries(); s.append(at, event) …
+        for event in s: …                      # as appended
+        for at, event in s.by_time(): …        # by `at`, ties as appended
+        s.between(t0, t1); s.first_at_or_after(t)
+    """
+
+    def __init__(self, directory: str | None = None) -> None:
+        fd, self._path = tempfile.mkstemp(prefix="belay-series-", suffix=".sqlite", dir=directory)
+        os.close(fd)
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute("PRAGMA cache_size = -4096")
+        db.execute("CREATE TABLE ev (id INTEGER PRIMARY KEY, at REAL NOT NULL, v BLOB NOT NULL)")
+        self._db: sqlite3.Connection | None = db
+        self._pending: list[tuple[float, bytes]] = []
+        self._n = 0
+        self._indexed = False
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise ValueError("the series is closed")
+        if self._pending:
+            self._db.execute("BEGIN")
+            self._db.executemany("INSERT INTO ev (at, v) VALUES (?, ?)", self._pending)
+            self._db.execute("COMMIT")
+            self._pending = []
+            self._indexed = False
+        return self._db
+
+    def append(self, at: float, value: Any) -> None:
+        self._pending.append((float(at), pickle.dumps(value, protocol=5)))
+        self._n += 1
+        if len(self._pending) >= 1000:
+            self._conn()
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __bool__(self) -> bool:
+        return self._n > 0
+
+    def _rows(self, sql: str, args: tuple = ()) -> Iterator[tuple[float, Any]]:
+        cur = self._conn().execute(sql, args)
+        while True:
+            rows = cur.fetchmany(500)
+            if not rows:
+                return
+            for at, v in rows:
+                yield at, pickle.loads(v)
+
+    def _by_at(self) -> sqlite3.Connection:
+        db = self._conn()
+        if not self._indexed:
+            db.execute("CREATE INDEX IF NOT EXISTS ev_at ON ev (at, id)")
+            self._indexed = True
+        return db
+
+    def __iter__(self) -> Iterator[Any]:
+        for _, v in self._rows("SELECT at, v FROM ev ORDER BY id"):
+            yield v
+
+    def by_time(self) -> Iterator[tuple[float, Any]]:
+        self._by_at()
+        return self._rows("SELECT at, v FROM ev ORDER BY at, id")
+
+    def between(self, t0: float, t1: float) -> Iterator[tuple[float, Any]]:
+        self._by_at()
+        return self._rows("SELECT at, v FROM ev WHERE at >= ? AND at <= ? ORDER BY at, id", (t0, t1))
+
+    def first_at_or_after(self, t: float) -> tuple[float, Any] | None:
+        self._by_at()
+        return next(self._rows("SELECT at, v FROM ev WHERE at >= ? ORDER BY at, id LIMIT 1", (t,)), None)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        try:
+            os.unlink(self._path)
+        except OSError:
+            pass
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, sqlite3.Error, AttributeError, TypeError):
+            pass
