@@ -1,0 +1,147 @@
+"""The end-of-run check's memory against the length of a run (issue 27, item 3), on synthetic runs.
+
+    .venv/bin/python -m bench.check_memory [--jobs 20000 80000 320000] [--samples-per-job 0.05]
+
+Each configuration runs in a fresh process: it builds a finished run of N `echo` jobs (each in the ledger,
+succeeded on attempt 1) with lease samples every 0.5 s over the run's length (20 jobs/s, as a default
+soak: 30 running rows each), then runs `soak.checker.check` — once with the snapshot in dicts and the
+samples in the history list (the check as it was), once with the snapshot in DiskTables and the samples
+streamed (`--disk-tables-over`, what the soak does past 50,000 rows). It prints the process's peak RSS
+(VmHWM, read from /proc after the check) and the check's wall time, and the bytes per job between the
+smallest and the largest run. Not a soak: only the checker's data structures are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+RATE = 20.0  # jobs per second of run
+ROWS_PER_SAMPLE = 30
+
+
+def _one(n: int, disk: bool) -> dict:
+    from model.envelope import encode
+    from model.rows import Job
+    from model.state import from_rows
+    from soak.checker import LedgerEntry, SoakLedger, check
+    from soak.commits.spill import DiskTable
+    from soak.memory import peak_rss_bytes
+
+    e0 = T0.timestamp()
+    empty = {
+        f: None
+        for f in Job.__dataclass_fields__
+        if f not in ("id", "queue", "worker", "input", "meta", "state", "priority", "attempt", "max_attempts")
+    }
+
+    def job(i: int) -> Job:
+        at = T0 + timedelta(seconds=i / RATE)
+        return Job(
+            **{
+                **empty,
+                "id": i,
+                "queue": "soak",
+                "worker": "echo",
+                "input": {"v": i},
+                "meta": {},
+                "state": "succeeded",
+                "priority": 1,
+                "attempt": 1,
+                "max_attempts": 10,
+                "ready_at": at,
+                "inserted_at": at,
+                "started_at": at,
+                "finished_at": at + timedelta(seconds=0.1),
+                "result": encode({"echo": i, "attempt": 1}),
+                "errors": [],
+                "unique_mode": None,
+                "spent_usd_micros": 0,
+                "spent_tokens": 0,
+                "cancel_requested": False,
+                "wf_deps": (),
+                "wf_ignore": (),
+            }
+        )
+
+    duration = n / RATE
+
+    def samples():
+        k = 0
+        while k * 0.5 < duration:
+            t = e0 + k * 0.5
+            first = int(k * 0.5 * RATE)
+            rows = [[j, 1, "w1-1", t + 10, "echo"] for j in range(first + 1, first + 1 + ROWS_PER_SAMPLE)]
+            yield {"t": t, "type": "lease_sample", "at": t, "rows": rows, "admission": {}, "partitions": {}}
+            k += 1
+
+    history = [
+        {"t": e0 - 2, "type": "run_start", "lease_ttl": 10},
+        {"t": e0 - 1, "type": "worker_start", "node": "w1-1"},
+        {"t": e0 + duration + 5, "type": "drain_end", "drained": True},
+        {"t": e0 + duration + 6, "type": "snapshot"},
+    ]
+    ledger = SoakLedger(
+        tuple(LedgerEntry(i, "echo", "succeeded", T0 + timedelta(seconds=i / RATE), {}) for i in range(1, n + 1))
+    )
+    if disk:
+        jobs = DiskTable.build((i, job(i)) for i in range(1, n + 1))
+        base = from_rows((), next_id=n + 1)
+        from dataclasses import replace
+
+        state = replace(base, jobs=jobs)
+        t = time.perf_counter()
+        result = check(state, ledger, history, samples=samples())
+    else:
+        state = from_rows((job(i) for i in range(1, n + 1)), next_id=n + 1)
+        t = time.perf_counter()
+        result = check(state, ledger, [*history, *samples()])
+    seconds = time.perf_counter() - t
+    return {
+        "jobs": n,
+        "disk": disk,
+        "verdict": result.verdict,
+        "check_seconds": round(seconds, 1),
+        "peak_rss_mib": round((peak_rss_bytes() or 0) / 2**20, 1),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.check_memory", description=__doc__.split("\n\n")[0])
+    p.add_argument("--jobs", type=int, nargs="+", default=[20_000, 80_000, 320_000])
+    p.add_argument("--one", nargs=2, metavar=("JOBS", "DISK"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(_one(int(args.one[0]), args.one[1] == "1")))
+        return
+    rows = []
+    for n in args.jobs:
+        for disk in (False, True):
+            out = subprocess.run(
+                [sys.executable, "-m", "bench.check_memory", "--one", str(n), "1" if disk else "0"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(
+                f"{n:>8} jobs  {'disk tables, samples streamed' if disk else 'dicts, samples in the list':32s}"
+                f" peak RSS {row['peak_rss_mib']:7.1f} MiB  check {row['check_seconds']:6.1f} s  ({row['verdict']})",
+                flush=True,
+            )
+    lo, hi = min(args.jobs), max(args.jobs)
+    for disk in (False, True):
+        a = next(r for r in rows if r["jobs"] == lo and r["disk"] == disk)
+        b = next(r for r in rows if r["jobs"] == hi and r["disk"] == disk)
+        per_job = (b["peak_rss_mib"] - a["peak_rss_mib"]) * 2**20 / (hi - lo)
+        print(f"{'disk' if disk else 'dicts'}: {per_job:.0f} bytes of peak RSS per job between {lo} and {hi} jobs")
+
+
+if __name__ == "__main__":
+    main()
