@@ -19,7 +19,16 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
-from properties.mutants.kinds import DURABLE_SUITE, PEER_BUGS, RACE_SUITE, RUNTIME_SUITE, TELEMETRY_SUITE, Edit, Mutant
+from properties.mutants.kinds import (
+    ADMISSION_RACES,
+    DURABLE_SUITE,
+    PEER_BUGS,
+    RACE_SUITE,
+    RUNTIME_SUITE,
+    TELEMETRY_SUITE,
+    Edit,
+    Mutant,
+)
 
 STORE_PY = "impl/store.py"
 WORKER_STORE_PY = "impl/worker_store.py"
@@ -624,6 +633,21 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
         ),
         suite=TELEMETRY_SUITE,
+    ),
+    Mutant(
+        "global_limit_count_without_running_lock",
+        "a global_limit claim counts the live leases without locking the queue's running rows: a renewal that "
+        "revives an expired lease and commits between the count and the claim's commit leaves the queue above "
+        "its limit (the two-hour soak of seed 2028)",
+        "§6",
+        (
+            Edit(
+                WORKER_SQL,
+                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id FOR UPDATE\n",
+                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id\n",
+            ),
+        ),
+        suite=ADMISSION_RACES,
     ),
     # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
     Mutant(

@@ -395,8 +395,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P11: every attempt of any later sample counts as already seen: no claim after SIGTERM is found",
         "§duty P11",
         DUTIES_PY,
-        "        seen = {k for k, v in after[0][1].items() if v[0] == node}\n",
-        "        seen = {k for _at, rows in after for k in rows}  # MUTANT\n",
+        "        seen = {k for k, v in settled[1].items() if v[0] == node}\n",
+        "        seen = {k for _at, key, _until in ev.first_seen.get(node, ()) for k in (key,)}  # MUTANT\n",
     ),
     _one(
         "cert_p11_committed_claims_ignored",

@@ -17,6 +17,8 @@ MUTANT_REGRESSIONS = "properties/test_mutants_regressions.py"
 RUNTIME = "tests/test_runtime.py"
 SIGNALS = "tests/test_workflows_signals.py"
 PEER_BUGS = ("tests/test_peer_bugs.py",)
+# §6 admission under concurrent writers (issue 27: a claim against a renewal), forced schedules on PostgreSQL
+ADMISSION_RACES = ("tests/test_admission_races.py",)
 TELEMETRY_SUITE = (
     "tests/test_telemetry_retry.py",
     "tests/test_telemetry.py",
