@@ -18,28 +18,25 @@ MiB = 1024 * 1024
 WARM_S = 60.0
 
 
-def rss_bytes(pid: int | str = "self") -> int | None:
-    """VmRSS of a process in bytes, None when it is gone (or has no memory: a zombie)."""
+def _status_bytes(pid: int | str, field: bytes) -> int | None:
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"VmRSS:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """VmRSS of a process in bytes, None when it is gone (or has no memory: a zombie)."""
+    return _status_bytes(pid, b"VmRSS:")
 
 
 def peak_rss_bytes(pid: int | str = "self") -> int | None:
     """VmHWM: the largest resident set the process has had (the end-of-run check included)."""
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+    return _status_bytes(pid, b"VmHWM:")
 
 
 def add_check_peak(mem: dict[str, Any]) -> dict[str, Any]:

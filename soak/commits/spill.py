@@ -36,7 +36,47 @@ HOT = 20_000  # entries kept in memory per map (a soak's live jobs are a few hun
 _MISSING = object()
 
 
-class SpillDict(MutableMapping[Any, Any]):
+class _Scratch:
+    """A throwaway SQLite file in the temporary directory (no journal, no fsync), removed on close."""
+
+    _db: sqlite3.Connection | None = None
+    _path: str | None = None
+
+    def _open(self, prefix: str, cache_kib: int, directory: str | None) -> sqlite3.Connection:
+        fd, self._path = tempfile.mkstemp(prefix=prefix, suffix=".sqlite", dir=directory)
+        os.close(fd)
+        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode = OFF")
+        db.execute("PRAGMA synchronous = OFF")
+        db.execute(f"PRAGMA cache_size = -{int(cache_kib)}")
+        self._db = db
+        return db
+
+    def _stream(self, db: sqlite3.Connection, sql: str, args: tuple = ()) -> Iterator[tuple[Any, ...]]:
+        """The rows of one query, fetched a thousand at a time."""
+        cur = db.execute(sql, args)
+        while rows := cur.fetchmany(1000):
+            yield from rows
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._path is not None:
+            try:
+                os.unlink(self._path)
+            except OSError:
+                pass
+            self._path = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, sqlite3.Error, AttributeError, TypeError):  # at interpreter exit modules may be gone
+            pass
+
+
+class SpillDict(_Scratch, MutableMapping[Any, Any]):
     def __init__(
         self,
         items: Any = (),
@@ -63,14 +103,9 @@ class SpillDict(MutableMapping[Any, Any]):
 
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
-            fd, self._path = tempfile.mkstemp(prefix="belay-spill-", suffix=".sqlite", dir=self._dir)
-            os.close(fd)
-            db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode = OFF")
-            db.execute("PRAGMA synchronous = OFF")
-            db.execute("PRAGMA cache_size = -8192")  # 8 MiB of SQLite page cache
+            db = self._open("belay-spill-", 8192, self._dir)  # 8 MiB of SQLite page cache
             db.execute("CREATE TABLE kv (k BLOB PRIMARY KEY, v BLOB NOT NULL) WITHOUT ROWID")
-            self._db = db
+        assert self._db is not None
         return self._db
 
     @staticmethod
@@ -117,51 +152,36 @@ class SpillDict(MutableMapping[Any, Any]):
         return len(batch)
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        if self._path is not None:
-            try:
-                os.unlink(self._path)
-            except OSError:
-                pass
-            self._path = None
+        super().close()
         self._cold = 0
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (OSError, sqlite3.Error, AttributeError, TypeError):  # at interpreter exit modules may be gone
-            pass
 
     def __reduce__(self) -> Any:  # pickles as a plain dict (save_state of a replayed state)
         return (dict, (list(self.items()),))
 
     # --- the mapping ---------------------------------------------------------------------------------
 
-    def __getitem__(self, key: Any) -> Any:
+    def _find(self, key: Any) -> Any:
+        """The value (made hot, most recently used), else _MISSING."""
         hot = self._hot
         if key in hot:
             hot.move_to_end(key)
             return hot[key]
         v = self._take_cold(key)
+        if v is not _MISSING:
+            hot[key] = v
+        return v
+
+    def __getitem__(self, key: Any) -> Any:
+        v = self._find(key)
         if v is _MISSING:
             if self._default is None:
                 raise KeyError(key)
-            v = self._default()
-        hot[key] = v
+            v = self._hot[key] = self._default()
         return v
 
     def get(self, key: Any, default: Any = None) -> Any:
-        hot = self._hot
-        if key in hot:
-            hot.move_to_end(key)
-            return hot[key]
-        v = self._take_cold(key)
-        if v is _MISSING:
-            return default
-        hot[key] = v
-        return v
+        v = self._find(key)
+        return default if v is _MISSING else v
 
     def __setitem__(self, key: Any, value: Any) -> None:
         hot = self._hot
@@ -201,12 +221,7 @@ class SpillDict(MutableMapping[Any, Any]):
     def _cold_rows(self) -> Iterator[tuple[bytes, bytes]]:
         if not self._cold:
             return
-        cur = self._conn().execute("SELECT k, v FROM kv")
-        while True:
-            rows = cur.fetchmany(1000)
-            if not rows:
-                return
-            yield from rows
+        yield from self._stream(self._conn(), "SELECT k, v FROM kv")
 
     def __iter__(self) -> Iterator[Any]:
         yield from list(self._hot)
@@ -230,7 +245,7 @@ class SpillDict(MutableMapping[Any, Any]):
         return {"hot": len(self._hot), "cold": self._cold, "spilled": self.spilled, "faulted": self.faulted}
 
 
-class DiskTable(Mapping[Any, Any]):
+class DiskTable(_Scratch, Mapping[Any, Any]):
     """A read-only mapping written once, in key order, to a SQLite file; `cache` values stay in memory
     (least recently used dropped: the disk copy is the truth). Iteration is in key order — int keys
     numerically, tuple keys by their first int then the rest — so `values()` is what
@@ -247,14 +262,8 @@ class DiskTable(Mapping[Any, Any]):
     def __init__(self, cache: int = 5_000, directory: str | None = None) -> None:
         self._cache: OrderedDict[Any, Any] = OrderedDict()
         self._cap = max(1, cache)
-        fd, self._path = tempfile.mkstemp(prefix="belay-table-", suffix=".sqlite", dir=directory)
-        os.close(fd)
-        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode = OFF")
-        db.execute("PRAGMA synchronous = OFF")
-        db.execute("PRAGMA cache_size = -8192")
+        db = self._open("belay-table-", 8192, directory)
         db.execute("CREATE TABLE kv (o INTEGER NOT NULL, n INTEGER NOT NULL, k BLOB NOT NULL, v BLOB NOT NULL)")
-        self._db: sqlite3.Connection | None = db
         self._n = 0
 
     @classmethod
@@ -309,12 +318,7 @@ class DiskTable(Mapping[Any, Any]):
         return self._n
 
     def _rows(self, what: str) -> Iterator[Any]:
-        cur = self._conn().execute(f"SELECT {what} FROM kv ORDER BY o, n")
-        while True:
-            rows = cur.fetchmany(1000)
-            if not rows:
-                return
-            yield from rows
+        return self._stream(self._conn(), f"SELECT {what} FROM kv ORDER BY o, n")
 
     def __iter__(self) -> Iterator[Any]:
         for (k,) in self._rows("k"):
@@ -335,21 +339,6 @@ class DiskTable(Mapping[Any, Any]):
 
     def keys(self) -> Iterator[Any]:  # type: ignore[override]
         return iter(self)
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        try:
-            os.unlink(self._path)
-        except OSError:
-            pass
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (OSError, sqlite3.Error, AttributeError, TypeError):
-            pass
 
     def __reduce__(self) -> Any:  # pickles as a plain dict
         return (dict, (list(self.items()),))
@@ -382,7 +371,7 @@ def on_disk(state: Any, cache: int = 5_000) -> Any:
     )
 
 
-class TimeSeries:
+class TimeSeries(_Scratch):
     """Events appended once (a run's lease and priority samples: two a second for hours), read back in
     the order they came or in time order, without holding them in memory (issue 27, item 3).
 
@@ -393,14 +382,8 @@ class TimeSeries:
     """
 
     def __init__(self, directory: str | None = None) -> None:
-        fd, self._path = tempfile.mkstemp(prefix="belay-series-", suffix=".sqlite", dir=directory)
-        os.close(fd)
-        db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
-        db.execute("PRAGMA journal_mode = OFF")
-        db.execute("PRAGMA synchronous = OFF")
-        db.execute("PRAGMA cache_size = -4096")
+        db = self._open("belay-series-", 4096, directory)
         db.execute("CREATE TABLE ev (id INTEGER PRIMARY KEY, at REAL NOT NULL, v BLOB NOT NULL)")
-        self._db: sqlite3.Connection | None = db
         self._pending: list[tuple[float, bytes]] = []
         self._n = 0
         self._indexed = False
@@ -429,13 +412,8 @@ class TimeSeries:
         return self._n > 0
 
     def _rows(self, sql: str, args: tuple = ()) -> Iterator[tuple[float, Any]]:
-        cur = self._conn().execute(sql, args)
-        while True:
-            rows = cur.fetchmany(500)
-            if not rows:
-                return
-            for at, v in rows:
-                yield at, pickle.loads(v)
+        for at, v in self._stream(self._conn(), sql, args):
+            yield at, pickle.loads(v)
 
     def _by_at(self) -> sqlite3.Connection:
         db = self._conn()
@@ -459,18 +437,3 @@ class TimeSeries:
     def first_at_or_after(self, t: float) -> tuple[float, Any] | None:
         self._by_at()
         return next(self._rows("SELECT at, v FROM ev WHERE at >= ? ORDER BY at, id LIMIT 1", (t,)), None)
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        try:
-            os.unlink(self._path)
-        except OSError:
-            pass
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (OSError, sqlite3.Error, AttributeError, TypeError):
-            pass
