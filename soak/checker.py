@@ -383,7 +383,7 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
 IDLE_S = 10.0  # the reference's idle poll ceiling is 0.5 s (§9.1): twenty of them without a claim
 
 
-def _idle_end_of_drain(history, timeline, ev) -> tuple[float, list[str]] | None:
+def _idle_end_of_drain(history, timeline, ev=None) -> tuple[float, list[str]] | None:
     """(window start, nodes that ran) when the drain ended unfinished and every lease sample of its last
     IDLE_S seconds (at least 5 of them) saw no running row, with a worker running and the database up."""
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
@@ -391,7 +391,10 @@ def _idle_end_of_drain(history, timeline, ev) -> tuple[float, list[str]] | None:
         return None
     t1 = float(drain["t"])
     t0 = t1 - IDLE_S
-    samples = [e for _at, e in ev.series["lease_sample"].between(t0, t1)]  # IDLE_S of samples: a few dozen
+    if ev is not None:  # the run's samples on disk: IDLE_S of them, a few dozen
+        samples = [e for _at, e in ev.series["lease_sample"].between(t0, t1)]
+    else:
+        samples = [e for e in history if e.get("type") == "lease_sample" and t0 <= float(e.get("at", e["t"])) <= t1]
     if len(samples) < 5 or any(e.get("rows") for e in samples) or timeline.db_down_during(t0, t1):
         return None
     ran = sorted(n for n in timeline.started if timeline.node_ran(n, t0, t1))
@@ -431,7 +434,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
     # An unfinished drain whose last IDLE_S seconds every lease sample saw no running row at all, while a
     # worker ran and the database was up: a ready job due through that window was not claimed by anyone —
     # no overload explains it (nothing ran); the polling floor did not fire (§9). A violation, not unknown.
-    idle = _idle_end_of_drain(history, timeline, ev) if ev is not None else None
+    idle = _idle_end_of_drain(history, timeline, ev)
     if idle is not None:
         for job in list(left):
             due_t = (job.ready_at or job.inserted_at).timestamp() if (job.ready_at or job.inserted_at) else 0.0

@@ -292,10 +292,14 @@ def _drain_history(rows_at: float | None = None, drained: bool = False, db_crash
 def test_an_idle_end_of_an_unfinished_drain_is_found_only_when_nothing_ran_and_the_database_was_up():
     from soak.checker import IDLE_S, Timeline, _idle_end_of_drain
 
+    from soak.duties import Evidence
+
     h = _drain_history()
     assert _idle_end_of_drain(h, Timeline(h)) == (30.0 - IDLE_S, ["w1-1"])
+    assert _idle_end_of_drain(h, Timeline(h), Evidence(h, 10.0)) == (30.0 - IDLE_S, ["w1-1"])  # samples on disk
     for h in (_drain_history(rows_at=28.0), _drain_history(drained=True), _drain_history(db_crash=True)):
         assert _idle_end_of_drain(h, Timeline(h)) is None
+        assert _idle_end_of_drain(h, Timeline(h), Evidence(h, 10.0)) is None
 
 
 def test_a_variant_that_crashes_on_its_own_drift_is_not_counted_as_caught(tmp_path):
