@@ -500,6 +500,7 @@ class Worker:
         self._claim_lock = threading.Lock()
         self._recover_lock = threading.Lock()  # one recovery at a time (the renewal thread, a draining stop)
         self._claims_in_flight = 0
+        self._claim_starts: list[datetime] = []  # the clock when each claim-bearing call in flight began
         self._claim_gen = 0  # claim-bearing calls ended (a census is valid only if none started or ended)
         self._recover_due = False
         self._renew_wake = threading.Event()
@@ -553,35 +554,40 @@ class Worker:
     @contextlib.contextmanager
     def claiming(self) -> Iterator[None]:
         """A claim-bearing call and the registration of what it claimed: no census is trusted meanwhile."""
+        began = self.clock()  # before the call builds its `now`: its leases end at or after began + ttl
         with self._claim_lock:
             self._claims_in_flight += 1
+            self._claim_starts.append(began)
         try:
             yield
         finally:
             with self._claim_lock:
                 self._claims_in_flight -= 1
+                self._claim_starts.remove(began)
                 self._claim_gen += 1
 
     def recover_claims(self) -> int:
-        """Adopt the jobs this node holds a live lease on that no execution here knows: the census
-        (`held_leases`) is compared with what was registered before it was read, and trusted only when no
-        claim-bearing call was in flight or ended meanwhile (else it stays due). Returns the jobs adopted;
-        they run here as if this node's claim had returned them, and are renewed at once."""
+        """Adopt the jobs this node holds a live lease on that no execution here knows. The census
+        (`held_leases`) is read first, then compared with what is registered; a row counts as an orphan
+        only if no claim-bearing call in flight when the registrations were read can have leased it: its
+        lease ends before that call began + ttl (a call's leases end at its `now` + ttl, and its `now` is
+        taken after it began). A call that ended before the registrations were read has registered its
+        rows. So a busy node, always claiming, still adopts what a lost claim leased it (the 55-minute
+        soak of seed 2030: a census never trusted while claims flowed, two orphans' leases expired, P2).
+        Recovery stays due while any call was in flight. Returns the jobs adopted; they run here as if
+        this node's claim had returned them, and are renewed at once."""
         with self._recover_lock:
             return self._recover_claims()
 
     def _recover_claims(self) -> int:
-        with self._claim_lock:
-            if self._claims_in_flight:
-                return 0
-            gen = self._claim_gen
-        before = {i: c.attempt for i, c in self._running_contexts().items()}
         node, queues = self.config.node, sorted(self.producers)
         jobs = self.call(lambda: self.store.held_leases(node, queues), "claim recovery")
-        with self._claim_lock:
-            if self._claims_in_flight or self._claim_gen != gen:
-                return 0  # a claim raced the census: try again next round
-            self._recover_due = False
+        with self._claim_lock:  # what is registered and what is in flight, read together
+            before = {i: c.attempt for i, c in self._running_contexts().items()}
+            oldest = min(self._claim_starts, default=None)
+            self._recover_due = oldest is not None  # a call in flight may yet turn out lost: look again
+        ttl = timedelta(seconds=self.config.lease_ttl)
+        jobs = [j for j in jobs if oldest is None or (j.lease_until is not None and j.lease_until < oldest + ttl)]
         orphans = [j for j in jobs if before.get(j.id) != j.attempt]
         for job in orphans:
             log.warning(

@@ -150,6 +150,39 @@ def test_a_census_is_not_trusted_while_a_claim_is_in_flight(db_url):
     assert worker.recovered == 0 and ran == [(jobs[0].id, 1, "ran")], "the claimed job ran once, not adopted twice"
 
 
+def test_a_busy_node_still_adopts_an_orphan_while_other_claims_are_in_flight(db_url):
+    """A census was trusted only when no claim was in flight: on a busy node that is never, and the orphans
+    of a lost claim waited out their leases (the 55-minute soak of seed 2030, P2 x2: node w3-161's claim was
+    cut by its deadline under injected latency, committed, and its two jobs expired 10 s later while its
+    producer kept claiming). A row whose lease ends before the in-flight call began + ttl cannot be that
+    call's: it is adopted; the in-flight call's own row is not."""
+    ran: list = []
+    worker = _worker(db_url, ran, cut=False)
+    ttl = timedelta(seconds=3)
+    try:
+        with Client(db_url) as client:
+            client.enqueue(Q, "note")
+        # the orphan: a claim committed whose reply the node never had (nothing registered it)
+        [orphan] = worker.store.apply(w.Claim(worker.clock(), Q, "n1", 1, ttl, QueueOpts(4, 4))).jobs
+        time.sleep(0.05)
+        with Client(db_url) as client:
+            client.enqueue(Q, "note")
+        with worker.claiming():  # another claim in flight, its job not registered yet
+            [mine] = worker.store.apply(w.Claim(worker.clock(), Q, "n1", 1, ttl, QueueOpts(4, 4))).jobs
+            worker._recover_due = True
+            assert worker.recover_claims() == 1, "the orphan is adopted although a claim is in flight"
+            assert worker._recover_due, "still due: the call in flight may yet turn out lost"
+            assert set(worker._running_contexts()) == {orphan.id}, "the in-flight claim's row is left to it"
+            worker.producers[Q].adopt((), (mine,))
+        assert worker.recover_claims() == 0 and not worker._recover_due
+        wait_for(lambda: len(ran) == 2, 10, "both jobs to run")
+    finally:
+        for p in worker.producers.values():
+            p.pool.shutdown(wait=True)
+        worker.store.close()
+    assert worker.recovered == 1 and sorted(ran) == sorted([(orphan.id, 1, "ran"), (mine.id, 1, "ran")])
+
+
 class CutBeforeSigterm(PgStore):
     """The first claim-bearing call fails as a cut connection does (nothing committed), and the node's
     SIGTERM arrives meanwhile: the retry comes after the signal."""

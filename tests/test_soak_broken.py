@@ -291,7 +291,6 @@ def _drain_history(rows_at: float | None = None, drained: bool = False, db_crash
 
 def test_an_idle_end_of_an_unfinished_drain_is_found_only_when_nothing_ran_and_the_database_was_up():
     from soak.checker import IDLE_S, Timeline, _idle_end_of_drain
-
     from soak.duties import Evidence
 
     h = _drain_history()
