@@ -568,27 +568,37 @@ class Worker:
 
     def recover_claims(self) -> int:
         """Adopt the jobs this node holds a live lease on that no execution here knows. The census
-        (`held_leases`) is read first, then compared with what is registered; a row counts as an orphan
-        only if no claim-bearing call in flight when the registrations were read can have leased it: its
-        lease ends before that call began + ttl (a call's leases end at its `now` + ttl, and its `now` is
-        taken after it began). A call that ended before the registrations were read has registered its
-        rows. So a busy node, always claiming, still adopts what a lost claim leased it (the 55-minute
-        soak of seed 2030: a census never trusted while claims flowed, two orphans' leases expired, P2).
-        Recovery stays due while any call was in flight. Returns the jobs adopted; they run here as if
-        this node's claim had returned them, and are renewed at once."""
+        (`held_leases`) is compared with what was registered before it was read and after; a row counts as
+        an orphan only if no claim-bearing call in flight then, or begun since, can have leased it: its
+        lease ends before the oldest such call began + ttl (a call's leases end at its `now` + ttl, and its
+        `now` is taken after it began; a call that ended has registered its rows). So a busy node, always
+        claiming, still adopts what a lost claim leased it (the 55-minute soak of seed 2030: a census
+        never trusted while claims flowed, two orphans' leases expired, P2). Recovery stays due while a
+        call is in flight. Returns the jobs adopted; they run here as if this node's claim had returned
+        them, and are renewed at once."""
         with self._recover_lock:
             return self._recover_claims()
 
     def _recover_claims(self) -> int:
+        # Registrations are read before the census and after it: a job acked and forgotten while the census
+        # was read is in the first, one a call registered meanwhile in the second. Any call in flight at
+        # the first read, or begun since, began no later than `cutoff`: its leases end at or after cutoff +
+        # ttl, while what a lost call leased (it ended before this recovery) ends before now + ttl.
+        with self._claim_lock:
+            cutoff = min([self.clock(), *self._claim_starts])
+            known = {(i, c.attempt) for i, c in self._running_contexts().items()}
         node, queues = self.config.node, sorted(self.producers)
         jobs = self.call(lambda: self.store.held_leases(node, queues), "claim recovery")
-        with self._claim_lock:  # what is registered and what is in flight, read together
-            before = {i: c.attempt for i, c in self._running_contexts().items()}
-            oldest = min(self._claim_starts, default=None)
-            self._recover_due = oldest is not None  # a call in flight may yet turn out lost: look again
-        ttl = timedelta(seconds=self.config.lease_ttl)
-        jobs = [j for j in jobs if oldest is None or (j.lease_until is not None and j.lease_until < oldest + ttl)]
-        orphans = [j for j in jobs if before.get(j.id) != j.attempt]
+        with self._claim_lock:
+            known |= {(i, c.attempt) for i, c in self._running_contexts().items()}
+            in_flight = bool(self._claim_starts)
+        limit = cutoff + timedelta(seconds=self.config.lease_ttl)
+        unknown = [j for j in jobs if (j.id, j.attempt) not in known]
+        orphans = [j for j in unknown if j.lease_until is not None and j.lease_until < limit]
+        # Look again next round while a call is in flight (it may yet turn out lost) or a row was passed
+        # over because a call in flight could have leased it (that call may be the lost one, still
+        # registering: recovery is woken by its retry before it has left `claiming`).
+        self._recover_due = in_flight or len(orphans) < len(unknown)
         for job in orphans:
             log.warning(
                 "belay claim recovery: job=%s attempt=%s is leased to this node by a claim whose commit it "
