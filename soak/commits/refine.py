@@ -1384,6 +1384,11 @@ class Validator:
         self.world.spill()
         self.raw.spill()
 
+    def close(self) -> None:
+        """Remove the scratch files of the spilled maps."""
+        self.world.close()
+        self.raw.close()
+
     def _claim_after_term(self, tx: TxRows, claim: w.Claim) -> None:
         """P11: a claim by a node after its own SIGTERM. Both clocks must say so: the commit (the server's
         clock, the harness's machine) more than CLAIM_SETTLE after the signal — a claim in flight at the
@@ -1461,8 +1466,7 @@ def validate(
             r.snapshot_diff = v.compare(final_state)
             r.matches_snapshot = not r.snapshot_diff
     finally:
-        v.world.close()
-        v.raw.close()
+        v.close()
     if r.unexplained_hard:
         r.verdict = "invalid"
         r.why = f"{r.unexplained} transaction(s) no operation of the model explains"

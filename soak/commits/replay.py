@@ -491,18 +491,19 @@ class Replayer:
             self._report(tx, new_findings, changed_rows)
         self.spill()
 
+    SPILLED = ("jobs", "steps", "events", "raw", "steps_by_job", "history")  # the SpillDict maps
+
     def spill(self) -> None:
         """Between two transactions: the rows not used lately go to disk (references held inside a
         transaction stay valid: nothing spills while one is applied)."""
-        for d in (self.jobs, self.steps, self.events, self.raw, self.steps_by_job, self.history):
-            d.spill()
+        for n in self.SPILLED:
+            getattr(self, n).spill()
 
     def spill_stats(self) -> dict[str, dict[str, int]]:
-        names = ("jobs", "steps", "events", "raw", "steps_by_job", "history")
-        return {n: getattr(self, n).stats() for n in names}
+        return {n: getattr(self, n).stats() for n in self.SPILLED}
 
     def close(self) -> None:
-        for n in ("jobs", "steps", "events", "raw", "steps_by_job", "history"):
+        for n in self.SPILLED:
             getattr(self, n).close()
 
     # --- capture gaps ------------------------------------------------------------------------------
@@ -852,11 +853,7 @@ class _Frames:
             yield from rows
 
 
-KEY_OF = {
-    "jobs": lambda j: j.id,
-    "steps": lambda s: (s.job_id, s.name),
-    "events": lambda e: (e.job_id, e.seq),
-}
+KEY_OF = {TABLE_ATTR[t]: CONVERT[t][1] for t in ("belay_jobs", "belay_steps", "belay_events")}  # the big ones
 
 
 def main(argv: list[str] | None = None) -> None:

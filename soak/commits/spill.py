@@ -1,7 +1,7 @@
 """A dict that keeps its least recently used entries in a SQLite file: the history checks' memory is
 bounded by the entries in use, not by the length of the run (issue 27, item 3).
 
-    d = SpillDict(hot=50_000)            # like a dict; default_factory= makes it a defaultdict
+    d = SpillDict(hot=20_000)            # like a dict; default_factory= makes it a defaultdict
     d[k] = v; d[k]; k in d; del d[k]
     d.spill()                            # between two transactions: move entries past `hot` to disk
 
@@ -91,8 +91,6 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         self._cap = hot
         self._default = default_factory
         self._dir = directory
-        self._db: sqlite3.Connection | None = None
-        self._path: str | None = None
         self._cold = 0  # entries on disk
         self.spilled = 0  # entries ever moved to disk (a statistic)
         self.faulted = 0  # entries ever read back
@@ -253,8 +251,9 @@ class DiskTable(_Scratch, Mapping[Any, Any]):
 
         t = DiskTable.build(((job.id, job) for job in rows), cache=5_000)
 
-    Used for the end-of-run snapshot of a long soak (soak/commits/hook.py `big_tables`): the invariant and
-    duty checks read it like the dict a short run gets.
+    Used for the end-of-run snapshot of a long soak (impl.snapshot.snapshot_streamed with `disk_table`,
+    in soak/run.py and soak/commits/hook.py): the invariant and duty checks read it like the dict a short
+    run gets.
     """
 
     ordered = True  # iterates in key order (model.state.in_key_order streams it instead of sorting)
