@@ -167,6 +167,7 @@ class Timeline:
         self.db_down: list[list[float]] = []
         self.slot_of: dict[str, int] = {}  # issue 13: network faults isolate a worker *slot* (all incarnations)
         self.isolated: dict[int, list[list[float]]] = defaultdict(list)
+        self.slowed: dict[int, list[list[float]]] = defaultdict(list)  # injected latency, per slot
         self.cuts: list[list[Any]] = []
         self.end = max((float(e["t"]) for e in history), default=0.0)
         for e in sorted(history, key=lambda e: float(e["t"])):
@@ -189,6 +190,10 @@ class Timeline:
                 self.isolated[e["slot"]].append([t, float("inf")])
             elif kind == "net_heal" and e.get("fault") in ("partition", "stall") and self.isolated[e["slot"]]:
                 self.isolated[e["slot"]][-1][1] = t
+            elif kind == "net_latency":
+                self.slowed[e["slot"]].append([t, float("inf")])
+            elif kind == "net_heal" and e.get("fault") == "latency" and self.slowed[e["slot"]]:
+                self.slowed[e["slot"]][-1][1] = t
             elif kind == "failover_begin":
                 self.db_down.append([t, float("inf")])
             elif kind == "standby_ready" and self.db_down and self.db_down[-1][1] == float("inf"):
@@ -208,6 +213,16 @@ class Timeline:
         if any(a <= t1 and b >= t0 for a, b in self.isolated.get(self.slot_of.get(node), ())):
             return False  # issue 13: its route was partitioned or stalled
         return not any(a <= t1 and b >= t0 for a, b in self.stopped.get(node, ()))
+
+    def frozen_in_flight(self, since: float, t0: float, t1: float) -> bool:
+        """A transaction begun after `since` may have held its row locks over [t0, t1] because of a fault,
+        not of its own making: a node SIGSTOPped, or its route partitioned or stalled, after `since` and
+        until t0 or later (its open transaction keeps what it locked before), or a route slowed by
+        injected latency at any time from `since` to t1 (every statement of its transactions waits)."""
+        frozen = [w for ws in self.stopped.values() for w in ws] + [w for ws in self.isolated.values() for w in ws]
+        if any(since <= a <= t1 and b >= t0 for a, b in frozen):
+            return True
+        return any(a <= t1 and b >= since for ws in self.slowed.values() for a, b in ws)
 
     def db_down_during(self, t0: float, t1: float) -> bool:
         return any(a <= t1 and b >= t0 for a, b in self.db_down)

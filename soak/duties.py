@@ -342,8 +342,30 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
                 )
 
 
+def _claim_began(ev: Evidence, key: tuple[int, int]) -> float | None:
+    """When the claim of attempt `key` began, by the claimer's clock: its first lease_until seen − ttl
+    (a claim leases until its now + ttl; a renewal comes ttl/3 later, lease samples every 0.5 s). None when
+    no lease sample saw the attempt."""
+    node = ev.attempt_node.get(key)
+    for _at, k, until in ev.first_seen.get(node, ()) if node else ():
+        if k == key:
+            return None if until is None else float(until) - ev.ttl
+    return None
+
+
 def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
-    """Returns how many batches had claims choosing between priorities (the scenario)."""
+    """Returns how many batches had claims choosing between priorities (the scenario).
+
+    Claims lock with SKIP LOCKED (§6): a due priority-0 row that another claim has locked is rightly
+    passed over for a priority-5 one while that claim is in flight — a claim slowed by injected latency,
+    a stall or a SIGSTOP holds its rows for seconds. So a priority-0 job that waited is a finding only
+    when the claim that later took it began after the wait (its lease_until − ttl, with the clock skew
+    allowed): it was free, and a claim took the priority-5 job over it (seed 2029's two-hour soak: a
+    claim under 175 ms/chunk latency held two priority-0 rows from 605.2 to 608.0 while two others
+    claimed around them). A claim frozen mid-transaction by a fault (SIGSTOP, a partitioned or stalled
+    route, latency) can hold the rows and then abort — its rows go to a later claim — so a wait while such
+    a fault began after the batch was due is not judged (seed 2029, batch 189: a node SIGSTOPped 0.4 s
+    after the batch was due held two priority-0 rows until its idle-in-transaction timeout, 5 s)."""
     contested = 0
     by_batch: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for e in ev.by_type["priority_sample"]:
@@ -353,7 +375,8 @@ def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
         had_choice, flagged = False, False
         for a, b in itertools.pairwise(samples):
             ta, tb = float(a["at"]), float(b["at"])
-            if ta < float(a["due"]) + ev.max_skew + 0.3 or tb - ta < 0.2 or timeline.db_down_during(ta - 1, tb):
+            due = float(a["due"])
+            if ta < due + ev.max_skew + 0.3 or tb - ta < 0.2 or timeline.db_down_during(ta - 1, tb):
                 continue
             ready_a = {i for i, p, s, att in a["rows"] if s == "ready" and att == 0}
             ready_b = {i for i, p, s, att in b["rows"] if s == "ready" and att == 0}
@@ -364,6 +387,12 @@ def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
             r.checks += 1
             waiting_low = sorted(i for i in ready_a & ready_b if prio[i] == 0)
             ahead = sorted(i for i in running_a if prio[i] > 0)
+            if waiting_low and ahead and not flagged:
+                # passed over while locked by a claim in flight (it began by tb): SKIP LOCKED, not a finding
+                began = {i: _claim_began(ev, (i, 1)) for i in waiting_low}
+                waiting_low = [i for i in waiting_low if (c := began[i]) is None or c > tb + ev.max_skew]
+                if waiting_low and timeline.frozen_in_flight(due - ev.max_skew, ta, tb):
+                    waiting_low = []  # a claim frozen by a fault may hold them, then abort: unjudged
             if waiting_low and ahead and not flagged:
                 flagged = True
                 r.add(

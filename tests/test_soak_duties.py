@@ -155,6 +155,41 @@ def test_p5_a_priority_5_job_running_while_a_due_priority_0_job_waits_is_flagged
     assert p5.verdict == "invalid" and "priority 0" in p5.counterexamples[0]
 
 
+def test_p5_a_priority_0_job_passed_over_while_a_claim_in_flight_held_it_is_not_flagged():
+    """SKIP LOCKED: the waiting job's own claim began (lease_until − ttl = 101.2) before the wait ended
+    (101.5) and committed later — it held the row, so claims around it rightly took priority 5."""
+    r = baseline()
+    r.history += [
+        priority_sample(101, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+        priority_sample(101.5, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+        lease_sample(102, [[51, 1, "w1-1", E0 + 101.2 + 10, "steps"]]),
+    ]
+    assert duty(r.check(), "P5").verdict == "valid"
+    # the same wait, but the claim that took job 51 began after it: the row was free, a finding
+    r.history[-1] = lease_sample(102.5, [[51, 1, "w1-1", E0 + 102.0 + 10, "steps"]])
+    p5 = duty(r.check(), "P5")
+    assert p5.verdict == "invalid" and "[51] of priority 0" in p5.counterexamples[0]
+
+
+def test_p5_a_wait_while_a_node_froze_after_the_batch_was_due_is_not_judged():
+    """A node SIGSTOPped after the batch was due may be frozen mid-claim holding priority-0 rows (then
+    abort at its idle-in-transaction timeout, its rows going to a later claim): unjudged. A node frozen
+    before the batch was due cannot hold them: still a finding."""
+    waits = [
+        priority_sample(101, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+        priority_sample(101.5, [[50, 5, "running", 1], [51, 0, "ready", 0]]),
+    ]
+    r = baseline()
+    r.history += [*waits, {"t": E0 + 100.3, "type": "worker_stop", "node": "w1-1"}]
+    assert duty(r.check(), "P5").verdict == "valid"
+    r = baseline()
+    r.history += [*waits, {"t": E0 + 99, "type": "worker_stop", "node": "w1-1"}]
+    assert duty(r.check(), "P5").verdict == "invalid"
+    r = baseline()  # latency on a route from before the batch was due: every claim of that node is slow
+    r.history += [*waits, {"t": E0 + 95, "type": "net_latency", "slot": 1, "node": "w1-1", "seconds": 10.0}]
+    assert duty(r.check(), "P5").verdict == "valid"
+
+
 def test_p5_priority_0_first_is_valid():
     r = baseline()
     r.history += [

@@ -350,6 +350,22 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            waiting_low = sorted(i for i in ready_a & ready_b if prio[i] < 0)  # MUTANT\n",
     ),
     _one(
+        "cert_p5_claim_begun_any_time_excuses_a_wait",
+        "P5: a waiting priority-0 job counts as held by a claim in flight whenever its claim began (even after the wait)",
+        "§duty P5",
+        DUTIES_PY,
+        "                waiting_low = [i for i in waiting_low if (c := began[i]) is None or c > tb + ev.max_skew]\n",
+        "                waiting_low = [i for i in waiting_low if began[i] is None]  # MUTANT\n",
+    ),
+    _one(
+        "cert_p5_a_node_frozen_before_the_batch_excuses_its_waits",
+        "P5: a node SIGSTOPped or cut off before the batch was due counts as holding its rows",
+        "§duty P5",
+        CHECKER_PY,
+        "        if any(since <= a <= t1 and b >= t0 for a, b in frozen):\n",
+        "        if any(a <= t1 and b >= t0 for a, b in frozen):  # MUTANT\n",
+    ),
+    _one(
         "cert_p6_cron_queue_not_compared",
         "P6: a cron job's queue is not compared with its belay_crons row",
         "§duty P6",
