@@ -80,11 +80,35 @@ class UniqueAttempt:
     at: datetime
 
 
+class LedgerRows:
+    """A long run's ledger entries kept in a disk-backed table keyed by job id (soak/ledger.py `read` with
+    `big`): iterated, counted and tested like the tuple a short run gets, in job-id order; `table` is the
+    by-id lookup itself (issue 27: 400,000 entries and their by-id dicts were ~250 MiB of the check)."""
+
+    def __init__(self, table: Mapping[int, LedgerEntry]) -> None:
+        self.table = table
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        return iter(self.table.values())
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __bool__(self) -> bool:
+        return len(self.table) > 0
+
+
 @dataclass(frozen=True)
 class SoakLedger:
-    entries: tuple[LedgerEntry, ...] = ()
+    entries: tuple[LedgerEntry, ...] | LedgerRows = ()
     observations: tuple[Observation, ...] = ()
     unique: tuple[UniqueAttempt, ...] = ()
+
+    def by_id(self) -> Mapping[int, LedgerEntry]:
+        """Each entry by its job id: the disk table of a long run's ledger, else a dict built here."""
+        if isinstance(self.entries, LedgerRows):
+            return self.entries.table
+        return {e.job_id: e for e in self.entries}
 
 
 class StepsByJob(Mapping[int, Mapping[str, Any]]):
@@ -283,7 +307,7 @@ def _check(state, ledger, history, committed, ev) -> CheckResult:
     drained = bool(drain and drain.get("drained"))
     snapshot_t = next((float(e["t"]) for e in reversed(history) if e.get("type") == "snapshot"), timeline.end)
     ttl = ev.ttl
-    by_id = {e.job_id: e for e in ledger.entries}
+    by_id = ledger.by_id()
     steps = StepsByJob(state.steps)
 
     _i1(results["I1"], state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history, ev)

@@ -242,7 +242,7 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
         1 for j in state.jobs.values() for e in j.errors if isinstance(e, Mapping) and e.get("error") == "lease_expired"
     )
     crash_at_crossing = 0
-    by_id = {e.job_id: e for e in ledger.entries}
+    by_id = ledger.by_id()
     for j in state.jobs.values():
         entry = by_id.get(j.id)
         if (

@@ -735,17 +735,17 @@ def p15_wait_spends_no_attempt(r: Any, state: Any, ledger: Any) -> int:
     succeeded job = attempt − 1 − errors (every other attempt ended by an error entry, reclaims included).
     The enqueued value is the one this run's non-parking ledger jobs kept (the driver gives all the same).
     Returns the parked-and-succeeded jobs judged."""
-    kinds = {e.job_id: e.kind for e in ledger.entries}
+    # the ledger streamed twice (a long run's is a disk table, issue 27), never a dict of every job's kind
     base = Counter(
-        state.jobs[i].max_attempts
-        for i, k in kinds.items()
-        if i in state.jobs and k not in PARKING_KINDS and k != "slow"
+        job.max_attempts
+        for e in ledger.entries
+        if e.kind not in PARKING_KINDS and e.kind != "slow" and (job := state.jobs.get(e.job_id)) is not None
     )
     if not base:
         return 0
     m0 = base.most_common(1)[0][0]
     judged = 0
-    for job_id, kind in sorted(kinds.items()):
+    for job_id, kind in sorted((e.job_id, e.kind) for e in ledger.entries if e.kind in PARKING_KINDS):
         job = state.jobs.get(job_id)
         if kind not in PARKING_KINDS or job is None or job.state != "succeeded":
             continue

@@ -6,9 +6,11 @@ The driver writes `soak_ledger` / `soak_unique` rows in the same transaction as 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+
 import psycopg
 
-from soak.checker import LedgerEntry, Observation, SoakLedger, UniqueAttempt
+from soak.checker import LedgerEntry, LedgerRows, Observation, SoakLedger, UniqueAttempt
 
 DDL = """
 CREATE TABLE IF NOT EXISTS soak_ledger (
@@ -43,14 +45,27 @@ def install(conn: psycopg.Connection) -> None:
     conn.execute(DDL)
 
 
-def read(conn: psycopg.Connection) -> SoakLedger:
-    """The whole ledger, in one REPEATABLE READ transaction."""
+def read(
+    conn: psycopg.Connection,
+    big: Callable[[Iterator[tuple[int, LedgerEntry]]], Mapping[int, LedgerEntry]] | None = None,
+    big_over: int = 10_000,
+) -> SoakLedger:
+    """The whole ledger, in one REPEATABLE READ transaction. With `big` (soak/commits/spill.py
+    `disk_table`), a ledger of `big_over` entries or more is streamed through a server-side cursor into it
+    (`LedgerRows`), not held in a tuple: a long run's ledger is one entry per job (issue 27)."""
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        entries = tuple(
-            LedgerEntry(*r)
-            for r in conn.execute("SELECT job_id, kind, expected, inserted_at, detail FROM soak_ledger ORDER BY job_id")
-        )
+        counted = conn.execute("SELECT count(*) FROM soak_ledger").fetchone()
+        n = counted[0] if counted else 0
+        entries: tuple[LedgerEntry, ...] | LedgerRows
+        with conn.cursor(name="soak_ledger_entries") as cur:
+            cur.itersize = 2000
+            cur.execute("SELECT job_id, kind, expected, inserted_at, detail FROM soak_ledger ORDER BY job_id")
+            rows = (LedgerEntry(*r) for r in cur)
+            if big is not None and n >= big_over:
+                entries = LedgerRows(big((e.job_id, e) for e in rows))
+            else:
+                entries = tuple(rows)
         observations = tuple(
             Observation(*r)
             for r in conn.execute(

@@ -39,6 +39,14 @@ def peak_rss_bytes(pid: int | str = "self") -> int | None:
     return _status_bytes(pid, b"VmHWM:")
 
 
+def check_phase(mem: dict[str, Any], name: str) -> None:
+    """Note the harness's peak RSS so far at the end of one step of the end-of-run check (snapshot,
+    ledger, history, checkers, report): the summary says which step raised the peak."""
+    peak = peak_rss_bytes()
+    if mem and peak is not None:
+        mem.setdefault("check_phases", []).append([name, round(peak / MiB, 1)])
+
+
 def add_check_peak(mem: dict[str, Any]) -> dict[str, Any]:
     """The harness's lifetime peak RSS, read after the end-of-run check: the samples stop before it, and
     the check (snapshot, replay, trace validation, checkers) is where a long run's memory went."""
@@ -159,6 +167,8 @@ def describe(mem: dict[str, Any], report_bytes: int) -> str:
             text += f", at 10 min {h['at_10_min']}"
         if "peak_with_check" in h:
             text += f"; peak with the end-of-run check {h['peak_with_check']}"
+            if mem.get("check_phases"):
+                text += " — peak after " + ", ".join(f"{n} {v}" for n, v in mem["check_phases"])
         parts.insert(0, text + ")")
         parts.insert(1, f"worker RSS at start {w['start']} MiB, at end {w['end']} MiB (max {w['max']})")
         if "oldest_worker" in mem:

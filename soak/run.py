@@ -43,7 +43,7 @@ from soak.commits.spill import disk_table
 from soak.driver import Driver, DriverConfig
 from soak.duties import SAMPLE_TYPES
 from soak.history import History
-from soak.memory import MemorySampler, add_check_peak, dir_size
+from soak.memory import MemorySampler, add_check_peak, check_phase, dir_size
 from soak.memory import describe as describe_memory
 from soak.nemesis import Nemesis, Workers, fault_rates
 from soak.scenarios import ADMISSION_QUEUES
@@ -115,10 +115,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--disk-tables-over",
         type=int,
-        default=50_000,
+        default=10_000,
         metavar="ROWS",
-        help="end-of-run check: jobs, steps and events tables with more rows than this are read into a "
-        "disk-backed table, not memory (default %(default)s; issue 27)",
+        help="end-of-run check: the jobs, steps, events and ledger tables with this many rows or more are read "
+        "into a disk-backed table, not memory (default %(default)s; issue 27)",
     )
     netfaults.add_arguments(p)  # issue 13
     args = p.parse_args(argv)
@@ -448,17 +448,21 @@ def run(args: argparse.Namespace) -> int:
         with psycopg.connect(harness_url, autocommit=True) as c:
             history.record("snapshot")
             state = snapshot_streamed(c, big=disk_table, big_over=args.disk_tables_over)  # big ones on disk
-            led = soak_ledger.read(c)
+            check_phase(meta["memory"], "snapshot")
+            led = soak_ledger.read(c, big=disk_table, big_over=args.disk_tables_over)  # a long run's on disk
+            check_phase(meta["memory"], "ledger")
         progress.close()
         driver.close()
         workers.terminate()
         meta["driver"] = driver.counters()
         meta["elapsed_seconds"] = round(time.monotonic() - started, 1)
         hist_result = hist.finish(args.disk_tables_over)  # issue 12: workers and driver have stopped writing
+        check_phase(meta["memory"], "history")
         # read back from history.jsonl; the lease and priority samples (most of a long run's history) are
         # streamed into the checker's disk-backed series, never held in a list (issue 27)
         events = history.snapshot(skip=SAMPLE_TYPES)
         result = check(state, led, events, hist_result.refinement, samples=history.of_types(SAMPLE_TYPES))
+        check_phase(meta["memory"], "checkers")
         for log in (run_dir / "workers").glob("*.log"):
             text = redact(log.read_text(errors="replace"))
             if password:
@@ -467,6 +471,8 @@ def run(args: argparse.Namespace) -> int:
         add_check_peak(meta["memory"])  # the samples stopped before the check: its peak, said apart
         results = report.write(run_dir, result, state, events, meta)
         hist.add_to_report(run_dir, events)  # issue 12
+        check_phase(meta["memory"], "report")
+        add_check_peak(meta["memory"])  # the summary line's peak includes writing the report
         code = combine_exit(result.exit_code, hist_result)
         size_line = "- memory and size: " + describe_memory(meta["memory"], dir_size(run_dir))
         with open(run_dir / "summary.md", "a") as f:

@@ -204,6 +204,33 @@ def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):  # noqa: F811
     )
 
 
+def test_a_ledger_read_into_a_disk_table_equals_the_tuple(url):  # noqa: F811
+    """soak/ledger.py `read` with `big`: a ledger of big_over entries or more is streamed into the disk
+    table (LedgerRows), iterated in job-id order and looked up by id like the tuple and its dict."""
+    import psycopg
+
+    from soak import ledger as soak_ledger
+    from soak.checker import LedgerRows
+    from soak.commits.spill import DiskTable, disk_table
+
+    with psycopg.connect(url, autocommit=True) as c:
+        soak_ledger.install(c)
+        c.execute("TRUNCATE soak_ledger")
+        for i in (7, 3, 5, 11):
+            c.execute(
+                "INSERT INTO soak_ledger VALUES (%s, 'echo', 'succeeded', now(), %s)",
+                (i, psycopg.types.json.Jsonb({"n": i})),
+            )
+        plain = soak_ledger.read(c)
+        small = soak_ledger.read(c, big=disk_table, big_over=5)  # 4 entries: under the bar, a tuple
+        big = soak_ledger.read(c, big=disk_table, big_over=4)
+    assert isinstance(plain.entries, tuple) and isinstance(small.entries, tuple)
+    assert isinstance(big.entries, LedgerRows) and isinstance(big.entries.table, DiskTable)
+    assert [e.job_id for e in plain.entries] == [3, 5, 7, 11] and list(big.entries) == list(plain.entries)
+    assert len(big.entries) == 4 and bool(big.entries) and big.by_id()[5] == plain.by_id()[5]
+    assert big.by_id()[5].detail == {"n": 5} and big.by_id().get(4) is None
+
+
 def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_the_samples_streamed(monkeypatch):
     """Each test of tests/test_soak_checker.py and tests/test_soak_duties.py builds a run and checks it;
     here each of those runs is checked twice — its state in dicts and every event in the history list,
@@ -211,12 +238,13 @@ def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_t
     samples handed over as a separate stream (as the soak does) — and the two results must be the same
     to the last counterexample."""
     import inspect
+    from dataclasses import replace
 
     import tests.test_soak_checker as tsc
     import tests.test_soak_duties as tsd
     from model.state import from_rows
-    from soak.checker import SoakLedger, check
-    from soak.commits.spill import on_disk
+    from soak.checker import LedgerRows, SoakLedger, check
+    from soak.commits.spill import DiskTable, on_disk
     from soak.duties import SAMPLE_TYPES
 
     compared = []
@@ -228,11 +256,13 @@ def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_t
             sorted(self.events, key=lambda e: (e.job_id, e.seq)),
             self.signals,
         )
-        ledger = SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique))
+        entries = tuple(sorted(self.ledger, key=lambda e: e.job_id))  # as soak/ledger.py reads it
+        ledger = SoakLedger(entries, tuple(self.observations), tuple(self.unique))
         plain = check(state, ledger, self.history)
         rest = [e for e in self.history if e.get("type") not in SAMPLE_TYPES]
         streamed = (e for e in self.history if e.get("type") in SAMPLE_TYPES)
-        disk = check(on_disk(state, cache=1), ledger, rest, samples=streamed)
+        on_disk_ledger = replace(ledger, entries=LedgerRows(DiskTable.build(((e.job_id, e) for e in entries), cache=1)))
+        disk = check(on_disk(state, cache=1), on_disk_ledger, rest, samples=streamed)
         assert json.dumps(disk.to_json(), default=str) == json.dumps(plain.to_json(), default=str)
         compared.append(plain.verdict)
         return plain

@@ -102,7 +102,7 @@ class HistoryCheck:
     def line_prefix(self) -> str:
         return "history"
 
-    def finish(self, disk_tables_over: int = 50_000) -> HistoryResult:
+    def finish(self, disk_tables_over: int = 10_000) -> HistoryResult:
         """Drain the slot, take the final snapshot, replay. Call once no worker or driver writes any more."""
         if self.capture is None:
             self.result = HistoryResult("skipped", why=self.skipped or "")

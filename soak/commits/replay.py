@@ -795,7 +795,8 @@ def save_state(state: State, path: Path) -> None:
         def dump(obj: Any) -> None:  # one pickle per frame (its own memo): read back with pickle.load
             f.write(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
 
-        dump({"format": STATE_FORMAT, "meta": (state.version, state.contract_major, state.next_id)})
+        rows = {attr: len(getattr(state, attr)) for attr in STATE_TABLES}  # load_state's choice, without a list
+        dump({"format": STATE_FORMAT, "meta": (state.version, state.contract_major, state.next_id), "rows": rows})
         for attr in STATE_TABLES:
             chunk: list[Any] = []
             for row in getattr(state, attr).values():
@@ -809,7 +810,7 @@ def save_state(state: State, path: Path) -> None:
     tmp.replace(path)
 
 
-def load_state(path: Path, big: Any = None, big_over: int = 50_000) -> State:
+def load_state(path: Path, big: Any = None, big_over: int = 10_000) -> State:
     """The state save_state wrote (or an older run's single pickle, gzip or plain). With `big` (a
     DiskTable builder), jobs, steps and events past `big_over` rows are streamed into it, not into dicts."""
     with open(path, "rb") as raw:
@@ -829,11 +830,17 @@ def load_state(path: Path, big: Any = None, big_over: int = 50_000) -> State:
                 if big is None or attr not in KEY_OF:
                     lists[attr] = list(rows)
                     continue
-                first = list(itertools.islice(rows, big_over))
+                key = KEY_OF[attr]
+                if attr in head.get("rows", {}):  # counted when saved: no list of the first big_over rows
+                    if head["rows"][attr] < big_over:
+                        lists[attr] = list(rows)
+                    else:
+                        mapped[attr] = big((key(r), r) for r in rows)
+                    continue
+                first = list(itertools.islice(rows, big_over))  # a file saved before the counts
                 if len(first) < big_over:
                     lists[attr] = first
                 else:
-                    key = KEY_OF[attr]
                     mapped[attr] = big((key(r), r) for r in itertools.chain(first, rows))
     small = from_rows(*(lists.get(a, ()) for a in STATE_TABLES), version=v, contract_major=c, next_id=n)
     return replace(small, **mapped)  # the big tables as built, the rest as from_rows made them
