@@ -1,12 +1,12 @@
 """The end-of-run check's memory against the length of a run (issue 27, item 3), on synthetic runs.
 
-    .venv/bin/python -m bench.check_memory [--jobs 20000 80000 320000] [--samples-per-job 0.05]
+    .venv/bin/python -m bench.check_memory [--jobs 20000 80000 320000]
 
 Each configuration runs in a fresh process: it builds a finished run of N `echo` jobs (each in the ledger,
 succeeded on attempt 1) with lease samples every 0.5 s over the run's length (20 jobs/s, as a default
 soak: 30 running rows each), then runs `soak.checker.check` — once with the snapshot in dicts and the
-samples in the history list (the check as it was), once with the snapshot in DiskTables and the samples
-streamed (`--disk-tables-over`, what the soak does past 50,000 rows). It prints the process's peak RSS
+samples in the history list (the check as it was), once with the snapshot and the ledger in DiskTables
+and the samples streamed (`--disk-tables-over`, what the soak does from 10,000 rows on). It prints the process's peak RSS
 (VmHWM, read from /proc after the check) and the check's wall time, and the bytes per job between the
 smallest and the largest run. Not a soak: only the checker's data structures are measured.
 """
@@ -29,7 +29,7 @@ def _one(n: int, disk: bool) -> dict:
     from model.envelope import encode
     from model.rows import Job
     from model.state import from_rows
-    from soak.checker import LedgerEntry, SoakLedger, check
+    from soak.checker import LedgerEntry, LedgerRows, SoakLedger, check
     from soak.commits.spill import DiskTable
     from soak.memory import peak_rss_bytes
 
@@ -86,10 +86,12 @@ def _one(n: int, disk: bool) -> dict:
         {"t": e0 + duration + 5, "type": "drain_end", "drained": True},
         {"t": e0 + duration + 6, "type": "snapshot"},
     ]
-    ledger = SoakLedger(
-        tuple(LedgerEntry(i, "echo", "succeeded", T0 + timedelta(seconds=i / RATE), {}) for i in range(1, n + 1))
-    )
-    if disk:
+
+    def entries():
+        return (LedgerEntry(i, "echo", "succeeded", T0 + timedelta(seconds=i / RATE), {}) for i in range(1, n + 1))
+
+    if disk:  # the ledger streamed into a disk table as soak/ledger.py reads a long run's (LedgerRows)
+        ledger = SoakLedger(LedgerRows(DiskTable.build((e.job_id, e) for e in entries())))
         jobs = DiskTable.build((i, job(i)) for i in range(1, n + 1))
         base = from_rows((), next_id=n + 1)
         from dataclasses import replace
@@ -98,6 +100,7 @@ def _one(n: int, disk: bool) -> dict:
         t = time.perf_counter()
         result = check(state, ledger, history, samples=samples())
     else:
+        ledger = SoakLedger(tuple(entries()))
         state = from_rows((job(i) for i in range(1, n + 1)), next_id=n + 1)
         t = time.perf_counter()
         result = check(state, ledger, [*history, *samples()])

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from model.state import in_key_order
-from soak.commits.spill import TimeSeries
+from soak.commits.spill import TimeSeries, _Scratch
 
 DUTIES: dict[str, str] = {
     "P1": "PROTOCOL §1: stays up — never exits by itself (database loss included) except the exits a kind asks for",
@@ -102,6 +102,122 @@ class Samples:
         return None if found is None else (found[0], self._rows(found[1]))
 
 
+Key = tuple[int, int]  # (job id, attempt)
+
+
+class AttemptFacts(_Scratch):
+    """What the lease samples say of each attempt they saw running — its node and kind, when it was first
+    and last seen, its first and latest lease_until, whether a renewal was seen — in a SQLite scratch
+    table (issue 27: a two-hour soak sees ~80,000 attempts; five dicts of them were a growing part of the
+    check). Built by `sample()` in time order: only the attempts of the latest sample stay in memory (an
+    attempt is seen while it runs, then never again; one that comes back is read back from disk)."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        db = self._open("belay-attempts-", 2048, directory)
+        db.execute(
+            "CREATE TABLE att (job INTEGER NOT NULL, attempt INTEGER NOT NULL, node TEXT, kind TEXT, "
+            "first_at REAL NOT NULL, last_at REAL NOT NULL, first_until REAL, last_until REAL, "
+            "renewed INTEGER NOT NULL, PRIMARY KEY (job, attempt)) WITHOUT ROWID"
+        )
+        db.execute("BEGIN")
+        self._live: dict[Key, list[Any]] = {}  # the attempts of the latest sample, being updated
+        self._done = False
+
+    def _conn(self) -> Any:
+        if self._db is None:
+            raise ValueError("the attempt facts are closed")
+        return self._db
+
+    def _row(self, key: Key) -> list[Any] | None:
+        live = self._live.get(key)
+        if live is not None:
+            return live
+        row = (
+            self._conn()
+            .execute(
+                "SELECT node, kind, first_at, last_at, first_until, last_until, renewed FROM att WHERE job = ? AND attempt = ?",
+                key,
+            )
+            .fetchone()
+        )
+        return None if row is None else list(row)
+
+    def sample(self, at: float, rows: Iterable[tuple[Key, str | None, float | None, str]]) -> list[Key]:
+        """One lease sample's rows ((job, attempt), node, lease_until, kind); returns the attempts seen for
+        the first time."""
+        new: list[Key] = []
+        seen: dict[Key, list[Any]] = {}
+        for key, node, until, kind in rows:
+            rec = self._live.pop(key, None) or self._row(key)
+            if rec is None:
+                rec = [node, kind, at, at, until, until, 0]
+                new.append(key)
+            else:
+                if node:
+                    rec[0] = node
+                rec[1], rec[3] = kind, at
+                if until is not None:
+                    if rec[5] is not None and until > rec[5] + 0.05:
+                        rec[6] = 1
+                    rec[5] = until
+            seen[key] = rec
+        self._store(self._live)  # attempts that left the samples
+        self._live = seen
+        return new
+
+    def _store(self, recs: Mapping[Key, list[Any]]) -> None:
+        if recs:
+            self._conn().executemany(
+                "INSERT OR REPLACE INTO att VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [(*k, *r) for k, r in recs.items()]
+            )
+
+    def finish(self) -> None:
+        self._store(self._live)
+        self._live = {}
+        db = self._conn()
+        db.execute("CREATE INDEX att_node ON att (node, first_at)")
+        db.execute("COMMIT")
+        self._done = True
+
+    def node(self, key: Key) -> str | None:
+        rec = self._row(key)
+        return None if rec is None else rec[0]
+
+    def first_at(self, key: Key) -> float | None:
+        rec = self._row(key)
+        return None if rec is None else rec[2]
+
+    def last_until(self, key: Key) -> float | None:
+        rec = self._row(key)
+        return None if rec is None else rec[5]
+
+    def first_until(self, key: Key) -> float | None:
+        rec = self._row(key)
+        return None if rec is None else rec[4]
+
+    def of_node(self, node: str) -> Iterator[tuple[float, Key, float | None, str]]:
+        """(first seen, (job, attempt), first lease_until, kind) of the node's attempts, by first seen."""
+        cur = self._conn().execute(
+            "SELECT first_at, job, attempt, first_until, kind FROM att WHERE node = ? ORDER BY first_at, job, attempt",
+            (node,),
+        )
+        while rows := cur.fetchmany(1000):
+            for at, job, attempt, until, kind in rows:
+                yield at, (job, attempt), until, kind
+
+    def renewed(self) -> int:
+        return self._conn().execute("SELECT count(*) FROM att WHERE renewed = 1").fetchone()[0]
+
+    def longer_than(self, seconds: float) -> list[Key]:
+        rows = self._conn().execute(
+            "SELECT job, attempt FROM att WHERE last_at - first_at > ? ORDER BY job, attempt", (seconds,)
+        )
+        return [(j, a) for j, a in rows]
+
+    def __len__(self) -> int:
+        return self._conn().execute("SELECT count(*) FROM att").fetchone()[0] + len(self._live)
+
+
 class Evidence:
     """What the history says, indexed once for the duties and the coverage table. The lease and priority
     samples (`SAMPLE_TYPES`: most of a long run's history) go to disk-backed series; `samples` gives
@@ -124,49 +240,33 @@ class Evidence:
         for kind, series in self.series.items():
             self.by_type[kind] = series  # iterated as recorded, like the other types' lists
         self.t0 = t0 if t0 != float("inf") else 0.0
-        # (job, attempt) → node, first seen, last seen; lease_until values seen
-        self.attempt_node: dict[tuple[int, int], str] = {}
-        self.attempt_kind: dict[tuple[int, int], str] = {}
-        self.until_last: dict[tuple[int, int], float] = {}  # the latest lease_until seen for each attempt
-        self.span: dict[tuple[int, int], list[float]] = {}
-        self.renewed: set[tuple[int, int]] = set()
-        # node → (first seen, job/attempt, lease_until then) of each attempt, in time order (P11)
-        self.first_seen: dict[str, list[tuple[float, tuple[int, int], float | None]]] = defaultdict(list)
+        # per (job, attempt) seen running: node, kind, first and last seen, first and latest lease_until,
+        # renewed — on disk but for the latest sample's attempts (AttemptFacts)
+        self.attempts = AttemptFacts()
         self.skewed_nodes = {
             e["node"]: float(e["clock_skew"]) for e in self.by_type["worker_start"] if e.get("clock_skew")
         }
         self.skew_seen: dict[str, float] = {}
-        last_until: dict[tuple[int, int], float] = {}
         # every lease sample in time order: (at, {(job, attempt): (node, lease_until, kind)}) — a sample
         # lists every running row of one consistent read (soak/scenarios.py)
         self.samples = Samples(self.series["lease_sample"])
         for at, e in self.series["lease_sample"].by_time():
-            for job_id, attempt, node, until, _kind in e.get("rows", ()):
-                key = (int(job_id), int(attempt))
-                if node:
-                    self.attempt_node[key] = node
-                self.attempt_kind[key] = _kind
-                if key not in self.span:
-                    self.first_seen[node].append((at, key, until))
-                span = self.span.setdefault(key, [at, at])
-                span[1] = at
-                if until is not None:
-                    if key in last_until and until > last_until[key] + 0.05:
-                        self.renewed.add(key)
-                    last_until[key] = until
-                    self.until_last[key] = until
-                    ahead = until - at - ttl
-                    if node in self.skewed_nodes and ahead > 0.1:
-                        self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), ahead)
+            rows = [((int(j), int(a)), node, until, kind) for j, a, node, until, kind in e.get("rows", ())]
+            self.attempts.sample(at, rows)
+            for _key, node, until, _kind in rows:
+                if until is not None and node in self.skewed_nodes and until - at - ttl > 0.1:
+                    self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), until - at - ttl)
+        self.attempts.finish()
         self.max_skew = max([0.0, *self.skewed_nodes.values()])
 
     def close(self) -> None:
         for series in self.series.values():
             series.close()
+        self.attempts.close()
 
     def long_attempts(self) -> list[tuple[int, int]]:
         """Attempts seen holding their lease for longer than the ttl (they needed a renewal)."""
-        return [k for k, (a, b) in self.span.items() if b - a > self.ttl]
+        return self.attempts.longer_than(self.ttl)
 
 
 def _errors_for(job: Any, attempt: int, error: str) -> list[Mapping[str, Any]]:
@@ -216,13 +316,13 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             if not (isinstance(e, Mapping) and e.get("error") == "lease_expired"):
                 continue
             attempt = e.get("attempt")
-            node = ev.attempt_node.get((job.id, attempt))
+            node = ev.attempts.node((job.id, attempt))
             if node is None:
                 continue
             r.checks += 1
             t1 = _ts(e["at"])
             t0 = t1 - ttl - 2 * SKEW_SLACK
-            first_seen = ev.span.get((job.id, attempt), [t1])[0]
+            first_seen = ev.attempts.first_at((job.id, attempt)) or t1
             if first_seen > t1 - ttl / 2:
                 continue  # held for less than half a ttl when it expired: no renewal was due yet
             if (
@@ -241,7 +341,7 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
     skewed = sorted(ev.skewed_nodes)  # one name per incarnation: a long run has hundreds — name a few
     named = ", ".join(skewed[:5]) + (f" … ({len(skewed)} incarnations)" if len(skewed) > 5 else "")
     r.notes.append(
-        f"{len(ev.renewed)} renewal(s) seen in lease samples; {len(ev.long_attempts())} attempt(s) held "
+        f"{ev.attempts.renewed()} renewal(s) seen in lease samples; {len(ev.long_attempts())} attempt(s) held "
         f"a lease longer than the ttl; clock-skewed nodes {named or '-'} "
         f"(ahead by up to {max(ev.skew_seen.values(), default=0):.2f}s as seen in their leases)"
     )
@@ -310,9 +410,8 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             continue  # SIGSTOPped shortly before: its leases may have lapsed while it was frozen (P2's business)
         held = {(int(j), int(a)): k for j, a, k in e.get("running", ())}
         listed = set(held)
-        for (job_id, attempt), n in ev.attempt_node.items():
-            if n == node:
-                held.setdefault((job_id, attempt), ev.attempt_kind.get((job_id, attempt), "?"))
+        for _at, key, _until, kind in ev.attempts.of_node(node):
+            held.setdefault(key, kind if kind is not None else "?")
         lived = d.get("seconds")
         for (job_id, attempt), kind in sorted(held.items()):
             job = state.jobs.get(job_id)
@@ -322,7 +421,7 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             expired = [x for x in _errors_for(job, attempt, "lease_expired") if x.get("at") and _ts(x["at"]) >= t - 1]
             if (job_id, attempt) in listed:
                 r.checks += 1
-            if not expired or ev.until_last.get((job_id, attempt), float("inf")) < t:
+            if not expired or ((u := ev.attempts.last_until((job_id, attempt))) is not None and u < t):
                 continue  # no lease expiry, or the lease had already lapsed before the SIGTERM
             if isinstance(lived, int | float) and lived < GRACE_MIN - 0.5:
                 r.add(
@@ -346,11 +445,10 @@ def _claim_began(ev: Evidence, key: tuple[int, int]) -> float | None:
     """When the claim of attempt `key` began, by the claimer's clock: its first lease_until seen − ttl
     (a claim leases until its now + ttl; a renewal comes ttl/3 later, lease samples every 0.5 s). None when
     no lease sample saw the attempt."""
-    node = ev.attempt_node.get(key)
-    for _at, k, until in ev.first_seen.get(node, ()) if node else ():
-        if k == key:
-            return None if until is None else float(until) - ev.ttl
-    return None
+    if ev.attempts.node(key) is None:
+        return None
+    until = ev.attempts.first_until(key)
+    return None if until is None else float(until) - ev.ttl
 
 
 def p5_priority(r: Any, ev: Evidence, timeline: Any) -> int:
@@ -573,7 +671,7 @@ def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) ->
         seen = {k for k, v in settled[1].items() if v[0] == node}
         # the node's attempts first seen in a later sample (an attempt never leaves the samples and comes
         # back: its rows are seen while it runs, then never again), with the lease they were first seen with
-        for at, key, until in ev.first_seen.get(node, ()):
+        for at, key, until, _kind in ev.attempts.of_node(node):
             if at <= settled[0] or key in seen:
                 continue
             if until is None or until - ev.ttl - skew > t + STAMP_SLACK:
@@ -655,7 +753,7 @@ def p13_cancel_at_next_step(r: Any, state: Any, ev: Evidence, steps: Mapping[int
         after = []
         for name, st in steps.get(job_id, {}).items():
             attempt = _step_attempt(st)
-            node = ev.attempt_node.get((job_id, attempt)) if attempt is not None else None
+            node = ev.attempts.node((job_id, attempt)) if attempt is not None else None
             skew = ev.skewed_nodes.get(node, 0.0) if node else ev.max_skew
             if st.inserted_at.timestamp() - skew > tc + STAMP_SLACK:
                 after.append(name)
@@ -678,29 +776,15 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     RENEW_LATE × ttl (a renewal at the lease's very end), or two above RENEW_SLOW × ttl, while the node ran,
     connected, with the database up, is a cadence other than ttl/3 — even when no lease is lost (P2 judges
     losses). One renewal statement extends all the node's leases: each renewal instant counts once."""
-    series: dict[tuple[int, int], list[tuple[float, float]]] = defaultdict(list)  # (lease_until, first seen)
-    node_of: dict[tuple[int, int], str] = {}
     # The harness's own sampling gaps: a gap longer than a renewal period can hide a renewal, and two
     # renewals then look like one interval of 2 × ttl/3 (issue 27: the two-hour soak's one P14 finding
     # came from a starved harness). An interval spanning such a gap is not judged.
     hide = SAMPLE_HIDES * ev.ttl / 3
     blind: list[tuple[float, float]] = []
-    last_at: float | None = None
-    for at, rows in ev.samples:  # in time order
-        if last_at is not None and at - last_at > hide:
-            blind.append((last_at, at))
-        last_at = at
-        for key, (node, until, _kind) in rows.items():
-            if until is None or not node:
-                continue
-            node_of[key] = node
-            seq = series[key]
-            if not seq or until > seq[-1][0] + 0.05:
-                seq.append((until, at))
-    blind_starts = [a for a, _ in blind]
+    blind_starts: list[float] = []
     gaps: dict[str, dict[float, tuple[float, tuple[int, int]]]] = defaultdict(dict)
-    for key, seq in series.items():
-        node = node_of[key]
+
+    def judge(key: tuple[int, int], node: str, seq: list[tuple[float, float]]) -> None:
         skew = ev.skewed_nodes.get(node, 0.0)
         for (u1, seen1), (u2, seen2) in itertools.pairwise(seq):
             t1, t2 = u1 - ev.ttl - skew, u2 - ev.ttl - skew  # the two writes' `now`, on the harness clock
@@ -715,6 +799,29 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
                 continue  # the samples were blind for longer than a renewal period in between
             r.checks += 1
             gaps[node].setdefault(round(u2, 1), (u2 - u1, key))
+
+    # an attempt's distinct lease_until values (with when each was first seen), judged once it has left the
+    # samples (it runs, then is never seen again): only the running attempts' series are held (issue 27)
+    live: dict[tuple[int, int], tuple[str, list[tuple[float, float]]]] = {}
+    last_at: float | None = None
+    for at, rows in ev.samples:  # in time order
+        if last_at is not None and at - last_at > hide:
+            blind.append((last_at, at))
+            blind_starts.append(last_at)
+        last_at = at
+        now: dict[tuple[int, int], tuple[str, list[tuple[float, float]]]] = {}
+        for key, (node, until, _kind) in rows.items():
+            if until is None or not node:
+                continue
+            _, seq = live.pop(key, (node, []))
+            if not seq or until > seq[-1][0] + 0.05:
+                seq.append((until, at))
+            now[key] = (node, seq)
+        for key, (node, seq) in live.items():
+            judge(key, node, seq)
+        live = now
+    for key, (node, seq) in live.items():
+        judge(key, node, seq)
     for node, seen in sorted(gaps.items()):
         slow = sorted((g for g in seen.values() if g[0] > RENEW_SLOW * ev.ttl), reverse=True)
         if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 2):

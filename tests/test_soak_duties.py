@@ -628,3 +628,25 @@ def test_p18_a_sample_right_after_a_node_resumed_is_not_judged():
     assert p18.violations == 0 and any("not judged" in n for n in p18.notes), p18.to_json()
     r.history.append(_sample(70, {"soak-global": 3}))  # long after any resume: judged
     assert duty(r.check(), "P18").verdict == "invalid"
+
+
+def test_attempt_facts_keep_what_the_lease_samples_said_of_each_attempt_on_disk():
+    """Evidence's per-attempt facts (issue 27: on disk but for the latest sample's attempts): first and last
+    seen, first and latest lease_until, a renewal (lease_until moved on), an attempt that left the samples
+    and came back read back from disk, the attempts of a node by first seen."""
+    from soak.duties import AttemptFacts
+
+    f = AttemptFacts()
+    try:
+        assert f.sample(1.0, [((1, 1), "w1", 11.0, "echo"), ((2, 1), "w2", 12.0, "slow")]) == [(1, 1), (2, 1)]
+        assert f.sample(2.0, [((1, 1), "w1", 11.0, "echo")]) == []  # (2, 1) left: to disk
+        assert f.sample(
+            3.0, [((1, 1), "w1", 14.0, "echo"), ((2, 1), "w2", 12.0, "slow"), ((3, 1), "w1", None, "echo")]
+        ) == [(3, 1)]
+        f.finish()
+        assert f.node((2, 1)) == "w2" and f.first_at((2, 1)) == 1.0 and f.last_until((2, 1)) == 12.0
+        assert f.first_until((1, 1)) == 11.0 and f.last_until((1, 1)) == 14.0 and f.renewed() == 1
+        assert f.longer_than(1.5) == [(1, 1), (2, 1)] and f.node((9, 1)) is None and len(f) == 3
+        assert list(f.of_node("w1")) == [(1.0, (1, 1), 11.0, "echo"), (3.0, (3, 1), None, "echo")]
+    finally:
+        f.close()

@@ -412,7 +412,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "§duty P11",
         DUTIES_PY,
         "        seen = {k for k, v in settled[1].items() if v[0] == node}\n",
-        "        seen = {k for _at, key, _until in ev.first_seen.get(node, ()) for k in (key,)}  # MUTANT\n",
+        "        seen = {key for _at, key, _until, _kind in ev.attempts.of_node(node)}  # MUTANT\n",
     ),
     _one(
         "cert_p11_committed_claims_ignored",
@@ -556,8 +556,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P2/P14 coverage: every sampled attempt counts as one that held its lease longer than the ttl",
         "§cov P2",
         DUTIES_PY,
-        "        return [k for k, (a, b) in self.span.items() if b - a > self.ttl]\n",
-        "        return [k for k, (a, b) in self.span.items() if b - a >= 0]  # MUTANT\n",
+        "        return self.attempts.longer_than(self.ttl)\n",
+        "        return self.attempts.longer_than(-1.0)  # MUTANT\n",
     ),
     _one(
         "cert_cov_cancels_of_any_state_count",
