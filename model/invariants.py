@@ -839,11 +839,18 @@ def i9_awaiters_eventually_run(state: State, *, quiescent: bool) -> list[Violati
     "Eventually run" past the wake-up (a woken job being claimed) is I1's drained check.
     """
     out: list[Violation] = []
-    children: dict[int, list[Job]] = defaultdict(list)
+    # (id, state) of the children of the parents awaiting `$children` only: a long soak's snapshot has
+    # hundreds of thousands of jobs, tens of thousands of them children of parents long finished
+    children: dict[int, list[tuple[int, str]]] = defaultdict(list)
     if quiescent:
-        for job in state.jobs.values():
-            if job.parent_id is not None:
-                children[job.parent_id].append(job)
+        parked = {
+            j.id
+            for j in state.jobs.values()
+            if j.state == "awaiting" and j.await_name == CHILDREN and j.await_scope == f"job:{j.id}"
+        }
+        for job in state.jobs.values() if parked else ():
+            if job.parent_id in parked:
+                children[job.parent_id].append((job.id, job.state))
     for job in in_key_order(state.jobs):
         if job.state != "awaiting":
             continue
@@ -866,13 +873,13 @@ def i9_awaiters_eventually_run(state: State, *, quiescent: bool) -> list[Violati
                 )
             )
         if quiescent and job.await_name == CHILDREN and job.await_scope == f"job:{job.id}":
-            kids = sorted(children.get(job.id, []), key=lambda j: j.id)
-            if kids and all(k.state in TERMINAL for k in kids):
+            kids = sorted(children.get(job.id, []))
+            if kids and all(state_ in TERMINAL for _id, state_ in kids):
                 out.append(
                     Violation(
                         "I9",
                         job.id,
-                        f"awaits $children but all its {len(kids)} children ({', '.join(str(k.id) for k in kids)}) are "
+                        f"awaits $children but all its {len(kids)} children ({', '.join(str(k) for k, _ in kids)}) are "
                         "terminal after a reconcile pass (the R2 backstop missed it)",
                     )
                 )
