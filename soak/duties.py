@@ -179,21 +179,21 @@ class AttemptFacts(_Scratch):
         db.execute("COMMIT")
         self._done = True
 
-    def node(self, key: Key) -> str | None:
+    def _field(self, key: Key, i: int) -> Any:
         rec = self._row(key)
-        return None if rec is None else rec[0]
+        return None if rec is None else rec[i]
+
+    def node(self, key: Key) -> str | None:
+        return self._field(key, 0)
 
     def first_at(self, key: Key) -> float | None:
-        rec = self._row(key)
-        return None if rec is None else rec[2]
-
-    def last_until(self, key: Key) -> float | None:
-        rec = self._row(key)
-        return None if rec is None else rec[5]
+        return self._field(key, 2)
 
     def first_until(self, key: Key) -> float | None:
-        rec = self._row(key)
-        return None if rec is None else rec[4]
+        return self._field(key, 4)
+
+    def last_until(self, key: Key) -> float | None:
+        return self._field(key, 5)
 
     def of_node(self, node: str) -> Iterator[tuple[float, Key, float | None, str]]:
         """(first seen, (job, attempt), first lease_until, kind) of the node's attempts, by first seen."""
