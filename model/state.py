@@ -7,7 +7,7 @@ kind of value as the model's, and the §11 invariant predicates run unchanged on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
@@ -65,6 +65,9 @@ class Tables:
     version: int
     contract_major: int
     next_id: int
+    # The ids the sequence handed an insert, when they are known and not consecutive (the trace validation
+    # of a real history: a concurrent insert can take ids between one statement's rows); None: next_id on.
+    id_supply: Iterator[int] | None = None
 
     @classmethod
     def of(cls, state: State) -> Tables:

@@ -133,8 +133,13 @@ def _new_row(job_id: int, spec: ops.JobSpec, now: datetime, state: str = "ready"
 def _insert(t: Tables, rows: Sequence[Callable[..., Job]]) -> list[ops.Inserted | ops.Duplicate]:
     """One id per row from the sequence (skipped rows consume theirs); the statement inserts row by
     row, then duplicates are reported against what the whole statement left behind."""
-    ids = range(t.next_id, t.next_id + len(rows))
-    t.next_id += len(rows)
+    ids: Sequence[int]
+    if t.id_supply is not None:  # ids a real sequence handed out (soak/commits/refine.py)
+        ids = [next(t.id_supply) for _ in rows]
+        t.next_id = max([t.next_id, *(i + 1 for i in ids)])
+    else:
+        ids = range(t.next_id, t.next_id + len(rows))
+        t.next_id += len(rows)
     skipped: dict[int, Job] = {}
     for job_id, make in zip(ids, rows, strict=True):
         row = make(job_id)

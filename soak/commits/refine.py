@@ -42,8 +42,8 @@ What is judged and what is accepted without judgement (honest limits):
   - backoff and jitter are free: a retry's or a reclaim's ready_at only has to be ≥ its `now`;
   - retention and signal TTL of a prune are recovered from the rows it deleted (the SDK's settings);
   - cron jobs of a cron without a belay_crons row (static config) are judged as plain enqueues;
-  - spawned children get consecutive ids in the model: a spawn whose children's ids interleave with a
-    concurrent insert would be unexplained (not seen in any run so far);
+  - spawned children take the ids the transaction shows: consecutive in the model's own run, but a
+    concurrent insert can take ids between them (seed 2032's two-hour soak: 164682 and 164686);
   - deletes of belay_queues / belay_crons rows and TRUNCATE have no model operation: unexplained / a gap.
 """
 
@@ -240,7 +240,7 @@ class HarnessLedger:
                 cancels.add(int(r["job_id"]))
             elif t == "signal" and r.get("job_id") is not None:
                 signals.add(int(r["job_id"]))
-            elif t == "lost_wakeup":
+            elif t in ("lost_wakeup", "lost_wakeup_intent"):  # the intent precedes the ack (scenarios.py)
                 silent.update(int(c) for c in r.get("children", ()))
         return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms, ttl)
 
@@ -878,7 +878,18 @@ class Validator:
                         raise Mismatch(f"$spawn step of job {job_id}: child {i} neither inserted nor held")
                     specs.append(_child_spec(row, a.inserted_at))
                 first = min((k.id for k in kids.values()), default=self.world.next_id)
-                head.append(("spawn", ("next_id", first, w.Spawn(a.inserted_at, job_id, spawn_name, tuple(specs)))))
+                spawn = w.Spawn(a.inserted_at, job_id, spawn_name, tuple(specs))
+                taken = [
+                    (i, kids[k].id)
+                    for i in range(len(ids))
+                    if (k := model_store.spawn_key(job_id, spawn_name, i)) in kids
+                ]
+                if all(got == first + i for i, got in taken):
+                    head.append(("spawn", ("next_id", first, spawn)))
+                else:  # a concurrent insert took ids between the children's (seed 2032's two-hour soak)
+                    by_index = dict(taken)
+                    supply = [by_index.get(i, -1 - i) for i in range(len(ids))]  # a held child's id: unused
+                    head.append(("spawn", ("ids", supply, spawn)))
                 spawned_keys.get(job_id, {}).pop(spawn_name, None)
             else:
                 try:
@@ -1184,6 +1195,14 @@ class Validator:
                 _, first, inner = op
                 t.next_id = first
                 model_store.HANDLERS[type(inner)](t, inner)
+                return
+            if tag == "ids":  # the ids the sequence gave the rows, one per row in order
+                _, supply, inner = op
+                t.id_supply = iter(supply)
+                try:
+                    model_store.HANDLERS[type(inner)](t, inner)
+                finally:
+                    t.id_supply = None
                 return
             if tag == "crons":
                 _, names, first, inner = op
