@@ -303,6 +303,13 @@ def main(
         file=sys.stderr,
         flush=True,
     )
+    if not drained:
+        # As `belay worker` does (impl/cli.py): jobs that outlived the grace are abandoned to lease expiry,
+        # and their executor threads cannot be interrupted — interpreter exit would join them. Seed 2032's
+        # two-hour soak: a node under injected latency printed this at +15 s and exited at +17.3 s, after
+        # its last jobs' acks failed (P4: exit within 15 s of SIGTERM).
+        logging.shutdown()
+        os._exit(0)
 
 
 if __name__ == "__main__":
