@@ -1648,3 +1648,20 @@ def test_an_unknown_operation_is_a_type_error_and_changes_nothing():
     with pytest.raises(TypeError, match="does not implement"):
         store.apply(object())
     assert store.state == before
+
+
+def test_an_id_supply_gives_an_insert_the_ids_a_real_sequence_handed_out():
+    """The trace validation's Tables.id_supply (soak/commits/refine.py): a concurrent insert can take ids
+    between one statement's rows — the spawn's children get the supplied ids, journaled as such, and
+    next_id moves past the highest."""
+    from model import store as model_store
+    from model.state import Tables
+
+    store = ModelStore()
+    parent = started(store)
+    t = Tables.of(store.state)
+    t.id_supply = iter([parent + 1, parent + 5])
+    result = model_store.HANDLERS[Spawn](t, Spawn(at(1), parent, "kids", (spec(queue="kids"), spec(queue="kids"))))
+    assert result == Spawned((parent + 1, parent + 5), False)
+    assert {parent + 1, parent + 5} <= set(t.jobs) and parent + 2 not in t.jobs and t.next_id == parent + 6
+    assert decode(t.steps[(parent, "$spawn:kids")].value) == [parent + 1, parent + 5]
