@@ -288,9 +288,9 @@ class Scenarios:
         done = []
         for job_id, attempt in claimed:
             # attested before the ack: a crash-restart can commit the ack and cut the connection before
-            # its answer (seed 2032's two-hour soak: job 141450's ack committed, the next child's failed
-            # with the crash, and no `lost_wakeup` was recorded — the trace validation then found a
-            # harness ack nobody asked for). An intent whose ack never committed attests nothing extra.
+            # its answer (seed 2032's two-hour soak: job 141450's ack committed at the crash's instant, the
+            # error skipped the `lost_wakeup` record — the trace validation then found a harness ack nobody
+            # had recorded). An intent whose ack never committed attests nothing extra.
             self.d.history.record("lost_wakeup_intent", parent=parent, children=[job_id])
             row = c.execute(
                 "UPDATE belay_jobs SET state = 'succeeded', finished_at = %(now)s, result = %(result)s, "
