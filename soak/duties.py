@@ -121,7 +121,6 @@ class AttemptFacts(_Scratch):
         )
         db.execute("BEGIN")
         self._live: dict[Key, list[Any]] = {}  # the attempts of the latest sample, being updated
-        self._done = False
 
     def _conn(self) -> Any:
         if self._db is None:
@@ -177,7 +176,6 @@ class AttemptFacts(_Scratch):
         db = self._conn()
         db.execute("CREATE INDEX att_node ON att (node, first_at)")
         db.execute("COMMIT")
-        self._done = True
 
     def _field(self, key: Key, i: int) -> Any:
         rec = self._row(key)
@@ -254,8 +252,8 @@ class Evidence:
             rows = [((int(j), int(a)), node, until, kind) for j, a, node, until, kind in e.get("rows", ())]
             self.attempts.sample(at, rows)
             for _key, node, until, _kind in rows:
-                if until is not None and node in self.skewed_nodes and until - at - ttl > 0.1:
-                    self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), until - at - ttl)
+                if until is not None and node in self.skewed_nodes and (ahead := until - at - ttl) > 0.1:
+                    self.skew_seen[node] = max(self.skew_seen.get(node, 0.0), ahead)
         self.attempts.finish()
         self.max_skew = max([0.0, *self.skewed_nodes.values()])
 
@@ -786,7 +784,6 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     # came from a starved harness). An interval spanning such a gap is not judged.
     hide = SAMPLE_HIDES * ev.ttl / 3
     blind: list[tuple[float, float]] = []
-    blind_starts: list[float] = []
     gaps: dict[str, dict[float, tuple[float, tuple[int, int]]]] = defaultdict(dict)
 
     def judge(key: tuple[int, int], node: str, seq: list[tuple[float, float]]) -> None:
@@ -799,7 +796,7 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
                 or timeline.cut_during(node, t1 - 1, t2)
             ):
                 continue
-            i = bisect.bisect_left(blind_starts, seen1)
+            i = bisect.bisect_left(blind, seen1, key=lambda gap: gap[0])
             if i < len(blind) and blind[i][1] <= seen2:
                 continue  # the samples were blind for longer than a renewal period in between
             r.checks += 1
@@ -812,7 +809,6 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     for at, rows in ev.samples:  # in time order
         if last_at is not None and at - last_at > hide:
             blind.append((last_at, at))
-            blind_starts.append(last_at)
         last_at = at
         now: dict[tuple[int, int], tuple[str, list[tuple[float, float]]]] = {}
         for key, (node, until, _kind) in rows.items():

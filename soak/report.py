@@ -58,8 +58,7 @@ def figures(state: State, history: list[dict], t0: float) -> dict[str, Any]:
         "latency": quantiles,
         # each 10 s bucket's echo latency p50 and p99 (the chart's two lines)
         "echo_over_time": {
-            k: [_quantile(v, 0.5), _quantile(v, 0.99)]
-            for k, v in ((k, sorted(a)) for k, a in sorted(echo_over_time.items()))
+            k: [_quantile(v := sorted(a), 0.5), _quantile(v, 0.99)] for k, a in sorted(echo_over_time.items())
         },
     }
 
