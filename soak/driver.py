@@ -354,6 +354,11 @@ class Driver:
 
     def deliver(self, job_id: int, name: str, when: str) -> None:
         def go() -> None:
+            # Attested before the write (as scenarios.py's lost_wakeup_intent): a crash-restart can commit
+            # the signal and cut the connection before its answer, and the error would skip the `signal`
+            # record — the trace validation would then find a signal nobody recorded. An intent whose
+            # write never committed attests nothing extra.
+            self.history.record("signal_intent", job_id=job_id)
             # The payload is a function of the job: a redelivery (late follow-up) upserts the same value.
             result = self.store.apply(
                 ops.DeliverSignal(utc_now(), f"job:{job_id}", name, {"for": job_id, "n": job_id * 7919 % 1_000_003})
@@ -370,6 +375,7 @@ class Driver:
         """Cancel; the history names the state the job was seen in just before (coverage of parked states)."""
 
         def go() -> str:
+            self.history.record("cancel_intent", job_id=job_id)  # attested before the write, as a signal is
             result = self.store.apply(ops.Cancel(utc_now(), job_id))
             with self.lock:
                 self.cancels += 1

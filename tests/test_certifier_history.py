@@ -111,3 +111,43 @@ def test_the_saved_states_are_compressed_and_read_back_equal_old_plain_pickles_t
     plain["meta"] = (state.version, state.contract_major, state.next_id)
     (tmp_path / "old.pickle").write_bytes(pickle.dumps(plain))
     assert load_state(tmp_path / "old.pickle") == state
+
+
+def test_a_driver_write_that_commits_as_its_connection_breaks_is_still_attested(url, tmp_path):
+    """A crash-restart can commit the driver's signal or cancel and cut the connection before the answer:
+    the error then skips the `signal`/`cancel` record. The driver records its intent before the write, so
+    the trace validation still finds the write attested (without it: 'the harness recorded no ...')."""
+    import random
+
+    import psycopg
+
+    from soak.commits.refine import HarnessLedger
+    from soak.driver import Driver
+    from soak.history import History
+
+    history = History()
+    driver = Driver(url, history, random.Random(1))
+    real = driver.store.apply
+
+    def commit_then_lose_the_answer(op, conn=None):
+        real(op, conn)
+        raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    try:
+        with Captured(url, tmp_path, "intents") as cap:
+            with Client(url) as client:
+                signalled = client.enqueue("q", "k", {}).id
+                cancelled = client.enqueue("q", "k", {}).id
+                driver.store.apply = commit_then_lose_the_answer  # type: ignore[method-assign]
+                driver.deliver(signalled, "go", "before")
+                assert driver.cancel(cancelled) is None  # the error was swallowed: no answer, no record
+    finally:
+        driver.store.apply = real  # type: ignore[method-assign]
+        driver.store.close()
+    records = list(history.stream())
+    assert not history.of("signal", "cancel"), records  # the post-commit records were skipped
+    attested = cap.validate(HarnessLedger.load(records))
+    assert attested.verdict == "valid", first(attested)
+    without = [r for r in records if r["type"] not in ("signal_intent", "cancel_intent")]
+    unrecorded = cap.validate(HarnessLedger.load(without))
+    assert unrecorded.verdict == "invalid" and unrecorded.unexplained == 2, unrecorded.line()

@@ -236,9 +236,11 @@ class HarnessLedger:
                 ttl = float(r["lease_ttl"])
             if t == "worker_drain_term" and r.get("node") is not None:
                 terms.setdefault(str(r["node"]), float(r["t"]))
-            if t == "cancel" and r.get("job_id") is not None:
+            # The intents precede the writes (driver.py): a write that committed as the connection broke
+            # has its intent and no `cancel`/`signal` record.
+            if t in ("cancel", "cancel_intent") and r.get("job_id") is not None:
                 cancels.add(int(r["job_id"]))
-            elif t == "signal" and r.get("job_id") is not None:
+            elif t in ("signal", "signal_intent") and r.get("job_id") is not None:
                 signals.add(int(r["job_id"]))
             elif t in ("lost_wakeup", "lost_wakeup_intent"):  # the intent precedes the ack (scenarios.py)
                 silent.update(int(c) for c in r.get("children", ()))
