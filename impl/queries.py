@@ -8,6 +8,7 @@ schema name can never inject SQL (it is also validated against ^[A-Za-z_][A-Za-z
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 
@@ -68,9 +69,27 @@ class SchemaSQL:
         execute (about 10 % of a batched drain's Python time); bytes go straight to its parse cache."""
         found = self._bytes.get(name)
         if found is None:
-            found = self._bytes[name] = self.q(name).as_bytes(None)
+            query = _DERIVED[name](self) if name in _DERIVED else self.q(name)
+            found = self._bytes[name] = query.as_bytes(None) if query is not None else b""
         return found
 
     def migration(self, index: int) -> sql.Composed:
         """Migration number index+1, composed for this schema."""
         return sql.SQL(_read(MIGRATIONS[index])).format(**self.names)
+
+
+def _ack_claim_solo(q: SchemaSQL) -> sql.Composed | None:
+    """ack_claim_solo with claim_plain's own text as its claim (this store's claim_plain, as composed — a
+    patched one included): its CTEs with `take` gated on the acks' `blocked`, `now` renamed claim_now, and
+    its UPDATE as the `claimed` CTE. None (the caller keeps the transaction path) if claim_plain no longer
+    has that shape: WITH …, then one final UPDATE … RETURNING."""
+    claim = q.q("claim_plain").as_string(None)
+    head, sep, update = claim.rpartition("\nUPDATE ")
+    if not claim.startswith("WITH ") or not sep or "RETURNING" not in update or "%(take)s" not in head:
+        return None
+    ctes = head[len("WITH ") :].replace("%(take)s", "(SELECT CASE WHEN b THEN 0 ELSE %(take)s END FROM blocked)")
+    parts = {"claim_ctes": ctes, "claim_update": "UPDATE " + update}
+    return q.q("ack_claim_solo", **{k: sql.SQL(v.replace("%(now)s", "%(claim_now)s")) for k, v in parts.items()})
+
+
+_DERIVED: dict[str, Callable[[SchemaSQL], sql.Composed | None]] = {"ack_claim_solo": _ack_claim_solo}

@@ -298,6 +298,41 @@ FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[]) AS v(id, att
 WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
+-- ack_claim_solo --
+-- §7 succeed for many rows, then the §6 plain claim of their queue, as ONE autocommit statement (one round
+-- trip, one commit: the runtime's group commit, issue 33) — only when no acked row has after-terminal
+-- duties. `blocked` is read from the statement's snapshot, before any write: when an ack's row (running
+-- under its attempt) belongs to a workflow or has a parent, nothing is written (no ack; the claim's
+-- `take` is 0) and the caller takes the transaction path (acks, after-terminal, then the claim, as the
+-- model orders them). Each ack fenced on its own attempt as ack_succeed_many. The claim IS claim_plain
+-- (impl.queries.SchemaSQL composes {claim_ctes} and {claim_update} from its text, `now` renamed
+-- claim_now and `take` gated on `blocked`), so a change to claim_plain is a change to this claim too;
+-- the rows it takes are `ready`/`awaiting`, never the `running` rows acked here. One row per claimed
+-- job, or one row with NULL job columns: acked ids, blocked, notifications sent, then {job_columns}.
+WITH v AS (
+    SELECT * FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[], %(results)b::bytea[],
+                         %(nows)b::timestamptz[]) AS v(id, attempt, result, now)
+), blocked AS (
+    SELECT EXISTS (
+        SELECT 1 FROM {jobs} AS j JOIN v ON j.id = v.id
+        WHERE j.state = 'running' AND j.attempt = v.attempt AND (j.workflow_id IS NOT NULL OR j.parent_id IS NOT NULL)
+    ) AS b
+), acked AS (
+    UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
+                           leased_by = NULL
+    FROM v
+    WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)
+    RETURNING j.id
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}')) AS n
+    FROM acked WHERE %(channel)s::text IS NOT NULL
+), {claim_ctes}, claimed AS (
+{claim_update}
+)
+SELECT (SELECT array_agg(id) FROM acked) AS acked_ids, (SELECT b FROM blocked) AS blocked,
+       (SELECT n FROM notified) AS notified, claimed.*
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+
 -- claim_plain --
 -- §6 plain claim in one statement: predicate C in claim order, SKIP LOCKED, then the claim update.
 -- C's two halves are scanned apart, each in index order (claim_order_idx, await_due_idx), so a deep

@@ -25,6 +25,7 @@ from properties.mutants.kinds import (
     PEER_BUGS,
     RACE_SUITE,
     RUNTIME_SUITE,
+    STORE_SUITE,
     TELEMETRY_SUITE,
     Edit,
     Mutant,
@@ -49,7 +50,48 @@ def _unfenced(set_line: str) -> Edit:
     return Edit(WORKER_SQL, set_line + _FENCE, set_line + _NO_FENCE)
 
 
+QUERIES_PY = "impl/queries.py"
+# The one-statement group commit (issue 33) has its own model comparison; the store's suite follows it.
+GROUP_COMMIT_SUITE = ("properties/test_ack_claim_solo.py", *STORE_SUITE)
+
 CATALOGUE: tuple[Mutant, ...] = (
+    # --- the one-statement group commit (ack_claim_solo, issue 33) ------------------------------------
+    Mutant(
+        "group_commit_ack_without_attempt_fence",
+        "the all-succeed group commit's acks match any running attempt: a stale attempt's ack finishes the "
+        "attempt another node now runs",
+        "§7",
+        (
+            Edit(
+                WORKER_SQL,
+                "    WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)\n",
+                "    WHERE j.id = v.id AND j.state = 'running' AND NOT (SELECT b FROM blocked)\n",
+            ),
+        ),
+        GROUP_COMMIT_SUITE,
+    ),
+    Mutant(
+        "group_commit_ignores_a_childs_parent",
+        "the group commit's statement takes a child's ack as one without after-terminal duties: the parent "
+        "parked on $children is never signalled",
+        "§7 R1",
+        (
+            Edit(
+                WORKER_SQL,
+                "(j.workflow_id IS NOT NULL OR j.parent_id IS NOT NULL)",
+                "j.workflow_id IS NOT NULL",
+            ),
+        ),
+        GROUP_COMMIT_SUITE,
+    ),
+    Mutant(
+        "group_commit_claims_when_it_defers",
+        "the group commit's statement claims even when it writes no ack (a workflow member or a child in the "
+        "group): the transaction path then claims the slots again, past the demand",
+        "§6",
+        (Edit(QUERIES_PY, '"(SELECT CASE WHEN b THEN 0 ELSE %(take)s END FROM blocked)"', '"%(take)s"'),),
+        GROUP_COMMIT_SUITE,
+    ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
     Mutant(
         "ack_without_attempt_fence",
