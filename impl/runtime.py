@@ -115,12 +115,13 @@ default_logger = telemetry.default_logger
 
 
 class _Waiter:
-    __slots__ = ("error", "event", "lead", "op", "result", "tag")
+    __slots__ = ("error", "event", "op", "result", "tag", "then")
 
-    def __init__(self, op: w.Ack, tag: Any) -> None:
-        self.op, self.tag = op, tag
-        self.event = threading.Event()
-        self.lead = False
+    def __init__(self, op: w.Ack, tag: Any, then: Callable[[_Waiter], None] | None = None) -> None:
+        self.op, self.tag, self.then = op, tag, then
+        # a caller that waits for its own ack (`ack`) waits on an Event; one that handed the rest of its
+        # work to a callback (`ack_then`) has returned, and the leader runs `then` after the commit
+        self.event = threading.Event() if then is None else None
         self.result: w.Acked | w.Stale | None = None
         self.error: BaseException | None = None
 
@@ -135,14 +136,17 @@ class AckGroup:
     """Group commit of the acks of single-job executions (issue 33), leader/follower, no thread of its own.
     One per producer (queue): `many` may then claim the batch's slots in the same transaction (AckClaim).
 
-    An ack that finds no commit in flight leads one on its own thread. When `pending()` (the executions
-    that may still ack into this group) says it is the only one, it commits at once and alone (the
-    one-statement path: idle latency is unchanged); otherwise it first waits up to `linger` seconds for
-    those others to queue their acks. Acks that arrive while a commit is in flight queue up; when it
-    ends, the first of them leads the next commit with every queued ack (up to `max_batch`) as one
-    `AckMany`: one transaction, each row fenced on its own attempt exactly as a single Ack, the §7
-    after-terminal steps once for all. Every caller returns only after its own ack committed (durable
-    before its result is visible). A batch that fails with a permanent error is retried ack by ack, so
+    An ack that finds no commit in flight leads: when `pending()` (the executions that may still ack into
+    this group) says it is the only one, it commits at once and alone (the one-statement path: idle latency
+    is unchanged); otherwise it first waits up to `linger` seconds for those others to queue their acks.
+    Acks that arrive while a commit is in flight queue up; when it ends, the same leader commits every
+    queued ack (up to `max_batch`) as one `AckMany`, and so on until none is queued: one transaction per
+    batch, each row fenced on its own attempt exactly as a single Ack, the §7 after-terminal steps once
+    for all. A caller of `ack` returns only after its own ack committed; a caller of `ack_then` returns at
+    once (unless it leads) and its `then` runs on the leader's thread after its ack committed — durable
+    before its result is visible either way, and no thread is woken per ack (a wake costs a futex call
+    and, on a virtual machine, often an inter-processor interrupt: py-spy found a third of the worker's
+    GIL time in waking followers). A batch that fails with a permanent error is retried ack by ack, so
     each execution sees its own ack's outcome."""
 
     def __init__(
@@ -160,48 +164,75 @@ class AckGroup:
         self._arrived = threading.Condition(self._lock)  # a lingering leader waits on it for more acks
         self._queue: list[_Waiter] = []
         self._busy = False
+        self._want = 0  # a lingering leader's batch size: an ack wakes it only when the queue reaches it
         self.commits = 0  # transactions committed (for benchmarks and tests)
         self.acks = 0
 
     def ack(self, op: w.Ack, tag: Any = None) -> w.Acked | w.Stale:
-        """Commit `op` (with whatever acks queue up meanwhile); `tag` travels to `many` with it."""
+        """Commit `op` (with whatever acks queue up meanwhile) and return its outcome; `tag` travels to
+        `many` with it."""
         me = _Waiter(op, tag)
+        if self._join(me):
+            self._lead()
+        else:
+            assert me.event is not None
+            me.event.wait()
+        return me.outcome()
+
+    def ack_then(self, op: w.Ack, tag: Any, then: Callable[[_Waiter], None]) -> None:
+        """Queue `op` and return; `then(waiter)` runs after it committed (`waiter.outcome()` returns or
+        raises its result) — on this thread if it leads the commit, else on the leader's."""
+        if self._join(_Waiter(op, tag, then)):
+            self._lead()
+
+    def _join(self, me: _Waiter) -> bool:
+        """Queue an ack; True when the caller must lead (no commit in flight)."""
         with self._lock:
             self._queue.append(me)
             lead = not self._busy
             self._busy = True
-            if not lead:
-                self._arrived.notify()
-        if not lead:
-            me.event.wait()  # either my ack committed in someone's batch, or I lead the next batch
-            if not me.lead:
-                return me.outcome()
-        self._lead()
-        return me.outcome()
+            if not lead and self._want and len(self._queue) >= self._want:
+                self._arrived.notify()  # one wake per batch, not one per ack
+        return lead
 
     def _lead(self) -> None:
-        with self._lock:
-            if self.linger > 0 and self._pending is not None and len(self._queue) < self.max_batch:
-                deadline = time.monotonic() + self.linger
-                while len(self._queue) < min(self._pending(), self.max_batch):
-                    left = deadline - time.monotonic()
-                    if left <= 0 or not self._arrived.wait(left):
-                        break
-            batch = self._queue[: self.max_batch]
-            del self._queue[: self.max_batch]
+        """Commit batches until no ack is queued."""
         try:
-            self._commit(batch)
-        finally:
-            for waiter in batch:
-                if not waiter.lead:
-                    waiter.event.set()
+            self._lead_batches()
+        except BaseException:
+            with self._lock:  # leaving abnormally (an interrupt): the next ack to arrive leads what is queued
+                self._busy = False
+            raise
+
+    def _lead_batches(self) -> None:
+        while True:
             with self._lock:
-                if self._queue:  # hand the lead to the oldest queued ack
-                    nxt = self._queue[0]
-                    nxt.lead = True
-                    nxt.event.set()
-                else:
+                if not self._queue:
                     self._busy = False
+                    return
+                if self.linger > 0 and self._pending is not None and len(self._queue) < self.max_batch:
+                    deadline = time.monotonic() + self.linger
+                    while len(self._queue) < (want := min(self._pending(), self.max_batch)):
+                        left = deadline - time.monotonic()
+                        self._want = want
+                        woken = left > 0 and self._arrived.wait(left)
+                        self._want = 0
+                        if not woken:
+                            break
+                batch = self._queue[: self.max_batch]
+                del self._queue[: self.max_batch]
+            try:
+                self._commit(batch)
+            finally:
+                for waiter in batch:
+                    if waiter.event is not None:
+                        waiter.event.set()
+                    else:
+                        assert waiter.then is not None
+                        try:
+                            waiter.then(waiter)
+                        except Exception:
+                            log.exception("belay: the completion of job %s failed", waiter.op.job_id)
 
     def _commit(self, batch: list[_Waiter]) -> None:
         self.acks += len(batch)
@@ -447,15 +478,20 @@ class _Producer:
 
     def done_many(self, contexts: Sequence[JobContext]) -> None:
         with self.lock:
-            self._forget(contexts)
-        self.poke()
+            freed = self._forget(contexts)
+        if freed:  # a refill that took these slots (AckClaim) already poked for any it left free
+            self.poke()
 
-    def _forget(self, contexts: Sequence[JobContext]) -> None:  # with self.lock held
+    def _forget(self, contexts: Sequence[JobContext]) -> int:  # with self.lock held
         """Forget finished executions — each only if it is still the one registered: a zombie attempt
-        of a job ending here must not orphan the live attempt the same node claimed since."""
+        of a job ending here must not orphan the live attempt the same node claimed since. Returns how
+        many it forgot (the slots freed here)."""
+        freed = 0
         for ctx in contexts:
             if self.running.get(ctx.id) is ctx:
                 del self.running[ctx.id]
+                freed += 1
+        return freed
 
 
 class Worker:
@@ -650,18 +686,49 @@ class Worker:
             error = exc
         try:
             outcome = outcome_for(kind or Kind(job.worker, lambda *_: None), ctx, error, value, self.clock())
-            state = "parked" if outcome is None else self.ack(ctx, outcome, producer)
-            duration = int((time.monotonic() - started) * 1000)
-            if error is not None and state != "parked":
-                if exception:
-                    self.emit(
-                        "job.exception",
-                        {**meta, "state": state, "duration_ms": duration, "error": f"{type(error).__name__}: {error}"},
-                    )
-            elif stop:
-                self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
-        except Exception:  # a permanent store fault: the lease will expire, another node retries
-            log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
+        except Exception:
+            log.exception("belay job=%s: no outcome; the lease will expire and the job will be retried", job.id)
+            self._finished(producer, ctx, None, None, None, started)
+            return
+        if outcome is None:  # parked: its own transaction already committed
+            self._finished(producer, ctx, "parked", error, meta, started)
+            return
+        # The ack joins the queue's group commit and this thread returns to the pool: the rest (telemetry,
+        # the slot) runs after the commit on the thread that led it (AckGroup.ack_then).
+        ctx.releasing.set()
+        op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
+
+        def acked(waiter: _Waiter) -> None:
+            try:
+                state = self._ack_state(ctx, waiter.outcome())
+            except Exception:  # a permanent store fault: the lease will expire, another node retries
+                log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
+                self._finished(producer, ctx, None, None, None, started)
+                return
+            self._finished(producer, ctx, state, error, meta, started)
+
+        producer.acks.ack_then(op, ctx, acked)
+
+    def _finished(
+        self,
+        producer: _Producer,
+        ctx: JobContext,
+        state: str | None,
+        error: BaseException | None,
+        meta: dict[str, Any] | None,
+        started: float,
+    ) -> None:
+        """An execution's epilogue once its outcome is durable (state None: it could not be acked): its
+        job.stop / job.exception event, then its slot."""
+        try:
+            if state is not None and meta:
+                duration = int((time.monotonic() - started) * 1000)
+                if error is not None and state != "parked":
+                    if "job.exception" in telemetry.taken(self.telemetry):
+                        failure = f"{type(error).__name__}: {error}"
+                        self.emit("job.exception", {**meta, "state": state, "duration_ms": duration, "error": failure})
+                elif "job.stop" in telemetry.taken(self.telemetry):
+                    self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         finally:
             self.completed += 1
             producer.done(ctx)
@@ -742,6 +809,9 @@ class Worker:
             result = self.call(lambda: self.store.apply(op), "ack")
         else:
             result = producer.acks.ack(op, ctx)
+        return self._ack_state(ctx, result)
+
+    def _ack_state(self, ctx: JobContext, result: w.Acked | w.Stale) -> str:
         if isinstance(result, w.Stale):
             self.stale_acks += 1
             _log_stale(ctx.id, ctx.attempt)

@@ -122,6 +122,53 @@ def test_a_lingering_leader_waits_no_longer_than_the_linger() -> None:
     assert store.commits == [("one", (1,))]
 
 
+def test_ack_then_returns_at_once_and_its_epilogue_runs_after_the_commit_on_the_leaders_thread() -> None:
+    """The runtime's executions (`ack_then`): a caller that does not lead returns before its ack commits
+    (its pool thread is free, no thread is woken for it); its `then` runs once its ack is durable, on the
+    thread that led that commit, with its own outcome — each ack committed exactly once."""
+    store = FakeStore(delay=0.1)
+    group = AckGroup(store.one, store.many)
+    done: dict[int, tuple[object, str, int]] = {}
+    committed_before: dict[int, bool] = {}
+
+    def then(waiter) -> None:
+        i = waiter.op.job_id
+        committed_before[i] = any(i in ids for _, ids in store.commits)
+        done[i] = (waiter.outcome(), threading.current_thread().name, len(store.commits))
+
+    leader = threading.Thread(target=group.ack_then, args=(_ack(1), None, then), name="leader")
+    leader.start()
+    time.sleep(0.03)  # the first commit is in flight
+    t0 = time.monotonic()
+    for i in (2, 3, 4):
+        group.ack_then(_ack(i), None, then)  # queued behind it: returns without waiting
+    assert time.monotonic() - t0 < 0.05, "a follower waited for a commit"
+    assert 2 not in done
+    leader.join(timeout=10)
+    assert not leader.is_alive()
+    assert {i: r for i, (r, _, _) in done.items()} == {i: w.Acked(i, "succeeded") for i in (1, 2, 3, 4)}
+    assert all(committed_before.values()), "an epilogue ran before its ack committed"
+    assert {name for _, name, _ in done.values()} == {"leader"}  # the leader went on to commit 2-4
+    assert store.commits == [("one", (1,)), ("many", (2, 3, 4))]
+
+
+def test_ack_then_hands_a_failed_commit_to_each_epilogue() -> None:
+    def boom(op):
+        raise RuntimeError("database gone")
+
+    group = AckGroup(boom, lambda op, tags: (_ for _ in ()).throw(RuntimeError("x")))
+    seen: list[str] = []
+
+    def then(waiter) -> None:
+        try:
+            waiter.outcome()
+        except RuntimeError as exc:
+            seen.append(str(exc))
+
+    group.ack_then(_ack(1), None, then)
+    assert seen == ["database gone"]
+
+
 def test_a_batch_never_exceeds_max_batch() -> None:
     store = FakeStore(delay=0.05)
     group = AckGroup(store.one, store.many, max_batch=3)
