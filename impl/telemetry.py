@@ -33,9 +33,11 @@ and queue.scale; `PrometheusMetrics` everything but job.start and queue.scale; `
 the three job events. `attach` reads the attribute once, when the handler is attached; the
 runtime's own `telemetry=` handlers are read at every event.
 
-Cost (issue 15: telemetry on within 5 % of off, `python -m bench.run telemetry`): a handler runs on
-the job's executor thread, and ten of them share the GIL, so each microsecond spent there is paid
-several times over. The shipped handlers therefore do little there: the attached default logger
+Cost (issue 15: telemetry on within 5 % of off, `python -m bench.run telemetry`): job.start runs on
+the job's executor thread; job.stop and job.exception of a single-job kind run once its ack has
+committed, on the thread that led that group commit (impl.runtime.AckGroup.ack_then), before the
+group's next commit — so each microsecond spent there is paid by every ack of the queue waiting
+behind it. The shipped handlers therefore do little there: the attached default logger
 queues its line's fields and builds the log records on a background thread (`DefaultLogger`,
 `background=True`), and `PrometheusMetrics` queues job endings and claim latencies and adds them
 to its metrics when they are collected (`fold`).
