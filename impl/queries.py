@@ -80,14 +80,18 @@ class SchemaSQL:
 
 def _ack_claim_solo(q: SchemaSQL) -> sql.Composed | None:
     """ack_claim_solo with claim_plain's own text as its claim (this store's claim_plain, as composed — a
-    patched one included): its CTEs with `take` gated on the acks' `blocked`, `now` renamed claim_now, and
+    patched one included): its two candidate scans gated on the acks' `blocked`, `now` renamed claim_now, and
     its UPDATE as the `claimed` CTE. None (the caller keeps the transaction path) if claim_plain no longer
     has that shape: WITH …, then one final UPDATE … RETURNING."""
     claim = q.q("claim_plain").as_string(None)
     head, sep, update = claim.rpartition("\nUPDATE ")
-    if not claim.startswith("WITH ") or not sep or "RETURNING" not in update or "%(take)s" not in head:
+    where = "WHERE queue = %(queue)s"
+    if not claim.startswith("WITH ") or not sep or "RETURNING" not in update or head.count(where) != 2:
         return None
-    ctes = head[len("WITH ") :].replace("%(take)s", "(SELECT CASE WHEN b THEN 0 ELSE %(take)s END FROM blocked)")
+    # The gate is a one-time filter on both candidate scans; their LIMIT stays the `take` parameter, so
+    # the planner still knows the claim takes a handful of rows (a LIMIT computed by a subquery made it
+    # plan the final UPDATE as a hash join over a sequential scan of the whole table).
+    ctes = head[len("WITH ") :].replace(where, "WHERE NOT (SELECT b FROM blocked) AND queue = %(queue)s")
     parts = {"claim_ctes": ctes, "claim_update": "UPDATE " + update}
     return q.q("ack_claim_solo", **{k: sql.SQL(v.replace("%(now)s", "%(claim_now)s")) for k, v in parts.items()})
 

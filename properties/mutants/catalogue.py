@@ -89,7 +89,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "the group commit's statement claims even when it writes no ack (a workflow member or a child in the "
         "group): the transaction path then claims the slots again, past the demand",
         "§6",
-        (Edit(QUERIES_PY, '"(SELECT CASE WHEN b THEN 0 ELSE %(take)s END FROM blocked)"', '"%(take)s"'),),
+        (Edit(QUERIES_PY, '"WHERE NOT (SELECT b FROM blocked) AND queue = %(queue)s"', "where"),),
         GROUP_COMMIT_SUITE,
     ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
