@@ -6,7 +6,8 @@
 For every system, each round: a fresh database on the one embedded PostgreSQL the bench provisions
 (fsync and synchronous_commit on, as provisioned), the system's own schema installed its own way,
 N no-op jobs enqueued with the system's batch API (1,000 per call; timed: bulk enqueue jobs/s), then
-drained by ONE worker process, run as the system's own documentation or CLI runs it. Every system is
+ANALYZE and CHECKPOINT (`settle`), then drained by ONE worker process, run as the system's own
+documentation or CLI runs it. Every system is
 observed the same way, from outside its process: the drain clock runs from starting the worker process
 until SQL on the system's own tables — polled every 50 ms by the bench's own process on its own
 connection, never inside the worker — shows all N finished (never the system's own counters); a drain
@@ -600,6 +601,15 @@ def drop_database(admin_url: str, url: str) -> None:
         c.execute(psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(psycopg.sql.Identifier(name)))
 
 
+def settle(url: str) -> None:
+    """Before every drain, for every system alike: ANALYZE the round's database (its tables' statistics,
+    as autovacuum would have them by then on a live system; a drain planned on none measures the planner's
+    guesses) and CHECKPOINT (no system pays for the previous one's dirty pages)."""
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("ANALYZE")
+        c.execute("CHECKPOINT")
+
+
 def run_round(admin_url: str, key: str, n: int) -> dict:
     _system, setup, enqueue, drain = SYSTEMS[key]
     url = fresh_database(admin_url)
@@ -607,6 +617,7 @@ def run_round(admin_url: str, key: str, n: int) -> dict:
         setup(url)
         before_enqueue = settled_counters(admin_url, url)
         enqueue_s = enqueue(url, n)
+        settle(url)
         before = settled_counters(admin_url, url)
         drain_s = drain(url, n)
         after = settled_counters(admin_url, url)

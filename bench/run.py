@@ -43,13 +43,16 @@ def rss_mib() -> float:
 
 
 def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
-    """Insert n trivial ready jobs with one statement (not part of any measured figure)."""
+    """Insert n trivial ready jobs with one statement (not part of any measured figure), then ANALYZE and
+    CHECKPOINT, before every mode alike (as bench.peers settles every system's database before its drain)."""
     with psycopg.connect(url, autocommit=True) as c:
         c.execute(
             "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
             "SELECT %s, %s, 'ready', %s, %s FROM generate_series(1, %s)",
             (queue, worker, NOW, NOW, n),
         )
+        c.execute("ANALYZE belay_jobs")
+        c.execute("CHECKPOINT")
 
 
 def remaining(url: str, queue: str) -> int:
