@@ -696,7 +696,12 @@ class Worker:
         # The ack joins the queue's group commit and this thread returns to the pool: the rest (telemetry,
         # the slot) runs after the commit on the thread that led it (AckGroup.ack_then).
         ctx.releasing.set()
-        op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
+        try:
+            op = w.Ack(self.clock(), ctx.id, ctx.attempt, outcome)
+        except Exception:  # never leave the slot taken: an execution that cannot ack still ends here
+            log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
+            self._finished(producer, ctx, None, None, None, started)
+            return
 
         def acked(waiter: _Waiter) -> None:
             try:
