@@ -481,6 +481,35 @@ def test_p14_renewals_across_a_stop_or_a_database_outage_are_not_judged():
     assert duty(r.check(), "P14").checks == 0
 
 
+def test_p14_a_late_renewal_inside_injected_latency_on_the_nodes_route_is_not_judged():
+    # seed 2033's two-hour soak: 9.49 s between two renewals of a node inside a 10 s window of 197 ms
+    # injected latency on its route (every round trip of the renewal delayed), no lease lost
+    slot = 2
+
+    def with_slot(r):
+        for e in r.history:  # the baseline's starts name no slot: give w2-1 its slot, as the nemesis does
+            if e.get("type") == "worker_start" and e.get("node") == "w2-1":
+                e["slot"] = slot
+        return r
+
+    r = with_slot(baseline())
+    r.history += renewals("w2-1", 3.5, 4, stall=5.0)  # one interval of 8.5 s, from about 10 s to 18.5 s
+    r.history += [
+        {"t": E0 + 9.0, "type": "net_latency", "slot": slot, "node": "w2-1", "seconds": 10.0, "latency": 0.197},
+        {"t": E0 + 19.0, "type": "net_heal", "slot": slot, "node": "w2-1", "fault": "latency"},
+    ]
+    p14 = duty(r.check(), "P14")
+    assert p14.violations == 0 and p14.checks >= 1, p14.to_json()
+    # latency on another slot's route excuses nothing
+    r = with_slot(baseline())
+    r.history += renewals("w2-1", 3.5, 4, stall=5.0)
+    r.history += [
+        {"t": E0 + 9.0, "type": "net_latency", "slot": slot + 1, "node": "w3-1", "seconds": 10.0, "latency": 0.2},
+        {"t": E0 + 19.0, "type": "net_heal", "slot": slot + 1, "node": "w3-1", "fault": "latency"},
+    ]
+    assert duty(r.check(), "P14").verdict == "invalid"
+
+
 def test_p15_a_park_that_spent_an_attempt_is_flagged():
     r = baseline()
     r.jobs[4] = replace(r.jobs[4], max_attempts=10)  # parked once, resumed: should be 10 + 1
