@@ -463,6 +463,14 @@ CERTIFIER: tuple[Mutant, ...] = (
         "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 3):  # MUTANT\n",
     ),
     _one(
+        "cert_p14_latency_anywhere_excuses",
+        "P14: injected latency on any worker's route excuses every node's late renewal (not only that node's)",
+        "§duty P14",
+        CHECKER_PY,
+        "        return any(a <= t1 and b >= t0 for a, b in self.slowed.get(self.slot_of.get(node), ()))\n",
+        "        return any(a <= t1 and b >= t0 for ws in self.slowed.values() for a, b in ws)  # MUTANT\n",
+    ),
+    _one(
         "cert_p15_only_lowered_budgets_flagged",
         "P15: a park that spent an attempt passes as long as max_attempts did not drop below its enqueued value",
         "§duty P15",
