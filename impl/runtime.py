@@ -27,7 +27,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -691,7 +691,7 @@ class Worker:
             self._finished(producer, ctx, None, None, None, started)
             return
         if outcome is None:  # parked: its own transaction already committed
-            self._finished(producer, ctx, "parked", error, meta, started)
+            self._finished(producer, ctx, "parked", error, meta, started, taken)
             return
         # The ack joins the queue's group commit and this thread returns to the pool: the rest (telemetry,
         # the slot) runs after the commit on the thread that led it (AckGroup.ack_then).
@@ -710,7 +710,7 @@ class Worker:
                 log.exception("belay job=%s: could not ack; the lease will expire and the job will be retried", job.id)
                 self._finished(producer, ctx, None, None, None, started)
                 return
-            self._finished(producer, ctx, state, error, meta, started)
+            self._finished(producer, ctx, state, error, meta, started, taken)
 
         producer.acks.ack_then(op, ctx, acked)
 
@@ -722,17 +722,19 @@ class Worker:
         error: BaseException | None,
         meta: dict[str, Any] | None,
         started: float,
+        taken: Container[str] = frozenset(),
     ) -> None:
         """An execution's epilogue once its outcome is durable (state None: it could not be acked): its
-        job.stop / job.exception event, then its slot."""
+        job.stop / job.exception event (`taken`: the events some sink takes, as `execute` read them), then
+        its slot."""
         try:
             if state is not None and meta:
                 duration = int((time.monotonic() - started) * 1000)
                 if error is not None and state != "parked":
-                    if "job.exception" in telemetry.taken(self.telemetry):
+                    if "job.exception" in taken:
                         failure = f"{type(error).__name__}: {error}"
                         self.emit("job.exception", {**meta, "state": state, "duration_ms": duration, "error": failure})
-                elif "job.stop" in telemetry.taken(self.telemetry):
+                elif "job.stop" in taken:
                     self.emit("job.stop", {**meta, "state": state, "duration_ms": duration})
         finally:
             self.completed += 1

@@ -777,8 +777,9 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     two writes (the node's own clock: its offset cancels out). A node that renews each ttl/3 never shows an
     interval much above ttl/3 (the reference: at most 0.42 ttl over twenty loaded soaks); one interval above
     RENEW_LATE × ttl (a renewal at the lease's very end), or two above RENEW_SLOW × ttl, while the node ran,
-    connected and not slowed by injected latency, with the database up, is a cadence other than ttl/3 — even when no lease is lost (P2 judges
-    losses). One renewal statement extends all the node's leases: each renewal instant counts once."""
+    connected and not slowed by injected latency, with the database up, is a cadence other than ttl/3 —
+    even when no lease is lost (P2 judges losses). One renewal statement extends all the node's leases:
+    each renewal instant counts once."""
     # The harness's own sampling gaps: a gap longer than a renewal period can hide a renewal, and two
     # renewals then look like one interval of 2 × ttl/3 (issue 27: the two-hour soak's one P14 finding
     # came from a starved harness). An interval spanning such a gap is not judged.

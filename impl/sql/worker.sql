@@ -303,12 +303,13 @@ RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 -- trip, one commit: the runtime's group commit, issue 33) — only when no acked row has after-terminal
 -- duties. `blocked` is read from the statement's snapshot, before any write: when an ack's row (running
 -- under its attempt) belongs to a workflow or has a parent, nothing is written (no ack; the claim's
--- candidate scans find nothing) and the caller takes the transaction path (acks, after-terminal, then the claim, as the
--- model orders them). Each ack fenced on its own attempt as ack_succeed_many. The claim IS claim_plain
--- (impl.queries.SchemaSQL composes {claim_ctes} and {claim_update} from its text, `now` renamed
--- claim_now and both candidate scans gated on `blocked`), so a change to claim_plain is a change to this claim too;
--- the rows it takes are `ready`/`awaiting`, never the `running` rows acked here. One row per claimed
--- job, or one row with NULL job columns: acked ids, blocked, notifications sent, then {job_columns}.
+-- candidate scans find nothing) and the caller takes the transaction path (acks, after-terminal, then
+-- the claim, as the model orders them). Each ack fenced on its own attempt as ack_succeed_many. The
+-- claim IS claim_plain (impl.queries composes {claim_ctes} and {claim_update} from its text, `now`
+-- renamed claim_now and both candidate scans gated on `blocked`), so a change to claim_plain is a change
+-- to this claim too; the rows it takes are `ready`/`awaiting`, never the `running` rows acked here. One
+-- row per claimed job, or one row with NULL job columns: acked ids, blocked, notifications sent, then
+-- {job_columns}.
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[], %(results)b::bytea[],
                          %(nows)b::timestamptz[]) AS v(id, attempt, result, now)
