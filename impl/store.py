@@ -225,11 +225,12 @@ class PgStore(WorkerOps):
                 tx.flush_pokes()
             failpoint("store.before_commit")
 
-    def statement(self, name: str, params: dict, rows: RowFactory[Any] = dict_row) -> list[Any]:
+    def statement(self, name: str | bytes, params: dict, rows: RowFactory[Any] = dict_row) -> list[Any]:
         """One statement in autocommit (its own implicit transaction): one round trip, no BEGIN.
-        Rows are dicts unless `rows` says otherwise (psycopg.rows.tuple_row on hot paths)."""
+        `name` names a query, or is the query's bytes (SchemaSQL.qb_take). Rows are dicts unless `rows`
+        says otherwise (psycopg.rows.tuple_row on hot paths)."""
         with self.pool.connection() as c, c.cursor(row_factory=rows) as cur:
-            cur.execute(self.q.qb(name), params)
+            cur.execute(name if isinstance(name, bytes) else self.q.qb(name), params)
             # The result's status, not `cur.description`: that builds a Column object per column (a claim
             # returns 33), which was an eighth of an unbatched drain's Python time (issue 17).
             result = cur.pgresult

@@ -77,7 +77,7 @@ class WorkerOps:
             # One statement in autocommit: the select-for-update and the claim update commit together.
             # Rows come back as tuples in JOB_COLUMNS order ({job_columns}): the hot path of a drain.
             rows = self.statement(
-                "claim_plain",
+                self.q.qb_take("claim_plain", op.demand),
                 {"queue": op.queue, "now": now, "take": op.demand, "node": op.node, "lease_until": now + op.lease_ttl},
                 tuple_row,
             )
@@ -252,7 +252,7 @@ class WorkerOps:
         """AckClaim of succeeds as one autocommit statement (ack_claim_solo): one round trip instead of five
         (BEGIN, acks, notifications, claim, COMMIT). None when an acked row has after-terminal duties
         (workflow, parent): nothing was written, the transaction path does it all."""
-        query = self.q.qb("ack_claim_solo")
+        query = self.q.qb_take("ack_claim_solo", op.claim.demand)
         if not query:  # claim_plain has a shape the solo statement cannot embed
             return None
         acks, claim = op.acks.acks, op.claim

@@ -147,6 +147,11 @@ _API = "tests/test_http_api.py::"
 _HOT = "tests/test_http_hot_routes.py::"
 _DT = "tests/test_dashboard.py::"
 _CLI = "tests/test_cli_ops.py::"
+# Statements outside the comparison that its programs reach in some runs of the generator: under the
+# random `dev` profile their being executed is not a finding (under the derandomized `ci` and `mutants`
+# profiles the run is fixed, and any execution of an ELSEWHERE statement must be given a floor).
+SOMETIMES = frozenset({"prune_steps", "prune_events"})
+
 ELSEWHERE: dict[str, tuple[str, str]] = {
     # --- impl/sql/http.sql ---
     "http_queue_insert": (_HTTP, _API + "test_queue_is_a_belay_queues_row_and_a_duplicate_is_409"),

@@ -94,7 +94,7 @@ def test_the_comparison_reaches_every_statement_its_floor_times(db_url, capsys):
     unexpected = [
         f"{name}: listed as not reached by the comparison, but executed {run.counts[name]} times — give it a floor"
         for name in sorted(ELSEWHERE)
-        if run.counts.get(name, 0) > 0
+        if run.counts.get(name, 0) > 0 and (PROFILE in ("ci", "mutants") or name not in statements.SOMETIMES)
     ]
     assert not below + unexpected, "\n".join(below + unexpected)
 

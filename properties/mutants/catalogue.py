@@ -92,6 +92,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         (Edit(QUERIES_PY, '"WHERE NOT (SELECT b FROM blocked) AND queue = %(queue)s"', "where"),),
         GROUP_COMMIT_SUITE,
     ),
+    Mutant(
+        "inlined_take_claims_one_more",
+        "a claim whose LIMIT is written into the statement (SchemaSQL.qb_take, issue 33) writes take + 1: "
+        "every plain claim and group commit takes one job past the node's free slots",
+        "§6",
+        (Edit(QUERIES_PY, 'base.replace(b"%(take)s", b"%d" % take)', 'base.replace(b"%(take)s", b"%d" % (take + 1))'),),
+        GROUP_COMMIT_SUITE,
+    ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
     Mutant(
         "ack_without_attempt_fence",
