@@ -370,9 +370,13 @@ class DefaultLogger:
         with self._flushing:
             self._drain()
 
-    def _drain(self) -> None:  # with self._flushing held
+    def _drain(self, yielding: bool = False) -> None:  # with self._flushing held
         logger = self.logger
+        n = 0
         while self._pending:
+            n += 1
+            if yielding and n % _YIELD_EVERY == 0:
+                time.sleep(0)  # let a job's or the ack leader's thread take the GIL (see _YIELD_EVERY)
             level, msg, args, created, thread, thread_name = self._pending.popleft()
             try:
                 record = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
@@ -413,9 +417,15 @@ class DefaultLogger:
             self._wake.wait(self.interval)
             self._wake.clear()
             if self._pending:
-                self.flush()
+                with self._flushing:
+                    self._drain(yielding=True)
 
 
+# The background thread hands the GIL on every this many records. Otherwise a batch of a thousand lines
+# holds it for up to the interpreter's switch interval (5 ms) at a time, while the worker's ack leader,
+# its result back from PostgreSQL, waits to commit the next group: each job's cycle is serial, so the
+# stall is paid by every job in flight (`python -m bench.run telemetry`, issue 33).
+_YIELD_EVERY = 16
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
 _backgrounds: weakref.WeakSet[DefaultLogger] = weakref.WeakSet()  # those whose thread was started
 
@@ -708,6 +718,8 @@ class PrometheusMetrics:
         # Labelled children looked up once per label set: `labels()` takes a lock and builds a key on
         # every call, a cost the worker would otherwise pay per job (bench: `python -m bench.run telemetry`).
         self._children: dict[tuple[Any, ...], Any] = {}
+        self._folder: threading.Thread | None = None  # started at the first `capacity` observations
+        self._wake = threading.Event()
 
     def _child(self, metric: Any, *labels: Any) -> Any:
         key = (id(metric), *labels)
@@ -721,11 +733,11 @@ class PrometheusMetrics:
             kind = meta.get("kind", meta.get("worker"))
             self._pending.append((meta["queue"], kind, meta["state"], meta["duration_ms"]))
             if len(self._pending) >= self.capacity:
-                self.fold()
+                self._full()
         elif event == "claim":
             self._pending.append((meta["queue"], meta["duration_ms"]))
             if len(self._pending) >= self.capacity:
-                self.fold()
+                self._full()
         elif event == "ack.stale":
             self.stale_acks.inc()
         elif event == "lease.lost":
@@ -736,11 +748,35 @@ class PrometheusMetrics:
             if meta.get("failed"):
                 self.reclaims.labels("failed").inc(meta["failed"])
 
-    def fold(self) -> None:
+    def _full(self) -> None:
+        """`capacity` observations wait: a `belay-metrics` thread folds them, so the thread reporting
+        them — since issue 33 often the ack leader, whose every moment delays the jobs in flight — does
+        not. Only when that thread is far behind (4 × capacity) does the reporting thread fold itself."""
+        if len(self._pending) >= 4 * self.capacity:
+            self.fold()
+            return
+        if self._folder is None:
+            with self._folding:
+                if self._folder is None:
+                    self._folder = threading.Thread(target=self._fold_loop, name="belay-metrics", daemon=True)
+                    self._folder.start()
+        self._wake.set()
+
+    def _fold_loop(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            self.fold(yielding=True)
+
+    def fold(self, yielding: bool = False) -> None:
         """Add the queued job endings and claim latencies to the metrics."""
         with self._folding:
             ended: collections.Counter[tuple[Any, Any, Any]] = collections.Counter()
+            n = 0
             while self._pending:
+                n += 1
+                if yielding and n % _YIELD_EVERY == 0:
+                    time.sleep(0)  # hand the GIL on (DefaultLogger's background thread does the same)
                 item = self._pending.popleft()
                 if len(item) == 4:
                     queue, kind, outcome, duration_ms = item
