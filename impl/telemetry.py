@@ -40,7 +40,9 @@ group's next commit — so each microsecond spent there is paid by every ack of 
 behind it. The shipped handlers therefore do little there: the attached default logger
 queues its line's fields and builds the log records on a background thread (`DefaultLogger`,
 `background=True`), and `PrometheusMetrics` queues job endings and claim latencies and adds them
-to its metrics when they are collected (`fold`).
+to its metrics when they are collected (`fold`) or, once `capacity` wait, on a thread of its own.
+Both background threads hand the GIL on every few records, so a batch never holds the ack leader up for a
+whole switch interval.
 
 A handler that raises is logged and skipped: telemetry never breaks the worker.
 """
@@ -674,7 +676,8 @@ class PrometheusMetrics:
     A job's ending and a claim round's latency are only queued on the thread that reports them (the
     prometheus_client calls take locks and cost the job's thread more than the rest of its telemetry);
     they are added to the metrics in one go by `fold()`, which every collection of the registry (a
-    scrape, `exposition()`) runs first, and which also runs when `capacity` observations wait.
+    scrape, `exposition()`) runs first, and which a `belay-metrics` thread runs when `capacity`
+    observations wait.
     """
 
     events = frozenset({"job.stop", "job.exception", "claim", "ack.stale", "lease.lost", "reclaim"})
