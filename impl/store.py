@@ -22,14 +22,14 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, pq, sql
-from psycopg.rows import RowFactory, dict_row
+from psycopg.rows import RowFactory, dict_row, tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
 from impl.failpoints import failpoint
 from impl.migrate import check_compat
 from impl.pgrows import channel_name as channel_name  # re-exported: impl.store.channel_name is public
-from impl.pgrows import configure_connection, job_from_row, step_from_row
+from impl.pgrows import configure_connection, job_from_row, poke_payload, step_from_row
 from impl.queries import SchemaSQL
 from impl.tx import Tx as _Tx
 from impl.worker_store import WORKER_HANDLERS, WorkerOps
@@ -97,8 +97,13 @@ def _compact_insert(q: Any, varying: tuple[int, ...]) -> bytes:
     (impl/sql/queries.sql), with `attempt=0`, `errors='[]'`, `spent_*=0`, `cancel_requested=false`."""
     key = (q.schema, varying)
     found = _COMPACT_SQL.get(key)
-    if found is not None:
-        return found
+    if found is None:
+        found = _COMPACT_SQL[key] = _compact_insert_text(q, varying)
+    return found
+
+
+def _compact_insert_text(q: Any, varying: tuple[int, ...]) -> bytes:
+    """`_compact_insert`'s statement, built (uncached)."""
     expr: dict[str, str] = {}
     arrays, names = ["%(id)s::bigint[]"], ["id"]
     for i, name in enumerate(_ROW_FIELDS):
@@ -124,7 +129,36 @@ def _compact_insert(q: Any, varying: tuple[int, ...]) -> bytes:
         f"FROM unnest({', '.join(arrays)}) WITH ORDINALITY AS r({', '.join(names)}, ord)\n"
         "ORDER BY r.ord\nON CONFLICT DO NOTHING\nRETURNING id"
     )
-    found = _COMPACT_SQL[key] = sql.SQL(text).format(jobs=q.names["jobs"]).as_bytes(None)
+    return sql.SQL(text).format(jobs=q.names["jobs"]).as_bytes(None)
+
+
+_SOLO_SQL: dict[str, bytes] = {}
+_COMPACT_TAIL = (
+    b"FROM unnest(%(id)s::bigint[]) WITH ORDINALITY AS r(id, ord)\nORDER BY r.ord\nON CONFLICT DO NOTHING\nRETURNING id"
+)
+
+
+def _enqueue_solo(q: Any) -> bytes:
+    """§5.1 for one job that no unique index can refuse (no unique key, no cron slot), and its §9.2 poke,
+    as ONE autocommit statement: the compact insert with every column a parameter, its id drawn by
+    nextval in the statement (as next_job_ids draws it), and the poke sent from the same statement, so
+    delivered only if the row commits. One round trip instead of five (BEGIN, ids, insert, notify,
+    COMMIT): the client's single enqueue, issue 33's latency. Built once per schema."""
+    found = _SOLO_SQL.get(q.schema)
+    if found is None:
+        insert = _compact_insert_text(q, ())
+        if not insert.endswith(_COMPACT_TAIL):
+            raise RuntimeError("the compact insert no longer ends as _enqueue_solo expects")
+        seq = q.names["jobs_seq"].as_bytes(None)
+        found = _SOLO_SQL[q.schema] = (
+            b"WITH ins AS (\n"
+            + insert[: -len(_COMPACT_TAIL)]
+            + b"FROM (SELECT nextval("
+            + seq
+            + b") AS id) AS r\nRETURNING id\n), poke AS (\n"
+            + b"    SELECT pg_notify(%(channel)s, %(payload)s) FROM ins WHERE %(payload)s::text IS NOT NULL\n"
+            + b")\nSELECT id, (SELECT count(*) FROM poke) AS poked FROM ins"
+        )
     return found
 
 
@@ -365,9 +399,21 @@ class PgStore(WorkerOps):
         )
 
     def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:
+        rows = [self._row(spec, op.now) for spec in op.jobs]
+        if conn is None and len(rows) == 1 and rows[0][_UNIQUE_KEY] is None and rows[0][_CRON_NAME] is None:
+            return ops.Enqueued((self._insert_solo(rows[0], op.now),))
         with self.transaction(op.now, conn) as tx:
-            rows = [self._row(spec, op.now) for spec in op.jobs]
             return ops.Enqueued(tuple(self._insert(tx, rows)))
+
+    def _insert_solo(self, row: tuple, now: datetime) -> ops.Inserted:
+        """One job no unique index can refuse, inserted and poked in one autocommit statement (_enqueue_solo)."""
+        params: dict[str, Any] = {f"c_{name}": value for name, value in zip(_ROW_FIELDS, row, strict=True)}
+        params["now"] = now
+        params["payload"] = poke_payload(row[_QUEUE]) if self.notify and row[_STATE] == "ready" else None
+        with self.pool.connection() as c, c.cursor(row_factory=tuple_row) as cur:
+            params["channel"] = channel_name(c.info.dbname, self.schema)
+            (job_id, _poked) = cur.execute(_enqueue_solo(self.q), params).fetchone()
+        return ops.Inserted(job_id)
 
     def _enqueue_workflow(self, op: ops.EnqueueWorkflow, conn: psycopg.Connection | None) -> ops.WorkflowEnqueued:
         with self.transaction(op.now, conn) as tx:

@@ -32,6 +32,7 @@ _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 # Statements built in Python rather than named in impl/sql/ (name → where it is built).
 BUILT = {
     "store.compact_insert": "impl/store.py _compact_insert (§5.1's insert, one text per pattern of varying columns)",
+    "store.enqueue_solo": "impl/store.py _enqueue_solo (§5.1's insert of one job and its poke, one statement)",
     "http.requeue_expired": "impl/http/sql.py requeue_expired (the HTTP sweeper)",
     "http.tasks_page": "impl/http/sql.py tasks_page (listTasks)",
 }
@@ -130,6 +131,7 @@ FLOORS: dict[str, int] = {  # measured in the ci profile (docs/statements.md), f
     "stage_jobs_copy": 7,
     "stage_jobs_table": 7,
     "store.compact_insert": 731,
+    "store.enqueue_solo": 60,
     "upsert_signal": 379,
     "wake_awaiters": 379,
     "workflow_members": 795,
@@ -292,6 +294,7 @@ def recording() -> Iterator[Counter[str]]:
 
     rec = RECORDER
     orig_q, orig_qb, orig_compact = SchemaSQL.q, SchemaSQL.qb, store_module._compact_insert
+    orig_solo = store_module._enqueue_solo
 
     def q(self: SchemaSQL, name: str, **extra: Any) -> Any:
         if rec.active and not getattr(rec._inner, "busy", False):
@@ -315,8 +318,15 @@ def recording() -> Iterator[Counter[str]]:
             rec.by_rule["store.compact_insert", rec.rule or "-"] += 1
         return orig_compact(q_, varying)
 
+    def solo(q_: Any) -> bytes:
+        if rec.active:
+            rec.counts["store.enqueue_solo"] += 1
+            rec.by_rule["store.enqueue_solo", rec.rule or "-"] += 1
+        return orig_solo(q_)
+
     SchemaSQL.q, SchemaSQL.qb = q, qb  # type: ignore[method-assign]
     store_module._compact_insert = compact  # type: ignore[assignment]
+    store_module._enqueue_solo = solo  # type: ignore[assignment]
     rec.active = True
     try:
         yield rec.counts
@@ -324,6 +334,7 @@ def recording() -> Iterator[Counter[str]]:
         rec.active = False
         SchemaSQL.q, SchemaSQL.qb = orig_q, orig_qb  # type: ignore[method-assign]
         store_module._compact_insert = orig_compact
+        store_module._enqueue_solo = orig_solo
 
 
 # --- one run of the machine per process, shared by the comparison test and the gate ---------------------

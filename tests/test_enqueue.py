@@ -393,3 +393,29 @@ def test_a_bulk_batch_stores_every_column_as_the_model_does_whatever_varies(stor
     for op in (Enqueue(now, tuple(_batch(shape, 300, now))), Enqueue(now, tuple(_batch(shape, 70, now)))):
         assert store.apply(op) == model.apply(op)
     assert snapshot(conn).jobs == model.state.jobs
+
+
+def test_a_single_enqueue_is_one_statement_that_pokes_its_queue_once(db_url, store, now, monkeypatch):
+    """Issue 33: one job with no unique key or cron slot goes in as one autocommit statement
+    (impl.store._enqueue_solo), its poke sent from that statement, as the transaction path sends it (a
+    scheduled job's row is `ready` too, and pokes); the ids follow the sequence as that path's do."""
+    import impl.store as store_module
+
+    executed = []
+    real = store_module._enqueue_solo
+    monkeypatch.setattr(store_module, "_enqueue_solo", lambda q: executed.append(q.schema) or real(q))
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute(f'LISTEN "{channel_name(listener.info.dbname)}"')
+        first = store.apply(Enqueue(now, (JobSpec("a", "w", input={"n": 1}),))).outcomes[0]
+        assert [n.payload for n in listener.notifies(timeout=1.0, stop_after=1)] == ['{"t":"p","q":"a"}']
+        later = store.apply(Enqueue(now, (JobSpec("b", "w", scheduled_at=now + timedelta(hours=1)),))).outcomes[0]
+        assert [n.payload for n in listener.notifies(timeout=1.0, stop_after=1)] == ['{"t":"p","q":"b"}']
+        keyed = store.apply(Enqueue(now, (JobSpec("a", "w", unique_key="k"),))).outcomes[0]  # transaction path
+        assert [n.payload for n in listener.notifies(timeout=1.0, stop_after=1)] == ['{"t":"p","q":"a"}']
+        assert executed == ["public", "public"], "the keyed job takes the transaction path"
+        assert isinstance(first, Inserted) and (later.id, keyed.id) == (first.id + 1, first.id + 2)
+        row = listener.execute("SELECT queue, worker, input, state, attempt FROM belay_jobs WHERE id = %s", (first.id,))
+        assert row.fetchone() == ("a", "w", {"n": 1}, "ready", 0)
+        late = listener.execute("SELECT state, ready_at FROM belay_jobs WHERE id = %s", (later.id,)).fetchone()
+        assert late == ("ready", now + timedelta(hours=1))
+        assert list(listener.notifies(timeout=0.2)) == [], "one poke per enqueue"

@@ -100,6 +100,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         (Edit(QUERIES_PY, 'base.replace(b"%(take)s", b"%d" % take)', 'base.replace(b"%(take)s", b"%d" % (take + 1))'),),
         GROUP_COMMIT_SUITE,
     ),
+    Mutant(
+        "enqueue_solo_sends_no_poke",
+        "a single enqueue's one statement (impl.store._enqueue_solo, issue 33) inserts the job but sends no "
+        "poke: listening workers learn of it only at their next poll",
+        "§9.2",
+        (Edit(STORE_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
+        ("tests/test_enqueue.py", *STORE_SUITE),
+    ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
     Mutant(
         "ack_without_attempt_fence",
