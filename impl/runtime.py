@@ -383,6 +383,30 @@ class _Producer:
             finally:
                 self.adopt(finished, jobs)
 
+    def ack_refill(self, acks: w.AckMany, contexts: Sequence[JobContext]) -> w.AckedMany | None:
+        """A chunk's acks and the claim of the jobs that take its slots (`refill`) as one AckClaim: one
+        commit instead of two. None, with nothing written by this call, when there is no slot to refill
+        (the caller acks alone and `refill` frees the slots) or when the call failed (the caller acks
+        again: a grouped ack that did commit answers Stale, fenced by its attempt, as a retry would)."""
+        take = self.refill_slots(contexts)
+        if not take:
+            return None
+        worker, cfg = self.worker, self.worker.config
+        claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), self.opts)
+        with worker.claiming():
+            try:
+                done = worker.claim_call(
+                    lambda: worker.store.apply(w.AckClaim(acks, claim)),
+                    "ack chunk and claim",
+                    lambda: w.AckedClaimed(worker.store.apply(acks), w.Claimed(())),
+                )
+            except Exception as exc:  # noqa: BLE001 - transient faults already retried
+                log.error("belay producer %s: chunk ack and claim failed: %s", self.name, exc)
+                return None
+            self.adopt(contexts, done.claimed.jobs)
+        self.adapt(len(done.claimed.jobs), take)
+        return done.acked
+
     def ack_group(self, acks: w.AckMany, contexts: tuple[JobContext, ...]) -> w.AckedMany:
         """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
         (AckClaim: one commit for the acks and the jobs that take their slots — at most as many as the
@@ -744,6 +768,7 @@ class Worker:
         """One invocation for many jobs: fn(contexts) returns {job_id: value | Exception} (or a list in
         context order); a job missing from it, or a raise of the whole call, fails that job."""
         started = time.monotonic()
+        refilled = False  # the chunk's slots went to jobs claimed with its acks (ack_refill)
         taken = telemetry.taken(self.telemetry)  # issues 15, 17: only the events some sink takes
         for ctx in contexts if "job.start" in taken else ():
             self.emit(
@@ -781,7 +806,13 @@ class Worker:
             if acks:
                 for ctx in contexts:
                     ctx.releasing.set()
-                done = self.call(lambda: self.store.apply(w.AckMany(now, tuple(acks))), "ack chunk")
+                group = w.AckMany(now, tuple(acks))
+                done = None
+                if len(acks) == len(contexts):  # every job acked: the acks and the refill claim, one commit
+                    done = producer.ack_refill(group, contexts)
+                    refilled = done is not None
+                if done is None:
+                    done = self.call(lambda: self.store.apply(group), "ack chunk")
                 duration = int((time.monotonic() - started) * 1000)
                 for ack, result in zip(acks, done.results, strict=True):
                     if isinstance(result, w.Stale):
@@ -807,7 +838,8 @@ class Worker:
             log.exception("belay chunk of %d %s jobs: could not ack", len(contexts), kind.name)
         finally:
             self.completed += len(contexts)
-            producer.refill(contexts)  # claims for the chunk's slots, then frees them
+            if not refilled:
+                producer.refill(contexts)  # claims for the chunk's slots, then frees them
 
     def ack(self, ctx: JobContext, outcome: w.Outcome, producer: _Producer | None = None) -> str:
         ctx.releasing.set()

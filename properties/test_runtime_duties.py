@@ -414,6 +414,8 @@ def test_a_chunk_that_acked_claims_the_next_jobs_for_its_own_slots_and_never_pas
     assert max(held) <= limit, f"the node held {max(held)} leases at once (limit {limit}): {held}"
     calls = sorted(timeline.calls)
     claims = [(a, b, th, len(r.jobs)) for a, b, th, op, r in calls if isinstance(op, w.Claim)]
+    # a chunk whose every job succeeded claims with its acks, in one commit (AckClaim, issue 33)
+    claims += [(a, b, th, len(r.claimed.jobs)) for a, b, th, op, r in calls if isinstance(op, w.AckClaim)]
     refills = [c for c in claims if not c[2].startswith("belay-producer") and c[3]]
     assert refills, f"no claim came from a chunk execution: {[(th, n) for _, _, th, n in claims]}"
 

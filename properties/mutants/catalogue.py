@@ -534,10 +534,10 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 STORE_PY,
-                "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
-                "        with self.transaction(op.now, conn) as tx:\n",
-                "    def _enqueue(self, op: ops.Enqueue, conn: psycopg.Connection | None) -> ops.Enqueued:\n"
-                "        with self.transaction(op.now, None) as tx:  # MUTANT: commits on its own\n",
+                "        with self.transaction(op.now, conn) as tx:\n"
+                "            return ops.Enqueued(tuple(self._insert(tx, rows)))\n",
+                "        with self.transaction(op.now, None) as tx:  # MUTANT: commits on its own\n"
+                "            return ops.Enqueued(tuple(self._insert(tx, rows)))\n",
             ),
         ),
         suite=DURABLE_SUITE,
@@ -566,6 +566,20 @@ CATALOGUE: tuple[Mutant, ...] = (
                 '        woken = self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")\n',
                 '        woken = (self.call(lambda: self.store.apply(w.Reconcile(now)), "reconcile")\n'
                 "                 if reclaimed.retried or reclaimed.failed else w.Reconciled(()))  # MUTANT\n",
+            ),
+        ),
+        suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "chunk_refill_with_acks_past_the_limit",
+        "a chunk whose jobs all succeeded claims with its acks (Producer.ack_refill, issue 33) twice as many "
+        "jobs as it frees, past the queue's limit",
+        "§6",
+        (
+            Edit(
+                RUNTIME_PY,
+                "        take = self.refill_slots(contexts)\n        if not take:\n            return None",
+                "        take = self.refill_slots(contexts) and len(contexts) * 2\n        if not take:\n            return None",
             ),
         ),
         suite=DURABLE_SUITE,
