@@ -17,7 +17,9 @@ the table shows medians and the median of per-round (paired) ratios to Belay bat
 Per job, the database work of each drain (commits and rows written from pg_stat_database, WAL bytes
 and syncs from pg_stat_wal; the enqueue's too, in the JSON) explains the differences.
 
-Each system runs at a common concurrency (10 jobs in flight) and at its high-throughput setting:
+Each system runs at its default-like setting and at its high-throughput setting. Belay unbatched holds at
+most 10 jobs in flight (limit 10); pgqueuer's batch 10 dequeues 10 jobs per query with no cap on the jobs
+in flight (its QueueManager.run default max_concurrent_tasks=None); the others run 10 or 50 at once:
 
   Belay           enqueue_many; batched kind (chunk 100, limit 200) / unbatched (limit 10)
   pgqueuer        Queries.enqueue over lists; QueueManager.run(batch_size=100) / its default 10, on one
