@@ -52,6 +52,7 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -299,7 +300,9 @@ class DefaultLogger:
     the records in batches, every `interval` seconds or when `capacity` lines wait, giving each record
     the time and thread of its event (`created`, `msecs`, `relativeCreated`, `thread`, `threadName`),
     so a formatted line reads as if it had been logged synchronously. The logger's handlers then run on
-    that thread, and a log record factory runs there too. A line at WARNING or above (job.exception)
+    that thread, and a log record factory runs there too (without one, and with a logger class that
+    keeps Logger.makeRecord, a line's record is a copy of one makeRecord made for the logger and level:
+    `_record_maker`). A line at WARNING or above (job.exception)
     is handled at once on the job's thread, after the lines queued before it, so failures are never
     delayed and lines keep their order. `flush()` handles what waits; it runs at interpreter exit
     before logging's own shutdown. Why: building a LogRecord costs the job's thread more than the rest
@@ -374,6 +377,7 @@ class DefaultLogger:
 
     def _drain(self, yielding: bool = False) -> None:  # with self._flushing held
         logger = self.logger
+        make = _record_maker(logger)
         n = 0
         while self._pending:
             n += 1
@@ -381,7 +385,7 @@ class DefaultLogger:
                 time.sleep(0)  # let a job's or the ack leader's thread take the GIL (see _YIELD_EVERY)
             level, msg, args, created, thread, thread_name = self._pending.popleft()
             try:
-                record = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__")
+                record = make(level, msg, args)
                 # the event's time and thread, as LogRecord.__init__ would have set them then
                 record.relativeCreated -= (record.created - created) * 1000
                 record.created, record.msecs = created, int((created - int(created)) * 1000) + 0.0
@@ -429,6 +433,39 @@ class DefaultLogger:
 # stall is paid by every job in flight (`python -m bench.run telemetry`, issue 33).
 _YIELD_EVERY = 16
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
+_TEMPLATES: dict[tuple[str, int, int], dict[str, Any]] = {}  # (logger, level, pid) → a record's attributes
+
+
+def _record_maker(logger: logging.Logger) -> Callable[[int, str, tuple[Any, ...]], logging.LogRecord]:
+    """What builds the queued lines' records: `logger.makeRecord`, or — when neither the logger's class nor
+    a log record factory replaces it — a copy of one record's attributes made by it for the logger and
+    level, with the line's msg and args. LogRecord.__init__ (the source file's name split three ways,
+    the process and thread looked up) was most of the background thread's time per line; the attributes
+    are those makeRecord sets, and the caller sets the event's time and thread as before."""
+    if (
+        type(logger).makeRecord is not logging.Logger.makeRecord
+        or logging.getLogRecordFactory() is not logging.LogRecord
+    ):
+        return lambda level, msg, args: logger.makeRecord(
+            logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"
+        )
+    new = functools.partial(object.__new__, logging.LogRecord)
+
+    def make(level: int, msg: str, args: tuple[Any, ...]) -> logging.LogRecord:
+        key = (logger.name, level, os.getpid())
+        template = _TEMPLATES.get(key)
+        if template is None:
+            made = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, "", (), None, "__call__")
+            template = _TEMPLATES[key] = dict(made.__dict__)
+        record = new()
+        fields = record.__dict__
+        fields.update(template)
+        fields["msg"], fields["args"] = msg, args
+        return record
+
+    return make
+
+
 _backgrounds: weakref.WeakSet[DefaultLogger] = weakref.WeakSet()  # those whose thread was started
 
 

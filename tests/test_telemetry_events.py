@@ -294,6 +294,42 @@ def test_a_background_line_is_handled_later_with_the_time_and_thread_of_its_even
     assert record.funcName == "__call__" and record.filename == "telemetry.py" and record.levelno == logging.INFO
 
 
+def test_a_background_record_has_the_attributes_make_record_gives_and_honours_a_record_factory(on_root):
+    """The background thread copies one makeRecord-made record's attributes per logger and level (issue 33:
+    LogRecord.__init__ was most of its time per line): the same attributes as a synchronous line's record,
+    bar the event's time and thread; a log record factory, when one is set, still builds every record."""
+    logger = logging.getLogger("belay.test.events.bg_record")
+    logger.setLevel(logging.INFO)
+    event = {**STOP, "state": "succeeded", "duration_ms": 5}
+    telemetry.DefaultLogger(logging.INFO, logger)("job.stop", event)
+    background = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600)
+    default = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = default(*args, **kwargs)
+        record.trace_id = "t-2"
+        return record
+
+    try:
+        background("job.stop", event)
+        background("job.stop", {**event, "job_id": 813})
+        background.flush()
+        logging.setLogRecordFactory(factory)
+        background("job.stop", {**event, "job_id": 814})
+        background.flush()
+    finally:
+        logging.setLogRecordFactory(default)
+        background.close()
+    sync, first, second, made = _records(on_root, logger.name)
+    when = {"created", "msecs", "relativeCreated", "thread", "threadName", "args"}
+    assert {k: v for k, v in vars(first).items() if k not in when} == {
+        k: v for k, v in vars(sync).items() if k not in when
+    }
+    assert first.getMessage() == sync.getMessage() and "job=813" in second.getMessage()
+    assert first is not second and not hasattr(first, "trace_id")
+    assert made.trace_id == "t-2" and "job=814" in made.getMessage()
+
+
 def test_background_lines_go_out_within_the_interval_and_a_warning_at_once_after_them_in_order(on_root):
     logger = logging.getLogger("belay.test.events.order")
     logger.setLevel(logging.INFO)
