@@ -450,9 +450,10 @@ def _record_maker(logger: logging.Logger) -> Callable[[int, str, tuple[Any, ...]
             logger.name, level, __file__, _RECORD_LINE, msg, args, None, "__call__"
         )
     new = functools.partial(object.__new__, logging.LogRecord)
+    name, pid = logger.name, os.getpid()  # once per batch: getpid is a system call
 
     def make(level: int, msg: str, args: tuple[Any, ...]) -> logging.LogRecord:
-        key = (logger.name, level, os.getpid())
+        key = (name, level, pid)
         template = _TEMPLATES.get(key)
         if template is None:
             made = logger.makeRecord(logger.name, level, __file__, _RECORD_LINE, "", (), None, "__call__")
@@ -606,8 +607,8 @@ class BatchingStreamHandler(logging.StreamHandler):
         self._pending.append(record)
         if record.levelno >= self.flush_level:
             self.flush()
-        elif len(self._pending) >= self.capacity:
-            self._wake.set()
+        elif len(self._pending) >= self.capacity and not self._wake.is_set():
+            self._wake.set()  # once: a set() per record takes the event's lock every time
         return True
 
     def emit(self, record: logging.LogRecord) -> None:
