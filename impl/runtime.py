@@ -24,11 +24,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Container, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -254,6 +254,72 @@ class AckGroup:
                 waiter.error = exc
 
 
+class _Executor:
+    """The executions' threads of one queue: at most `max_workers` daemon threads, started as work needs
+    them, fed by one queue.SimpleQueue. What ThreadPoolExecutor does for this use, without what the
+    runtime never reads: a Future per task (a Condition and its lock, taken twice per task) and a
+    pure-Python Semaphore to find an idle thread — a tenth of an unbatched drain's GIL time (py-spy,
+    issue 33). An idle thread leaves a token in `_idle` (a C queue too) before it waits; `submit` takes
+    one, or starts a thread while below the maximum (ThreadPoolExecutor's own approximation). A task's exception is logged (a Future kept it
+    unread); the runtime's tasks handle their own."""
+
+    def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        self._max, self._prefix = max_workers, thread_name_prefix
+        self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
+        self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # starting threads and shutting down
+        self._shutdown = False
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new work after shutdown")
+        self._work.put((fn, args))
+        try:
+            self._idle.get_nowait()  # an idle thread will take it
+        except queue.Empty:
+            with self._lock:
+                if len(self._threads) < self._max and not self._shutdown:
+                    thread = threading.Thread(
+                        target=self._run, name=f"{self._prefix}_{len(self._threads)}", daemon=True
+                    )
+                    self._threads.append(thread)
+                    thread.start()
+
+    def _run(self) -> None:
+        while True:
+            task = self._work.get()
+            if task is None:  # shut down
+                return
+            fn, args = task
+            try:
+                fn(*args)
+            except BaseException:  # a task's own fault (as a Future would keep it): logged, the thread serves on
+                log.exception("belay: an execution task failed")
+            del task, fn, args
+            self._idle.put(None)  # as ThreadPoolExecutor releases its idle semaphore: after each task
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """No more tasks; with `cancel_futures` the queued ones never run; with `wait`, join the threads
+        (each finishes the task it runs)."""
+        with self._lock:
+            self._shutdown = True
+            threads = list(self._threads)
+        if cancel_futures:
+            while True:
+                try:
+                    self._work.get_nowait()
+                except queue.Empty:
+                    break
+        for _ in threads:
+            self._work.put(None)
+        if wait:
+            for thread in threads:
+                thread.join()
+
+
 class _Producer:
     """Claims for one queue and hands jobs to the executor pool."""
 
@@ -269,7 +335,7 @@ class _Producer:
         self.gathering: dict[str, tuple[float, list[JobContext]]] = {}  # chunk kind → (deadline, contexts)
         self.gather_lock = threading.Lock()  # chunk executions refilling their slots gather too
         self.adapt_lock = threading.Lock()
-        self.pool = ThreadPoolExecutor(max_workers=config.opts.limit_max, thread_name_prefix=f"belay-{self.name}")
+        self.pool = _Executor(config.opts.limit_max, f"belay-{self.name}")
         self.acks = AckGroup(
             lambda op: worker.call(lambda: worker.store.apply(op), "ack"),
             self.ack_group,
