@@ -259,9 +259,10 @@ class _Executor:
     them, fed by one queue.SimpleQueue. What ThreadPoolExecutor does for this use, without what the
     runtime never reads: a Future per task (a Condition and its lock, taken twice per task) and a
     pure-Python Semaphore to find an idle thread — a tenth of an unbatched drain's GIL time (py-spy,
-    issue 33). An idle thread leaves a token in `_idle` (a C queue too) before it waits; `submit` takes
-    one, or starts a thread while below the maximum (ThreadPoolExecutor's own approximation). A task's exception is logged (a Future kept it
-    unread); the runtime's tasks handle their own."""
+    issue 33). A thread leaves a token in `_idle` (a C queue too) after each task, as ThreadPoolExecutor
+    releases its idle semaphore; `submit` takes one, or starts a thread while below the maximum (the same
+    approximation). A task's exception is logged (a Future kept it unread); the runtime's tasks handle
+    their own."""
 
     def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
         if max_workers < 1:
@@ -449,6 +450,17 @@ class _Producer:
             finally:
                 self.adopt(finished, jobs)
 
+    def _ack_claim(self, acks: w.AckMany, take: int, what: str) -> w.AckedClaimed:
+        """The acks and the claim of `take` jobs for their slots as one AckClaim (one commit); a retry once
+        the node is stopping acks alone (Worker.claim_call). The caller holds `worker.claiming()`."""
+        worker, cfg = self.worker, self.worker.config
+        claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), self.opts)
+        return worker.claim_call(
+            lambda: worker.store.apply(w.AckClaim(acks, claim)),
+            what,
+            lambda: w.AckedClaimed(worker.store.apply(acks), w.Claimed(())),
+        )
+
     def ack_refill(self, acks: w.AckMany, contexts: Sequence[JobContext]) -> w.AckedMany | None:
         """A chunk's acks and the claim of the jobs that take its slots (`refill`) as one AckClaim: one
         commit instead of two. None, with nothing written by this call, when there is no slot to refill
@@ -457,15 +469,9 @@ class _Producer:
         take = self.refill_slots(contexts)
         if not take:
             return None
-        worker, cfg = self.worker, self.worker.config
-        claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), self.opts)
-        with worker.claiming():
+        with self.worker.claiming():
             try:
-                done = worker.claim_call(
-                    lambda: worker.store.apply(w.AckClaim(acks, claim)),
-                    "ack chunk and claim",
-                    lambda: w.AckedClaimed(worker.store.apply(acks), w.Claimed(())),
-                )
+                done = self._ack_claim(acks, take, "ack chunk and claim")
             except Exception as exc:  # noqa: BLE001 - transient faults already retried
                 log.error("belay producer %s: chunk ack and claim failed: %s", self.name, exc)
                 return None
@@ -477,18 +483,12 @@ class _Producer:
         """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
         (AckClaim: one commit for the acks and the jobs that take their slots — at most as many as the
         group frees, within the limit; none while stopping or paused) and run what it claimed."""
-        worker, opts = self.worker, self.opts
+        worker = self.worker
         take = self.refill_slots(contexts)
         if not take:
             return worker.call(lambda: worker.store.apply(acks), "ack group")
-        cfg = worker.config
-        claim = w.Claim(worker.clock(), self.name, cfg.node, take, timedelta(seconds=cfg.lease_ttl), opts)
         with worker.claiming():
-            done = worker.claim_call(
-                lambda: worker.store.apply(w.AckClaim(acks, claim)),
-                "ack group and claim",
-                lambda: w.AckedClaimed(worker.store.apply(acks), w.Claimed(())),
-            )
+            done = self._ack_claim(acks, take, "ack group and claim")
             self.adopt(contexts, done.claimed.jobs)
         self.adapt(len(done.claimed.jobs), take)
         return done.acked

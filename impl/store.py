@@ -143,7 +143,8 @@ def _enqueue_solo(q: Any) -> bytes:
     as ONE autocommit statement: the compact insert with every column a parameter, its id drawn by
     nextval in the statement (as next_job_ids draws it), and the poke sent from the same statement, so
     delivered only if the row commits. One round trip instead of five (BEGIN, ids, insert, notify,
-    COMMIT): the client's single enqueue, issue 33's latency. Built once per schema."""
+    COMMIT): the client's single enqueue, issue 33's latency. The final SELECT reads `poke` because
+    PostgreSQL runs a SELECT in WITH only if something reads it. Built once per schema."""
     found = _SOLO_SQL.get(q.schema)
     if found is None:
         insert = _compact_insert_text(q, ())

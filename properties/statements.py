@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -312,21 +312,20 @@ def recording() -> Iterator[Counter[str]]:
         finally:
             rec._inner.busy = False
 
-    def compact(q_: Any, varying: tuple[int, ...]) -> bytes:
-        if rec.active:
-            rec.counts["store.compact_insert"] += 1
-            rec.by_rule["store.compact_insert", rec.rule or "-"] += 1
-        return orig_compact(q_, varying)
+    def built(name: str, build: Callable[..., bytes]) -> Callable[..., bytes]:
+        """A statement builder of BUILT, counted under `name` at every call."""
 
-    def solo(q_: Any) -> bytes:
-        if rec.active:
-            rec.counts["store.enqueue_solo"] += 1
-            rec.by_rule["store.enqueue_solo", rec.rule or "-"] += 1
-        return orig_solo(q_)
+        def counted(*args: Any) -> bytes:
+            if rec.active:
+                rec.counts[name] += 1
+                rec.by_rule[name, rec.rule or "-"] += 1
+            return build(*args)
+
+        return counted
 
     SchemaSQL.q, SchemaSQL.qb = q, qb  # type: ignore[method-assign]
-    store_module._compact_insert = compact  # type: ignore[assignment]
-    store_module._enqueue_solo = solo  # type: ignore[assignment]
+    store_module._compact_insert = built("store.compact_insert", orig_compact)
+    store_module._enqueue_solo = built("store.enqueue_solo", orig_solo)
     rec.active = True
     try:
         yield rec.counts
