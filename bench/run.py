@@ -44,16 +44,27 @@ def rss_mib() -> float:
 
 
 def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
-    """Insert n trivial ready jobs with one statement (not part of any measured figure), then ANALYZE and
-    CHECKPOINT, before every mode alike (as bench.peers settles every system's database before its drain)."""
+    """Insert n trivial ready jobs with one statement (not part of any measured figure) into a table that
+    every drain finds alike: the earlier drains' rows (already counted and checked) deleted and vacuumed
+    away, the new rows vacuumed and analyzed, then a CHECKPOINT — before every mode alike, as bench.peers
+    settles every system's database before its drain. Autovacuum is off for belay_jobs in the bench's
+    database (`settle`): a vacuum that lands inside one drain of a few seconds and not another was the
+    largest spread between rounds (issue 33)."""
     with psycopg.connect(url, autocommit=True) as c:
+        c.execute("DELETE FROM belay_jobs")
+        c.execute("VACUUM belay_jobs")
         c.execute(
             "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
             "SELECT %s, %s, 'ready', %s, %s FROM generate_series(1, %s)",
             (queue, worker, NOW, NOW, n),
         )
-        c.execute("ANALYZE belay_jobs")
+        c.execute("VACUUM ANALYZE belay_jobs")
         c.execute("CHECKPOINT")
+
+
+def settle(conn: psycopg.Connection) -> None:
+    """The bench database's belay_jobs without autovacuum: `fill` vacuums between drains instead."""
+    conn.execute("ALTER TABLE belay_jobs SET (autovacuum_enabled = off)")
 
 
 def remaining(url: str, queue: str) -> int:
@@ -556,6 +567,7 @@ def main() -> None:
         print(f"PostgreSQL: {db.reason} at {redact(db.url)}")
         with psycopg.connect(db.url, autocommit=True) as c:
             migrate(c)
+            settle(c)
             print(
                 "durability:",
                 ", ".join(f"{k}={c.execute(f'SHOW {k}').fetchone()[0]}" for k in ("fsync", "synchronous_commit")),

@@ -50,10 +50,12 @@ A handler that raises is logged and skipped: telemetry never breaks the worker.
 from __future__ import annotations
 
 import atexit
+import bisect
 import collections
 import contextlib
 import functools
 import logging
+import math
 import os
 import re
 import threading
@@ -213,6 +215,23 @@ def logfmt_value(value: object) -> str:
     return '"' + "".join(_escape(c) for c in text) + '"'
 
 
+# The logfmt form of the names a job line repeats (kind, queue, state, node) — the regex match was most of
+# building a line on the job's thread. Bounded: cleared when full (names are few; an error is not cached).
+_NAMES: dict[str, str] = {}
+_NAMES_MAX = 4096
+
+
+def _name(value: object) -> str:
+    if type(value) is not str:
+        return logfmt_value(value)
+    text = _NAMES.get(value)
+    if text is None:
+        if len(_NAMES) >= _NAMES_MAX:
+            _NAMES.clear()
+        text = _NAMES[value] = logfmt_value(value)
+    return text
+
+
 def _escape(c: str) -> str:
     found = _ESCAPES.get(c)
     if found is not None:
@@ -267,14 +286,14 @@ def job_line(meta: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
     node, error = meta.get("node"), meta.get("error")
     args: tuple[Any, ...] = (
         meta["job_id"],
-        logfmt_value(meta.get("kind", meta.get("worker"))),
-        logfmt_value(meta["queue"]),
-        logfmt_value(meta["state"]),
+        _name(meta.get("kind", meta.get("worker"))),
+        _name(meta["queue"]),
+        _name(meta["state"]),
         meta["attempt"],
         meta["duration_ms"],
     )
     if node:
-        args += (logfmt_value(node),)
+        args += (_name(node),)
     if error:
         args += (logfmt_value(error),)
     return _JOB_LINES[bool(node), bool(error)], args
@@ -734,20 +753,13 @@ class PrometheusMetrics:
         self._pending: collections.deque[tuple[Any, ...]] = collections.deque()  # appends are atomic
         self._folding = threading.Lock()
         self.registry = p.CollectorRegistry()
-        self.registry.register(_Fold(self))  # registered first: a collection folds before reading
-        self.jobs = p.Counter(
-            "belay_jobs", "Finished job attempts by ack outcome", ["queue", "kind", "outcome"], registry=self.registry
-        )
-        self.duration = p.Histogram(
-            "belay_job_duration_seconds", "Job attempt duration", ["queue", "kind"], registry=self.registry
-        )
-        self.claim_latency = p.Histogram(
-            "belay_claim_latency_seconds",
-            "Claim round latency",
-            ["queue"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-            registry=self.registry,
-        )
+        # Job endings and claim latencies are counted here, in plain lists, and read by a collector at a
+        # scrape (`_Folded`): prometheus_client's Histogram.observe takes a lock per bucket and the sum
+        # (~7 µs an observation here), which made folding most of the telemetry's cost per job.
+        self._ended: dict[tuple[Any, Any, Any], int] = {}  # (queue, kind, outcome) → finished attempts
+        self._durations: dict[tuple[Any, Any], list[float]] = {}  # (queue, kind) → per-bucket counts + sum
+        self._claims: dict[Any, list[float]] = {}  # queue → per-bucket counts + sum
+        self.registry.register(_Folded(self))
         self.stale_acks = p.Counter("belay_stale_acks", "Acks rejected by the attempt fence", registry=self.registry)
         self.lease_losses = p.Counter("belay_lease_losses", "Leases this node lost", registry=self.registry)
         self.reclaims = p.Counter(
@@ -756,18 +768,8 @@ class PrometheusMetrics:
         self.depth = depth
         if depth is not None:
             self.registry.register(_DepthCollector(depth))
-        # Labelled children looked up once per label set: `labels()` takes a lock and builds a key on
-        # every call, a cost the worker would otherwise pay per job (bench: `python -m bench.run telemetry`).
-        self._children: dict[tuple[Any, ...], Any] = {}
         self._folder: threading.Thread | None = None  # started at the first `capacity` observations
         self._wake = threading.Event()
-
-    def _child(self, metric: Any, *labels: Any) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children.setdefault(key, metric.labels(*labels))
-        return child
 
     def __call__(self, event: str, meta: dict[str, Any]) -> None:
         if event == "job.stop" or event == "job.exception":
@@ -801,7 +803,8 @@ class PrometheusMetrics:
                 if self._folder is None:
                     self._folder = threading.Thread(target=self._fold_loop, name="belay-metrics", daemon=True)
                     self._folder.start()
-        self._wake.set()
+        if not self._wake.is_set():
+            self._wake.set()  # once: a set() per observation takes the event's lock every time
 
     def _fold_loop(self) -> None:
         while True:
@@ -812,7 +815,6 @@ class PrometheusMetrics:
     def fold(self, yielding: bool = False) -> None:
         """Add the queued job endings and claim latencies to the metrics."""
         with self._folding:
-            ended: collections.Counter[tuple[Any, Any, Any]] = collections.Counter()
             n = 0
             while self._pending:
                 n += 1
@@ -821,12 +823,11 @@ class PrometheusMetrics:
                 item = self._pending.popleft()
                 if len(item) == 4:
                     queue, kind, outcome, duration_ms = item
-                    ended[queue, kind, outcome] += 1
-                    self._child(self.duration, queue, kind).observe(duration_ms / 1000)
+                    key = (queue, kind, outcome)
+                    self._ended[key] = self._ended.get(key, 0) + 1
+                    _observe(self._durations, (queue, kind), _DURATION_BOUNDS, duration_ms / 1000)
                 else:
-                    self._child(self.claim_latency, item[0]).observe(item[1] / 1000)
-            for (queue, kind, outcome), n in ended.items():
-                self._child(self.jobs, queue, kind, outcome).inc(n)
+                    _observe(self._claims, item[0], _CLAIM_BOUNDS, item[1] / 1000)
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
         """Serve /metrics on addr:port from a daemon thread; returns the server (call .shutdown())."""
@@ -841,16 +842,62 @@ class PrometheusMetrics:
         return p.generate_latest(self.registry).decode()
 
 
-class _Fold:
-    """A collector that yields nothing: it folds a PrometheusMetrics' queued observations into its
-    metrics when the registry is collected (registered first, so before they are read)."""
+_DURATION_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, math.inf)
+_CLAIM_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, math.inf)
+
+
+def _observe(table: dict[Any, list[float]], key: Any, bounds: tuple[float, ...], value: float) -> None:
+    """One observation into a histogram's row: its bucket's count (the first bound ≥ value, as
+    prometheus_client's `le`) and the sum, the row's last element."""
+    row = table.get(key)
+    if row is None:
+        row = table[key] = [0.0] * (len(bounds) + 1)
+    row[bisect.bisect_left(bounds, value)] += 1
+    row[-1] += value
+
+
+class _Folded:
+    """The collector of a PrometheusMetrics' job endings and claim latencies: it folds the queued
+    observations in, then yields belay_jobs_total, belay_job_duration_seconds and
+    belay_claim_latency_seconds (cumulative buckets, count and sum, as prometheus_client's Histogram)."""
 
     def __init__(self, metrics: PrometheusMetrics) -> None:
         self.metrics = metrics
 
     def collect(self) -> Any:
-        self.metrics.fold()
-        return iter(())
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        m = self.metrics
+        m.fold()
+        with m._folding:  # a consistent copy: the folding thread may add to the rows meanwhile
+            ended = dict(m._ended)
+            durations = {k: list(v) for k, v in m._durations.items()}
+            claims = {k: list(v) for k, v in m._claims.items()}
+        jobs = CounterMetricFamily(
+            "belay_jobs", "Finished job attempts by ack outcome", labels=["queue", "kind", "outcome"]
+        )
+        for (queue, kind, outcome), n in sorted(ended.items(), key=repr):
+            jobs.add_metric([str(queue), str(kind), str(outcome)], n)
+        yield jobs
+        duration = HistogramMetricFamily("belay_job_duration_seconds", "Job attempt duration", labels=["queue", "kind"])
+        for (queue, kind), row in sorted(durations.items(), key=repr):
+            duration.add_metric([str(queue), str(kind)], _buckets(_DURATION_BOUNDS, row), row[-1])
+        yield duration
+        claim = HistogramMetricFamily("belay_claim_latency_seconds", "Claim round latency", labels=["queue"])
+        for queue, row in sorted(claims.items(), key=repr):
+            claim.add_metric([str(queue)], _buckets(_CLAIM_BOUNDS, row), row[-1])
+        yield claim
+
+
+def _buckets(bounds: tuple[float, ...], row: list[float]) -> list[tuple[str, float]]:
+    """Cumulative (le, count) pairs, the bounds written as prometheus_client writes them."""
+    from prometheus_client.utils import floatToGoString
+
+    total, out = 0.0, []
+    for bound, n in zip(bounds, row, strict=False):
+        total += n
+        out.append((floatToGoString(bound), total))
+    return out
 
 
 class _DepthCollector:

@@ -421,6 +421,22 @@ def test_prometheus_counts_every_queued_observation_at_a_scrape_and_at_capacity(
     assert 'belay_jobs_total{kind="summarize",outcome="failed",queue="ai"} 5.0' in metrics.exposition()
 
 
+def test_prometheus_buckets_are_cumulative_and_a_value_on_a_bound_counts_in_that_bucket():
+    """`le` as prometheus_client's Histogram: an observation equal to a bound is in that bound's bucket,
+    every bucket counts the observations at or below its bound, +Inf all of them."""
+    metrics = telemetry.PrometheusMetrics()
+    sample = metrics.registry.get_sample_value
+    for ms in (5, 5, 6, 10, 30, 20000):
+        metrics("job.stop", {**STOP, "state": "succeeded", "duration_ms": ms})
+    metrics("claim", {"queue": "ai", "node": "n1", "demand": 1, "claimed": 1, "duration_ms": 1.0})
+    labels = {"queue": "ai", "kind": "summarize"}
+    expected = {"0.005": 2, "0.01": 4, "0.025": 4, "0.05": 5, "10.0": 5, "+Inf": 6}
+    assert {le: sample("belay_job_duration_seconds_bucket", {**labels, "le": le}) for le in expected} == expected
+    assert sample("belay_job_duration_seconds_count", labels) == 6
+    assert sample("belay_job_duration_seconds_sum", labels) == pytest.approx(20.056)
+    assert sample("belay_claim_latency_seconds_bucket", {"queue": "ai", "le": "0.001"}) == 1
+
+
 def test_a_filter_that_raises_on_a_background_line_loses_that_line_only(on_root):
     belay = logging.getLogger("belay")
 
