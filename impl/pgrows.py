@@ -62,7 +62,10 @@ def job_from_row(row: dict[str, Any]) -> Job:
 class FastJsonbLoader(JsonbLoader):
     """psycopg's jsonb loader with the values a fresh job row holds (`[]`, `{}`, `null`) decoded without
     json.loads: claims parse three jsonb columns per row (issue 17). Every other value goes to the
-    default loader, so the result is always what json.loads returns (a new object each time)."""
+    loader's `loads` (json.loads unless psycopg.types.json.set_json_loads replaced it) — decoded from
+    UTF-8 first when it is json.loads, which given bytes sniffs for UTF-16/32 (never what PostgreSQL
+    sends) and then decodes them as UTF-8 just the same — so the result is always what json.loads
+    returns (a new object each time)."""
 
     def load(self, data: Any) -> Any:
         if len(data) <= 4:
@@ -73,6 +76,8 @@ class FastJsonbLoader(JsonbLoader):
                 return {}
             if small == b"null":
                 return None
+        if self.loads is json.loads:
+            return json.loads(str(data, "utf-8"))
         return super().load(data)
 
 

@@ -369,6 +369,7 @@ def run_machine(db_url: str, profile: str, stateful: Any) -> Run:
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
+    from impl.pgrows import configure_connection
     from impl.store import PgStore
 
     machine_steps: list[int] = []
@@ -394,6 +395,7 @@ def run_machine(db_url: str, profile: str, stateful: Any) -> Run:
             )
         )
     with psycopg.connect(db_url, autocommit=True) as conn, PgStore(db_url, pool_size=2) as store:
+        configure_connection(conn)  # the snapshot after every step decodes jsonb as the store's claims do
         stateful.TARGET.update(store=store, conn=conn)
         try:
             with recording() as counts:
