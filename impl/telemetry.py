@@ -397,11 +397,12 @@ class DefaultLogger:
     def _drain(self, yielding: bool = False) -> None:  # with self._flushing held
         logger = self.logger
         make = _record_maker(logger)
-        n = 0
+        clock = time.perf_counter
+        due = clock() + _YIELD_AFTER
         while self._pending:
-            n += 1
-            if yielding and n % _YIELD_EVERY == 0:
-                time.sleep(0)  # let a job's or the ack leader's thread take the GIL (see _YIELD_EVERY)
+            if yielding and clock() >= due:
+                time.sleep(0)  # let a job's or the ack leader's thread take the GIL (see _YIELD_AFTER)
+                due = clock() + _YIELD_AFTER
             level, msg, args, created, thread, thread_name = self._pending.popleft()
             try:
                 record = make(level, msg, args)
@@ -446,11 +447,13 @@ class DefaultLogger:
                     self._drain(yielding=True)
 
 
-# The background thread hands the GIL on every this many records. Otherwise a batch of a thousand lines
-# holds it for up to the interpreter's switch interval (5 ms) at a time, while the worker's ack leader,
-# its result back from PostgreSQL, waits to commit the next group: each job's cycle is serial, so the
-# stall is paid by every job in flight (`python -m bench.run telemetry`, issue 33).
-_YIELD_EVERY = 16
+# A background thread hands the GIL on once it has held it this long (seconds). Otherwise a batch of a
+# thousand lines holds it for up to the interpreter's switch interval (5 ms) at a time, while the worker's
+# ack leader, its result back from PostgreSQL, waits to commit the next group: each job's cycle is serial,
+# so the stall is paid by every job in flight. By time, not by count: a hand-on is a system call and
+# often a thread switch, and a metric folds in a tenth of a log line's time — handing on every 16 items
+# (as before) was most of the metrics thread's CPU (`python -m bench.run telemetry`, issue 33).
+_YIELD_AFTER = 0.0001
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
 _TEMPLATES: dict[tuple[str, int, int], dict[str, Any]] = {}  # (logger, level, pid) → a record's attributes
 
@@ -815,11 +818,12 @@ class PrometheusMetrics:
     def fold(self, yielding: bool = False) -> None:
         """Add the queued job endings and claim latencies to the metrics."""
         with self._folding:
-            n = 0
+            clock = time.perf_counter
+            due = clock() + _YIELD_AFTER
             while self._pending:
-                n += 1
-                if yielding and n % _YIELD_EVERY == 0:
+                if yielding and clock() >= due:
                     time.sleep(0)  # hand the GIL on (DefaultLogger's background thread does the same)
+                    due = clock() + _YIELD_AFTER
                 item = self._pending.popleft()
                 if len(item) == 4:
                     queue, kind, outcome, duration_ms = item

@@ -525,3 +525,41 @@ def test_the_second_caching_formatter_formats_as_logging_formatter_does_across_s
         assert cached.format(record) == plain.format(record), offset
     dated = SecondCachingFormatter(fmt, datefmt="%H:%M")
     assert dated.format(record) == logging.Formatter(fmt, datefmt="%H:%M").format(record)
+
+
+def test_the_background_threads_hand_the_gil_on_after_holding_it_a_while_and_only_then(monkeypatch):
+    """A background drain or fold calls time.sleep(0) whenever it has run `_YIELD_AFTER` seconds since it
+    last did (here 0: before every item after the first check), and never when not yielding (a flush)."""
+    slept: list[float] = []
+    monkeypatch.setattr(telemetry.time, "sleep", lambda s: slept.append(s))
+    logger = logging.getLogger("belay.test.yield")
+    logger.propagate = False
+    logger.addHandler(logging.NullHandler())
+    line = {**STOP, "state": "succeeded", "duration_ms": 5}
+    handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600, capacity=10_000)
+    metrics = telemetry.PrometheusMetrics(capacity=10_000)
+    try:
+        for _ in range(5):
+            handler._pending.append((logging.INFO, *telemetry.job_line(line), time.time(), 1, "t"))
+            metrics("job.stop", line)
+        monkeypatch.setattr(telemetry, "_YIELD_AFTER", 3600.0)
+        with handler._flushing:
+            handler._drain(yielding=True)
+        metrics.fold(yielding=True)
+        assert slept == [] and not handler._pending and not metrics._pending  # held briefly: no hand-on
+        for _ in range(5):
+            handler._pending.append((logging.INFO, *telemetry.job_line(line), time.time(), 1, "t"))
+            metrics("job.stop", line)
+        monkeypatch.setattr(telemetry, "_YIELD_AFTER", 0.0)
+        handler.flush()
+        metrics.fold()
+        assert slept == []  # a flush on the caller's thread never hands on
+        for _ in range(5):
+            handler._pending.append((logging.INFO, *telemetry.job_line(line), time.time(), 1, "t"))
+            metrics("job.stop", line)
+        with handler._flushing:
+            handler._drain(yielding=True)
+        metrics.fold(yielding=True)
+        assert slept == [0] * 10
+    finally:
+        handler.close()
