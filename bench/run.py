@@ -43,18 +43,28 @@ def rss_mib() -> float:
     return rss / MiB if rss is not None else float("nan")
 
 
+# The queues this process filled (their rows are the bench's own), and whether the bench started the server
+# itself (an embedded cluster or a container) rather than being pointed at $BELAY_DATABASE_URL.
+FILLED: set[str] = set()
+OWN_SERVER = False
+
+
 def fill(url: str, queue: str, n: int, worker: str = "noop") -> None:
     """Insert n trivial ready jobs with one statement (not part of any measured figure) into a table that
-    every drain finds alike: the earlier drains' rows (already counted and checked) deleted and vacuumed
-    away, the new rows vacuumed and analyzed, then a CHECKPOINT — before every mode alike, as bench.peers
-    settles every system's database before its drain. Autovacuum is off for belay_jobs from the first
-    fill on: a vacuum that lands inside one drain of a few seconds and not another was the largest spread
-    between rounds (issue 33). (Only the drains': the latency bench, which fills nothing, keeps it — a
-    table never analyzed was planned worse and cost its round trips ~0.4 ms.)"""
+    every drain finds alike: the earlier drains' rows (already counted and checked; only the queues this
+    bench filled) deleted and vacuumed away, the new rows vacuumed and analyzed, then a CHECKPOINT —
+    before every mode alike, as bench.peers settles every system's database before its drain. On a server
+    the bench started itself, autovacuum is off for belay_jobs from the first fill on: a vacuum that lands
+    inside one drain of a few seconds and not another was the largest spread between rounds (issue 33).
+    (Only the drains': the latency bench, which fills nothing, keeps it — a table never analyzed was
+    planned worse and cost its round trips ~0.4 ms. Never on $BELAY_DATABASE_URL's database.)"""
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("ALTER TABLE belay_jobs SET (autovacuum_enabled = off)")
-        c.execute("DELETE FROM belay_jobs")
+        if OWN_SERVER:
+            c.execute("ALTER TABLE belay_jobs SET (autovacuum_enabled = off)")
+        if FILLED:
+            c.execute("DELETE FROM belay_jobs WHERE queue = ANY(%s)", (sorted(FILLED),))
         c.execute("VACUUM belay_jobs")
+        FILLED.add(queue)
         c.execute(
             "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
             "SELECT %s, %s, 'ready', %s, %s FROM generate_series(1, %s)",
@@ -560,6 +570,8 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     db = provision()
+    global OWN_SERVER
+    OWN_SERVER = db.kind != "env"
     try:
         print(f"PostgreSQL: {db.reason} at {redact(db.url)}")
         with psycopg.connect(db.url, autocommit=True) as c:
