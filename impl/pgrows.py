@@ -98,11 +98,19 @@ def listen_for_pokes(
     what: str = "listener",
     *,
     on_payload: Callable[[str | None], None] | None = None,
+    wanted: Callable[[], bool] | None = None,
+    want: threading.Event | None = None,
 ) -> None:
     """The pg_notify accelerator (§9.2), never load-bearing: LISTEN on the channel, call
     `on_poke(queue)` for each poke payload, and `on_poke(None)` after every (re)connect so anything
     missed while disconnected is polled now. Reconnects with backoff until `stopped` is set.
-    `on_payload` instead receives every raw payload (and None after each (re)connect)."""
+    `on_payload` instead receives every raw payload (and None after each (re)connect).
+
+    With `wanted` (and `want`, an Event set whenever `wanted` may have turned true): while `wanted()` is
+    false the connection does not listen (UNLISTEN; a worker whose every queue has all its slots taken has
+    no use for a poke, and the channel it shares with result notifications carries one per completed
+    job: receiving them cost a busy node 10-15 µs of CPU per job); once it turns true again (or every
+    0.5 s) the connection LISTENs and calls `on_payload(None)`, so a poke missed meanwhile is polled."""
     if on_payload is None:
         assert on_poke is not None, "give on_poke or on_payload"
 
@@ -120,15 +128,23 @@ def listen_for_pokes(
     while not stopped.is_set():
         try:
             with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-                channel = channel_name(conn.info.dbname, schema)
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                channel = sql.Identifier(channel_name(conn.info.dbname, schema))
+                conn.execute(sql.SQL("LISTEN {}").format(channel))
                 if failing:
                     log.info("belay %s: reconnected", what)
                 delay, failing = 0.1, False
                 on_payload(None)
                 while not stopped.is_set():
+                    if wanted is not None and not wanted():
+                        conn.execute(sql.SQL("UNLISTEN {}").format(channel))
+                        _until_wanted(wanted, want, stopped)
+                        conn.execute(sql.SQL("LISTEN {}").format(channel))
+                        on_payload(None)  # what was poked meanwhile: polled now
+                        continue
                     for note in conn.notifies(timeout=0.5):
                         on_payload(note.payload)
+                        if wanted is not None and not wanted():
+                            break  # (a batch's remaining notifications go with it: polled on the re-LISTEN)
         except Exception as exc:  # noqa: BLE001 - lossy by assumption: polling is the floor
             if not stopped.is_set():
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -136,6 +152,19 @@ def listen_for_pokes(
                 failing = True
                 stopped.wait(delay)
                 delay = min(delay * 2, 5.0)
+
+
+def _until_wanted(wanted: Callable[[], bool], want: threading.Event | None, stopped: threading.Event) -> None:
+    """Return once `wanted()` is true (checked whenever `want` is set, and every 0.5 s) or `stopped` is set."""
+    while not stopped.is_set():
+        if want is not None:
+            want.clear()  # before the check: a set() after it wakes the wait below
+        if wanted():
+            return
+        if want is not None:
+            want.wait(0.5)
+        else:
+            stopped.wait(0.5)
 
 
 def poked_queue(payload: str) -> str | None:

@@ -348,6 +348,13 @@ class _Producer:
 
     def poke(self) -> None:
         self.poked.set()
+        want = self.worker.pokes_wanted
+        if not want.is_set():  # a slot may be free: the listener listens again (Worker._wants_pokes)
+            want.set()
+
+    def saturated(self) -> bool:
+        """No poke can make this producer claim: every slot is taken, or the queue is paused."""
+        return self.opts.paused or len(self.running) >= self.limit
 
     def executing(self) -> int:
         """The single-job executions registered here (running, or queued in the ack group)."""
@@ -633,6 +640,7 @@ class Worker:
         self.recovered = 0  # jobs adopted by claim recovery
         self.completed = 0
         self.connectivity = Connectivity(log)  # database lost / back, logged once per change
+        self.pokes_wanted = threading.Event()  # set by a producer's poke(): the listener re-checks _wants_pokes
 
     # --- plumbing ------------------------------------------------------------------------------------
 
@@ -1018,8 +1026,19 @@ class Worker:
     def _listen_loop(self) -> None:
         """The pg_notify accelerator: one LISTEN connection per node (`listen_url` past any pooler)."""
         listen_for_pokes(
-            self.config.listen_url or self.conninfo, self.store.schema, self.stopped, self._on_poke, "listener"
+            self.config.listen_url or self.conninfo,
+            self.store.schema,
+            self.stopped,
+            self._on_poke,
+            "listener",
+            wanted=self._wants_pokes,
+            want=self.pokes_wanted,
         )
+
+    def _wants_pokes(self) -> bool:
+        """Whether a poke could make a producer claim: while every queue's slots are all taken the listener
+        does not LISTEN (impl.pgrows.listen_for_pokes); a producer's poke() — a slot freed — wakes it."""
+        return not all(p.saturated() for p in self.producers.values())
 
     def _on_poke(self, queue: str | None) -> None:
         if queue is None:
