@@ -38,6 +38,8 @@ WORKER_SQL = "impl/sql/worker.sql"
 WORKER_PY = "impl/worker.py"
 RUNTIME_PY = "impl/runtime.py"
 CLIENT_PY = "impl/client.py"
+PGROWS_PY = "impl/pgrows.py"
+LISTENER_SUITE = ("tests/test_listener.py",)
 
 _FENCE = "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s\n"
 _NO_FENCE = "WHERE id = %(id)s AND state = 'running'\n"
@@ -603,6 +605,34 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (Edit(RUNTIME_PY, "new = min(self.limit * 2, hi)", "new = self.limit * 2  # MUTANT: no clamp to max"),),
         suite=DURABLE_SUITE,
+    ),
+    Mutant(
+        "relisten_without_a_poll",
+        "a listener that stopped listening while its node was busy LISTENs again without polling: a poke sent "
+        "meanwhile is lost until the next poll (issue 33)",
+        "§9.2",
+        (
+            Edit(
+                PGROWS_PY,
+                "                        on_payload(None)  # what was poked meanwhile: polled now\n",
+                "                        pass  # MUTANT: no poll after the re-LISTEN\n",
+            ),
+        ),
+        suite=LISTENER_SUITE,
+    ),
+    Mutant(
+        "busy_node_keeps_listening",
+        "a node whose every slot is taken keeps listening, receiving a result notification for every job "
+        "completed anywhere on the channel (issue 33)",
+        "§9.2",
+        (
+            Edit(
+                RUNTIME_PY,
+                "        return self.opts.paused or len(self.running) >= self.limit\n",
+                "        return False  # MUTANT: never saturated\n",
+            ),
+        ),
+        suite=LISTENER_SUITE,
     ),
     Mutant(
         "renew_every_ttl",
