@@ -61,7 +61,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any
 
 Handler = Callable[[str, dict[str, Any]], None]
@@ -397,13 +397,7 @@ class DefaultLogger:
     def _drain(self, yielding: bool = False) -> None:  # with self._flushing held
         logger = self.logger
         make = _record_maker(logger)
-        clock = time.perf_counter
-        due = clock() + _YIELD_AFTER
-        while self._pending:
-            if yielding and clock() >= due:
-                time.sleep(0)  # let a job's or the ack leader's thread take the GIL (see _YIELD_AFTER)
-                due = clock() + _YIELD_AFTER
-            level, msg, args, created, thread, thread_name = self._pending.popleft()
+        for level, msg, args, created, thread, thread_name in _taken(self._pending, yielding):
             try:
                 record = make(level, msg, args)
                 # the event's time and thread, as LogRecord.__init__ would have set them then
@@ -454,6 +448,20 @@ class DefaultLogger:
 # often a thread switch, and a metric folds in a tenth of a log line's time — handing on every 16 items
 # (as before) was most of the metrics thread's CPU (`python -m bench.run telemetry`, issue 33).
 _YIELD_AFTER = 0.0001
+
+
+def _taken(pending: collections.deque[Any], yielding: bool) -> Iterator[Any]:
+    """`pending`'s items, popped in order until it is empty; with `yielding` (a background thread), the GIL
+    handed on whenever it has been held `_YIELD_AFTER` seconds since the last hand-on."""
+    clock = time.perf_counter
+    due = clock() + _YIELD_AFTER
+    while pending:
+        if yielding and clock() >= due:
+            time.sleep(0)  # let a job's or the ack leader's thread take the GIL
+            due = clock() + _YIELD_AFTER
+        yield pending.popleft()
+
+
 _RECORD_LINE = DefaultLogger.__call__.__code__.co_firstlineno  # the origin the records name
 _TEMPLATES: dict[tuple[str, int, int], dict[str, Any]] = {}  # (logger, level, pid) → a record's attributes
 
@@ -762,6 +770,7 @@ class PrometheusMetrics:
         self._ended: dict[tuple[Any, Any, Any], int] = {}  # (queue, kind, outcome) → finished attempts
         self._durations: dict[tuple[Any, Any], list[float]] = {}  # (queue, kind) → per-bucket counts + sum
         self._claims: dict[Any, list[float]] = {}  # queue → per-bucket counts + sum
+        self._duration_bounds = tuple(p.Histogram.DEFAULT_BUCKETS)  # a Histogram's own default buckets
         self.registry.register(_Folded(self))
         self.stale_acks = p.Counter("belay_stale_acks", "Acks rejected by the attempt fence", registry=self.registry)
         self.lease_losses = p.Counter("belay_lease_losses", "Leases this node lost", registry=self.registry)
@@ -818,18 +827,12 @@ class PrometheusMetrics:
     def fold(self, yielding: bool = False) -> None:
         """Add the queued job endings and claim latencies to the metrics."""
         with self._folding:
-            clock = time.perf_counter
-            due = clock() + _YIELD_AFTER
-            while self._pending:
-                if yielding and clock() >= due:
-                    time.sleep(0)  # hand the GIL on (DefaultLogger's background thread does the same)
-                    due = clock() + _YIELD_AFTER
-                item = self._pending.popleft()
+            for item in _taken(self._pending, yielding):
                 if len(item) == 4:
                     queue, kind, outcome, duration_ms = item
                     key = (queue, kind, outcome)
                     self._ended[key] = self._ended.get(key, 0) + 1
-                    _observe(self._durations, (queue, kind), _DURATION_BOUNDS, duration_ms / 1000)
+                    _observe(self._durations, (queue, kind), self._duration_bounds, duration_ms / 1000)
                 else:
                     _observe(self._claims, item[0], _CLAIM_BOUNDS, item[1] / 1000)
 
@@ -846,7 +849,6 @@ class PrometheusMetrics:
         return p.generate_latest(self.registry).decode()
 
 
-_DURATION_BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, math.inf)
 _CLAIM_BOUNDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, math.inf)
 
 
@@ -885,7 +887,7 @@ class _Folded:
         yield jobs
         duration = HistogramMetricFamily("belay_job_duration_seconds", "Job attempt duration", labels=["queue", "kind"])
         for (queue, kind), row in sorted(durations.items(), key=repr):
-            duration.add_metric([str(queue), str(kind)], _buckets(_DURATION_BOUNDS, row), row[-1])
+            duration.add_metric([str(queue), str(kind)], _buckets(m._duration_bounds, row), row[-1])
         yield duration
         claim = HistogramMetricFamily("belay_claim_latency_seconds", "Claim round latency", labels=["queue"])
         for queue, row in sorted(claims.items(), key=repr):

@@ -8,9 +8,6 @@ reached the callback."""
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
@@ -19,16 +16,7 @@ from impl.pgrows import channel_name, listen_for_pokes
 from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.worker import Registry
 from model.queues import QueueOpts
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.test_runtime import wait_for
 
 
 def listener_statement(conn: psycopg.Connection) -> str | None:
@@ -57,18 +45,18 @@ def test_the_listener_unlistens_while_unwanted_and_polls_when_it_listens_again(d
             def notify(payload: str) -> None:
                 conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
-            wait_for(lambda: seen == [None], "the first LISTEN's poll")
+            wait_for(lambda: seen == [None], 20, "the first LISTEN's poll")
             notify("a")
-            wait_for(lambda: "a" in seen, "a poke while wanted")
+            wait_for(lambda: "a" in seen, 20, "a poke while wanted")
             wanted[0] = False
             notify("b")  # read, then the listener finds itself unwanted
-            wait_for(lambda: listener_statement(conn) == "UNLISTEN", "the UNLISTEN")
+            wait_for(lambda: listener_statement(conn) == "UNLISTEN", 20, "the UNLISTEN")
             notify("c")  # nobody listens: never delivered
             wanted[0] = True
             want.set()
-            wait_for(lambda: listener_statement(conn) == "LISTEN" and seen.count(None) == 2, "the re-LISTEN's poll")
+            wait_for(lambda: listener_statement(conn) == "LISTEN" and seen.count(None) == 2, 20, "the re-LISTEN's poll")
             notify("d")
-            wait_for(lambda: "d" in seen, "a poke after the re-LISTEN")
+            wait_for(lambda: "d" in seen, 20, "a poke after the re-LISTEN")
     finally:
         stopped.set()
         want.set()
@@ -96,13 +84,13 @@ def test_a_node_whose_slots_are_all_taken_stops_listening_and_listens_again_when
     worker = Worker(db_url, reg, config, telemetry=()).start()
     try:
         with psycopg.connect(db_url, autocommit=True) as conn, Client(db_url) as client:
-            wait_for(lambda: listener_statement(conn) == "LISTEN", "the idle node to listen")
+            wait_for(lambda: listener_statement(conn) == "LISTEN", 20, "the idle node to listen")
             held = client.enqueue("lq", "hold").id
-            wait_for(started.is_set, "the one slot to be taken")
-            wait_for(lambda: listener_statement(conn) == "UNLISTEN", "the saturated node to stop listening")
+            wait_for(started.is_set, 20, "the one slot to be taken")
+            wait_for(lambda: listener_statement(conn) == "UNLISTEN", 20, "the saturated node to stop listening")
             gate.set()
             client.await_result(held, timeout=20)
-            wait_for(lambda: listener_statement(conn) == "LISTEN", "the node to listen again once its slot freed")
+            wait_for(lambda: listener_statement(conn) == "LISTEN", 20, "the node to listen again once its slot freed")
             job = client.enqueue("lq", "quick").id  # found through the poke (or the poll): the node is idle
             assert client.await_result(job, timeout=20).state == "succeeded"
     finally:
