@@ -80,6 +80,7 @@ class WorkerOps:
                 self.q.qb_take("claim_plain", op.demand),
                 {"queue": op.queue, "now": now, "take": op.demand, "node": op.node, "lease_until": now + op.lease_ttl},
                 tuple_row,
+                binary=True,
             )
             return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
@@ -143,7 +144,7 @@ class WorkerOps:
 
     def held_leases(self, node: str, queues: Sequence[str]) -> list[Job]:
         """The running jobs leased to `node` on `queues` (a read: the runtime's claim recovery)."""
-        rows = self.statement("held_leases", {"node": node, "queues": list(queues)}, rows=tuple_row)
+        rows = self.statement("held_leases", {"node": node, "queues": list(queues)}, rows=tuple_row, binary=True)
         return [job_from_tuple(r) for r in rows]
 
     def _reclaim(self, op: w.Reclaim, conn: Any) -> w.Reclaimed:
@@ -268,7 +269,7 @@ class WorkerOps:
             "node": claim.node,
             "lease_until": claim.now + claim.lease_ttl,
         }
-        with self.pool.connection() as c, c.cursor(row_factory=tuple_row) as cur:
+        with self.pool.connection() as c, c.cursor(row_factory=tuple_row, binary=True) as cur:
             if self.notify:
                 params["channel"] = channel_name(c.info.dbname, self.schema)
             rows = cur.execute(query, params).fetchall()

@@ -17,7 +17,16 @@ import psycopg
 import pytest
 
 from impl.flag import Flag
-from impl.pgrows import FastJsonbLoader, channel_name, job_from_row, job_from_tuple, poked_queue, result_payload
+from impl.pgrows import (
+    FastJsonbBinaryLoader,
+    FastJsonbLoader,
+    channel_name,
+    configure_connection,
+    job_from_row,
+    job_from_tuple,
+    poked_queue,
+    result_payload,
+)
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
@@ -68,13 +77,48 @@ def test_a_job_built_from_a_claim_tuple_equals_the_dataclass_built_one(store, co
             built.state = "x"  # type: ignore[misc]  # still frozen
 
 
+def test_a_claim_row_fetched_in_binary_is_the_row_fetched_as_text(store, conn, now):
+    """Claims fetch their rows in binary (issue 33): every column — jsonb, bytea, text[], timestamptz with
+    its zone, bigint, bool — decodes to what the text format gives, so the Job is the same."""
+    store.apply(
+        ops.EnqueueWorkflow(
+            now,
+            "wf",
+            (
+                ops.WorkflowMember("a", ops.JobSpec("q", "k", {"x": [1, 2.5, "é"], "n": None}, meta={"m": {}})),
+                ops.WorkflowMember("b", ops.JobSpec("q", "k", []), deps=("a",), ignore=("failed", "cancelled")),
+            ),
+        )
+    )
+    store.apply(ops.Enqueue(now, (ops.JobSpec("q", "k", "plain", priority=3, budget_usd_micros=7),)))
+    conn.execute(
+        'UPDATE belay_jobs SET result = \'\\x00ff6e756c6c\', errors = \'[{"attempt": 1, "detail": "ü"}]\', '
+        "lease_until = now(), started_at = now(), cancel_requested = true WHERE worker = 'k' AND id % 2 = 0"
+    )
+    conn.commit()
+    query = psycopg.sql.SQL("SELECT {} FROM belay_jobs ORDER BY id").format(
+        psycopg.sql.SQL(", ").join(map(psycopg.sql.Identifier, JOB_COLUMNS))
+    )
+    configure_connection(conn)
+    text = [job_from_tuple(r) for r in conn.cursor().execute(query).fetchall()]
+    binary = [job_from_tuple(r) for r in conn.cursor(binary=True).execute(query).fetchall()]
+    assert len(text) == 3 and binary == text
+    for a, b in zip(text, binary, strict=True):
+        for column in JOB_COLUMNS:
+            x, y = getattr(a, column), getattr(b, column)
+            assert type(x) is type(y) and x == y, column
+            if hasattr(x, "utcoffset"):
+                assert x.utcoffset() == y.utcoffset(), column
+
+
 JSONB_TEXTS = ("[]", "{}", "null", "[1]", '{"a": {}}', "1", '""', "true", '"é"', "[ ]", "1234", '"ab"', '{"k": null}')
 
 
-def test_the_fast_jsonb_loader_returns_what_json_loads_returns(conn):
-    conn.adapters.register_loader("jsonb", FastJsonbLoader)
+@pytest.mark.parametrize("binary", [False, True], ids=["text", "binary"])
+def test_the_fast_jsonb_loader_returns_what_json_loads_returns(conn, binary):
+    conn.adapters.register_loader("jsonb", FastJsonbBinaryLoader if binary else FastJsonbLoader)
     for text in JSONB_TEXTS:
-        first, second = conn.execute("SELECT %s::jsonb, %s::jsonb", (text, text)).fetchone()
+        first, second = conn.cursor(binary=binary).execute("SELECT %s::jsonb, %s::jsonb", (text, text)).fetchone()
         expected = json.loads(conn.execute("SELECT %s::jsonb::text", (text,)).fetchone()[0])
         assert first == expected and type(first) is type(expected), text
         if isinstance(first, (list, dict)):
