@@ -54,6 +54,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench import compile_sources
 from impl.migrate import migrate
 from impl.provision import provision, redact
 
@@ -750,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {k}: {why}")
     chosen = [k for k in chosen if k not in not_run]
 
+    compile_sources()
     load_before = load_average()
     db = provision()
     try:

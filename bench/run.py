@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 
+from bench import compile_sources
 from impl.client import Client
 from impl.migrate import migrate
 from impl.provision import provision, redact
@@ -569,6 +570,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    compile_sources()
     db = provision()
     global OWN_SERVER
     OWN_SERVER = db.kind != "env"
