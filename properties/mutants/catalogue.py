@@ -607,6 +607,20 @@ CATALOGUE: tuple[Mutant, ...] = (
         suite=DURABLE_SUITE,
     ),
     Mutant(
+        "binary_jsonb_empty_list_as_object",
+        "claims fetch job rows in binary (issue 33) and the binary jsonb loader's fast path decodes an empty "
+        "array as an empty object: a job enqueued with input [] runs with {}",
+        "§6",
+        (
+            Edit(
+                PGROWS_PY,
+                'if small == b"\\x01[]":\n                return []',
+                'if small == b"\\x01[]":\n                return {}  # MUTANT',
+            ),
+        ),
+        suite=("tests/test_drain_hot_path.py", *STORE_SUITE),
+    ),
+    Mutant(
         "relisten_without_a_poll",
         "a listener that stopped listening while its node was busy LISTENs again without polling: a poke sent "
         "meanwhile is lost until the next poll (issue 33)",
