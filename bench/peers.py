@@ -128,6 +128,43 @@ class System:
 
 POLL_S = 0.05  # the observer's cadence, the same for every system
 
+# CPU seconds of the last drain, read from /proc by `_python` (None where /proc cannot show them: not Linux,
+# or a PostgreSQL server on another machine); run_round reports them per job.
+_last_cpu: dict[str, float | None] = {}
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """user + system CPU seconds of a process (all its threads), from /proc; None if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds of a single-threaded process (a PostgreSQL backend) in nanoseconds' precision
+    (/proc/<pid>/schedstat; /proc's stat counts clock ticks, 10 ms, more than a small drain's backend uses)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return _cpu_seconds(pid)
+
+
+def _backends_cpu(probe: psycopg.Connection) -> float | None:
+    """CPU seconds used so far by the PostgreSQL backends serving the drain's database, the bench's own
+    probe excepted (the same probe for every system); None unless every one of them can be read here."""
+    pids = [
+        r[0]
+        for r in probe.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    ]
+    seconds = [_thread_cpu_seconds(pid) for pid in pids]
+    return None if any(x is None for x in seconds) else sum(x for x in seconds if x is not None)
+
 
 def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> float:
     """Run a system's worker in its own process and time its drain from outside it, the same way for
@@ -156,7 +193,11 @@ def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> f
                 if failed:
                     raise RuntimeError(f"{failed} jobs failed")
                 if ok >= n:
-                    return time.perf_counter() - started
+                    elapsed = time.perf_counter() - started
+                    # Observed from outside, the same way for every system, before the worker is stopped:
+                    # the worker process's CPU since it started, and its backends' (born for this drain).
+                    _last_cpu.update(worker=_cpu_seconds(proc.pid), postgresql=_backends_cpu(probe))
+                    return elapsed
                 if proc.poll() is not None:
                     raise RuntimeError(f"drain process exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
                 if time.perf_counter() - started > timeout:
@@ -622,13 +663,17 @@ def run_round(admin_url: str, key: str, n: int) -> dict:
         enqueue_s = enqueue(url, n)
         settle(url)
         before = settled_counters(admin_url, url)
+        _last_cpu.clear()
         drain_s = drain(url, n)
         after = settled_counters(admin_url, url)
+        cpu = {k: None if v is None else round(v / n * 1e6, 1) for k, v in _last_cpu.items()}
         return {
             "enqueue_per_s": n / enqueue_s,
             "drain_per_s": n / drain_s,
             "db_per_job": per_job(before, after, n),
             "enqueue_db_per_job": per_job(before_enqueue, before, n),
+            # CPU µs per job of the drain (the worker's from its process start, its backends'), from /proc
+            "cpu_us_per_job": {"worker": cpu.get("worker"), "postgresql": cpu.get("postgresql")},
         }
     finally:
         drop_database(admin_url, url)
@@ -667,9 +712,20 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
                 k: statistics.median(x["enqueue_db_per_job"][k] for x in rounds)
                 for k in rounds[0]["enqueue_db_per_job"]
             },
+            "cpu_us_per_job": {k: _median_or_none([x["cpu_us_per_job"][k] for x in rounds]) for k in _CPU_KEYS},
             "rounds": rounds,
         }
     return table
+
+
+_CPU_KEYS = ("worker", "postgresql")
+
+
+def _median_or_none(values: list[float | None]) -> float | None:
+    """The median, or None when any round could not be observed."""
+    return (
+        None if not values or any(v is None for v in values) else statistics.median(v for v in values if v is not None)
+    )
 
 
 # The README's claims: each compares two systems round by round (the same round, so the same noise).
@@ -712,21 +768,24 @@ def print_rounds(results: dict[str, list[dict]]) -> None:
 def print_table(table: dict[str, dict], not_run: dict[str, str]) -> None:
     print(
         f"{'system':<40} {'enqueue/s':>10} {'÷ belay':>7} {'drain/s':>9} {'÷ belay':>7} "
-        f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9}"
+        f"{'commits/job':>11} {'rows/job':>8} {'WAL B/job':>9} {'syncs/job':>9} {'CPU µs/job worker + PG':>23}"
     )
     for row in table.values():
-        work = row["db_per_job"]
+        work, cpu = row["db_per_job"], row["cpu_us_per_job"]
         print(
             f"{row['label']:<40} {row['enqueue_per_s']:>10,.0f} {_fmt(row['enqueue_ratio_to_belay_batched'], '.2f'):>7} "
             f"{row['drain_per_s']:>9,.0f} {_fmt(row['drain_ratio_to_belay_batched'], '.2f'):>7} "
-            f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f}"
+            f"{work['commits']:>11.3f} {work['rows_written']:>8.2f} {work['wal_bytes']:>9.0f} {work['wal_syncs']:>9.3f} "
+            f"{_fmt(cpu['worker'], '.0f'):>11} + {_fmt(cpu['postgresql'], '.0f'):<9}"
         )
     for key, why in not_run.items():
         print(f"{SYSTEMS[key][0].label if key in SYSTEMS else key:<40} not run: {why}")
     print(
         "drain/s: N jobs ÷ seconds from starting the worker process until SQL on the system's own tables, polled "
         "every 50 ms from the bench's process, shows all N finished; ÷ belay: median of per-round ratios to Belay batched; per job: drain deltas of "
-        "pg_stat_database (commits, rows inserted+updated+deleted) and pg_stat_wal (bytes, syncs)."
+        "pg_stat_database (commits, rows inserted+updated+deleted) and pg_stat_wal (bytes, syncs); CPU: /proc's "
+        "user + system time of the worker process (from its start, imports included) and of the PostgreSQL "
+        "backends serving the drain's database (the bench's probe excepted), per job, medians of the rounds."
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 
 import pytest
 
@@ -29,6 +30,10 @@ def test_the_peer_benchmark_runs_belay_and_a_peer_counts_completion_in_the_datab
         assert figures["drain_per_s"] > 0 and figures["enqueue_per_s"] > 0
         assert figures["db_per_job"]["rows_written"] > 0 and figures["db_per_job"]["commits"] > 0
         assert figures["enqueue_db_per_job"]["rows_written"] > 0
+        cpu = figures["cpu_us_per_job"]  # observed from /proc, outside the worker process
+        assert cpu["worker"] > 0 and all(r["cpu_us_per_job"]["worker"] > 0 for r in figures["rounds"])
+        if "BELAY_DATABASE_URL" not in os.environ:  # the embedded server runs here: its backends are visible
+            assert cpu["postgresql"] > 0
     assert result["systems"]["belay-batched"]["drain_ratio_to_belay_batched"] == pytest.approx(1.0)
     assert "needs an extension the embedded server lacks" in result["not_run"]["broken"]
     printed = capsys.readouterr().out
