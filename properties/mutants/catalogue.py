@@ -607,17 +607,11 @@ CATALOGUE: tuple[Mutant, ...] = (
         suite=DURABLE_SUITE,
     ),
     Mutant(
-        "binary_jsonb_empty_list_as_object",
-        "claims fetch job rows in binary (issue 33) and the binary jsonb loader's fast path decodes an empty "
-        "array as an empty object: a job enqueued with input [] runs with {}",
+        "fast_jsonb_empty_list_as_object",
+        "the jsonb loaders' fast path (claim rows, issues 17 and 33) decodes an empty array as an empty object: "
+        "a job enqueued with input [] runs with {}",
         "§6",
-        (
-            Edit(
-                PGROWS_PY,
-                'if small == b"\\x01[]":\n                return []',
-                'if small == b"\\x01[]":\n                return {}  # MUTANT',
-            ),
-        ),
+        (Edit(PGROWS_PY, '{b"[]": list, b"{}": dict,', '{b"[]": dict, b"{}": dict,  # MUTANT\n'),),
         suite=("tests/test_drain_hot_path.py", *STORE_SUITE),
     ),
     Mutant(
