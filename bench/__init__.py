@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,3 +17,14 @@ def compile_sources() -> None:
     an up-to-date .pyc is left alone."""
     for package in ("impl", "model", "bench", "soak"):
         compileall.compile_dir(ROOT / package, quiet=1, workers=1)
+
+
+def proc_cpu_seconds(pid: int, *, reaped: bool = False) -> float | None:
+    """User + system CPU seconds of one process (all its threads) from /proc/<pid>/stat, with `reaped` also
+    those of the children it has waited for; None where /proc cannot show it (not Linux, no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return sum(int(x) for x in fields[11 : 15 if reaped else 13]) / os.sysconf("SC_CLK_TCK")

@@ -34,6 +34,7 @@ from pathlib import Path
 import httpx
 import psycopg
 
+from bench import proc_cpu_seconds
 from bench.http import CLIENTS, client_label, completed, fill, run
 from impl.http.server import free_port
 from impl.migrate import migrate
@@ -73,8 +74,6 @@ def start(cmd: list[str], env: dict[str, str], port: int, cwd: str) -> subproces
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process and its live children (the workers of a multi-process
     server), from /proc; 0.0 where /proc is unavailable."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     pids = [pid]
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
@@ -82,14 +81,7 @@ def cpu_seconds(pid: int) -> float:
                 pids += [int(c) for c in f.read().split()]
     except OSError:
         pass
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-        except OSError:
-            pass
-    return total
+    return sum(proc_cpu_seconds(p) or 0.0 for p in pids)
 
 
 def tree_cpu_seconds(pid: int | None) -> float:
@@ -97,14 +89,14 @@ def tree_cpu_seconds(pid: int | None) -> float:
     (PostgreSQL: the postmaster, its backends and background processes); 0.0 without /proc."""
     if pid is None:
         return 0.0
-    tick = os.sysconf("SC_CLK_TCK")
     total, todo = 0.0, [pid]
     while todo:
         p = todo.pop()
+        cpu = proc_cpu_seconds(p, reaped=True)
+        if cpu is None:
+            continue
+        total += cpu
         try:
-            with open(f"/proc/{p}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15]) / tick
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]

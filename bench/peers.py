@@ -54,7 +54,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench import compile_sources
+from bench import compile_sources, proc_cpu_seconds
 from impl.migrate import migrate
 from impl.provision import provision, redact
 
@@ -131,16 +131,7 @@ POLL_S = 0.05  # the observer's cadence, the same for every system
 # CPU seconds of the last drain, read from /proc by `_python` (None where /proc cannot show them: not Linux,
 # or a PostgreSQL server on another machine); run_round reports them per job.
 _last_cpu: dict[str, float | None] = {}
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """user + system CPU seconds of a process (all its threads), from /proc; None if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+_CPU_KEYS = ("worker", "postgresql")
 
 
 def _thread_cpu_seconds(pid: int) -> float | None:
@@ -150,7 +141,7 @@ def _thread_cpu_seconds(pid: int) -> float | None:
         with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
             return int(f.read().split()[0]) / 1e9
     except (OSError, IndexError, ValueError):
-        return _cpu_seconds(pid)
+        return proc_cpu_seconds(pid)
 
 
 def _backends_cpu(probe: psycopg.Connection) -> float | None:
@@ -196,7 +187,7 @@ def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> f
                     elapsed = time.perf_counter() - started
                     # Observed from outside, the same way for every system, before the worker is stopped:
                     # the worker process's CPU since it started, and its backends' (born for this drain).
-                    _last_cpu.update(worker=_cpu_seconds(proc.pid), postgresql=_backends_cpu(probe))
+                    _last_cpu.update(worker=proc_cpu_seconds(proc.pid), postgresql=_backends_cpu(probe))
                     return elapsed
                 if proc.poll() is not None:
                     raise RuntimeError(f"drain process exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
@@ -666,14 +657,15 @@ def run_round(admin_url: str, key: str, n: int) -> dict:
         _last_cpu.clear()
         drain_s = drain(url, n)
         after = settled_counters(admin_url, url)
-        cpu = {k: None if v is None else round(v / n * 1e6, 1) for k, v in _last_cpu.items()}
         return {
             "enqueue_per_s": n / enqueue_s,
             "drain_per_s": n / drain_s,
             "db_per_job": per_job(before, after, n),
             "enqueue_db_per_job": per_job(before_enqueue, before, n),
             # CPU µs per job of the drain (the worker's from its process start, its backends'), from /proc
-            "cpu_us_per_job": {"worker": cpu.get("worker"), "postgresql": cpu.get("postgresql")},
+            "cpu_us_per_job": {
+                k: None if (seconds := _last_cpu.get(k)) is None else round(seconds / n * 1e6, 1) for k in _CPU_KEYS
+            },
         }
     finally:
         drop_database(admin_url, url)
@@ -716,9 +708,6 @@ def summarise(results: dict[str, list[dict]]) -> dict[str, dict]:
             "rounds": rounds,
         }
     return table
-
-
-_CPU_KEYS = ("worker", "postgresql")
 
 
 def _median_or_none(values: list[float | None]) -> float | None:
