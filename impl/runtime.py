@@ -21,6 +21,7 @@ Configuration is one frozen object per component; the environment is read only b
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -95,6 +96,10 @@ class WorkerConfig:
     # queue that are still running, and never when it is the only one (idle latency unchanged): short
     # jobs that finish together then commit, and claim their slots' successors, in one transaction.
     ack_linger: float = 0.001
+    # Jobs claimed on an execution's thread (an ack group's leader) run on that thread one after another,
+    # waking no other (issue 33); a job or ack that has waited this long (seconds) for it is handed to
+    # another thread. 0 = every claimed job wakes a thread of its own.
+    defer_handoff: float = 0.002
 
     def __post_init__(self) -> None:
         ops.require_name(self.node, "node")
@@ -102,6 +107,8 @@ class WorkerConfig:
             raise ValueError("ack_group_max must be at least 1")
         if not 0 <= self.ack_linger <= 0.1:
             raise ValueError("ack_linger must be between 0 and 0.1 s")
+        if not 0 <= self.defer_handoff <= 1:
+            raise ValueError("defer_handoff must be between 0 and 1 s")
         if self.lease_ttl <= 0 or self.shutdown_grace < 0 or self.busy_poll <= 0 or self.poll_interval <= 0:
             raise ValueError("lease_ttl, busy_poll and poll_interval must be positive; shutdown_grace >= 0")
         names = [q.name for q in self.queues]
@@ -165,6 +172,7 @@ class AckGroup:
         self._queue: list[_Waiter] = []
         self._busy = False
         self._want = 0  # a lingering leader's batch size: an ack wakes it only when the queue reaches it
+        self.deferred_since: float | None = None  # when the oldest ack queued with no leader was queued
         self.commits = 0  # transactions committed (for benchmarks and tests)
         self.acks = 0
 
@@ -179,29 +187,56 @@ class AckGroup:
             me.event.wait()
         return me.outcome()
 
-    def ack_then(self, op: w.Ack, tag: Any, then: Callable[[_Waiter], None]) -> None:
+    def ack_then(self, op: w.Ack, tag: Any, then: Callable[[_Waiter], None], *, defer: bool = False) -> None:
         """Queue `op` and return; `then(waiter)` runs after it committed (`waiter.outcome()` returns or
-        raises its result) — on this thread if it leads the commit, else on the leader's."""
-        if self._join(_Waiter(op, tag, then)):
+        raises its result) — on this thread if it leads the commit, else on the leader's.
+
+        With `defer` (the caller has more of the group's jobs to run first: `_Executor.defer`) an ack that
+        finds no commit in flight is queued without a leader: the next ack to come without `defer` leads
+        it, or `lead_stale` once it has waited too long."""
+        if self._join(_Waiter(op, tag, then), defer):
             self._lead()
 
-    def _join(self, me: _Waiter) -> bool:
-        """Queue an ack; True when the caller must lead (no commit in flight)."""
+    def _join(self, me: _Waiter, defer: bool = False) -> bool:
+        """Queue an ack; True when the caller must lead (no commit in flight, and not deferred)."""
         with self._lock:
             self._queue.append(me)
-            lead = not self._busy
+            if self._busy:
+                if self._want and len(self._queue) >= self._want:
+                    self._arrived.notify()  # one wake per batch, not one per ack
+                return False
+            if defer:
+                if self.deferred_since is None:
+                    self.deferred_since = time.monotonic()
+                return False
             self._busy = True
-            if not lead and self._want and len(self._queue) >= self._want:
-                self._arrived.notify()  # one wake per batch, not one per ack
-        return lead
+            self.deferred_since = None
+        return True
+
+    def lead_stale(self, older_than: float) -> bool:
+        """Lead the queued acks on this thread if none leads them and the oldest has waited `older_than`
+        seconds (a deferred ack whose execution thread went on to a long job); True while acks wait
+        leaderless (the caller looks again later)."""
+        with self._lock:
+            since = self.deferred_since
+            if self._busy or since is None or not self._queue:
+                return False
+            if time.monotonic() - since < older_than:
+                return True
+            self._busy = True
+            self.deferred_since = None
+        self._lead()
+        return False
 
     def _lead(self) -> None:
         """Commit batches until no ack is queued."""
         try:
             self._lead_batches()
         except BaseException:
-            with self._lock:  # leaving abnormally (an interrupt): the next ack to arrive leads what is queued
+            # leaving abnormally (an interrupt): the next ack to arrive, or lead_stale, leads what is queued
+            with self._lock:
                 self._busy = False
+                self.deferred_since = time.monotonic() if self._queue else None
             raise
 
     def _lead_batches(self) -> None:
@@ -270,6 +305,10 @@ class _Executor:
         self._max, self._prefix = max_workers, thread_name_prefix
         self._work: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]] | None] = queue.SimpleQueue()
         self._idle: queue.SimpleQueue[None] = queue.SimpleQueue()
+        # Deferred tasks (`defer`): (queued at, fn, args), run by this pool's threads before they take from
+        # `_work`; nothing is woken for them (`hand_off_stale` moves those that wait too long to `_work`).
+        self._deferred: collections.deque[tuple[float, Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+        self._mine = threading.local()  # set on this pool's threads
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()  # starting threads and shutting down
         self._shutdown = False
@@ -289,18 +328,64 @@ class _Executor:
                     self._threads.append(thread)
                     thread.start()
 
-    def _run(self) -> None:
+    def mine(self) -> bool:
+        """The calling thread is one of this pool's (it takes deferred tasks when its task returns)."""
+        return getattr(self._mine, "pool", None) is self
+
+    def defer(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` on this pool, waking no thread: a thread of the pool takes deferred tasks, in
+        order, each time its task returns, before it would wait for `submit`ted ones. For the caller when
+        it is a thread of this pool (`mine`) and has work to hand out (issue 33: the jobs an ack group's
+        leader claimed): when they are short, the thread runs them one after another instead of waking a
+        thread per job — a wake is a futex call and a thread switch, and in an unbatched drain ten per
+        cycle were a sixth of its time. Whoever defers must see that `hand_off_stale` runs every few
+        milliseconds while tasks wait, so a long task never holds the others up."""
+        if self._shutdown:
+            raise RuntimeError("cannot schedule new work after shutdown")
+        self._deferred.append((time.monotonic(), fn, args))
+
+    def deferred(self) -> int:
+        return len(self._deferred)
+
+    def hand_off_stale(self, older_than: float) -> bool:
+        """Submit (wake a thread for) each deferred task that has waited `older_than` seconds: the thread
+        that deferred it is still in a long task. True while deferred tasks wait (the caller looks again)."""
+        now = time.monotonic()
         while True:
-            task = self._work.get()
-            if task is None:  # shut down
-                return
-            fn, args = task
+            try:
+                queued = self._deferred[0][0]
+            except IndexError:
+                return False
+            if now - queued < older_than:
+                return True
+            try:
+                task = self._deferred.popleft()
+            except IndexError:  # a thread of the pool took it meanwhile
+                return False
+            if self._shutdown:
+                return False
+            self.submit(task[1], *task[2])
+
+    def _run(self) -> None:
+        self._mine.pool = self
+        while True:
+            task = None
+            try:
+                _, fn, args = self._deferred.popleft()
+                submitted = False
+            except IndexError:
+                task = self._work.get()
+                if task is None:  # shut down
+                    return
+                fn, args = task
+                submitted = True
             try:
                 fn(*args)
             except BaseException:  # a task's own fault (as a Future would keep it): logged, the thread serves on
                 log.exception("belay: an execution task failed")
             del task, fn, args
-            self._idle.put(None)  # as ThreadPoolExecutor releases its idle semaphore: after each task
+            if submitted:  # as ThreadPoolExecutor releases its idle semaphore: after each task submit counted
+                self._idle.put(None)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more tasks; with `cancel_futures` the queued ones never run; with `wait`, join the threads
@@ -309,6 +394,7 @@ class _Executor:
             self._shutdown = True
             threads = list(self._threads)
         if cancel_futures:
+            self._deferred.clear()
             while True:
                 try:
                     self._work.get_nowait()
@@ -319,6 +405,55 @@ class _Executor:
         if wait:
             for thread in threads:
                 thread.join()
+
+
+class _Watchdog:
+    """A thread that calls `look()` every `tick` seconds while it returns True (something waits that may
+    need a hand: `_Producer.look`), and sleeps without a timer otherwise until `arm()` is called again.
+    `arm` costs an attribute read while it ticks: at most one wake per arming, not one per deferred task."""
+
+    def __init__(self, name: str, tick: float, look: Callable[[], bool]) -> None:
+        self.name, self.tick, self._look = name, tick, look
+        self._armed = False
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def arm(self) -> None:
+        if self._armed:
+            return
+        self._armed = True
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None and not self._stopped:
+                    self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                    self._thread.start()
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+
+    def _looked(self) -> bool:
+        try:
+            return self._look()
+        except Exception:  # logged; it looks again at the next tick
+            log.exception("belay: the hand-off of waiting work failed")
+            return True
+
+    def _loop(self) -> None:
+        while not self._stopped:
+            self._wake.wait()
+            self._wake.clear()
+            while not self._stopped:
+                time.sleep(self.tick)
+                if self._looked():
+                    continue
+                self._armed = False
+                if not self._looked():  # an arm() between the look and the disarming found it still armed
+                    break
+                self._armed = True
 
 
 class _Producer:
@@ -337,6 +472,8 @@ class _Producer:
         self.gather_lock = threading.Lock()  # chunk executions refilling their slots gather too
         self.adapt_lock = threading.Lock()
         self.pool = _Executor(config.opts.limit_max, f"belay-{self.name}")
+        self.handoff = worker.config.defer_handoff
+        self.watchdog = _Watchdog(f"belay-handoff-{self.name}", self.handoff / 2 or 1.0, self.look)
         self.acks = AckGroup(
             lambda op: worker.call(lambda: worker.store.apply(op), "ack"),
             self.ack_group,
@@ -355,6 +492,18 @@ class _Producer:
     def saturated(self) -> bool:
         """No poke can make this producer claim: every slot is taken, or the queue is paused."""
         return self.opts.paused or len(self.running) >= self.limit
+
+    def look(self) -> bool:
+        """The watchdog's look: deferred jobs and acks that waited `defer_handoff` for the thread that
+        deferred them (it is in a long job) are handed to another thread (jobs) or led here (acks). True
+        while some wait."""
+        jobs = self.pool.hand_off_stale(self.handoff)
+        acks = self.acks.lead_stale(self.handoff)
+        return jobs or acks or self.pool.deferred() > 0
+
+    def defers(self) -> bool:
+        """An execution's ack on this thread waits for the jobs this thread will run next (`adopt`)."""
+        return self.pool.mine() and self.pool.deferred() > 0
 
     def executing(self) -> int:
         """The single-job executions registered here (running, or queued in the ack group)."""
@@ -515,12 +664,22 @@ class _Producer:
                 self.running[ctx.id] = ctx
         kinds = self.worker.registry.kinds
         chunked: dict[str, list[JobContext]] = {}
+        # On a thread of the pool (an ack group's leader, a chunk's refill) the jobs are deferred: this
+        # thread runs them when its task returns, and the watchdog hands any that wait `defer_handoff` to
+        # other threads (_Executor.defer).
+        defer = self.handoff > 0 and self.pool.mine()
+        deferred = False
         for ctx in contexts:
             kind = kinds.get(ctx.job.worker)
             if kind is not None and kind.chunk_size is not None:
                 chunked.setdefault(kind.name, []).append(ctx)
+            elif defer:
+                self.pool.defer(self.worker.execute, self, ctx)
+                deferred = True
             else:
                 self.pool.submit(self.worker.execute, self, ctx)
+        if deferred:
+            self.watchdog.arm()
         for name, group in chunked.items():
             self.gather(kinds[name], group)
         if finished and len(contexts) < len(finished):
@@ -810,7 +969,11 @@ class Worker:
                 return
             self._finished(producer, ctx, state, error, meta, started, taken)
 
-        producer.acks.ack_then(op, ctx, acked)
+        if producer.defers():  # this thread runs the next of the group's jobs first; their acks commit together
+            producer.acks.ack_then(op, ctx, acked, defer=True)
+            producer.watchdog.arm()
+        else:
+            producer.acks.ack_then(op, ctx, acked)
 
     def _finished(
         self,
@@ -1090,6 +1253,7 @@ class Worker:
         self.stopped.set()
         self._renew_wake.set()
         for producer in self.producers.values():
+            producer.watchdog.stop()
             producer.pool.shutdown(wait=drained, cancel_futures=True)
         for t in self._threads:
             t.join(timeout=2)

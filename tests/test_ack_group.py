@@ -68,6 +68,31 @@ def _run_concurrently(group: AckGroup, ids: list[int]) -> dict[int, object]:
     return results
 
 
+def test_a_deferred_ack_waits_for_a_leader_and_lead_stale_leads_it_once_it_has_waited_long_enough() -> None:
+    """`ack_then(defer=True)`: the caller runs more of the group's jobs before a commit is worth it, so its ack
+    is queued with no leader; the next ack without `defer` leads it, and a deferred ack that has waited
+    `older_than` is led by whoever calls `lead_stale` (the runtime's watchdog)."""
+    store = FakeStore(delay=0.0)
+    group = AckGroup(store.one, store.many)
+    done: list[int] = []
+
+    def then(waiter) -> None:
+        done.append(waiter.op.job_id)
+
+    group.ack_then(_ack(1), None, then, defer=True)
+    group.ack_then(_ack(2), None, then, defer=True)
+    assert store.commits == [] and done == [], "a deferred ack was committed with no leader"
+    assert group.lead_stale(60) is True, "not yet stale: left waiting, and the watchdog must look again"
+    assert store.commits == []
+    group.ack_then(_ack(3), None, then)  # not deferred: it leads, the deferred ones with it
+    assert store.commits == [("many", (1, 2, 3))] and done == [1, 2, 3]
+    assert group.deferred_since is None and group.lead_stale(0) is False
+
+    group.ack_then(_ack(4), None, then, defer=True)
+    assert group.lead_stale(0) is False, "a stale deferred ack is led by the caller"
+    assert store.commits[-1] == ("one", (4,)) and done == [1, 2, 3, 4]
+
+
 def test_a_lone_ack_commits_at_once_on_the_single_path() -> None:
     store = FakeStore(delay=0)
     group = AckGroup(store.one, store.many)
@@ -221,6 +246,16 @@ def ag_gated(ctx, input):
     return {"n": input["n"]}
 
 
+SLOW_STARTED = threading.Event()
+
+
+@registry.kind("ag_slow", queue="ag")
+def ag_slow(ctx, input):
+    SLOW_STARTED.set()
+    time.sleep(input["s"])
+    return input["n"]
+
+
 def _worker(url: str, limit: int, **kw) -> Worker:
     cfg = WorkerConfig(
         queues=(QueueConfig("ag", QueueOpts(limit_min=limit, limit_max=limit)),),
@@ -258,6 +293,38 @@ def test_a_drain_groups_acks_and_every_job_keeps_its_own_result(db_url: str) -> 
     assert acks == n
     assert commits < n, f"{commits} ack commits for {n} jobs: nothing was grouped"
     print(f"{n} jobs acked in {commits} commits ({commits / n:.2f} per job)")
+
+
+@pytest.mark.parametrize("order", ["fast_then_slow", "slow_then_fast"])
+def test_a_long_job_claimed_by_a_group_holds_up_neither_the_next_job_nor_an_ack(db_url: str, order: str) -> None:
+    """Issue 33: the jobs an ack group claims run on its leader's thread one after another (no thread woken
+    per job); one of them may be long. Two fast jobs fill the queue's two slots; their grouped ack claims
+    a fast and a slow job (priorities set the order), deferred on the leader's thread. Whichever runs first,
+    the fast job must succeed while the slow one still runs: run on another thread (the watchdog hands it
+    off) when it waits behind the slow one, or its ack committed (the watchdog leads it) when it ran first
+    and its thread went on to the slow one."""
+    SLOW_STARTED.clear()
+    slow_priority, fast_priority = (2, 1) if order == "fast_then_slow" else (1, 2)
+    with Client(db_url) as client:
+        for i in range(2):
+            client.enqueue("ag", "ag_echo", {"n": i})
+        fast = client.enqueue("ag", "ag_echo", {"n": 9}, priority=fast_priority).id
+        client.enqueue("ag", "ag_slow", {"n": 8, "s": 2.0}, priority=slow_priority)
+        worker = _worker(db_url, 2).start()
+        try:
+            assert SLOW_STARTED.wait(20)
+            started = time.monotonic()
+            with psycopg.connect(db_url, autocommit=True) as pg:
+                while time.monotonic() - started < 1.5:
+                    row = pg.execute("SELECT state FROM belay_jobs WHERE id = %s", (fast,)).fetchone()
+                    if row[0] == "succeeded":
+                        break
+                    time.sleep(0.01)
+            waited = time.monotonic() - started
+            assert row[0] == "succeeded", f"the fast job was {row[0]} 1.5 s into the slow one (order {order})"
+            print(f"{order}: the fast job succeeded {waited * 1000:.0f} ms into the slow one")
+        finally:
+            worker.stop(grace=5)
 
 
 def test_a_stale_ack_in_a_group_changes_nothing(db_url: str) -> None:

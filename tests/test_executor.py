@@ -77,3 +77,91 @@ def test_shutdown_with_cancel_drops_the_queued_tasks_and_waits_for_the_running_o
     threading.Timer(0.1, gate.set).start()
     pool.shutdown(wait=True, cancel_futures=True)
     assert ran == ["first"], "the running task finished; the queued one never ran"
+
+
+def _defer_from_a_pool_thread(pool: _Executor, tasks: list) -> None:
+    """Defer `tasks` as the runtime does: from a task running on one of the pool's threads."""
+    deferred = threading.Event()
+
+    def on_pool() -> None:
+        assert pool.mine()
+        for task in tasks:
+            pool.defer(task)
+        deferred.set()
+
+    pool.submit(on_pool)
+    assert deferred.wait(5)
+
+
+def test_deferred_tasks_run_in_order_on_the_thread_that_deferred_them_waking_no_other():
+    """Issue 33: the jobs an ack group's leader claimed run on its thread, one after another, when they are
+    short; no other thread is started or woken for them."""
+    pool = _Executor(4, "belay-t")
+    ran: list[tuple[int, str]] = []
+    done = threading.Event()
+    tasks = [lambda i=i: ran.append((i, threading.current_thread().name)) for i in range(5)]
+    _defer_from_a_pool_thread(pool, [*tasks, done.set])
+    assert done.wait(5)
+    assert [i for i, _ in ran] == [0, 1, 2, 3, 4]
+    assert len({name for _, name in ran}) == 1 and len(pool._threads) == 1
+    assert not pool.mine(), "the test's thread is not the pool's"
+    pool.shutdown()
+
+
+def test_a_deferred_task_that_waits_behind_a_long_one_is_handed_to_another_thread():
+    """A long deferred task must not hold the others up: `hand_off_stale`, called by the runtime's watchdog
+    every few milliseconds, submits those that waited `older_than` — they then run concurrently with it."""
+    pool = _Executor(4, "belay-t")
+    release, started = threading.Event(), {}
+    watching = threading.Event()
+
+    def watchdog() -> None:
+        while not watching.is_set():
+            pool.hand_off_stale(0.005)
+            time.sleep(0.002)
+
+    def long() -> None:
+        started["long"] = time.monotonic()
+        release.wait(5)
+
+    def short(i: int) -> None:
+        started[i] = time.monotonic()
+
+    watcher = threading.Thread(target=watchdog)
+    watcher.start()
+    try:
+        _defer_from_a_pool_thread(pool, [long, lambda: short(1), lambda: short(2)])
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and not {1, 2} <= started.keys():
+            time.sleep(0.005)
+        assert {1, 2} <= started.keys(), "the tasks deferred behind a long one waited for it"
+        assert not release.is_set()
+        assert pool.deferred() == 0
+    finally:
+        release.set()
+        watching.set()
+        watcher.join()
+        pool.shutdown()
+
+
+def test_hand_off_stale_leaves_fresh_deferred_tasks_to_their_thread():
+    pool = _Executor(2, "belay-t")
+    pool._mine.pool = pool  # this thread stands in for the pool's own
+    ran = threading.Event()
+    pool.defer(ran.set)
+    assert pool.hand_off_stale(60) is True, "a fresh deferred task is left where it is (and still waits)"
+    assert pool.deferred() == 1 and not ran.is_set() and pool._threads == []
+    assert pool.hand_off_stale(0) is False
+    assert ran.wait(5) and pool.deferred() == 0
+    pool.shutdown(cancel_futures=True)
+
+
+def test_shutdown_with_cancel_drops_deferred_tasks_too():
+    pool = _Executor(1, "belay-t")
+    pool._mine.pool = pool
+    ran = threading.Event()
+    pool.defer(ran.set)
+    pool.shutdown(cancel_futures=True)
+    assert pool.deferred() == 0 and not ran.wait(0.1)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.defer(ran.set)
