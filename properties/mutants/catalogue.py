@@ -40,6 +40,8 @@ RUNTIME_PY = "impl/runtime.py"
 CLIENT_PY = "impl/client.py"
 PGROWS_PY = "impl/pgrows.py"
 LISTENER_SUITE = ("tests/test_listener.py",)
+# The runtime's deferred jobs and acks (issue 33): the executor's and the ack group's own tests.
+DEFERRAL_SUITE = ("tests/test_executor.py", "tests/test_ack_group.py")
 
 _FENCE = "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s\n"
 _NO_FENCE = "WHERE id = %(id)s AND state = 'running'\n"
@@ -641,6 +643,34 @@ CATALOGUE: tuple[Mutant, ...] = (
             ),
         ),
         suite=LISTENER_SUITE,
+    ),
+    Mutant(
+        "deferred_job_never_handed_off",
+        "a job deferred on an ack group leader's thread (issue 33) waits for that thread even when it is in a "
+        "long job: the watchdog never hands it to another thread",
+        "§6",
+        (
+            Edit(
+                RUNTIME_PY,
+                "            self.submit(task[1], *task[2])\n",
+                "            self._deferred.appendleft(task)  # MUTANT: never handed off\n            return True\n",
+            ),
+        ),
+        suite=DEFERRAL_SUITE,
+    ),
+    Mutant(
+        "deferred_ack_never_led",
+        "an ack queued with no leader while its thread runs the group's next job (issue 33) is never led by the "
+        "watchdog: it commits only when that thread's long job ends",
+        "§7",
+        (
+            Edit(
+                RUNTIME_PY,
+                "            if time.monotonic() - since < older_than:\n                return True\n",
+                "            if True:  # MUTANT: a deferred ack is never stale\n                return True\n",
+            ),
+        ),
+        suite=DEFERRAL_SUITE,
     ),
     Mutant(
         "renew_every_ttl",
