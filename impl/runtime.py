@@ -8,7 +8,10 @@ One `Worker` is one node:
   that has acked claims the next jobs for its own slots (`_Producer.refill`) on plain queues;
 - executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped); acks
   that finish while another ack of the node is committing are committed together in one transaction
-  (`AckGroup`: group commit, each row still fenced on its own attempt; a lone ack commits at once);
+  (`AckGroup`: group commit, each row still fenced on its own attempt; a lone ack commits at once), which
+  also claims the jobs that take their slots; those run on the committing thread one after another
+  (`_Executor.defer`: no thread woken per job), and a watchdog per queue hands a job or an ack that has
+  waited `defer_handoff` behind a long job to another thread (`_Producer.look`);
 - a renewer extends every local lease each ttl/3 in one statement and flags executions whose lease
   was lost, which stop at their next step boundary;
 - a sweeper reclaims expired leases, runs the `$children` reconciler, fires crons and prunes;
