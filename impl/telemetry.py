@@ -644,10 +644,9 @@ class BatchingStreamHandler(logging.StreamHandler):
     def emit(self, record: logging.LogRecord) -> None:
         self.handle(record)
 
-    def _write(self) -> None:  # with self.lock held
+    def _write(self, yielding: bool = False) -> None:  # with self.lock held
         lines = []
-        while self._pending:
-            record = self._pending.popleft()
+        for record in _taken(self._pending, yielding):
             try:
                 lines.append(self.format(record))
             except Exception:  # noqa: BLE001
@@ -657,11 +656,14 @@ class BatchingStreamHandler(logging.StreamHandler):
         if self.stream and hasattr(self.stream, "flush"):
             self.stream.flush()
 
-    def flush(self) -> None:
+    def flush(self, yielding: bool = False) -> None:
+        """Format and write what waits; with `yielding` (the flusher thread) handing the GIL on as the
+        background threads above do (`_taken`): a batch formatted in one go held it for up to the
+        interpreter's switch interval while an execution's thread, its group commit back, waited."""
         self.acquire()
         try:
             with contextlib.suppress(OSError, ValueError):  # a stream closed at exit: nothing to write to
-                self._write()
+                self._write(yielding)
         finally:
             self.release()
 
@@ -670,7 +672,7 @@ class BatchingStreamHandler(logging.StreamHandler):
             self._wake.wait(self.interval)
             self._wake.clear()
             if self._pending:
-                self.flush()
+                self.flush(yielding=True)
 
     def close(self) -> None:
         self._stop_flusher.set()

@@ -7,6 +7,7 @@ Unit tests call the handlers and `dispatch` directly; one test runs a real Worke
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import subprocess
@@ -563,3 +564,26 @@ def test_the_background_threads_hand_the_gil_on_after_holding_it_a_while_and_onl
         assert slept == [0] * 10
     finally:
         handler.close()
+
+
+def test_the_log_flusher_hands_the_gil_on_while_it_formats_a_batch(monkeypatch):
+    """BatchingStreamHandler's flusher thread formats a batch the way the background threads above drain
+    theirs (`flush(yielding=True)`); a flush on a caller's thread (a warning, close) never hands on."""
+    slept: list[float] = []
+    stream = io.StringIO()
+    out = telemetry.BatchingStreamHandler(stream, interval=3600, capacity=10_000)
+    out.setFormatter(logging.Formatter("%(message)s"))
+    monkeypatch.setattr(telemetry.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(telemetry, "_YIELD_AFTER", 0.0)
+    try:
+        for i in range(4):
+            out.handle(logging.LogRecord("belay", logging.INFO, __file__, 1, "line %d", (i,), None))
+        out.flush()
+        assert slept == [] and stream.getvalue() == "line 0\nline 1\nline 2\nline 3\n"
+        for i in range(4, 8):
+            out.handle(logging.LogRecord("belay", logging.INFO, __file__, 1, "line %d", (i,), None))
+        out.flush(yielding=True)
+        assert slept == [0] * 4, "the flusher held the GIL through its whole batch"
+        assert stream.getvalue().splitlines() == [f"line {i}" for i in range(8)]
+    finally:
+        out.close()
