@@ -165,3 +165,39 @@ def test_shutdown_with_cancel_drops_deferred_tasks_too():
     assert pool.deferred() == 0 and not ran.wait(0.1)
     with pytest.raises(RuntimeError, match="after shutdown"):
         pool.defer(ran.set)
+
+
+def test_the_hand_off_watchdog_looks_while_work_waits_then_a_while_longer_then_sleeps_until_armed():
+    """impl.runtime._Watchdog: it looks every tick while `look()` says something waits, and for QUIET_TICKS
+    quiet looks after (re-arming it after every group commit was a wake per commit), then sleeps without a
+    timer; `arm()` starts it again."""
+    from impl.runtime import _Watchdog
+
+    waiting, looks = [3], []
+
+    def look() -> bool:
+        looks.append(waiting[0])
+        waiting[0] = max(0, waiting[0] - 1)
+        return looks[-1] > 0
+
+    dog = _Watchdog("belay-t-watch", 0.001, look)
+    try:
+        dog.arm()
+        deadline = time.monotonic() + 10
+        while dog._armed and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not dog._armed, "it never went to sleep"
+        quiet = len(looks) - 3
+        # a busy queue's commits come a millisecond or so apart: it must outlast a few of their gaps
+        assert quiet >= max(20, _Watchdog.QUIET_TICKS), f"asleep after {quiet} quiet looks"
+        settled = len(looks)
+        time.sleep(0.05)
+        assert len(looks) == settled, "it kept looking while disarmed"
+        waiting[0] = 1
+        dog.arm()
+        deadline = time.monotonic() + 10
+        while len(looks) == settled and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(looks) > settled, "arm() did not wake it"
+    finally:
+        dog.stop()
