@@ -371,24 +371,30 @@ class _Executor:
 
     def _run(self) -> None:
         self._mine.pool = self
+        first = True  # a thread starts for the task that started it: that task first, and no idle token
         while True:
-            task = None
-            try:
-                _, fn, args = self._deferred.popleft()
-                submitted = False
-            except IndexError:
+            task, deferred = None, None
+            if not first:
+                with contextlib.suppress(IndexError):
+                    deferred = self._deferred.popleft()
+            if deferred is not None:
+                _, fn, args = deferred
+            else:
+                # Idle only now, about to wait (ThreadPoolExecutor releases its idle semaphore after each
+                # task): a thread that went on to deferred work is busy, and a token given before it would
+                # let a handed-off task wait behind that work instead of starting a thread of its own.
+                if not first:
+                    self._idle.put(None)
+                first = False
                 task = self._work.get()
                 if task is None:  # shut down
                     return
                 fn, args = task
-                submitted = True
             try:
                 fn(*args)
             except BaseException:  # a task's own fault (as a Future would keep it): logged, the thread serves on
                 log.exception("belay: an execution task failed")
-            del task, fn, args
-            if submitted:  # as ThreadPoolExecutor releases its idle semaphore: after each task submit counted
-                self._idle.put(None)
+            del task, deferred, fn, args
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """No more tasks; with `cancel_futures` the queued ones never run; with `wait`, join the threads

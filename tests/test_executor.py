@@ -201,3 +201,20 @@ def test_the_hand_off_watchdog_looks_while_work_waits_then_a_while_longer_then_s
         assert len(looks) > settled, "arm() did not wake it"
     finally:
         dog.stop()
+
+
+def test_a_thread_that_went_on_to_deferred_work_is_not_counted_idle_when_a_task_is_handed_off():
+    """The pool counts a thread idle (a token `submit` takes instead of starting a thread) only when it waits
+    for work: one that finished its task and went on to a long deferred task is busy, so the one task handed
+    off behind it must get a thread of its own, not wait for that long task."""
+    pool = _Executor(4, "belay-t")
+    release, started = threading.Event(), threading.Event()
+    _defer_from_a_pool_thread(pool, [lambda: release.wait(5), started.set])
+    try:
+        time.sleep(0.05)  # the pool's thread has taken the long deferred task
+        assert pool.deferred() == 1
+        assert pool.hand_off_stale(0) is False
+        assert started.wait(2), "the handed-off task waited for the long one"
+    finally:
+        release.set()
+        pool.shutdown()
