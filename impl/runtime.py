@@ -516,9 +516,9 @@ class _Producer:
         """The watchdog's look: deferred jobs and acks that waited `defer_handoff` for the thread that
         deferred them (it is in a long job) are handed to another thread (jobs) or led here (acks). True
         while some wait."""
-        jobs = self.pool.hand_off_stale(self.handoff)
+        jobs = self.pool.hand_off_stale(self.handoff)  # True while deferred jobs wait
         acks = self.acks.lead_stale(self.handoff)
-        return jobs or acks or self.pool.deferred() > 0
+        return jobs or acks
 
     def defers(self) -> bool:
         """An execution's ack on this thread waits for the jobs this thread will run next (`adopt`)."""
