@@ -379,7 +379,8 @@ class DefaultLogger:
             if self._thread is None:
                 self._start()
             elif len(self._pending) >= self.capacity:
-                self._wake.set()
+                if not self._wake.is_set():  # once: a set() per line takes the event's lock every time
+                    self._wake.set()
                 if len(self._pending) >= 2 * self.capacity:  # the thread is far behind: memory stays bounded
                     self.flush()
         else:

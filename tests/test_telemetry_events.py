@@ -355,6 +355,33 @@ def test_background_lines_go_out_within_the_interval_and_a_warning_at_once_after
         quick.close()
 
 
+
+class _CountingEvent(threading.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_a_full_background_logger_wakes_its_thread_once_not_once_per_line(on_root, monkeypatch):
+    """From `capacity` queued lines on, each line used to set the thread's event again (its Condition's lock
+    and a notify each time) until the thread had drained: a job thread's largest telemetry cost while the
+    log thread waited for the GIL. Here the thread never runs, so the lines stay queued."""
+    logger = logging.getLogger("belay.test.events.wake")
+    logger.setLevel(logging.INFO)
+    handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600, capacity=5)
+    monkeypatch.setattr(handler, "_start", lambda: setattr(handler, "_thread", threading.current_thread()))
+    handler._wake = wake = _CountingEvent()
+    for job_id in range(9):  # below 2 × capacity: the job's thread does not drain them itself
+        handler("job.stop", {**STOP, "job_id": job_id, "state": "succeeded", "duration_ms": 5})
+    assert wake.sets == 1 and len(handler._pending) == 9
+    handler._thread = None
+    handler.flush()
+    assert len(_records(on_root, logger.name)) == 9
+
 def test_detaching_the_attached_default_logger_handles_its_queued_lines_and_stops_its_thread(on_root):
     logging.getLogger("belay").setLevel(logging.INFO)
     try:
