@@ -358,5 +358,5 @@ WITH ready AS (
 )
 UPDATE {jobs} SET state = 'running', attempt = attempt + 1, lease_until = %(lease_until)s, leased_by = %(node)s,
                   started_at = COALESCE(started_at, %(now)s)
-WHERE id IN (SELECT id FROM chosen)
+WHERE id = ANY(ARRAY(SELECT id FROM chosen))
 RETURNING {job_columns}
