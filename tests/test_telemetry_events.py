@@ -355,7 +355,6 @@ def test_background_lines_go_out_within_the_interval_and_a_warning_at_once_after
         quick.close()
 
 
-
 class _CountingEvent(threading.Event):
     def __init__(self) -> None:
         super().__init__()
@@ -381,6 +380,7 @@ def test_a_full_background_logger_wakes_its_thread_once_not_once_per_line(on_roo
     handler._thread = None
     handler.flush()
     assert len(_records(on_root, logger.name)) == 9
+
 
 def test_detaching_the_attached_default_logger_handles_its_queued_lines_and_stops_its_thread(on_root):
     logging.getLogger("belay").setLevel(logging.INFO)
