@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from impl.cli import main
 from impl.client import Client, result_value
 from impl.migrate import IncompatibleSchema
+from impl.pgrows import result_payload
 from impl.store import channel_name
 from model.envelope import encode
 
@@ -65,6 +66,24 @@ def test_await_result_returns_the_terminal_job_and_its_decoded_value(db_url, now
         worker.join()
         assert job.state == "succeeded"
         assert result_value(job) == {"answer": 42}
+
+
+def test_a_result_notification_wakes_the_awaiter_registered_for_its_job_only(db_url):
+    """The client's result listener (one LISTEN connection) sets the event of the awaiters of the job a
+    result notification names, and no other; polling would hide a listener that never delivers one."""
+    with Client(db_url) as client:
+        listener = client._listener()
+        connected = listener.register(0)
+        assert connected.wait(20), "the listener's first LISTEN (it wakes every awaiter to re-read)"
+        listener.unregister(0, connected)
+        mine, other = listener.register(7), listener.register(8)
+        try:
+            with psycopg.connect(db_url, autocommit=True) as c:
+                c.execute("SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), result_payload(7)))  # as acks send it
+            assert mine.wait(20) and not other.is_set()
+        finally:
+            listener.unregister(7, mine)
+            listener.unregister(8, other)
 
 
 def test_await_result_without_a_notification_still_finishes_by_polling(db_url, now):

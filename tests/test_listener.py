@@ -96,3 +96,40 @@ def test_a_node_whose_slots_are_all_taken_stops_listening_and_listens_again_when
     finally:
         gate.set()
         worker.stop(grace=5)
+
+
+def test_a_poke_listener_reads_every_poke_of_a_burst_skips_results_and_listens_again_after_losing_its_backend(
+    db_url,
+):
+    """A burst sent in one transaction: every poke in it is delivered, in order, decoded (a queue name outside
+    ASCII included), and the result notifications between them never reach on_poke; when its backend is
+    terminated the listener reconnects, LISTENs again and polls (on_poke(None)) before taking pokes again."""
+    seen: list[str | None] = []
+    stopped = threading.Event()
+    thread = threading.Thread(
+        target=listen_for_pokes, args=(db_url, "public", stopped, seen.append, "test listener"), daemon=True
+    )
+    thread.start()
+    try:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            channel = channel_name(conn.info.dbname, "public")
+            wait_for(lambda: seen == [None], 20, "the first LISTEN's poll")
+            queues = [f"q{i}" for i in range(50)] + ["ökö"]
+            with conn.transaction():
+                for i, queue in enumerate(queues):
+                    conn.execute("SELECT pg_notify(%s, %s)", (channel, f'{{"t":"r","id":{i}}}'))
+                    conn.execute("SELECT pg_notify(%s, %s)", (channel, f'{{"t":"p","q":"{queue}"}}'))
+            wait_for(lambda: len(seen) == 1 + len(queues), 20, "every poke of the burst")
+            assert seen == [None, *queues]
+            killed = conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'"
+            ).fetchall()
+            assert killed == [(True,)]
+            wait_for(lambda: seen.count(None) == 2, 20, "the reconnect's poll")
+            wait_for(lambda: listener_statement(conn) == "LISTEN", 20, "the new LISTEN")
+            conn.execute("SELECT pg_notify(%s, %s)", (channel, '{"t":"p","q":"after"}'))
+            wait_for(lambda: seen[-1] == "after", 20, "a poke after the reconnect")
+    finally:
+        stopped.set()
+        thread.join(10)
