@@ -79,7 +79,8 @@ def test_a_result_notification_wakes_the_awaiter_registered_for_its_job_only(db_
         mine, other = listener.register(7), listener.register(8)
         try:
             with psycopg.connect(db_url, autocommit=True) as c:
-                c.execute("SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), result_payload(7)))  # as acks send it
+                # the canonical payload, as an ack sends it
+                c.execute("SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), result_payload(7)))
             assert mine.wait(20) and not other.is_set()
         finally:
             listener.unregister(7, mine)
