@@ -73,18 +73,24 @@ def test_a_result_notification_wakes_the_awaiter_registered_for_its_job_only(db_
     result notification names, and no other; polling would hide a listener that never delivers one."""
     with Client(db_url) as client:
         listener = client._listener()
-        connected = listener.register(0)
-        assert connected.wait(20), "the listener's first LISTEN (it wakes every awaiter to re-read)"
-        listener.unregister(0, connected)
-        mine, other = listener.register(7), listener.register(8)
-        try:
-            with psycopg.connect(db_url, autocommit=True) as c:
+        connected = listener.register(0)  # its first LISTEN wakes every awaiter (to re-read): wait that out
+        with psycopg.connect(db_url, autocommit=True) as c:
+            listening = (
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            )
+            deadline = time.monotonic() + 20
+            while not (connected.is_set() or c.execute(listening).fetchone()[0]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)  # (the wake-up follows the LISTEN at once, on the listener's thread)
+            listener.unregister(0, connected)
+            mine, other = listener.register(7), listener.register(8)
+            try:
                 # the canonical payload, as an ack sends it
                 c.execute("SELECT pg_notify(%s, %s)", (channel_name(c.info.dbname), result_payload(7)))
-            assert mine.wait(20) and not other.is_set()
-        finally:
-            listener.unregister(7, mine)
-            listener.unregister(8, other)
+                assert mine.wait(20) and not other.is_set()
+            finally:
+                listener.unregister(7, mine)
+                listener.unregister(8, other)
 
 
 def test_await_result_without_a_notification_still_finishes_by_polling(db_url, now):

@@ -367,8 +367,8 @@ class _CountingEvent(threading.Event):
 
 def test_a_full_background_logger_wakes_its_thread_once_not_once_per_line(on_root, monkeypatch):
     """From `capacity` queued lines on, each line used to set the thread's event again (its Condition's lock
-    and a notify each time) until the thread had drained: a job thread's largest telemetry cost while the
-    log thread waited for the GIL. Here the thread never runs, so the lines stay queued."""
+    and a notify each time) until the thread had drained, paid by the job's thread while the log thread
+    waited for the GIL. Here the thread never runs, so the lines stay queued."""
     logger = logging.getLogger("belay.test.events.wake")
     logger.setLevel(logging.INFO)
     handler = telemetry.DefaultLogger(logging.INFO, logger, background=True, interval=3600, capacity=5)
