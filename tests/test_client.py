@@ -18,6 +18,8 @@ from impl.migrate import IncompatibleSchema
 from impl.pgrows import result_payload
 from impl.store import channel_name
 from model.envelope import encode
+from tests.test_listener import listener_statement
+from tests.test_runtime import wait_for
 
 
 def complete_like_a_worker(db_url: str, job_id: int, value, *, notify: bool, delay: float = 0.05) -> threading.Thread:
@@ -75,12 +77,9 @@ def test_a_result_notification_wakes_the_awaiter_registered_for_its_job_only(db_
         listener = client._listener()
         connected = listener.register(0)  # its first LISTEN wakes every awaiter (to re-read): wait that out
         with psycopg.connect(db_url, autocommit=True) as c:
-            listening = (
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            wait_for(
+                lambda: connected.is_set() or listener_statement(c) == "LISTEN", 20, "the result listener's LISTEN"
             )
-            deadline = time.monotonic() + 20
-            while not (connected.is_set() or c.execute(listening).fetchone()[0]) and time.monotonic() < deadline:
-                time.sleep(0.01)
             time.sleep(0.2)  # (the wake-up follows the LISTEN at once, on the listener's thread)
             listener.unregister(0, connected)
             mine, other = listener.register(7), listener.register(8)
