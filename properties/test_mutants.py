@@ -27,7 +27,7 @@ from properties.mutants.runner import (
     import_check,
     judge,
     matrix,
-    run_mutant,
+    run_catalogue,
     short_test,
 )
 
@@ -200,6 +200,52 @@ def test_the_matrix_prints_one_line_per_mutant_with_its_killer_and_seconds():
     ],
 )
 def test_the_project_tests_kill_a_mutant_within_two_minutes(name):
-    verdict = run_mutant(BY_NAME[name])
+    (verdict,) = run_catalogue([BY_NAME[name]])  # baselined: the same suite passes unmutated first
     assert verdict.killed, verdict
     assert verdict.seconds < 120, verdict
+
+
+def _suite_run(returncode, nodeid=""):
+    failures = ({"nodeid": nodeid, "when": "call", "message": "boom", "seconds": 1.0},) if nodeid else ()
+    return SuiteRun(returncode, failures, 2.0, "")
+
+
+def test_a_kill_counts_only_after_the_same_suite_passed_unmutated():
+    """Issue 51 item 5: a suite that fails on the unmutated tree "kills" every mutant; such a mutant is unjudged."""
+    a = Mutant("a", "§7", "breaks a", (Edit("impl/x.py", "x", "y"),), ("tests/test_a.py",))
+    b = Mutant("b", "§7", "breaks b", (Edit("impl/x.py", "x", "z"),), ("tests/test_a.py",))
+    c = Mutant("c", "§6", "breaks c", (Edit("impl/x.py", "x", "w"),), ("tests/test_c.py",))
+    baselines: list[tuple[str, ...]] = []
+    mutated: list[str] = []
+
+    def baseline(suite):
+        baselines.append(tuple(suite))
+        return _suite_run(1, "tests/test_a.py::test_gate") if suite == ("tests/test_a.py",) else _suite_run(0)
+
+    def mutate(m):
+        mutated.append(m.name)
+        return Verdict(m.name, m.section, "killed", "tests/test_c.py::test_c", "boom", 3.0)
+
+    verdicts = run_catalogue([a, b, c], baseline=baseline, mutate=mutate)
+    assert [v.status for v in verdicts] == ["unjudged", "unjudged", "killed"]
+    assert "tests/test_a.py::test_gate" in verdicts[0].message
+    assert mutated == ["c"]  # a failing baseline's mutants are never run, so never counted
+    assert baselines == [("tests/test_a.py",), ("tests/test_c.py",)]  # once per distinct suite
+
+
+def test_the_mutants_profile_generates_exactly_what_the_ci_profile_generates():
+    """Issue 51 item 5: the runner's profile differs from `ci` only in phases that act after a failure.
+
+    Dropping the target phase made the derandomized run differ (a statement-coverage floor missed on the
+    unmutated tree); a gate calibrated on `ci` must hold under `mutants`."""
+    from hypothesis import Phase, settings
+
+    import properties.stateful  # noqa: F401  (registers the ci profile)
+    from properties.mutants import pytest_plugin
+
+    pytest_plugin.pytest_collection_finish(None)
+    ci, mutants = settings.get_profile("ci"), settings.get_profile("mutants")
+    assert set(ci.phases) - set(mutants.phases) <= {Phase.shrink, Phase.explain}
+    assert set(mutants.phases) <= set(ci.phases)
+    for name in ("derandomize", "max_examples", "stateful_step_count", "deadline", "suppress_health_check"):
+        assert getattr(mutants, name) == getattr(ci, name), name

@@ -3,7 +3,7 @@
     python -m properties.mutants                 # every mutant: the kill matrix
     python -m properties.mutants --only NAME     # one (repeatable)
     python -m properties.mutants --list          # the catalogue
-    python -m properties.mutants --baseline      # first prove every suite passes unmutated
+    python -m properties.mutants                 # each suite first runs unmutated (a kill counts only after it passed)
 
 Each mutant (properties/mutants/catalogue.py) is a named, exact-text patch to impl/ applied to a
 temporary copy of the repository — never a switch in production code. The runner

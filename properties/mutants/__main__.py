@@ -1,7 +1,9 @@
 """`python -m properties.mutants`: run the catalogue against the project's tests and print the kill matrix.
 
-Exit status 0 only when every selected mutant is killed (and, with --baseline, every suite passes on
-the unmutated tree); 1 when one survives, times out or does not apply; 2 for a usage error.
+Every selected suite first runs on an unmutated copy under the same profile (the baseline); a kill counts
+only when that baseline passed — a mutant whose suite fails unmutated is `unjudged`. Exit status 0 only
+when every selected mutant is killed; 1 when one survives, times out, does not apply or is unjudged; 2 for
+a usage error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from impl.lifecycle import interrupt_on_signals
 from properties.mutants.catalogue import BY_NAME, CATALOGUE, TIERS
-from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_baseline, run_mutant, short_test
+from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_catalogue
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         "--timeout", type=float, default=DEFAULT_TIMEOUT, help=f"seconds per mutant (default {DEFAULT_TIMEOUT:.0f})"
     )
     parser.add_argument(
-        "--baseline", action="store_true", help="first run every selected suite on an unmutated copy; it must pass"
+        "--baseline",
+        action="store_true",
+        help="accepted for compatibility: the baseline of every selected suite always runs first (issue 51)",
     )
     parser.add_argument("--details", action="store_true", help="print each killing test's failure line")
     parser.add_argument("--source", type=Path, default=ROOT, help="the repository to copy (default: this one)")
@@ -62,22 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     started = time.time()
-    if args.baseline:
-        for suite in dict.fromkeys(m.suite for m in selected):
-            run = run_baseline(suite, args.source)
-            culprit = run.failures[0]["nodeid"] if run.failures else f"exit code {run.returncode}"
-            status = "passed" if run.returncode == 0 else f"FAILED ({culprit})"
-            print(f"baseline {' '.join(suite)}: {status} in {run.seconds:.1f}s", flush=True)
-            if run.returncode != 0:
-                print(run.output[-3000:], file=sys.stderr)
-                return 1
-
-    verdicts: list[Verdict] = []
-    for i, mutant in enumerate(selected, 1):
-        verdict = run_mutant(mutant, args.source, args.timeout)
-        verdicts.append(verdict)
-        by = short_test(verdict.killer) if verdict.killer else verdict.message
-        print(f"[{i}/{len(selected)}] {mutant.name}: {verdict.status} in {verdict.seconds:.1f}s {by}", flush=True)
+    verdicts: list[Verdict] = run_catalogue(
+        selected, args.source, args.timeout, progress=lambda line: print(line, flush=True)
+    )
 
     print()
     print(matrix(verdicts, details=args.details))

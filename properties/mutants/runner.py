@@ -11,7 +11,12 @@ kill.
 
 Verdicts: `killed` (a test failed), `survived` (the suite passed), `timeout` (no test failed before the
 timeout), `broken` (the patch does not apply, or the mutated code does not even import — a broken
-patch proves nothing about the tests).
+patch proves nothing about the tests), `unjudged` (the same suite failed on the UNMUTATED tree under the
+same profile: a failure in the mutated copy proves nothing, issue 51 item 5).
+
+A kill counts only after the same selection of tests passed unmutated under the same environment and
+Hypothesis profile: `run_catalogue` runs each distinct suite once on an unmutated copy first (the
+baseline), and a mutant whose suite's baseline failed is `unjudged`, never `killed`.
 """
 
 from __future__ import annotations
@@ -300,6 +305,53 @@ def run_baseline(
     """The suite on an unmutated copy: it must pass, or the kills prove nothing."""
     with mutated_copy(None, source) as root:
         return run_suite(root, existing(root, suite), timeout, python)
+
+
+def run_catalogue(
+    mutants: Sequence[Mutant],
+    source: Path = ROOT,
+    timeout: float = DEFAULT_TIMEOUT,
+    python: str = sys.executable,
+    baseline: Callable[[Sequence[str]], SuiteRun] | None = None,
+    mutate: Callable[[Mutant], Verdict] | None = None,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[Verdict]:
+    """Every mutant's verdict, each counted only against a baseline of its own suite that passed.
+
+    `baseline` and `mutate` default to `run_baseline` / `run_mutant` on `source` (tests inject fakes)."""
+
+    def _baseline(suite: Sequence[str]) -> SuiteRun:
+        return run_baseline(suite, source, max(timeout * 5, 600.0), python)
+
+    def _mutate(mutant: Mutant) -> Verdict:
+        return run_mutant(mutant, source, timeout, python)
+
+    baseline = baseline or _baseline
+    mutate = mutate or _mutate
+    baselines: dict[tuple[str, ...], SuiteRun] = {}
+    verdicts: list[Verdict] = []
+    for i, mutant in enumerate(mutants, 1):
+        suite = tuple(mutant.suite)
+        if suite not in baselines:
+            baselines[suite] = run = baseline(suite)
+            culprit = run.failures[0]["nodeid"] if run.failures else f"exit code {run.returncode}"
+            status = "passed" if run.returncode == 0 else f"FAILED ({culprit})"
+            progress(f"baseline {' '.join(suite)}: {status} in {run.seconds:.1f}s")
+        base = baselines[suite]
+        if base.returncode != 0:
+            first = base.failures[0] if base.failures else None
+            why = (
+                f"the unmutated suite fails too: {first['nodeid']}: {first['message']}"
+                if first
+                else f"the unmutated suite exited {base.returncode if base.returncode is not None else 'by timeout'}"
+            )
+            verdict = Verdict(mutant.name, mutant.section, "unjudged", "", why, 0.0)
+        else:
+            verdict = mutate(mutant)
+        verdicts.append(verdict)
+        by = short_test(verdict.killer) if verdict.killer else verdict.message
+        progress(f"[{i}/{len(mutants)}] {mutant.name}: {verdict.status} in {verdict.seconds:.1f}s {by}")
+    return verdicts
 
 
 # --- the kill matrix ---------------------------------------------------------------------------------------
