@@ -78,11 +78,15 @@ def variant_error(run_dir: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m soak.broken", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default=None, help="comma-separated variant names")
-    p.add_argument("--fast", action="store_true", help="only the CI subset")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--all", action="store_true", help="every variant of the catalogue (the default without --only)")
+    which.add_argument("--fast", action="store_true", help="only the CI subset")
     p.add_argument("--reference", action="store_true", help="also soak the reference worker as a control")
     p.add_argument("--jobs", type=int, default=1, help="variants soaked at once (default 1)")
     p.add_argument("--report", default=None)
     args = p.parse_args(argv)
+    if args.all and args.only:
+        p.error("--all and --only exclude each other")
     report = Path(args.report or tempfile.mkdtemp(prefix="belay-broken-"))
     names = args.only.split(",") if args.only else [n for n, v in VARIANTS.items() if v.fast or not args.fast]
     unknown = sorted(set(names) - set(VARIANTS))
