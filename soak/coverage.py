@@ -94,6 +94,12 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
         ("admission_at_limit", "lease samples that saw soak-global at its global_limit (the limit was binding)"),
         ("admission_claims", "claims on the admission queues judged by trace validation"),
     ],
+    "P19": [
+        (
+            "crossings_acked",
+            "budget crossings whose attempt went on to ack (not killed or frozen after the crossing step)",
+        )
+    ],
 }
 
 
@@ -128,6 +134,8 @@ HINTS: dict[str, str] = {
     "them running around the delivery — heavy load, or the worker ignores `pause_ms` (PROTOCOL §3.4)",
     "other_reclaims": "no lease_expired entry before a last attempt: kills/stops found no running job, or the "
     "worker's sweeper never reclaims expired leases (§6) — see P17",
+    "crossings_acked": "no `costed` job's crossing attempt acked: its steps journaled no cost (§8.2), none "
+    "crossed its budget, or every crossing attempt was killed before its ack (crash_at_crossing only)",
     "last_attempt_reclaims": "no lease expired on a job's last attempt: no kill or SIGSTOP froze a `slow` job "
     "enqueued with max_attempts 1, or the worker's sweeper never reclaims (§6) — see P17",
     "lost_wakeups": "no parent with finished external children was rescued: the worker runs no `$children` "

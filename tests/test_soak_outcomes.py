@@ -127,3 +127,105 @@ def _state(r):
     from model.state import from_rows
 
     return from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+
+
+# --- P19: the crossing attempt's own ack fails the job (contract §8.2) -------------------------------------
+
+
+def _costed(r, **kw):
+    """Job 16, `costed` with budget 100 and costs 60, 60, 10: its step c2 (attempt 1) crosses the budget."""
+    from tests.test_soak_checker import step
+
+    base = dict(
+        input={"costs": [60, 60, 10], "crash_at_crossing": False},
+        state="failed",
+        budget_usd_micros=100,
+        spent_usd_micros=120,
+        errors=[err(1, "budget_exceeded", 2)],
+    )
+    base.update(kw)
+    r.add(job(16, "costed", **base), "costed", "failed:budget_exceeded", crossing="c2")
+    r.steps += [
+        step(16, 1, "c1", {"token": "p", "attempt": 1}, usd=60),
+        step(16, 2, "c2", {"token": "q", "attempt": 1}, usd=60),
+    ]
+    return r
+
+
+def test_p19_a_crossing_attempt_that_failed_the_job_is_valid():
+    result = _costed(baseline()).check()
+    assert coverage_count(result, "P19", "crossings_acked") == 1
+    assert duty(result, "P19").verdict == "valid", duty(result, "P19").to_json()
+
+
+def test_p19_a_crossing_acked_as_a_retry_is_invalid_naming_the_job_and_attempt():
+    """budget_crossing_retried: the crossing attempt acked budget_exceeded with a retry time; the next
+    attempt's pre-flight failed the job — the final row I4 judges looks right."""
+    result = _costed(baseline(), attempt=2, errors=[err(1, "budget_exceeded", 2), err(2, "budget_exceeded", 3)]).check()
+    assert result.invariants["I4"].verdict == "valid"  # the final state alone passes
+    p19 = duty(result, "P19")
+    assert p19.verdict == "invalid", p19.to_json()
+    assert "P19 job 16 (costed) attempt 1 journaled step 'c2'" in p19.counterexamples[0]
+    assert "acked 'budget_exceeded' as a retry; attempt 2 ran next" in p19.counterexamples[0]
+
+
+def test_p19_a_crossing_attempt_that_snoozed_is_invalid():
+    p19 = duty(_costed(baseline(), attempt=2, errors=[err(2, "budget_exceeded", 3)]).check(), "P19")
+    assert p19.verdict == "invalid" and "(a snooze or release)" in p19.counterexamples[0]
+
+
+def test_p19_a_crossing_attempt_that_succeeded_or_failed_otherwise_is_invalid():
+    r = _costed(baseline(), state="succeeded", errors=[], result={"tokens": ["p", "q"], "attempt": 1})
+    p19 = duty(r.check(), "P19")
+    assert p19.verdict == "invalid" and "ended the job succeeded" in p19.counterexamples[0]
+    p19 = duty(_costed(baseline(), errors=[err(1, "Planned", 2)]).check(), "P19")
+    assert p19.verdict == "invalid" and "ended the job failed with error 'Planned'" in p19.counterexamples[0]
+
+
+def test_p19_a_crossing_attempt_that_never_acked_is_excused_and_not_counted():
+    """crash_at_crossing (baseline job 3): attempt 1 died after the step, its lease expired; attempt 2's
+    pre-flight failed the job — I4's rule, not this one."""
+    r = _costed(baseline(), attempt=2, errors=[err(1, "lease_expired", 2), err(2, "budget_exceeded", 3)])
+    result = r.check()
+    assert coverage_count(result, "P19", "crossings_acked") == 0
+    p19 = duty(result, "P19")
+    assert p19.verdict == "unknown" and "budget crossings whose attempt went on to ack" in p19.why_unknown
+
+
+# --- P4: running jobs finish within the grace, not handed back ------------------------------------------
+
+
+def _drained(r, running, seconds=1.0):
+    from tests.test_soak_duties import drain
+
+    r.history += drain(10, running=running, seconds=seconds)
+    return r
+
+
+def test_p4_a_job_handed_back_at_sigterm_by_a_snooze_or_release_is_invalid_naming_the_job():
+    r = baseline()
+    r.jobs[1] = job(1, attempt=2, max_attempts=11)  # a snooze (max_attempts + 1); attempt 2 finished it
+    p4 = duty(_drained(r, [[1, 1, "echo"]]).check(), "P4")
+    assert p4.verdict == "invalid", p4.to_json()
+    assert "P4 job 1 (echo) attempt 1 was running on w2-1 when it got SIGTERM" in p4.counterexamples[0]
+    assert "no error entry (a snooze or a release)" in p4.counterexamples[0]
+
+
+def test_p4_a_job_handed_back_at_sigterm_as_a_retry_is_invalid():
+    r = baseline()
+    r.jobs[1] = job(1, attempt=2, errors=[err(1, "WorkerShutdown", 10.2)])
+    p4 = duty(_drained(r, [[1, 1, "echo"]]).check(), "P4")
+    assert p4.verdict == "invalid" and "an error entry 'WorkerShutdown' (a retry)" in p4.counterexamples[0]
+
+
+def test_p4_a_slow_job_left_to_lease_expiry_past_the_grace_is_not_handed_back():
+    r = baseline()  # job 11 (slow): attempt 1 ended by lease expiry, attempt 2 finished it
+    assert duty(_drained(r, [[11, 1, "slow"]], seconds=10.5).check(), "P4").verdict == "valid"
+
+
+def test_p4_a_planned_failure_during_the_drain_is_the_jobs_own_work_and_a_park_is_not_judged():
+    r = baseline()  # job 2 (steps): attempt 1 raised Planned after s2; job 4 (awaiter) parked on attempt 1
+    assert duty(_drained(r, [[2, 1, "steps"], [4, 1, "awaiter"]]).check(), "P4").verdict == "valid"
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "Shutdown", 10.1)])
+    assert duty(_drained(r, [[2, 1, "steps"]]).check(), "P4").verdict == "invalid"
