@@ -739,16 +739,17 @@ CERTIFIER: tuple[Mutant, ...] = (
         "§duty P19",
         DUTIES_PY,
         '        if job.attempt == attempt and job.state == "failed" and errors[-1:] == ["budget_exceeded"]:\n',
-        '        if job.state == "failed" and _last_error(job) == "budget_exceeded":  # MUTANT\n',
+        '        if job.state == "failed" and [x.get("error") for x in job.errors][-1:] == ["budget_exceeded"]:  # MUTANT\n',
         OUTCOMES_SUITE,
     ),
     _one(
-        "cert_p19_any_entry_excuses_the_crossing_attempt",
-        "P19: any error entry of the crossing attempt excuses it (not only a lease expiry: it never acked)",
+        "cert_p19_a_later_attempt_excuses_the_crossing_attempt",
+        "P19: a crossing attempt with an error entry and a later attempt is taken for one that never acked (a "
+        "crash), whatever the entry says",
         "§duty P19",
         DUTIES_PY,
         '        if "lease_expired" in errors:\n            continue  # never acked',
-        "        if errors:  # MUTANT\n            continue  # never acked",
+        '        if "lease_expired" in errors or (errors and job.attempt > attempt):  # MUTANT\n            continue  # never acked',
         OUTCOMES_SUITE,
     ),
     _one(
