@@ -513,9 +513,11 @@ def p19_crossing_fails(r: Any, state: Any, steps: Mapping[int, Mapping[str, Any]
     after the step, `crash_at_crossing`, or a lost lease); the next attempt's pre-flight then fails the job,
     which is I4's rule. Anything else is a finding naming the job and attempt: a later attempt after an
     entry of the crossing attempt (a retry), after none (a snooze or release), a success, or another error.
-    Without the committed history this is all the rows say; an ack's outcome is fully visible in them (an
-    error entry, a later attempt or the terminal state), so the history adds no case. Returns the crossing
-    attempts judged (those that acked): the scenario."""
+    This reads the final rows only, with or without a committed history: every way the crossing attempt can
+    end shows in them (an error entry, a later attempt, the terminal state); the history would add only which
+    ack it was (a snooze, a park or a release all read "no error entry, a later attempt"), not a case the
+    rows miss. A job not terminal at the snapshot is not judged (I1's). Returns the crossing attempts judged
+    (those that acked): the scenario."""
     from model.envelope import decode
 
     judged = 0
