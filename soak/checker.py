@@ -398,18 +398,29 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
     }
     d.p8_attempts(duties["P8"], state, by_id)
     d.p9_outcomes(duties["P9"], state, ledger)
+    extra["crossings_acked"] = d.p19_crossing_fails(duties["P19"], state, steps)  # issue 51
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
     extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps))  # P11–P17 (issue 30)
     if committed:  # P11 from the committed claims: every SIGTERMed node, however fast its drain
-        judged = int(committed.get("drains_judged") or 0)
+        # issue 51: a capture gap may hide a claim — a claim after a SIGTERM, a claim past an admission
+        # limit — so a history with gaps exercises none of the duties it feeds (P11, P18): their findings
+        # stand, their scenario counts do not (refine.py says so too; this does not rely on it)
+        gaps = int(committed.get("capture_gaps") or 0)
+        judged = 0 if gaps else int(committed.get("drains_judged") or 0)
         duties["P11"].checks += judged
         extra["drains_sampled"] = extra.get("drains_sampled", 0) + judged
         for line in committed.get("claims_after_term") or ():
             duties["P11"].add([line])
-        admitted = committed.get("admission_claims") or {}
+        admitted = {} if gaps else (committed.get("admission_claims") or {})
         if "P18" in duties:
             duties["P18"].checks += sum(admitted.values())
         extra["admission_claims"] = sum(admitted.values())
+        if gaps:
+            for name in ("P11", "P18"):
+                if name in duties:
+                    duties[name].notes.append(
+                        f"the committed history has {gaps} capture gap(s): its claims exercise nothing here"
+                    )
     for r in results.values():
         extra.update(r.scenario)
     for r in duties.values():

@@ -42,7 +42,11 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "I8": [("spawns", "parents with a journaled spawn")],
     "I9": [
         ("signal_after_park", "signals delivered to a parked awaiter"),
-        ("signal_race", "signals racing the park"),
+        (
+            "signal_race",
+            "signals racing the park (the signal committed while the awaiter's attempt ran, before its park, "
+            "or its park committed within the sampling resolution before the signal)",
+        ),
         ("lost_wakeups", "lost wake-ups (children finished without $children) rescued by the reconciler"),
     ],
     "P1": [
@@ -78,11 +82,23 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     "P13": [("cancels_judged", "cancels requested while a multi-step job ran")],
     "P14": [("long_leases", "attempts holding a lease longer than the ttl")],
     "P15": [("parks_resumed", "parking jobs (awaiter, parent, sleeper) that parked, resumed and succeeded")],
-    "P16": [("reclaims", "leases reclaimed (lease_expired entries)")],
+    "P16": [
+        ("other_reclaims", "reclaims with attempts left (lease_expired entries before the last attempt)"),
+        (
+            "last_attempt_reclaims",
+            "reclaims that fell on a last attempt (attempt = max_attempts: the reclaim must fail the job)",
+        ),
+    ],
     "P17": [("kills", "kill -9 of a worker (its leases expire and must be reclaimed)")],
     "P18": [
         ("admission_at_limit", "lease samples that saw soak-global at its global_limit (the limit was binding)"),
         ("admission_claims", "claims on the admission queues judged by trace validation"),
+    ],
+    "P19": [
+        (
+            "crossings_acked",
+            "budget crossings whose attempt went on to ack (not killed or frozen after the crossing step)",
+        )
     ],
 }
 
@@ -113,7 +129,15 @@ HINTS: dict[str, str] = {
     "spawns": "no parent journaled `$spawn:kids`: the worker's spawn is not a memoized step (§8.4)",
     "signal_after_park": "no signal woke a parked awaiter: awaiters never parked (the worker runs `awaiter` "
     "without a durable wait) or no delivery found one awaiting",
-    "signal_race": "no signal raced a park",
+    "signal_race": "no signal committed while its awaiter's attempt ran before parking (nor just after a park): "
+    "the `race` awaiters (pause_ms before the await) were claimed after their signal, or no lease sample saw "
+    "them running around the delivery — heavy load, or the worker ignores `pause_ms` (PROTOCOL §3.4)",
+    "other_reclaims": "no lease_expired entry before a last attempt: kills/stops found no running job, or the "
+    "worker's sweeper never reclaims expired leases (§6) — see P17",
+    "crossings_acked": "no `costed` job's crossing attempt acked: its steps journaled no cost (§8.2), none "
+    "crossed its budget, or every crossing attempt was killed before its ack (crash_at_crossing only)",
+    "last_attempt_reclaims": "no lease expired on a job's last attempt: no kill or SIGSTOP froze a `slow` job "
+    "enqueued with max_attempts 1, or the worker's sweeper never reclaims (§6) — see P17",
     "lost_wakeups": "no parent with finished external children was rescued: the worker runs no `$children` "
     "reconciler (§8.4 R2), or no parent parked before the harness finished its children",
     "db_restarts": "no PostgreSQL crash-restart: --db-restart-every 0, or --database-url (no cluster to crash)",
@@ -217,6 +241,72 @@ def duplicate_step_jobs(state: Any, ledger: Any) -> set[int]:
     return {j for j, n in executed.items() if n >= 2}
 
 
+RACE_RESOLUTION = 0.5  # seconds: the lease samples' period (soak/scenarios.py sample_every)
+
+
+def signal_races(ev: Any, resolution: float = RACE_RESOLUTION) -> set[tuple[int, float]]:
+    """Signal deliveries that raced their awaiter's park (I9's risky case), as (job, delivery time).
+
+    The window: the awaiter's attempt between its claim and its await-park commit. A delivery's commit
+    lies between the driver's `signal_intent` (recorded before the write) and its `signal` record (after
+    the commit, with the jobs it woke); the lease samples (one consistent read of every running row each
+    `resolution` seconds) say when an attempt was running. A delivery raced the park when a sample taken
+    within `resolution` before its intent saw an attempt of the job running, and either
+      * a sample within `resolution` after its record saw that same attempt still running — the signal
+        committed inside the claim→park window, so the park (or its check of the signal row, §7) had to
+        see it; or
+      * the delivery woke the job — its park committed after that sample and before the signal: the park's
+        commit within `resolution` of the signal's.
+    A signal delivered before the claim (the attempt not yet running), or long after the park, is no race
+    whatever the driver's plan called it: the plan is an intention, this is the event."""
+    intents: dict[int, list[float]] = defaultdict(list)
+    for e in ev.by_type.get("signal_intent", ()):
+        intents[int(e["job_id"])].append(float(e["t"]))
+    out: set[tuple[int, float]] = set()
+    for e in sorted(ev.by_type.get("signal", ()), key=lambda x: float(x["t"])):
+        job_id, done = int(e["job_id"]), float(e["t"])
+        # its own intent: the latest one before it not taken by an earlier delivery (each is recorded once)
+        mine = [t for t in intents.get(job_id, ()) if t <= done]
+        began = max(mine, default=done)
+        if mine:
+            intents[job_id].remove(began)
+        before = [
+            key
+            for _at, sample in ev.series["lease_sample"].between(began - resolution, began)
+            for key in ((int(j), int(a)) for j, a, *_ in sample.get("rows", ()))
+            if key[0] == job_id
+        ]
+        if not before:
+            continue
+        attempt = before[-1]
+        woken = job_id in {int(x) for x in e.get("woken") or ()}
+        after = woken or any(
+            (int(j), int(a)) == attempt
+            for _at, sample in ev.series["lease_sample"].between(done, done + resolution)
+            for j, a, *_ in sample.get("rows", ())
+        )
+        if after:
+            out.add((job_id, done))
+    return out
+
+
+def last_attempt_reclaims(state: Any) -> int:
+    """Reclaims that fell on a job's last attempt (P16's risky case): `lease_expired` entries whose attempt
+    is at least the job's max_attempts. A park raises max_attempts (P15), so the final value bounds the one
+    at the reclaim from above: a reclaim counted here was on the last attempt (none is counted twice, some
+    parking jobs' may be missed). A correct reclaim fails the job there (§6); a worker that retries it
+    shows as an attempt past max_attempts (P16's violation)."""
+    return sum(
+        1
+        for j in state.jobs.values()
+        for e in j.errors
+        if isinstance(e, Mapping)
+        and e.get("error") == "lease_expired"
+        and isinstance(e.get("attempt"), int)
+        and e["attempt"] >= j.max_attempts
+    )
+
+
 def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) -> dict[str, int]:
     """How often each scenario happened, from the history, the snapshot and the ledger."""
     t = ev.by_type
@@ -259,11 +349,13 @@ def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) 
         if parent is not None and parent.state == "succeeded":
             rescued += 1
     woken_after = sum(1 for e in t["signal"] if e.get("woken") and e.get("when") in ("after", "after-cancel"))
-    races = sum(1 for e in t["signal"] if e.get("when") == "race")
+    races = len(signal_races(ev))  # issue 51: the race itself, not the deliveries the plan called races
     counts = {
         "ledger_jobs": len(ledger.entries),
         "kills": len(t["worker_kill"]),
         "reclaims": reclaims,
+        "last_attempt_reclaims": (last := last_attempt_reclaims(state)),  # issue 51: P16's risky case itself
+        "other_reclaims": reclaims - last,
         "stops": len(t["worker_stop"]),
         "db_restarts": len(t["db_restarted"]),
         "deliberate_exits": sum(1 for o in ledger.observations if o.phase == "exit"),
@@ -341,7 +433,9 @@ __all__ = [
     "duplicate_step_jobs",
     "duplicate_step_writes",
     "finish_table",
+    "last_attempt_reclaims",
     "markdown",
     "scenario_counts",
+    "signal_races",
     "stale_paid_step_resumes",
 ]

@@ -45,6 +45,10 @@ STEPS_SINCE = (  # the steps of jobs not finished before the given epoch (sample
 )
 
 
+RACE_PAUSE_MS = 1500  # a `race` awaiter's pause between its claim and its await (PROTOCOL §3.4 pause_ms)
+RACE_DELAY_S = (0.3, 1.2)  # its signal is sent this long after the insert: mostly inside that pause
+
+
 @dataclass(frozen=True)
 class DriverConfig:
     echo_per_s: float = 50.0  # the bulk of the load
@@ -281,8 +285,12 @@ class Driver:
         plan = self.rng.choices(["before", "race", "after", "cancel"], weights=[3, 2, 3, 2])[0]
         name = f"go-{self.rng.randrange(1 << 30)}"
         sched = utc_now() + timedelta(seconds=2) if plan == "before" else None
+        # issue 51: a `race` awaiter pauses RACE_PAUSE_MS between its claim and its await, and its signal is
+        # sent RACE_DELAY_S after the insert, so the delivery commits inside the claim→park window (where
+        # the park must see it, §7) often enough for I9's coverage row (soak/coverage.py signal_races).
+        input = {"signal": name, "pause_ms": RACE_PAUSE_MS} if plan == "race" else {"signal": name}
         return Plan(
-            self._spec("awaiter", {"signal": name}, scheduled_at=sched),
+            self._spec("awaiter", input, scheduled_at=sched),
             "awaiter",
             "cancelled" if plan == "cancel" else "succeeded",
             {"plan": plan, "signal": name},
@@ -295,7 +303,16 @@ class Driver:
         k = 1 if mode == "exit" else self.rng.randint(1, 2)
         return Plan(self._spec("flaky", {"mode": mode, "until_attempt": k}), "flaky", "succeeded", {"mode": mode})
 
-    def plan_slow(self) -> Plan:
+    def plan_slow(self, last: bool = False) -> Plan:
+        """A `slow` job (max_attempts 6); `last`: one with max_attempts 1 — a SIGSTOP or kill that loses its
+        lease makes its reclaim fall on the last attempt (P16's risky case: the reclaim must fail it)."""
+        if last:
+            return Plan(
+                self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=1, priority=0),
+                "slow",
+                "succeeded|failed:lease_expired",
+                {"last_attempt": True},
+            )
         return Plan(self._spec("slow", {"seconds": self.cfg.slow_seconds}, max_attempts=6, priority=0), "slow")
 
     # --- producer ------------------------------------------------------------------------------------------
@@ -334,7 +351,7 @@ class Driver:
                         if plan.detail["plan"] == "before":
                             self.deliver(job_id, plan.detail["signal"], "before")
                         elif plan.detail["plan"] == "race":
-                            delay = self.rng.uniform(0.0, 0.3)
+                            delay = self.rng.uniform(*RACE_DELAY_S)
                             threading.Timer(delay, self.deliver, (job_id, plan.detail["signal"], "race")).start()
                 if self.rng.random() < self.cfg.workflow_per_s * dt:
                     self.enqueue_workflow(self.rng.choice(sorted(WORKFLOW_SHAPES)))
@@ -346,7 +363,7 @@ class Driver:
                     self.enqueue([self.plan_flaky("exit")])
                 if now - last_slow >= self.cfg.slow_every:
                     last_slow = now
-                    self.enqueue([self.plan_slow() for _ in range(self.cfg.slow_burst)])
+                    self.enqueue([self.plan_slow(last=i == 0) for i in range(self.cfg.slow_burst)])
                 self.scenarios.produce_tick(scenario_clock)
             self.halt.wait(max(tick - (time.monotonic() - started), 0.0))
 

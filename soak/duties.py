@@ -10,7 +10,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P1 | PROTOCOL §1 | a worker never exits by itself (database loss included) except the exits a kind asks for, which it records as an `exit` observation first; a worker that cannot stay up ends the run |
 | P2 | §6 | leases are renewed: no attempt loses its lease while its node is alive, not stopped, not cut off and the database up (also when another node's clock runs ahead) |
 | P3 | §8.6, §7 | a cancel requested while a job runs is honoured at its next boundary, a park included: the job ends cancelled |
-| P4 | PROTOCOL §1 | on SIGTERM a worker drains: exits 0 within the grace (≤ 15 s) and the jobs it was running end by their own acks, not by lease expiry |
+| P4 | PROTOCOL §1, operations "Shutdown" | on SIGTERM a worker drains: exits 0 within the grace (≤ 15 s) and the jobs it was running end by their own acks, not by lease expiry, and are not handed back (an ack to ready — a retry, a snooze, a release — that ends the attempt without the job's own work) |
 | P5 | §6 | claims take claimable jobs in priority order (priority ASC, ready_at, id) |
 | P6 | §8.5 | cron slots are inserted as their `belay_crons` row says: queue (opts), kind, input |
 | P7 | §8 (`$sleep:`) | a durable sleep journals its wake time (`$sleep:<name>`) before parking and does not sleep again on resume |
@@ -24,6 +24,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
 | P16 | §6, §7 | attempts are bounded: no job's attempt exceeds its max_attempts (a reclaim on the last attempt fails the job) |
 | P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no lease stays expired for long while a node runs |
+| P19 | §8.2 | the attempt whose step's returned spend crossed a budget acks a failure `budget_exceeded` (no retry, no success, no snooze), unless it never acked (crash, kill, lost lease) |
 | P18 | §6 admission | claims apply the queue's `belay_queues` options: never more live leases than `global_limit` on `soak-global` (lease samples), and every claim on an admission queue admitted as the model admits it — global limit, rate window (trace validation) |
 
 The time duties (P4's grace, P11, P12, P13, P14) compare the harness's clock (the fault log's `t`, lease
@@ -46,7 +47,8 @@ DUTIES: dict[str, str] = {
     "P1": "PROTOCOL §1: stays up — never exits by itself (database loss included) except the exits a kind asks for",
     "P2": "§6: renews its leases (every ttl/3): no lease lost while its node is alive, running and connected",
     "P3": "§8.6: a cancel requested while a job runs is honoured at the next boundary, a park included",
-    "P4": "PROTOCOL §1: on SIGTERM, drains — exit 0 within the grace, running jobs finished, not abandoned",
+    "P4": "PROTOCOL §1: on SIGTERM, drains — exit 0 within the grace, running jobs finished, not abandoned "
+    "to lease expiry nor handed back",
     "P5": "§6: claims in priority order (priority ASC, ready_at ASC NULLS FIRST, id ASC)",
     "P6": "§8.5: cron slots inserted as the belay_crons row says (queue, kind, input)",
     "P7": "§8 $sleep: a durable sleep journals its wake time before parking and does not sleep again",
@@ -62,6 +64,8 @@ DUTIES: dict[str, str] = {
     "leases than global_limit, rate windows as the model admits",
     "P17": "§6, PROTOCOL §1: expired leases are reclaimed — a sweeper at least every 2 s, no lease left expired",
     "P16": "§6/§7: attempts are bounded — no attempt beyond max_attempts (reclaim on the last attempt fails the job)",
+    "P19": "§8.2: a step whose returned spend crosses a budget fails the job budget_exceeded in the same attempt's "
+    "ack — not a retry, a success or a snooze",
 }
 TERMINAL = ("succeeded", "failed", "cancelled")
 SKEW_SLACK = 1.0  # seconds of clock disagreement tolerated when comparing a worker's timestamps with the harness's
@@ -393,6 +397,7 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
+        handed_back(r, state, node, e)
         # A PostgreSQL crash within a ttl before the SIGTERM (or during the drain) can have committed a claim
         # whose response never reached the node (its connection died with the server): the node never knew
         # that job, so a lease it lets expire is the crash's doing, not the drain's.
@@ -437,6 +442,122 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
                         "must let running jobs finish within the grace"
                     ]
                 )
+
+
+KIND_ERRORS: dict[str, tuple[str, ...]] = {  # errors a soak kind's own code ends an attempt with (PROTOCOL §3)
+    "steps": ("Planned",),  # raise_after on attempt 1
+    "flaky": ("Planned",),  # until_attempt
+    "member": ("Fail",),
+}
+
+
+def handed_back(r: Any, state: Any, node: str, term: Mapping[str, Any]) -> None:
+    """P4's second rule: jobs the node was running at its SIGTERM are finished, not handed back.
+
+    Operations guide "Shutdown": "Running jobs get the shutdown grace to finish; whatever survives is left
+    to lease expiry"; PROTOCOL §1: "on SIGTERM: stop claiming, let running jobs finish within a grace
+    period". A worker that acks its running jobs back to ready (a retry, a snooze, a release) breaks both.
+
+    Evidence (the final rows; each attempt the nemesis listed running on the node at the signal): the
+    attempt ended without ending the job — a later attempt ran it (`attempt` > the listed one) — and not
+      * by lease expiry (a `lease_expired` entry for it: a job that outlived the grace, or a crash; the
+        first rule judges those), nor
+      * by an error its kind raises by itself (`KIND_ERRORS`, PROTOCOL §3: a planned failure is the
+        job's own work), nor
+      * by a park — not told apart from a snooze or a release in the final row, so the parking kinds
+        (`PARKING_KINDS`) are not judged here (a committed history would show the ack's outcome).
+    Whatever else ended the attempt — no entry at all (a snooze or a release: §7 appends no error) or
+    another error (a retry the worker made up) — handed the job back. A `slow` job (whose `nap` may
+    outlast the grace) is judged too: it may be left to lease expiry, not handed back."""
+    for job_id, attempt, kind in term.get("running") or ():
+        job = state.jobs.get(int(job_id))
+        attempt = int(attempt)
+        if job is None or job.attempt <= attempt or kind in PARKING_KINDS:
+            continue
+        entries = [e for e in job.errors if isinstance(e, Mapping) and e.get("attempt") == attempt]
+        errors = [e.get("error") for e in entries]
+        if "lease_expired" in errors or any(x in KIND_ERRORS.get(str(kind), ()) for x in errors):
+            continue
+        how = f"an error entry {errors[-1]!r} (a retry)" if errors else "no error entry (a snooze or a release)"
+        r.add(
+            [
+                f"P4 job {job.id} ({kind}) attempt {attempt} was running on {node} when it got SIGTERM; that "
+                f"attempt ended with {how} and attempt {attempt + 1} ran the job again: the worker handed it "
+                'back instead of letting it finish within the grace (operations guide "Shutdown": running '
+                "jobs get the shutdown grace to finish; whatever survives is left to lease expiry)"
+            ]
+        )
+
+
+def _crossing(job: Any, steps: Sequence[Any]) -> Any:
+    """The job's crossing step: the first (in seq order) after which a cumulative spend exceeds (strictly)
+    a non-NULL budget column, as I4 defines it; None when the costs never cross."""
+    usd = tokens = 0
+    for s in sorted(steps, key=lambda x: x.seq):
+        usd += s.usd_micros
+        tokens += s.tokens
+        if (job.budget_usd_micros is not None and usd > job.budget_usd_micros) or (
+            job.budget_tokens is not None and tokens > job.budget_tokens
+        ):
+            return s
+    return None
+
+
+def p19_crossing_fails(r: Any, state: Any, steps: Mapping[int, Mapping[str, Any]]) -> int:
+    """Contract §8.2: "If a returned spent exceeds its budget column, the SDK MUST fail the job with error
+    budget_exceeded" — the attempt that journaled the crossing step fails the job in its own ack.
+
+    Evidence, from the final rows: the crossing step (`_crossing`) names the attempt that ran it (its value's
+    `attempt`, PROTOCOL §3.3); that attempt must be the job's last, ended `failed` with its entry
+    `budget_exceeded`. Excuse: the attempt never acked — a `lease_expired` entry for it (a crash or kill right
+    after the step, `crash_at_crossing`, or a lost lease); the next attempt's pre-flight then fails the job,
+    which is I4's rule. Anything else is a finding naming the job and attempt: a later attempt after an
+    entry of the crossing attempt (a retry), after none (a snooze or release), a success, or another error.
+    This reads the final rows only, with or without a committed history: every way the crossing attempt can
+    end shows in them (an error entry, a later attempt, the terminal state); the history would add only which
+    ack it was (a snooze, a park or a release all read "no error entry, a later attempt"), not a case the
+    rows miss. A job not terminal at the snapshot is not judged (I1's). Returns the crossing attempts judged
+    (those that acked): the scenario."""
+    from model.envelope import decode
+
+    judged = 0
+    for job in in_key_order(state.jobs):
+        if job.budget_usd_micros is None and job.budget_tokens is None:
+            continue
+        step = _crossing(job, list(steps.get(job.id, {}).values()))
+        if step is None:
+            continue
+        try:
+            value = decode(bytes(step.value))
+        except Exception:  # noqa: BLE001 - a foreign value: its attempt is unknown
+            value = None
+        attempt = value.get("attempt") if isinstance(value, Mapping) else None
+        if not isinstance(attempt, int):
+            r.notes.append(f"job {job.id}: crossing step {step.name!r} names no attempt; not judged")
+            continue
+        r.checks += 1
+        entries = [e for e in job.errors if isinstance(e, Mapping) and e.get("attempt") == attempt]
+        errors = [e.get("error") for e in entries]
+        if "lease_expired" in errors:
+            continue  # never acked: the next attempt's pre-flight fails it (I4)
+        if job.state not in TERMINAL:
+            continue  # not finished at the snapshot (an unfinished drain): I1's business
+        judged += 1
+        if job.attempt == attempt and job.state == "failed" and errors[-1:] == ["budget_exceeded"]:
+            continue
+        if job.attempt > attempt:
+            how = f"acked {errors[-1]!r} as a retry" if errors else "ended without an error entry (a snooze or release)"
+            what = f"{how}; attempt {job.attempt} ran next (the job ended {job.state})"
+        else:
+            what = f"ended the job {job.state}" + (f" with error {errors[-1]!r}" if errors else "")
+        r.add(
+            [
+                f"P19 job {job.id} ({job.worker}) attempt {attempt} journaled step {step.name!r}, whose returned "
+                f"spend crossed its budget, and {what}: the same attempt must fail the job with error "
+                "budget_exceeded (§8.2: no retry)"
+            ]
+        )
+    return judged
 
 
 def _claim_began(ev: Evidence, key: tuple[int, int]) -> float | None:
@@ -1045,4 +1166,5 @@ __all__ = [
     "p16_attempts_bounded",
     "p17_reclaims_expired",
     "p18_admission",
+    "p19_crossing_fails",
 ]

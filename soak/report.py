@@ -255,15 +255,33 @@ def describe_faults(rates: dict[str, dict[str, Any]], ex: dict[str, int]) -> str
     )
 
 
-def write(run_dir: Path, result: CheckResult, state: State, history: list[dict], meta: dict[str, Any]) -> dict:
-    """Write results.json, summary.md and report.html into run_dir; update the `latest` link."""
+def write(
+    run_dir: Path,
+    result: CheckResult,
+    state: State,
+    history: list[dict],
+    meta: dict[str, Any],
+    final: tuple[str, int] | None = None,
+) -> dict:
+    """Write results.json, summary.md and report.html into run_dir; update the `latest` link.
+
+    `final`: the run's (verdict, exit code) when something beyond `result` decides it — the committed
+    history (soak.commits.hook.final_verdict); every file then states that pair, the exit code's
+    (issue 51: the report said VALID of a run the history made INVALID)."""
+    verdict, exit_code = final if final is not None else (result.verdict, result.exit_code)
+    decided = (
+        f" — the checks said {result.verdict.upper()}; the committed history decided {verdict.upper()}"
+        if verdict != result.verdict
+        else ""
+    )
     t0 = next((e["t"] for e in history if e["type"] == "run_start"), history[0]["t"] if history else 0.0)
     fig_data = figures(state, history, t0)
     faults = _fault_counts(history)
     results = {
         "run_id": meta["run_id"],
-        "verdict": result.verdict,
-        "exit_code": result.exit_code,
+        "verdict": verdict,
+        "exit_code": exit_code,
+        "checks_verdict": result.verdict,  # the invariants', duties' and coverage's own, before the history
         "invariants": {k: v.to_json() for k, v in result.invariants.items()},
         "duties": {k: v.to_json() for k, v in result.duties.items()},  # issue 11: worker duties P1 …
         "coverage": result.coverage,  # issue 11: duty · scenarios · count · verdict
@@ -282,7 +300,7 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
     (run_dir / "results.json").write_text(text + "\n")
 
     lines = [
-        f"# Soak run {meta['run_id']}: **{result.verdict.upper()}** (exit {result.exit_code})",
+        f"# Soak run {meta['run_id']}: **{verdict.upper()}** (exit {exit_code}){decided}",
         "",
         f"- worker: `{meta['worker']}` × {meta['workers']}; lease ttl {meta['lease_ttl']} s; seed {meta['seed']}",
         f"- phases: faults {meta['duration']} s, heal {meta['heal']} s, drain {meta.get('drain_seconds')} s "
@@ -347,7 +365,7 @@ def write(run_dir: Path, result: CheckResult, state: State, history: list[dict],
 <style>body{{font-family:sans-serif;max-width:1200px;margin:2em auto}} td,th{{border:1px solid #ccc;padding:4px;
 font-size:13px;vertical-align:top}} table{{border-collapse:collapse}} .valid td:nth-child(2){{color:green}}
 .invalid td:nth-child(2){{color:#b00;font-weight:bold}} .unknown td:nth-child(2){{color:#a60}} img{{max-width:100%}}
-</style></head><body><h1>Belay soak {meta["run_id"]}: {result.verdict.upper()}</h1>
+</style></head><body><h1>Belay soak {meta["run_id"]}: {verdict.upper()} (exit {exit_code})</h1>
 <pre>{html.escape(summary.split("| invariant")[0])}</pre>
 <table><tr><th>invariant</th><th>verdict</th><th>checks</th><th>violations</th>
 <th>first counterexample / why unknown</th>

@@ -38,7 +38,7 @@ from soak import (
 )
 from soak import ledger as soak_ledger
 from soak.checker import check
-from soak.commits.hook import HistoryCheck, combine_exit  # issue 12: committed-history checking
+from soak.commits.hook import HistoryCheck, final_verdict  # issue 12: committed-history checking
 from soak.commits.spill import disk_table
 from soak.driver import Driver, DriverConfig
 from soak.duties import SAMPLE_TYPES
@@ -469,21 +469,19 @@ def run(args: argparse.Namespace) -> int:
                 text = text.replace(password, "***")
             log.write_text(text)
         add_check_peak(meta["memory"])  # the samples stopped before the check: its peak, said apart
-        results = report.write(run_dir, result, state, events, meta)
-        hist.add_to_report(run_dir, events)  # issue 12
+        results, code = write_artifacts(run_dir, result, state, events, meta, hist, hist_result)
         check_phase(meta["memory"], "report")
         add_check_peak(meta["memory"])  # the summary line's peak includes writing the report
-        code = combine_exit(result.exit_code, hist_result)
         size_line = "- memory and size: " + describe_memory(meta["memory"], dir_size(run_dir))
         with open(run_dir / "summary.md", "a") as f:
             f.write("\n" + size_line + "\n")
-        print_verdict(result, results, run_dir)
+        print_verdict(result, results, run_dir, (results["verdict"], code))
         print(size_line[2:], flush=True)
         print(hist_result.line(), flush=True)  # issue 12: the history checker's own verdict line
         for detail in hist_result.refinement_findings[:1]:  # issue 30: the first transaction the model cannot explain
             print("\n".join(detail.splitlines()[:40]), flush=True)
         if hist_result.verdict == "invalid" and result.exit_code != 1:
-            print(f"verdict INVALID by the committed history → exit {code}", flush=True)
+            print(f"verdict INVALID by the committed history → exit {code} (the report says so too)", flush=True)
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP through impl.lifecycle (issue 19)
         reason = str(exc) or "SIGINT"
         print(f"\nsoak interrupted ({reason}): stopping the driver, the workers and PostgreSQL", flush=True)
@@ -507,12 +505,27 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def print_verdict(result, results: dict, run_dir: Path) -> None:
+def write_artifacts(
+    run_dir: Path, result, state, events: list[dict], meta: dict, hist: HistoryCheck, hist_result
+) -> tuple[dict, int]:
+    """The report of a finished run and its exit code. Whatever decides the verdict — the invariants, the
+    duties, the coverage (`result`) and the committed history (`hist_result`, trace validation) — is
+    combined BEFORE the report is written, so results.json (`verdict`, `exit_code`), summary.md and
+    report.html's heading state the exit code's verdict (issue 51: they said VALID of a run the history
+    made INVALID, because the report was written first)."""
+    verdict, code = final_verdict(result.verdict, hist_result)
+    results = report.write(run_dir, result, state, events, meta, final=(verdict, code))
+    hist.add_to_report(run_dir, events)  # issue 12: the history's own section
+    return results, code
+
+
+def print_verdict(result, results: dict, run_dir: Path, final: tuple[str, int] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console()
-    t = Table(title=f"Belay soak: {result.verdict.upper()}")
+    verdict, code = final if final is not None else (result.verdict, result.exit_code)
+    t = Table(title=f"Belay soak: {verdict.upper()}")
     for col in ("invariant", "verdict", "checks", "violations", "first counterexample / why"):
         t.add_column(col, overflow="fold")
     colour = {"valid": "green", "invalid": "bold red", "unknown": "yellow"}
@@ -535,9 +548,7 @@ def print_verdict(result, results: dict, run_dir: Path) -> None:
     from soak.report import describe_faults
 
     console.print(describe_faults(results["fault_rates"], results["exits"]), highlight=False)
-    console.print(
-        f"verdict [{colour[result.verdict]}]{result.verdict}[/] → exit {result.exit_code}; report {run_dir}/report.html"
-    )
+    console.print(f"verdict [{colour[verdict]}]{verdict}[/] → exit {code}; report {run_dir}/report.html")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -345,3 +345,72 @@ def test_p18_a_queue_that_never_reached_its_global_limit_leaves_the_duty_unknown
     assert p18.violations == 0 and p18.verdict == "unknown", p18.to_json()
     r.history.append(_sample(6, {"soak-global": 2}))
     assert coverage_count(r.check(), "P18", "admission_at_limit") == 1
+
+
+# --- issue 51: the capture-gap interaction of the duties trace validation feeds; I4's duplicate execution ---
+
+
+def _committed_check(r, committed):
+    from model.state import from_rows
+    from soak.checker import SoakLedger, check
+
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
+    return check(state, ledger, r.history, committed=committed)
+
+
+def test_p11_and_p18_are_not_exercised_by_a_committed_history_with_capture_gaps():
+    """A gap may hide a claim after the SIGTERM (P11) or past an admission limit (P18): the history's
+    judged drains and admitted claims count for nothing then — a drain duty is never certified VALID
+    through a capture gap (issue 51's survivor). The history's findings still count."""
+    from tests.test_soak_duties import ADMISSION, _sample
+
+    r = baseline()
+    r.history += [
+        {"t": E0 + 10, "type": "worker_drain_term", "node": "w2-1", "running": [[1, 1, "echo"]]},
+        {"t": E0 + 11, "type": "worker_drained", "node": "w2-1", "code": 0, "seconds": 1.0},
+        {"t": E0, "type": "admission_queues", "queues": ADMISSION},
+        _sample(5, {"soak-global": 2}),
+    ]
+    committed = {"drains_judged": 1, "claims_after_term": [], "admission_claims": {"soak-global": 3}}
+    whole = _committed_check(r, committed)
+    assert duty(whole, "P11").verdict == "valid" and duty(whole, "P18").verdict == "valid"
+    gapped = _committed_check(r, {**committed, "capture_gaps": 2})
+    assert coverage_count(gapped, "P11", "drains_sampled") == 0
+    assert coverage_count(gapped, "P18", "admission_claims") == 0
+    for name in ("P11", "P18"):
+        assert duty(gapped, name).verdict == "unknown", duty(gapped, name).to_json()
+    line = "P11 node w2-1 committed claims (up to 1 row(s)) after its own SIGTERM: the first 2.0 s after the signal"
+    found = _committed_check(r, {**committed, "capture_gaps": 2, "claims_after_term": [line]})
+    assert duty(found, "P11").verdict == "invalid"
+
+
+def test_refine_counts_no_drain_judged_when_the_capture_had_a_gap():
+    """soak/commits/refine.py `finish_duties`: with a capture gap no SIGTERMed node's claims are all known."""
+    from soak.commits import refine
+
+    v = object.__new__(refine.Validator)
+    v.result = refine.RefinementResult("valid")
+    v.ledger = type("L", (), {"terms": {"w2-1": E0 + 10, "w3-1": E0 + 20}})()
+    v._late_claims, v._late_first = {}, {}
+    v.finish_duties()
+    assert v.result.drains_judged == 2
+    v.result = refine.RefinementResult("valid", capture_gaps=1)
+    v.finish_duties()
+    assert v.result.drains_judged == 0
+
+
+def test_i4_a_zombie_stop_whose_frozen_attempt_journaled_nap_itself_is_no_duplicate_execution():
+    """The journal's `nap` came from the frozen attempt itself (no later attempt executed it before the
+    release): the nap ran once — not the duplicate paid step execution I4 needs (issue 51's survivor:
+    the scenario was counted from the frozen attempt's own journal)."""
+    r = baseline()
+    # no pre_ack evidence of two executions: only the zombie stop can count, and nap is attempt 1's own
+    r.observations = [o for o in r.observations if not (o.job_id == 11 and o.phase == "pre_ack")]
+    r.history += [
+        {"t": E0 + 5, "type": "zombie_stop", "node": "w1-1", "held": [[11, 1]]},
+        {"t": E0 + 24.9, "type": "zombie_cont", "node": "w1-1", "why": "journaled"},
+    ]
+    result = r.check()
+    assert coverage_count(result, "I4", "zombies_back") == 0
+    assert result.invariants["I4"].verdict == "unknown", result.invariants["I4"].to_json()

@@ -203,7 +203,12 @@ def baseline() -> Run:
         {"t": E0 + 25, "type": "worker_cont", "node": "w1-1"},
         {"t": E0 - 1, "type": "worker_start", "node": "w3-1"},
         {"t": E0 + 30, "type": "worker_kill", "node": "w3-1"},
+        # the race: attempt 1 of awaiter 4 was running (lease samples at +2.8 and +3.2) when its signal
+        # committed (intent +2.9, recorded +3.0) — before its park, which then parked it as ready
+        {"t": E0 + 2.8, "type": "lease_sample", "at": E0 + 2.8, "rows": [[4, 1, "w2-1", E0 + 12.7, "awaiter"]]},
+        {"t": E0 + 2.9, "type": "signal_intent", "job_id": 4},
         {"t": E0 + 3, "type": "signal", "job_id": 4, "when": "race", "woken": []},
+        {"t": E0 + 3.2, "type": "lease_sample", "at": E0 + 3.2, "rows": [[4, 1, "w2-1", E0 + 12.7, "awaiter"]]},
         {"t": E0 + 4, "type": "signal", "job_id": 4, "when": "after", "woken": [4]},
         {"t": E0 + 5, "type": "cancel", "job_id": 9, "result": "Cancelled", "state_before": "held", "kind": "member"},
         {"t": E0 + 8, "type": "lost_wakeup", "parent": 5, "children": []},

@@ -1,7 +1,7 @@
 """The certifier tier (issue 32): mutants of the soak's own judges, `python -m properties.mutants --tier certifier`.
 
 The certifier is code under test too: a rule of soak/checker.py (the §11 invariants), soak/duties.py (the
-worker duties P1–P17), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
+worker duties P1–P19), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
 soak/verdicts.py (how a rule's findings become a verdict), soak/commits/refine.py (the trace validation of
 the committed history) or soak/commits/replay.py (the per-commit replay of the captured history) that is
 weakened must make some test fail. Each mutant here is one small weakening — a predicate that always
@@ -37,6 +37,10 @@ CHECKER_SUITE = (
 )
 # small histories captured from a real PostgreSQL inside the test (an embedded cluster; seconds each)
 REFINE_SUITE = ("tests/test_refine.py", "tests/test_certifier_history.py")
+# issue 51: the outcome obligations (P19, P4's hand-back rule) and the risky-case coverage (I9, P16)
+OUTCOMES_SUITE = ("tests/test_soak_outcomes.py", *CHECKER_SUITE)
+REPORT_PY = "soak/report.py"
+REPORT_SUITE = ("tests/test_soak_report_verdict.py",)
 REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
 
 
@@ -688,6 +692,141 @@ CERTIFIER: tuple[Mutant, ...] = (
         "        return bool(f.related_jobs & self.tainted) or bool(f.related_rows & self.tainted_rows)\n",
         "        return True  # MUTANT\n",
         REPLAY_SUITE,
+    ),
+    # --- issue 51: the report's verdict, the risky cases, the outcome obligations, two survivors ---------------
+    _one(
+        "cert_report_states_the_checks_verdict",
+        "report: results.json, summary.md and report.html state the checks' verdict, not the exit code's "
+        "(the committed history's INVALID left out)",
+        "§cert report",
+        REPORT_PY,
+        "    verdict, exit_code = final if final is not None else (result.verdict, result.exit_code)\n",
+        "    verdict, exit_code = (result.verdict, result.exit_code)  # MUTANT\n",
+        REPORT_SUITE,
+    ),
+    _one(
+        "cert_cov_i9_race_counted_from_the_plan",
+        "I9 coverage: every delivery the driver's plan called a race counts as a signal racing the park",
+        "§cov I9",
+        COVERAGE_PY,
+        "    races = len(signal_races(ev))",
+        '    races = sum(1 for e in t["signal"] if e.get("when") == "race")  # MUTANT',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_cov_i9_race_needs_no_commit_inside_the_window",
+        "I9 coverage: an attempt seen running before a delivery makes it a race, whether or not the signal "
+        "committed before the park (no sample after it, no wake)",
+        "§cov I9",
+        COVERAGE_PY,
+        "        after = woken or any(\n",
+        "        after = True or any(  # MUTANT\n",
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_cov_p16_every_reclaim_is_on_a_last_attempt",
+        "P16 coverage: every lease_expired entry counts as a reclaim on a last attempt",
+        "§cov P16",
+        COVERAGE_PY,
+        '        and e["attempt"] >= j.max_attempts\n',
+        '        and e["attempt"] >= 0  # MUTANT\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p19_a_retry_whose_next_attempt_failed_passes",
+        "P19: a crossing attempt passes when the job ended failed budget_exceeded, whichever attempt failed it "
+        "(the crossing acked as a retry, the next pre-flight failed it)",
+        "§duty P19",
+        DUTIES_PY,
+        '        if job.attempt == attempt and job.state == "failed" and errors[-1:] == ["budget_exceeded"]:\n',
+        '        if job.state == "failed" and [x.get("error") for x in job.errors][-1:] == ["budget_exceeded"]:  # MUTANT\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p19_a_later_attempt_excuses_the_crossing_attempt",
+        "P19: a crossing attempt with an error entry and a later attempt is taken for one that never acked (a "
+        "crash), whatever the entry says",
+        "§duty P19",
+        DUTIES_PY,
+        '        if "lease_expired" in errors:\n            continue  # never acked',
+        '        if "lease_expired" in errors or (errors and job.attempt > attempt):  # MUTANT\n            continue  # never acked',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p19_unacked_crossings_exercise_the_duty",
+        "P19 coverage: a crossing attempt that never acked (killed after the step) counts as the scenario",
+        "§cov P19",
+        DUTIES_PY,
+        "        r.checks += 1\n        entries = [e for e in job.errors if isinstance(e, Mapping) and "
+        'e.get("attempt") == attempt]\n        errors = [e.get("error") for e in entries]\n'
+        '        if "lease_expired" in errors:\n',
+        "        r.checks += 1\n        judged += 1  # MUTANT\n        entries = [e for e in job.errors if "
+        'isinstance(e, Mapping) and e.get("attempt") == attempt]\n        errors = [e.get("error") for e in '
+        'entries]\n        if "lease_expired" in errors:\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p4_hand_back_not_judged",
+        "P4: jobs a SIGTERMed worker handed back (acked to ready) are not judged: only lease expiries are",
+        "§duty P4",
+        DUTIES_PY,
+        "        handed_back(r, state, node, e)\n",
+        "        pass  # MUTANT: handed_back(r, state, node, e)\n",
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p4_hand_back_excused_by_any_error",
+        "P4: a handed-back attempt with any error entry passes as the job's own failure (a made-up retry too)",
+        "§duty P4",
+        DUTIES_PY,
+        '        if "lease_expired" in errors or any(x in KIND_ERRORS.get(str(kind), ()) for x in errors):\n',
+        "        if errors:  # MUTANT\n",
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p4_hand_back_every_kind_may_park",
+        "P4: every kind but `slow` is taken for one that may park, so no handed-back job is judged but slow ones",
+        "§duty P4",
+        DUTIES_PY,
+        "        if job is None or job.attempt <= attempt or kind in PARKING_KINDS:\n",
+        '        if job is None or job.attempt <= attempt or kind != "slow":  # MUTANT\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_cov_i9_race_window_widened",
+        "I9 coverage: the race window is twice the sampling resolution (a park a second before the signal races it)",
+        "§cov I9",
+        COVERAGE_PY,
+        "RACE_RESOLUTION = 0.5  #",
+        "RACE_RESOLUTION = 1.0  # MUTANT",
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p11_drains_judged_through_a_capture_gap",
+        "refine: a committed history with a capture gap still judges every SIGTERMed node's claims (P11 "
+        "certified valid through the gap)",
+        "§refine P11",
+        REFINE_PY,
+        "        r.drains_judged = 0 if r.capture_gaps else len(self.ledger.terms)",
+        "        r.drains_judged = len(self.ledger.terms)  # MUTANT",
+    ),
+    _one(
+        "cert_history_duties_exercised_through_a_capture_gap",
+        "checker: the history's judged drains (P11) and admitted claims (P18) count as exercised although it "
+        "has capture gaps",
+        "§cov P11 P18",
+        CHECKER_PY,
+        '        gaps = int(committed.get("capture_gaps") or 0)\n',
+        "        gaps = 0  # MUTANT\n",
+    ),
+    _one(
+        "cert_cov_i4_zombie_counted_from_its_own_journal",
+        "I4 coverage: a zombie stop counts as a duplicate execution when the journal's `nap` is the frozen "
+        "attempt's own write (no later attempt executed it)",
+        "§cov I4",
+        COVERAGE_PY,
+        "            if isinstance(by, int) and by > attempt:\n",
+        "            if isinstance(by, int) and by >= attempt:  # MUTANT\n",
     ),
     _one(
         "cert_replay_old_rows_not_compared",

@@ -108,6 +108,13 @@ VARIANTS: dict[str, Variant] = {
     "gathers_past_clamp": Variant(
         ("P2",), "chunk gather window of 3 ttl, unclamped, gathered jobs not renewed (operations: Chunks)"
     ),
+    # --- issue 51: outcome obligations the final state alone hides ---
+    "budget_crossing_retried": Variant(
+        ("P19",), "acks the budget-crossing step as a retry; the next attempt's pre-flight fails it (§8.2)"
+    ),
+    "hands_back_on_sigterm": Variant(
+        ("P4",), "on SIGTERM hands running jobs back (snooze to ready) and exits 0 at once", ("--term-every", "8")
+    ),
     "no_call_deadlines": Variant(
         ("P2",),
         "no call deadline, connect_timeout or keepalives (PROTOCOL §1)",

@@ -44,6 +44,16 @@ def combine_exit(code: int, result: HistoryResult | None) -> int:
     return code
 
 
+VERDICT_OF_EXIT = {0: "valid", 1: "invalid", 2: "unknown"}
+
+
+def final_verdict(verdict: str, result: HistoryResult | None) -> tuple[str, int]:
+    """(verdict, exit code) of the run: the checks' verdict with the committed history folded in
+    (`combine_exit`). The report states this pair, never the checks' verdict alone (issue 51)."""
+    code = combine_exit({"valid": 0, "invalid": 1}.get(verdict, 2), result)
+    return VERDICT_OF_EXIT.get(code, verdict), code
+
+
 def merge(rules: HistoryResult, refinement: RefinementResult) -> HistoryResult:
     """The committed-history verdict: the refinement's, made invalid by a rule finding of the replay.
 
@@ -147,4 +157,4 @@ class HistoryCheck:
         return self.slot_dropped
 
 
-__all__ = ["HistoryCheck", "combine_exit", "merge"]
+__all__ = ["HistoryCheck", "combine_exit", "final_verdict", "merge"]
