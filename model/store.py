@@ -557,8 +557,8 @@ def _sleep(t: Tables, op: w.Sleep) -> w.Slept | w.Stale:
     if _running(t, op.job_id, op.attempt) is None:
         return w.Stale(op.job_id, op.attempt)
     name = f"$sleep:{op.name}"
-    _journal(t, op.now, op.job_id, name, encode(op.until.isoformat()))
-    until = datetime.fromisoformat(decode(t.steps[(op.job_id, name)].value))
+    _journal(t, op.now, op.job_id, name, encode(op.spelled if op.spelled is not None else op.until.isoformat()))
+    until = w.wake_time(decode(t.steps[(op.job_id, name)].value))  # the journaled instant, any ISO-8601 spelling
     t.update(
         op.job_id,
         state="ready",
@@ -648,6 +648,23 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
     return w.Spawned(tuple(i for i in ids if i is not None), False)
 
 
+def _spawn_children(t: Tables, op: w.SpawnChildren) -> w.Spawned | w.JobGone:
+    """§8.4's insert half without the journal (an SDK may journal in a later transaction)."""
+    if op.job_id not in t.jobs:
+        return w.JobGone(op.job_id)
+    step = t.steps.get((op.job_id, f"$spawn:{op.name}"))
+    if step is not None:  # memoized: the journaled spawn re-runs nothing
+        return w.Spawned(tuple(decode(step.value)), True)
+    keys = [spawn_key(op.job_id, op.name, i) for i, _ in op.children]
+    rows = [
+        lambda i, c=c, k=k: _new_row(i, replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id), op.now)
+        for (_, c), k in zip(op.children, keys, strict=True)
+    ]
+    _insert(t, rows)
+    ids = [_unique_holder(t, k, "always") for k in keys]
+    return w.Spawned(tuple(i for i in ids if i is not None), False)
+
+
 def _children_terminal(t: Tables, parent_id: int) -> tuple[bool, list[int]]:
     children = [j for j in t.jobs.values() if j.parent_id == parent_id]
     return all(j.state in TERMINAL for j in children), sorted(j.id for j in children)
@@ -686,6 +703,8 @@ def _reconcile(t: Tables, op: w.Reconcile) -> w.Reconciled:
 
 def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
     plan = cron_plan(op.static, t.crons.values(), op.since, op.now, op.queues)
+    if op.slots is not None:
+        plan = [(c, slot) for c, slot in plan if (c.name, slot) in op.slots]
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(
@@ -800,6 +819,7 @@ HANDLERS: dict[type, Callable[[Tables, Any], Any]] = {
     w.RecordStep: _record_step,
     w.EmitEvent: _emit,
     w.Spawn: _spawn,
+    w.SpawnChildren: _spawn_children,
     w.AwaitChildren: _await_children,
     w.Reconcile: _reconcile,
     w.FireCrons: _fire_crons,
