@@ -1356,6 +1356,7 @@ class Validator:
                     for i in range(len(inner.children)):
                         job_ids |= self.world.by_ukey.get(model_store.spawn_key(inner.job_id, inner.name, i), set())
             elif isinstance(inner, w.SpawnChildren):
+                job_ids.add(inner.job_id)  # the parent and its steps (a journaled spawn is memoized)
                 for i, _spec in inner.children:
                     job_ids |= self.world.by_ukey.get(model_store.spawn_key(inner.job_id, inner.name, i), set())
             elif isinstance(inner, w.FireCrons):
