@@ -260,7 +260,8 @@ def test_children_each_in_reverse_order_journaled_by_a_later_attempt_is_valid(ur
 
 def test_a_split_spawn_journal_that_is_not_the_keys_list_is_invalid(url, tmp_path):
     """Near-misses: the journal lists the ids in the wrong order (not the ids fetched by the keys); a
-    journal declaring fewer children than the keys hold; a child whose key is not mode `always`."""
+    child inserted after its spawn was journaled; a journal declaring fewer children than the keys hold;
+    a child whose key is not mode `always`."""
     f = Foreign(url)
     with Captured(url, tmp_path, "wronglist") as cap:
         with PgStore(url) as store, Client(url) as client:
@@ -271,6 +272,7 @@ def test_a_split_spawn_journal_that_is_not_the_keys_list_is_invalid(url, tmp_pat
                     f.insert_child(p1, "kids", i, t)
             ids = f.key_ids(p1, "kids", 2)
             f.journal(p1, "$spawn:kids", js(ids[::-1]), now())  # not the keys' order
+            late = f.insert_child(p1, "kids", 2, now())[0][0]  # a child after the journal: the spawn is memoized
             p2, _ = spawned_parent(store, client)
             t = now()
             with f.tx():
@@ -281,9 +283,10 @@ def test_a_split_spawn_journal_that_is_not_the_keys_list_is_invalid(url, tmp_pat
             f.insert_child(p3, "kids", 0, now(), mode="incomplete")  # not the always-key shape
     f.close()
     r = cap.validate()
-    assert r.verdict == "invalid" and r.unexplained == 3, first(r)
+    assert r.verdict == "invalid" and r.unexplained == 4, first(r)
     texts = [f.detail() for f in r.findings]
     assert any(f"belay_steps ({p1}, '$spawn:kids').value" in t for t in texts), texts
+    assert any(f"belay_jobs {late}: the transaction writes" in t for t in texts), texts
     assert any(f"journals 2 child id(s), but job" in t and f"'$spawn:{p2}:kids:2'" in t for t in texts), texts
     assert any("unique_mode: transaction 'incomplete', model 'always'" in t for t in texts), texts
 
