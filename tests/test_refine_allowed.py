@@ -241,12 +241,12 @@ def test_children_each_in_reverse_order_journaled_by_a_later_attempt_is_valid(ur
     with Captured(url, tmp_path, "each") as cap:
         with PgStore(url) as store, Client(url) as client:
             parent = client.enqueue("q", "parent", {}, max_attempts=3).id
-            (got,) = claim(store, "q", demand=1, ttl=timedelta(milliseconds=1))
+            assert claim(store, "q", demand=1, ttl=timedelta(milliseconds=1)) == [parent]
             for i in (2, 1, 0):
                 f.insert_child(parent, "kids", i, now())
             time.sleep(0.01)  # attempt 1 dies here; its lease expires
             assert store.apply(w.Reclaim(now(), w.Backoff(0, 1, 0))).retried == (parent,)
-            (got,) = claim(store, "q", demand=1)
+            assert claim(store, "q", demand=1) == [parent]
             for i in (2, 1, 0):
                 assert f.insert_child(parent, "kids", i, now()) == []  # held: ON CONFLICT DO NOTHING
             ids = f.key_ids(parent, "kids", 3)
@@ -287,7 +287,7 @@ def test_a_split_spawn_journal_that_is_not_the_keys_list_is_invalid(url, tmp_pat
     texts = [f.detail() for f in r.findings]
     assert any(f"belay_steps ({p1}, '$spawn:kids').value" in t for t in texts), texts
     assert any(f"belay_jobs {late}: the transaction writes" in t for t in texts), texts
-    assert any(f"journals 2 child id(s), but job" in t and f"'$spawn:{p2}:kids:2'" in t for t in texts), texts
+    assert any("journals 2 child id(s), but job" in t and f"'$spawn:{p2}:kids:2'" in t for t in texts), texts
     assert any("unique_mode: transaction 'incomplete', model 'always'" in t for t in texts), texts
 
 
@@ -470,7 +470,7 @@ def test_clear_children_apart_before_the_park_is_valid(url, tmp_path):
             clear(parent)
             store.apply(w.Ack(now(), kids[1], 1, w.Succeed(None)))  # between the clear and the park
             park(parent, attempt)  # the signal is there: ready at once
-            (again,) = claim(store, "q", demand=1)
+            assert claim(store, "q", demand=1) == [parent]
             clear(parent)
             park(parent, 2)  # kids[2] still running: awaiting
             store.apply(w.Ack(now(), kids[2], 1, w.Succeed(None)))  # wakes the parent
@@ -511,7 +511,10 @@ def test_step_then_spend_in_two_transactions_is_invalid(url, tmp_path):
             job = client.enqueue("q", "costed", {}).id
             claim(store, "q", demand=1)
             f.journal(job, "s1", js({"token": "x", "attempt": 1}), now(), usd=5, tokens=7)
-            f.x("UPDATE belay_jobs SET spent_usd_micros = spent_usd_micros + 5, spent_tokens = spent_tokens + 7 WHERE id = %s", job)
+            f.x(
+                "UPDATE belay_jobs SET spent_usd_micros = spent_usd_micros + 5, spent_tokens = spent_tokens + 7 WHERE id = %s",
+                job,
+            )
     f.close()
     r = cap.validate()
     assert r.verdict == "invalid" and r.unexplained == 2, first(r)

@@ -854,7 +854,7 @@ class Validator:
             # the slots this transaction inserted, a subset of the due plan: §8.5 "For each due minute slot
             # …, insert" — one transaction per slot, or per cron, is as legal as one for the sweep; a due
             # slot no transaction inserts is I6's ("was due but no job holds it")
-            slots = {(j.cron_name, j.cron_slot) for j in cron if j.cron_slot is not None}
+            slots = frozenset((j.cron_name, j.cron_slot) for j in cron if j.cron_name and j.cron_slot is not None)
             head.append(("fire_crons", ("crons", names, cron[0].id, w.FireCrons(now, since, slots=slots))))
         # --- steps: journal writes, sleeps, spawns
         sleeps: dict[int, Step] = {}
