@@ -520,3 +520,70 @@ def test_step_then_spend_in_two_transactions_is_invalid(url, tmp_path):
     assert r.verdict == "invalid" and r.unexplained == 2, first(r)
     texts = [f.detail() for f in r.findings]
     assert any(f"belay_jobs {job}.spent_usd_micros: transaction 0, model 5" in t for t in texts), texts
+
+
+# --------------------------------------------------------------------------------------------------
+# found besides the shared list: the `$children` payload
+
+
+def test_children_delivered_per_child_or_unsorted_is_valid_and_a_foreign_id_is_not(url, tmp_path):
+    """Two children acked in one transaction (a batch), `$children` upserted once per child — the last
+    upsert wins, so the payload names one of them — or once with the ids unsorted: §7 "deliver the
+    $children signal … unconditionally", R1 "re-verify on wake" (the payload is a hint). Near-miss: a
+    payload naming a job the transaction did not finish."""
+    f = Foreign(url)
+
+    def batch_ack(parent: int, kids: list[int], payloads: list[list[int]]) -> None:
+        t = now()
+        with f.tx():
+            for k in kids:
+                f.x(
+                    "UPDATE belay_jobs SET state = 'succeeded', finished_at = %s, result = %s, lease_until = NULL, "
+                    "leased_by = NULL WHERE id = %s AND state = 'running' AND attempt = 1",
+                    t,
+                    js(None),
+                    k,
+                )
+            for listed in payloads:  # §8.1 delivery under the scope lock: upsert, then wake
+                f.x("SELECT pg_advisory_xact_lock(hashtext('belay_sig:' || %s))", f"job:{parent}")
+                f.x(
+                    "INSERT INTO belay_signals (scope, name, payload, inserted_at) VALUES (%s, '$children', %s, %s) "
+                    "ON CONFLICT (scope, name) DO UPDATE SET payload = EXCLUDED.payload, inserted_at = EXCLUDED.inserted_at",
+                    f"job:{parent}",
+                    Jsonb({"children": listed}),
+                    t,
+                )
+                f.x(
+                    "UPDATE belay_jobs SET state = 'ready', ready_at = %s, await_scope = NULL, await_name = NULL "
+                    "WHERE state = 'awaiting' AND await_scope = %s AND await_name = '$children'",
+                    t,
+                    f"job:{parent}",
+                )
+
+    def family(store: PgStore, client: Client, queue: str) -> tuple[int, list[int]]:
+        parent = client.enqueue(queue, "parent", {}).id
+        assert claim(store, queue, demand=1) == [parent]
+        kids = store.apply(
+            w.Spawn(now(), parent, "kids", tuple(ops.JobSpec("kids", "kid", {"i": i}) for i in range(2)))
+        ).child_ids
+        store.apply(w.AwaitChildren(now(), parent, 1))
+        assert sorted(claim(store, "kids")) == sorted(kids)
+        return parent, list(kids)
+
+    with Captured(url, tmp_path, "childrenhint") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            p1, k1 = family(store, client, "q1")
+            batch_ack(p1, k1, [[k1[0]], [k1[1]]])  # per child
+            p2, k2 = family(store, client, "q2")
+            batch_ack(p2, k2, [k2[::-1]])  # unsorted
+    r = assert_valid(cap)
+    assert r.by_kind["ack_many"] == 2, dict(r.by_kind)
+    (tmp_path / "foreign").mkdir()
+    with Captured(url, tmp_path / "foreign", "childrenforeign") as cap2:
+        with PgStore(url) as store, Client(url) as client:
+            p3, k3 = family(store, client, "q3")
+            batch_ack(p3, k3, [[k3[0], p3]])  # the parent is no finished child
+    f.close()
+    r2 = cap2.validate()
+    assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
+    assert f"belay_signals ('job:{p3}', '$children').payload" in first(r2), first(r2)
