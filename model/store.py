@@ -617,7 +617,12 @@ def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:
 def _emit(t: Tables, op: w.EmitEvent) -> w.Emitted | w.JobGone:
     if op.job_id not in t.jobs:
         return w.JobGone(op.job_id)
-    seq = max((s for (j, s) in t.events if j == op.job_id), default=0) + 1
+    last = max((s for (j, s) in t.events if j == op.job_id), default=None)
+    seq = (0 if last is None else last) + 1
+    if op.seq is not None:  # the SDK's own numbering: append-only, so above every earlier event's
+        if last is not None and op.seq <= last:
+            raise ops.InvalidInput(f"event seq {op.seq} of job {op.job_id} is not above the stream's last, {last}")
+        seq = op.seq
     t.events[(op.job_id, seq)] = Event(op.job_id, seq, op.payload, op.now)
     return w.Emitted(seq)
 

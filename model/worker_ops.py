@@ -355,11 +355,16 @@ class EmitEvent:
     now: datetime
     job_id: int
     payload: Any
+    # The seq the SDK gave the event, when it numbers its own way: the contract fixes only "PK (job_id,
+    # seq); append-only stream" (§3), not the numbering (steps' seq is fixed by §8.2's SQL, events' is
+    # not) — any seq above the job's earlier ones. None: the reference's MAX(seq) + 1.
+    seq: int | None = None
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
         require_int(self.job_id, "job_id", minimum=1)
         object.__setattr__(self, "payload", as_json(self.payload, "event payload"))
+        require_int(self.seq, "seq", minimum=-(2**31), optional=True)
 
 
 # --- §8.4 children --------------------------------------------------------------------------------

@@ -587,3 +587,36 @@ def test_children_delivered_per_child_or_unsorted_is_valid_and_a_foreign_id_is_n
     r2 = cap2.validate()
     assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
     assert f"belay_signals ('job:{p3}', '$children').payload" in first(r2), first(r2)
+
+
+def test_events_numbered_the_sdks_own_way_are_valid_and_a_seq_below_the_last_is_not(url, tmp_path):
+    """belay_events: "PK (job_id, seq); append-only stream" (§3) — the numbering is the SDK's (a 0-based
+    counter, gaps); a seq below the stream's last is no append."""
+    f = Foreign(url)
+
+    def emit(job: int, seq: int) -> None:
+        f.x(
+            "INSERT INTO belay_events (job_id, seq, payload, inserted_at) VALUES (%s, %s, %s, %s)",
+            job,
+            seq,
+            Jsonb({"phase": "start", "seq": seq}),
+            now(),
+        )
+
+    with Captured(url, tmp_path, "events") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            job = client.enqueue("q", "slow", {}).id
+            assert claim(store, "q", demand=1) == [job]
+            emit(job, 0)
+            emit(job, 10)
+            store.apply(w.EmitEvent(now(), job, {"phase": "reference"}))  # MAX(seq) + 1 = 11
+            store.apply(w.Ack(now(), job, 1, w.Succeed(None)))
+    r = assert_valid(cap)
+    assert r.by_kind["emit_event"] == 3, dict(r.by_kind)
+    (tmp_path / "below").mkdir()
+    with Captured(url, tmp_path / "below", "eventsbelow") as cap2:
+        emit(job, 5)
+    f.close()
+    r2 = cap2.validate()
+    assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
+    assert "event seq 5 of job" in first(r2) and "not above the stream's last, 11" in first(r2), first(r2)

@@ -963,7 +963,7 @@ class Validator:
             if b is not None:
                 raise Mismatch(f"belay_events {(job_id, seq)!r} updated: the event stream is append-only")
             self.now_ok(a.inserted_at, at, f"event {seq} of job {job_id}")
-            head.append(("emit_event", w.EmitEvent(a.inserted_at, job_id, a.payload)))
+            head.append(("emit_event", w.EmitEvent(a.inserted_at, job_id, a.payload, seq)))
         # --- signals
         children_written = [a for (_s, n), (_b, a) in G.items() if n == "$children" and a is not None]
         for (scope, name), (_b, a) in sorted(G.items()):
