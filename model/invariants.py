@@ -735,9 +735,7 @@ def _child_ids(value: bytes) -> list[int] | None:
         ids = decode(value)
     except EnvelopeError:
         return None
-    if isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return list(ids)
-    return None
+    return w.child_id_list(ids)  # integers, or their decimal strings (a JSON spelling of bigints)
 
 
 def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list[Violation]:

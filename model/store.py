@@ -649,7 +649,10 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
     _insert(t, rows)
     ids = [_unique_holder(t, k, "always") for k in keys]  # rebuilt from the keys, never from the insert's ids
     assert None not in ids  # each key was just inserted, or was already held
-    _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(ids))
+    value: list[Any] = list(ids)
+    if op.spelled is not None and w.child_id_list(op.spelled) == ids:
+        value = list(op.spelled)
+    _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(value))
     return w.Spawned(tuple(i for i in ids if i is not None), False)
 
 

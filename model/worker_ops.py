@@ -370,6 +370,25 @@ class EmitEvent:
 # --- §8.4 children --------------------------------------------------------------------------------
 
 
+def child_id_list(value: Any) -> list[int] | None:
+    """The ids a decoded `$spawn:<name>` value lists (decisions.md: "the child id list"), else None.
+    An id is a JSON integer or its canonical decimal string: ids are bigints, and JSON writers that
+    cannot hold 64-bit integers exactly (JavaScript's, whose PostgreSQL driver returns int8 as a string)
+    spell them as strings — a spelling, judged as the id it denotes (§2: "never interpret a foreign SDK's
+    reserved values")."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    ids = []
+    for i in value:
+        if isinstance(i, int) and not isinstance(i, bool):
+            ids.append(i)
+        elif isinstance(i, str) and i.isascii() and i.isdigit() and str(int(i)) == i:
+            ids.append(int(i))
+        else:
+            return None
+    return ids
+
+
 @dataclass(frozen=True)
 class Spawn:
     """§8.4: doubly idempotent spawn — a memoized `$spawn:<name>` step and per-child unique keys
@@ -379,6 +398,9 @@ class Spawn:
     job_id: int
     name: str
     children: tuple[JobSpec, ...]
+    # the list as the SDK spells it (ids as decimal strings, `child_id_list`); journaled only when it
+    # denotes exactly the ids the keys hold, else the model journals those ids (and differs). None: ints.
+    spelled: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")

@@ -620,3 +620,35 @@ def test_events_numbered_the_sdks_own_way_are_valid_and_a_seq_below_the_last_is_
     r2 = cap2.validate()
     assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
     assert "event seq 5 of job" in first(r2) and "not above the stream's last, 11" in first(r2), first(r2)
+
+
+def test_a_spawn_list_of_ids_spelled_as_strings_is_valid_and_a_wrong_one_is_not(url, tmp_path):
+    """JavaScript's PostgreSQL driver returns bigint ids as strings; `JSON.stringify` journals
+    `["5","6"]` — a spelling of the list the keys hold (decisions.md "the child id list"), judged as the
+    ids it denotes by the refinement and by I8. Near-miss: strings naming other ids."""
+    f = Foreign(url)
+    with Captured(url, tmp_path, "strids") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            parent, attempt = spawned_parent(store, client)
+            t = now()
+            with f.tx():
+                for i in range(2):
+                    f.insert_child(parent, "kids", i, t)
+                ids = f.key_ids(parent, "kids", 2)
+                f.journal(parent, "$spawn:kids", js([str(i) for i in ids]), t)  # one transaction, as the reference
+            finish_family(store, parent, attempt, ids)
+    r = assert_valid(cap)
+    assert r.by_kind["spawn"] == 1, dict(r.by_kind)
+    (tmp_path / "wrong").mkdir()
+    with Captured(url, tmp_path / "wrong", "stridswrong") as cap2:
+        with PgStore(url) as store, Client(url) as client:
+            p2 = client.enqueue("q", "parent", {}).id
+            assert claim(store, "q", demand=1) == [p2]
+            t = now()
+            with f.tx():
+                f.insert_child(p2, "kids", 0, t)
+                f.journal(p2, "$spawn:kids", js([str(p2)]), t)  # the parent's own id, not its child's
+    f.close()
+    r2 = cap2.validate()
+    assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
+    assert f"belay_steps ({p2}, '$spawn:kids').value" in first(r2), first(r2)

@@ -896,9 +896,10 @@ class Validator:
                     declared = decode(a.value)
                 except Exception as exc:  # noqa: BLE001
                     raise Mismatch(f"$spawn step of job {job_id}: undecodable value ({exc})") from None
-                if not isinstance(declared, list):
+                listed = w.child_id_list(declared)
+                if listed is None:
                     raise Mismatch(f"$spawn step of job {job_id}: value {declared!r} is not a list of child ids")
-                ids = declared
+                ids = listed
                 specs = []
                 for i in range(len(ids)):
                     k = model_store.spawn_key(job_id, spawn_name, i)
@@ -913,7 +914,8 @@ class Validator:
                     specs.append(_child_spec(row, a.inserted_at))
                 self._no_undeclared_child(job_id, spawn_name, len(ids))
                 first = min((k.id for k in kids.values()), default=self.world.next_id)
-                spawn = w.Spawn(a.inserted_at, job_id, spawn_name, tuple(specs))
+                spelled = None if listed == declared else tuple(declared)  # ids spelled as strings
+                spawn = w.Spawn(a.inserted_at, job_id, spawn_name, tuple(specs), spelled)
                 taken = [
                     (i, kids[k].id)
                     for i in range(len(ids))
