@@ -29,6 +29,15 @@ claimable / expired / past retention under the model's own predicate), the retry
 reclaim is the SDK's (bounded below by `now`), batching groups acks as the rows show (one AckMany per
 transaction), the lease ttl and the claim's `now` are free within the tolerance.
 
+The contract's allowed set, not the reference's shapes (issue 51; docs/certification.md "Allowed
+alternatives" lists each point with its sentence): a spawn's children inserted apart from, and before,
+its `$spawn:<name>` journal (`SpawnChildren`, then `Spawn` with the children held — found by their keys),
+in any id order and by any attempt; a `$sleep` wake time in any ISO-8601 spelling (judged: the ready_at
+is its instant); ids of a spawn list as decimal strings; each cron slot in its own transaction
+(`FireCrons.slots`); a `$children` payload naming any of the children the transaction finished, in any
+order; an event seq of the SDK's numbering above the job's earlier ones. Per-row reclaims, a separate
+`$children` clear, per-queue renewals and one-row claims were already operations of the model.
+
 Harness writes are operations too: the driver's enqueues, cancels and signals are model operations;
 with a ledger (the run's history.jsonl) a client cancel or signal must be one the harness recorded,
 and the lost-wakeup scenario's deliberate ack without `$children` (leased to `soak-harness`) is the
