@@ -652,3 +652,21 @@ def test_a_spawn_list_of_ids_spelled_as_strings_is_valid_and_a_wrong_one_is_not(
     r2 = cap2.validate()
     assert r2.verdict == "invalid" and r2.unexplained == 1, first(r2)
     assert f"belay_steps ({p2}, '$spawn:kids').value" in first(r2), first(r2)
+
+
+def test_a_parent_that_succeeds_with_its_split_spawn_never_journaled_breaks_i8(url, tmp_path):
+    """The intermediate state of a split spawn (children inserted, no journal) is legal only while the
+    spawn may still be journaled or the parent never ran past it: a parent that succeeds without the
+    journal is an I8 violation of the rule replay — each transaction alone is a legal operation."""
+    f = Foreign(url)
+    with Captured(url, tmp_path, "nojournal") as cap:
+        with PgStore(url) as store, Client(url) as client:
+            parent, attempt = spawned_parent(store, client)
+            f.insert_child(parent, "kids", 0, now())
+            store.apply(w.Ack(now(), parent, attempt, w.Succeed(None)))
+    f.close()
+    assert cap.validate().verdict == "valid"  # every transaction is an operation of the model
+    merged = cap.merged
+    assert merged.verdict == "invalid", merged.why
+    texts = [str(x) for x in merged.findings]
+    assert any(f"I8 job {parent}: succeeded with spawn 'kids' never journaled" in t for t in texts), texts
