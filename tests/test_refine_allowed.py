@@ -670,3 +670,37 @@ def test_a_parent_that_succeeds_with_its_split_spawn_never_journaled_breaks_i8(u
     assert merged.verdict == "invalid", merged.why
     texts = [str(x) for x in merged.findings]
     assert any(f"I8 job {parent}: succeeded with spawn 'kids' never journaled" in t for t in texts), texts
+
+
+# --------------------------------------------------------------------------------------------------
+# the spelling readers (pure)
+
+
+@pytest.mark.parametrize(
+    ("text", "instant"),
+    [
+        ("2026-12-06T21:03:04.490Z", datetime(2026, 12, 6, 21, 3, 4, 490000, tzinfo=UTC)),
+        ("2026-12-06T21:03:04.490000+00:00", datetime(2026, 12, 6, 21, 3, 4, 490000, tzinfo=UTC)),
+        ("2026-12-06T23:03:04+02:00", datetime(2026, 12, 6, 21, 3, 4, tzinfo=UTC)),
+        ("2026-12-06T21:03:04.1234565Z", datetime(2026, 12, 6, 21, 3, 4, 123456, tzinfo=UTC)),  # half-even
+        ("2026-12-06T21:03:04.1234575Z", datetime(2026, 12, 6, 21, 3, 4, 123458, tzinfo=UTC)),
+        ("2026-12-06T21:03:04.9999996Z", datetime(2026, 12, 6, 21, 3, 5, tzinfo=UTC)),
+        ("20261206T210304,5Z", datetime(2026, 12, 6, 21, 3, 4, 500000, tzinfo=UTC)),
+        ("2026-12-06T21:03:04", datetime(2026, 12, 6, 21, 3, 4, tzinfo=UTC)),  # no zone: UTC (§2)
+    ],
+)
+def test_wake_time_reads_every_iso_8601_spelling_as_its_instant(text, instant):
+    assert w.wake_time(text) == instant
+
+
+@pytest.mark.parametrize("bad", [5, None, "", "soon", "2026-13-01T00:00:00Z", ["2026-12-06T21:03:04Z"]])
+def test_wake_time_refuses_what_is_no_iso_8601_date_time(bad):
+    with pytest.raises(ops.InvalidInput):
+        w.wake_time(bad)
+
+
+def test_child_id_list_reads_integers_and_their_canonical_decimal_strings_only():
+    assert w.child_id_list([5, "6", 7]) == [5, 6, 7]
+    assert w.child_id_list([]) == []
+    for bad in (["05"], ["5.0"], [True], [5.0], ["-5"], ["\u0665"], "5", {"ids": [5]}, None):
+        assert w.child_id_list(bad) is None, bad
