@@ -735,9 +735,7 @@ def _child_ids(value: bytes) -> list[int] | None:
         ids = decode(value)
     except EnvelopeError:
         return None
-    if isinstance(ids, (list, tuple)) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return list(ids)
-    return None
+    return w.child_id_list(ids)  # integers, or their decimal strings (a JSON spelling of bigints)
 
 
 def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list[Violation]:
@@ -756,8 +754,11 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
       * no job holds a key `$spawn:<p>:<name>:<j>` with j ≥ n (a child the declaration does not list);
       * every job with a spawn key of p has parent_id p and unique_mode 'always'.
     Allowed: keyed children of (p, name) while p has no `$spawn:<name>` step — the window between
-    insert and journal, made permanent if p then never re-ran its spawn (attempts exhausted, cancelled,
-    pruned with its steps). The rules assume deterministic job code (a re-run spawns the same children),
+    insert and journal (an SDK may journal in a later transaction than the insert: docs/certification.md
+    "Allowed alternatives", split_spawn), made permanent if p then never re-ran its spawn (attempts
+    exhausted, cancelled, pruned with its steps). Not allowed: such children of a p that *succeeded* —
+    its code ran past the spawn, which journals it (§8.4 (a): "the spawn is a memoized step named
+    $spawn:<name>"). The rules assume deterministic job code (a re-run spawns the same children),
     as durable execution does. Jobs given a parent_id by a plain enqueue (no spawn key) are outside I8.
     """
     pruned = set(pruned)
@@ -783,6 +784,18 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
                     "I8",
                     job.id,
                     f"carries spawn key {job.unique_key!r} with unique_mode {_show(job.unique_mode)}, not 'always'",
+                )
+            )
+    for (parent, name), by_index in sorted(keyed.items()):
+        holder = state.jobs.get(parent)
+        if holder is not None and holder.state == "succeeded" and (parent, SPAWN_STEP + name) not in state.steps:
+            kids = sorted(j.id for jobs in by_index.values() for j in jobs)
+            out.append(
+                Violation(
+                    "I8",
+                    parent,
+                    f"succeeded with spawn {name!r} never journaled, though job(s) {', '.join(map(str, kids))} "
+                    "hold its keys (a spawn is a memoized step, §8.4)",
                 )
             )
     for (parent, step_name), step in sorted(state.steps.items()):

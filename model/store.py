@@ -557,8 +557,8 @@ def _sleep(t: Tables, op: w.Sleep) -> w.Slept | w.Stale:
     if _running(t, op.job_id, op.attempt) is None:
         return w.Stale(op.job_id, op.attempt)
     name = f"$sleep:{op.name}"
-    _journal(t, op.now, op.job_id, name, encode(op.until.isoformat()))
-    until = datetime.fromisoformat(decode(t.steps[(op.job_id, name)].value))
+    _journal(t, op.now, op.job_id, name, encode(op.spelled if op.spelled is not None else op.until.isoformat()))
+    until = w.wake_time(decode(t.steps[(op.job_id, name)].value))  # the journaled instant, any ISO-8601 spelling
     t.update(
         op.job_id,
         state="ready",
@@ -617,7 +617,12 @@ def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:
 def _emit(t: Tables, op: w.EmitEvent) -> w.Emitted | w.JobGone:
     if op.job_id not in t.jobs:
         return w.JobGone(op.job_id)
-    seq = max((s for (j, s) in t.events if j == op.job_id), default=0) + 1
+    last = max((s for (j, s) in t.events if j == op.job_id), default=None)
+    seq = (0 if last is None else last) + 1
+    if op.seq is not None:  # the SDK's own numbering: append-only, so above every earlier event's
+        if last is not None and op.seq <= last:
+            raise ops.InvalidInput(f"event seq {op.seq} of job {op.job_id} is not above the stream's last, {last}")
+        seq = op.seq
     t.events[(op.job_id, seq)] = Event(op.job_id, seq, op.payload, op.now)
     return w.Emitted(seq)
 
@@ -644,7 +649,27 @@ def _spawn(t: Tables, op: w.Spawn) -> w.Spawned | w.JobGone:
     _insert(t, rows)
     ids = [_unique_holder(t, k, "always") for k in keys]  # rebuilt from the keys, never from the insert's ids
     assert None not in ids  # each key was just inserted, or was already held
-    _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(ids))
+    value: list[Any] = list(ids)
+    if op.spelled is not None and w.child_id_list(op.spelled) == ids:
+        value = list(op.spelled)
+    _journal(t, op.now, op.job_id, f"$spawn:{op.name}", encode(value))
+    return w.Spawned(tuple(i for i in ids if i is not None), False)
+
+
+def _spawn_children(t: Tables, op: w.SpawnChildren) -> w.Spawned | w.JobGone:
+    """§8.4's insert half without the journal (an SDK may journal in a later transaction)."""
+    if op.job_id not in t.jobs:
+        return w.JobGone(op.job_id)
+    step = t.steps.get((op.job_id, f"$spawn:{op.name}"))
+    if step is not None:  # memoized: the journaled spawn re-runs nothing
+        return w.Spawned(tuple(decode(step.value)), True)
+    keys = [spawn_key(op.job_id, op.name, i) for i, _ in op.children]
+    rows = [
+        lambda i, c=c, k=k: _new_row(i, replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id), op.now)
+        for (_, c), k in zip(op.children, keys, strict=True)
+    ]
+    _insert(t, rows)
+    ids = [_unique_holder(t, k, "always") for k in keys]
     return w.Spawned(tuple(i for i in ids if i is not None), False)
 
 
@@ -686,6 +711,8 @@ def _reconcile(t: Tables, op: w.Reconcile) -> w.Reconciled:
 
 def _fire_crons(t: Tables, op: w.FireCrons) -> w.CronsFired:
     plan = cron_plan(op.static, t.crons.values(), op.since, op.now, op.queues)
+    if op.slots is not None:
+        plan = [(c, slot) for c, slot in plan if (c.name, slot) in op.slots]
     specs = [cron_job(c, slot) for c, slot in plan]
     outcomes = _insert(t, [lambda i, s=s: _new_row(i, s, op.now) for s in specs]) if specs else []
     return w.CronsFired(
@@ -800,6 +827,7 @@ HANDLERS: dict[type, Callable[[Tables, Any], Any]] = {
     w.RecordStep: _record_step,
     w.EmitEvent: _emit,
     w.Spawn: _spawn,
+    w.SpawnChildren: _spawn_children,
     w.AwaitChildren: _await_children,
     w.Reconcile: _reconcile,
     w.FireCrons: _fire_crons,

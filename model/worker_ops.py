@@ -7,9 +7,11 @@ the model and the Postgres store are deterministic functions of the operations a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
 from typing import Any
 
 from model.cron import CronDef
@@ -265,11 +267,45 @@ class Sleep:
     attempt: int
     name: str
     until: datetime
+    # The text journaled as the wake time, when the SDK spells it its own way: decisions.md asks for "an
+    # ISO-8601 string", not Python's isoformat() (JavaScript writes `…T21:03:04.490Z`). None: isoformat().
+    # The job is ready at the instant the journaled text denotes (`wake_time`), whatever its spelling.
+    spelled: str | None = None
 
     def __post_init__(self) -> None:
         _fenced(self.now, self.job_id, self.attempt)
         require_name(self.name, "sleep name")
         require_aware(self.until, "until")
+        if self.spelled is not None:
+            wake_time(self.spelled)  # raises InvalidInput when the text is no ISO-8601 instant
+
+
+_ISO_FRACTION = re.compile(r"([T ]\d{2}:?\d{2}:?\d{2})[.,](\d+)")
+
+
+def wake_time(text: Any) -> datetime:
+    """The instant a `$sleep:<name>` value denotes (decisions.md "Reserved names": "the wake time, an
+    ISO-8601 string"), in any ISO-8601 spelling: `Z` or an offset, any fractional precision (rounded
+    to PostgreSQL's microseconds, as timestamptz input rounds), basic or extended format. A time without
+    a zone is read as UTC (contract §2: "Timestamps are timestamptz in UTC"). Not a string, or not an
+    ISO-8601 date-time: InvalidInput — the documents fix the value's type, only its spelling is free."""
+    if not isinstance(text, str):
+        raise InvalidInput(f"a $sleep value must be an ISO-8601 string, got {type(text).__name__}")
+    micro = 0
+    m = _ISO_FRACTION.search(text)
+    body = text
+    if m is not None:
+        digits = m.group(2)
+        scaled = Decimal("0." + digits).quantize(Decimal("0.000001"), rounding=ROUND_HALF_EVEN)
+        micro = int(scaled * 1_000_000)
+        body = text[: m.start(2) - 1] + text[m.end(2) :]
+    try:
+        at = datetime.fromisoformat(body)
+    except ValueError as exc:
+        raise InvalidInput(f"$sleep value {text!r} is not an ISO-8601 date-time: {exc}") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC) + timedelta(microseconds=micro)
 
 
 # --- §8.2 steps, events ---------------------------------------------------------------------------
@@ -319,14 +355,38 @@ class EmitEvent:
     now: datetime
     job_id: int
     payload: Any
+    # The seq the SDK gave the event, when it numbers its own way: the contract fixes only "PK (job_id,
+    # seq); append-only stream" (§3), not the numbering (steps' seq is fixed by §8.2's SQL, events' is
+    # not) — any seq above the job's earlier ones. None: the reference's MAX(seq) + 1.
+    seq: int | None = None
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
         require_int(self.job_id, "job_id", minimum=1)
         object.__setattr__(self, "payload", as_json(self.payload, "event payload"))
+        require_int(self.seq, "seq", minimum=-(2**31), optional=True)
 
 
 # --- §8.4 children --------------------------------------------------------------------------------
+
+
+def child_id_list(value: Any) -> list[int] | None:
+    """The ids a decoded `$spawn:<name>` value lists (decisions.md: "the child id list"), else None.
+    An id is a JSON integer or its canonical decimal string: ids are bigints, and JSON writers that
+    cannot hold 64-bit integers exactly (JavaScript's, whose PostgreSQL driver returns int8 as a string)
+    spell them as strings — a spelling, judged as the id it denotes (§2: "never interpret a foreign SDK's
+    reserved values")."""
+    if not isinstance(value, (list, tuple)):
+        return None
+    ids = []
+    for i in value:
+        if isinstance(i, int) and not isinstance(i, bool):
+            ids.append(i)
+        elif isinstance(i, str) and i.isascii() and i.isdigit() and str(int(i)) == i:
+            ids.append(int(i))
+        else:
+            return None
+    return ids
 
 
 @dataclass(frozen=True)
@@ -338,6 +398,9 @@ class Spawn:
     job_id: int
     name: str
     children: tuple[JobSpec, ...]
+    # the list as the SDK spells it (ids as decimal strings, `child_id_list`); journaled only when it
+    # denotes exactly the ids the keys hold, else the model journals those ids (and differs). None: ints.
+    spelled: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
@@ -347,6 +410,33 @@ class Spawn:
         for child in self.children:
             if child.unique_key is not None or child.cron_name is not None or child.parent_id is not None:
                 raise InvalidInput("spawned children get their unique key and parent from the spawn; leave them unset")
+
+
+@dataclass(frozen=True)
+class SpawnChildren:
+    """§8.4 split in two: insert some of a spawn's children with their keys `$spawn:<parent>:<name>:<index>`
+    (mode always), without journaling `$spawn:<name>` — a later transaction (`Spawn`, every child then
+    held) journals the list "rebuilt by fetching those keys — never trusted from a possibly-partial
+    insert" (§8.4), and I8 holds "regardless of crashes between insert and journal" (§11.8).
+    `children` are (index, spec) in the order the SDK inserted them (one statement or several: the ids
+    the sequence hands out follow that order). A spawn already journaled is memoized: nothing is inserted."""
+
+    now: datetime
+    job_id: int
+    name: str
+    children: tuple[tuple[int, JobSpec], ...]
+
+    def __post_init__(self) -> None:
+        require_aware(self.now, "now")
+        require_int(self.job_id, "job_id", minimum=1)
+        require_name(self.name, "spawn name")
+        object.__setattr__(self, "children", tuple((i, c) for i, c in self.children))
+        for index, child in self.children:
+            require_int(index, "child index", minimum=0)
+            if child.unique_key is not None or child.cron_name is not None or child.parent_id is not None:
+                raise InvalidInput("spawned children get their unique key and parent from the spawn; leave them unset")
+        if len({i for i, _ in self.children}) != len(self.children):
+            raise InvalidInput("a child index appears twice")
 
 
 @dataclass(frozen=True)
@@ -381,6 +471,9 @@ class FireCrons:
     since: datetime
     static: tuple[CronDef, ...] = ()
     queues: frozenset[str] | None = None  # fire only the crons of these queues (None: every cron)
+    # fire only these (cron name, slot) pairs of the plan (None: all): §8.5 says "for each due minute
+    # slot … insert", so an SDK may insert each due slot in its own transaction (a subset, any order)
+    slots: frozenset[tuple[str, datetime]] | None = None
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")
@@ -388,6 +481,8 @@ class FireCrons:
         object.__setattr__(self, "static", tuple(self.static))
         if self.queues is not None:
             object.__setattr__(self, "queues", frozenset(self.queues))
+        if self.slots is not None:
+            object.__setattr__(self, "slots", frozenset(self.slots))
 
 
 @dataclass(frozen=True)
