@@ -73,7 +73,7 @@ def test_the_certifier_tier_weakens_every_judge_of_the_soak():
     assert all(m.name.startswith("cert_") for m in tier)
     sections = {m.section for m in tier}
     assert {f"§11 I{i}" for i in range(1, 10)} | {"§11 D1"} <= sections, sections
-    assert {f"§duty P{i}" for i in range(1, 20)} <= sections, sections
+    assert {f"§duty P{i}" for i in range(1, 21)} <= sections, sections
     assert {"§cert verdict", "§refine", "§replay"} <= sections and any(s.startswith("§cov") for s in sections)
     i7 = " ".join(m.description for m in tier if m.section == "§11 I7")
     assert all(mode in i7 for mode in ("always mode", "window mode", "incomplete-mode")), i7

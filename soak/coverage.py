@@ -100,6 +100,7 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
             "budget crossings whose attempt went on to ack (not killed or frozen after the crossing step)",
         )
     ],
+    "P20": [("slow_attempts", "`slow` attempts that ran (journaled `begin` or wrote `pre_ack`)")],
 }
 
 
@@ -134,6 +135,8 @@ HINTS: dict[str, str] = {
     "them running around the delivery — heavy load, or the worker ignores `pause_ms` (PROTOCOL §3.4)",
     "other_reclaims": "no lease_expired entry before a last attempt: kills/stops found no running job, or the "
     "worker's sweeper never reclaims expired leases (§6) — see P17",
+    "slow_attempts": "no `slow` attempt journaled `begin` or wrote `pre_ack`: no slow job ran, or the worker "
+    "journals no `begin` step and writes no `pre_ack` observation (PROTOCOL §3.8)",
     "crossings_acked": "no `costed` job's crossing attempt acked: its steps journaled no cost (§8.2), none "
     "crossed its budget, or every crossing attempt was killed before its ack (crash_at_crossing only)",
     "last_attempt_reclaims": "no lease expired on a job's last attempt: no kill or SIGSTOP froze a `slow` job "

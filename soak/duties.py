@@ -24,6 +24,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
 | P16 | §6, §7 | attempts are bounded: no job's attempt exceeds its max_attempts (a reclaim on the last attempt fails the job) |
 | P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no lease stays expired for long while a node runs |
+| P20 | PROTOCOL §3.8 | the evidence a kind promises exists: every `slow` attempt that journaled `begin` or wrote `pre_ack` emitted its `start` event first |
 | P19 | §8.2 | the attempt whose step's returned spend crossed a budget acks a failure `budget_exceeded` (no retry, no success, no snooze), unless it never acked (crash, kill, lost lease) |
 | P18 | §6 admission | claims apply the queue's `belay_queues` options: never more live leases than `global_limit` on `soak-global` (lease samples), and every claim on an admission queue admitted as the model admits it — global limit, rate window (trace validation) |
 
@@ -66,6 +67,8 @@ DUTIES: dict[str, str] = {
     "P16": "§6/§7: attempts are bounded — no attempt beyond max_attempts (reclaim on the last attempt fails the job)",
     "P19": "§8.2: a step whose returned spend crosses a budget fails the job budget_exceeded in the same attempt's "
     "ack — not a retry, a success or a snooze",
+    "P20": "PROTOCOL §3.8: the evidence a kind promises exists — every `slow` attempt that ran emitted its `start` "
+    "event before its `begin` step",
 }
 TERMINAL = ("succeeded", "failed", "cancelled")
 SKEW_SLACK = 1.0  # seconds of clock disagreement tolerated when comparing a worker's timestamps with the harness's
@@ -558,6 +561,47 @@ def p19_crossing_fails(r: Any, state: Any, steps: Mapping[int, Mapping[str, Any]
             ]
         )
     return judged
+
+
+def p20_evidence(r: Any, state: Any, ledger: Any, steps: Mapping[int, Mapping[str, Any]]) -> int:
+    """P20 (issue 51): the evidence a kind's protocol promises, checked to exist.
+
+    PROTOCOL §3.8: a `slow` attempt "1. emit[s] an event (`belay_events`) `{"phase": "start", "attempt": a,
+    "node": BELAY_NODE}`; 2. step `begin`" … "4. … insert a `pre_ack` observation". The checker's
+    lease-renewal rule (I1), I4's duplicate-execution count and the zombie scenarios read which node ran an
+    attempt from that event: a worker that skips it makes those judges vacuous (nothing to judge reads as
+    nothing wrong). So every `slow` attempt the database shows ran — its `begin` step's value names the
+    attempt, or a `pre_ack` observation names it — must have its `start` event. Events are never pruned
+    during a run (PROTOCOL §1) and the event comes first, so a crash cannot explain a missing one. Returns
+    the attempts judged (the scenario)."""
+    started: set[tuple[int, Any]] = set()
+    for (job_id, _seq), event in state.events.items():
+        p = event.payload
+        if isinstance(p, Mapping) and p.get("phase") == "start":
+            started.add((job_id, p.get("attempt")))
+    ran: dict[tuple[int, int], str] = {}
+    for job in in_key_order(state.jobs):
+        if job.worker != "slow":
+            continue
+        begin = steps.get(job.id, {}).get("begin")
+        attempt = _step_attempt(begin) if begin is not None else None
+        if attempt is not None:
+            ran[(job.id, attempt)] = "journaled step 'begin'"
+    slow = {job.id for job in state.jobs.values() if job.worker == "slow"}
+    for o in ledger.observations:
+        if o.phase == "pre_ack" and o.job_id in slow:
+            ran.setdefault((o.job_id, o.attempt), "wrote a pre_ack observation")
+    missing = sorted(key for key in ran if key not in started)
+    r.checks += len(ran)
+    if missing:
+        r.add(
+            [
+                f"P20 job {job_id} (slow) attempt {attempt} {ran[(job_id, attempt)]} but emitted no start event "
+                "(PROTOCOL §3.8 step 1: the event the lease-renewal and duplicate-execution judges read)"
+                for job_id, attempt in missing
+            ]
+        )
+    return len(ran)
 
 
 def _claim_began(ev: Evidence, key: tuple[int, int]) -> float | None:
@@ -1167,4 +1211,5 @@ __all__ = [
     "p17_reclaims_expired",
     "p18_admission",
     "p19_crossing_fails",
+    "p20_evidence",
 ]

@@ -20,7 +20,7 @@ import pytest
 from soak.broken import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
-ROWS = {f"I{i}" for i in range(1, 10)} | {f"P{i}" for i in range(1, 20)} | {"refine"}
+ROWS = {f"I{i}" for i in range(1, 10)} | {f"P{i}" for i in range(1, 21)} | {"refine"}
 
 
 def test_the_catalogue_has_at_least_33_variants_each_expecting_a_known_row_and_importable():

@@ -229,3 +229,32 @@ def test_p4_a_planned_failure_during_the_drain_is_the_jobs_own_work_and_a_park_i
     r = baseline()
     r.jobs[2] = replace(r.jobs[2], errors=[err(1, "Shutdown", 10.1)])
     assert duty(_drained(r, [[2, 1, "steps"]]).check(), "P4").verdict == "invalid"
+
+
+# --- P20: the evidence a kind promises exists ---------------------------------------------------------------
+
+
+def test_p20_every_slow_attempt_that_ran_has_its_start_event():
+    result = baseline().check()
+    assert coverage_count(result, "P20", "slow_attempts") == 2  # job 11: attempts 1 (begin, pre_ack) and 2 (pre_ack)
+    assert duty(result, "P20").verdict == "valid", duty(result, "P20").to_json()
+
+
+def test_p20_a_slow_attempt_without_its_start_event_is_invalid_naming_the_attempt():
+    """no_start_event: the final rows are right; only the evidence the judges read is missing."""
+    r = baseline()
+    r.events = [e for e in r.events if not (e.job_id == 11 and e.payload.get("attempt") == 2)]
+    p20 = duty(r.check(), "P20")
+    assert p20.verdict == "invalid", p20.to_json()
+    assert p20.counterexamples[0].startswith("P20 job 11 (slow) attempt 2 wrote a pre_ack observation")
+    r.events = [e for e in r.events if e.job_id != 11]
+    p20 = duty(r.check(), "P20")
+    assert any("attempt 1 journaled step 'begin'" in c for c in p20.counterexamples), p20.to_json()
+
+
+def test_p20_is_unknown_when_no_slow_attempt_ran():
+    r = baseline()
+    r.observations = [o for o in r.observations if o.job_id != 11]
+    r.steps = [s for s in r.steps if s.job_id != 11]
+    p20 = duty(r.check(), "P20")
+    assert p20.verdict == "unknown" and "`slow` attempts that ran" in p20.why_unknown, p20.to_json()

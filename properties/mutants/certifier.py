@@ -1,7 +1,7 @@
 """The certifier tier (issue 32): mutants of the soak's own judges, `python -m properties.mutants --tier certifier`.
 
 The certifier is code under test too: a rule of soak/checker.py (the §11 invariants), soak/duties.py (the
-worker duties P1–P19), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
+worker duties P1–P20), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
 soak/verdicts.py (how a rule's findings become a verdict), soak/commits/refine.py (the trace validation of
 the committed history) or soak/commits/replay.py (the per-commit replay of the captured history) that is
 weakened must make some test fail. Each mutant here is one small weakening — a predicate that always
@@ -730,6 +730,25 @@ CERTIFIER: tuple[Mutant, ...] = (
         COVERAGE_PY,
         '        and e["attempt"] >= j.max_attempts\n',
         '        and e["attempt"] >= 0  # MUTANT\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_p20_a_pre_ack_is_evidence_enough",
+        "P20: an attempt known only from its pre_ack observation is not judged (the start event is looked for "
+        "only where a begin step names the attempt)",
+        "§duty P20",
+        DUTIES_PY,
+        "    missing = sorted(key for key in ran if key not in started)\n",
+        '    missing = sorted(k for k in ran if k not in started and ran[k] != "wrote a pre_ack observation")  # MUTANT\n',
+        OUTCOMES_SUITE,
+    ),
+    _one(
+        "cert_cov_p20_exercised_without_a_slow_attempt",
+        "P20 coverage: a run in which no slow attempt ran reads as exercised",
+        "§cov P20",
+        DUTIES_PY,
+        "    return len(ran)\n",
+        "    return len(ran) or 1  # MUTANT\n",
         OUTCOMES_SUITE,
     ),
     _one(

@@ -112,6 +112,9 @@ VARIANTS: dict[str, Variant] = {
     "budget_crossing_retried": Variant(
         ("P19",), "acks the budget-crossing step as a retry; the next attempt's pre-flight fails it (§8.2)"
     ),
+    "no_start_event": Variant(
+        ("P20",), "`slow` emits no start event, so no judge can tell which node ran an attempt (PROTOCOL §3.8)"
+    ),
     "hands_back_on_sigterm": Variant(
         ("P4",), "on SIGTERM hands running jobs back (snooze to ready) and exits 0 at once", ("--term-every", "8")
     ),
