@@ -7,9 +7,8 @@ Expected verdict: invalid, P20 (an attempt that ran without its start event)."""
 
 from __future__ import annotations
 
-from impl.worker import JobContext
-
 import soak.reference_worker as ref
+from impl.worker import JobContext
 
 _emit = JobContext.emit
 
