@@ -663,31 +663,48 @@ async function awaitChildren(job) {
   const first = await retry(`children ${job.id}`, () => call('job', liveKids, { txn: false }));
   if (!first) return;
   const scope = `job:${job.id}`;
-  if (ALT.has('clear_children_apart')) {
-    await retry(`clear children ${job.id}`, () =>
+  let res = 'again';
+  for (let round = 0; res === 'again'; round++) {
+    if (ALT.has('clear_children_apart')) {
+      await retry(`clear children ${job.id}`, () =>
+        call('job', async (c) => {
+          await lock(c, `belay_sig:${scope}`);
+          await c.query(`DELETE FROM belay_signals WHERE scope = $1 AND name = '$children'`, [scope]);
+        }),
+      );
+    }
+    res = await retry(`park children ${job.id}`, () =>
       call('job', async (c) => {
+        const t = now();
         await lock(c, `belay_sig:${scope}`);
-        await c.query(`DELETE FROM belay_signals WHERE scope = $1 AND name = '$children'`, [scope]);
+        if (!ALT.has('clear_children_apart')) {
+          await c.query(`DELETE FROM belay_signals WHERE scope = $1 AND name = '$children'`, [scope]);
+        }
+        if (!(await liveKids(c))) return new Rollback('done');
+        const why = await lockRowCheckCancel(c, job);
+        if (why) return new Rollback(why);
+        // §7 park rule: a $children delivered since the clear (only possible when the clear was its own
+        // transaction) must not be slept through: clear and re-verify again (after a few rounds, park as ready).
+        const present = await c.query(`SELECT 1 FROM belay_signals WHERE scope = $1 AND name = '$children'`, [scope]);
+        let u;
+        if (present.rows.length && round < 5) return new Rollback('again');
+        if (present.rows.length) {
+          u = await c.query(
+            `UPDATE belay_jobs SET state = 'ready', ready_at = $3, await_scope = NULL, await_name = NULL, ${PARK_SET}
+              WHERE ${FENCE}`,
+            [job.id, job.attempt, t],
+          );
+        } else {
+          u = await c.query(
+            `UPDATE belay_jobs SET state = 'awaiting', await_scope = $3, await_name = '$children', ready_at = NULL, ${PARK_SET}
+              WHERE ${FENCE}`,
+            [job.id, job.attempt, scope],
+          );
+        }
+        return u.rowCount ? 'parked' : new Rollback('lost');
       }),
     );
   }
-  const res = await retry(`park children ${job.id}`, () =>
-    call('job', async (c) => {
-      await lock(c, `belay_sig:${scope}`);
-      if (!ALT.has('clear_children_apart')) {
-        await c.query(`DELETE FROM belay_signals WHERE scope = $1 AND name = '$children'`, [scope]);
-      }
-      if (!(await liveKids(c))) return new Rollback('done');
-      const why = await lockRowCheckCancel(c, job);
-      if (why) return new Rollback(why);
-      const u = await c.query(
-        `UPDATE belay_jobs SET state = 'awaiting', await_scope = $3, await_name = '$children', ready_at = NULL, ${PARK_SET}
-          WHERE ${FENCE}`,
-        [job.id, job.attempt, scope],
-      );
-      return u.rowCount ? 'parked' : new Rollback('lost');
-    }),
-  );
   if (res === 'done') return;
   if (res === 'cancel') throw new Cancelled('cancel requested at children park');
   if (res === 'lost') throw new Lost('lease lost at children park');
