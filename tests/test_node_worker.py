@@ -1,0 +1,110 @@
+"""The foreign Node.js soak worker (soak/workers/node, issue 51 item 4), certified by a short soak with
+every contract-legal alternative of BELAY_ALT switched on (soak/workers/node/README.md lists them).
+
+Skipped when `node` is missing. When its `node_modules/` is absent the test runs `npm ci` there (CI runs
+`npm ci --prefix soak/workers/node` beforehand); without npm it is skipped too, saying why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NODE_DIR = ROOT / "soak" / "workers" / "node"
+WORKER = "soak/workers/node/belay-node-worker"
+LEGAL_ALTS = [
+    "split_spawn",
+    "children_each",
+    "iso_z",
+    "reclaim_each",
+    "cron_each",
+    "clear_children_apart",
+    "renew_per_queue",
+    "claim_one",
+]
+
+
+def _node_worker_ready() -> None:
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed: the Node.js foreign worker cannot run")
+    if (NODE_DIR / "node_modules" / "pg").is_dir():
+        return
+    if shutil.which("npm") is None:
+        pytest.skip("soak/workers/node/node_modules is missing and npm is not installed to run `npm ci`")
+    out = subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_the_worker_lists_exactly_the_shared_alternative_names():
+    """The names are shared with the other helpers' trace validation: the worker must know each legal one
+    (and the illegal probe) and refuse an unknown one rather than silently run the default shape."""
+    text = (NODE_DIR / "worker.js").read_text()
+    for name in [*LEGAL_ALTS, "step_then_spend"]:
+        assert f"'{name}'" in text, name
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    out = subprocess.run(
+        ["node", str(NODE_DIR / "worker.js")],
+        env={**os.environ, "BELAY_ALT": "split_spawn,no_such_alternative", "BELAY_DATABASE_URL": "postgresql://unused"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 64 and "no_such_alternative" in out.stderr, (out.returncode, out.stderr)
+
+
+def test_a_short_soak_of_the_node_worker_with_every_legal_alternative_is_valid(tmp_path: Path):
+    _node_worker_ready()
+    env = {**os.environ, "BELAY_ALT": ",".join(LEGAL_ALTS)}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "soak.run",
+            "--worker",
+            WORKER,
+            "--duration",
+            "40",
+            "--heal",
+            "15",
+            "--workers",
+            "3",
+            "--kill-every",
+            "8",
+            "--stop-every",
+            "12",
+            "--db-restart-every",
+            "15",
+            "--term-every",
+            "10",
+            "--report",
+            str(tmp_path),
+            "--seed",
+            "51",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert out.returncode != 3, out.stdout[-4000:] + out.stderr[-4000:]
+    results = json.loads((tmp_path / "latest" / "results.json").read_text())
+    not_valid = {
+        k: v.get("first_counterexample") or v.get("why_unknown")
+        for k, v in {**results["invariants"], **results["duties"]}.items()
+        if v["verdict"] != "valid"
+    }
+    assert not not_valid, not_valid
+    history = results.get("history") or {}
+    assert history.get("verdict") == "valid", {k: history.get(k) for k in ("verdict", "why", "refinement")}
+    assert results["verdict"] == "valid" and out.returncode == 0, out.stdout[-4000:]
