@@ -908,12 +908,11 @@ function localLimit(opts) {
   return DEFAULT_LIMIT;
 }
 
-function roundHalfEven(x) {
-  const f = Math.floor(x);
-  const d = x - f;
-  if (d > 0.5) return f + 1;
-  if (d < 0.5) return f;
-  return f % 2 === 0 ? f : f + 1;
+// Contract §6 says only "round(...)". Python's round() (half to even) was the first guess; trace
+// validation showed the model rounds halves UP (a previous window of 4 weighted 0.5 counts as 1):
+// see README "Gaps".
+function roundHalfUp(x) {
+  return Math.floor(x + 0.5);
 }
 
 const CLAIMABLE = `((state = 'ready' AND (ready_at IS NULL OR ready_at <= $2)) OR (state = 'awaiting' AND ready_at <= $2))`;
@@ -958,7 +957,7 @@ async function claim(q, want) {
           if (row.window_start.getTime() === wDate.getTime()) cur = row.count;
           else prev = row.count;
         }
-        const used = cur + roundHalfEven(prev * (1 - (epoch - w) / period));
+        const used = cur + roundHalfUp(prev * (1 - (epoch - w) / period));
         const admit = Math.floor(Math.max(Math.min(allowed - used, allowed), 0) / estimate);
         take = Math.min(take, admit);
         rateInfo = { bucket, wDate, estimate };
