@@ -2,7 +2,9 @@
 every contract-legal alternative of BELAY_ALT switched on (soak/workers/node/README.md lists them).
 
 Skipped when `node` is missing. When its `node_modules/` is absent the test runs `npm ci` there (CI runs
-`npm ci --prefix soak/workers/node` beforehand); without npm it is skipped too, saying why."""
+`npm ci --prefix soak/workers/node` beforehand); without npm it is skipped too, saying why.
+BELAY_NODE_TEST_ALT (comma-separated, may be empty) replaces the list of switches, to certify one
+alternative alone: `BELAY_NODE_TEST_ALT=iso_z .venv/bin/python -m pytest tests/test_node_worker.py`."""
 
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def test_the_worker_lists_exactly_the_shared_alternative_names():
 
 def test_a_short_soak_of_the_node_worker_with_every_legal_alternative_is_valid(tmp_path: Path):
     _node_worker_ready()
-    env = {**os.environ, "BELAY_ALT": ",".join(LEGAL_ALTS)}
+    alts = os.environ.get("BELAY_NODE_TEST_ALT", ",".join(LEGAL_ALTS))
+    env = {**os.environ, "BELAY_ALT": alts}
     out = subprocess.run(
         [
             sys.executable,
@@ -106,5 +109,11 @@ def test_a_short_soak_of_the_node_worker_with_every_legal_alternative_is_valid(t
     }
     assert not not_valid, not_valid
     history = results.get("history") or {}
-    assert history.get("verdict") == "valid", {k: history.get(k) for k in ("verdict", "why", "refinement")}
+    refinement = history.get("refinement") or {}
+    assert history.get("verdict") == "valid", (
+        alts,
+        history.get("why"),
+        refinement.get("unexplained"),
+        (refinement.get("findings") or [])[:3],
+    )
     assert results["verdict"] == "valid" and out.returncode == 0, out.stdout[-4000:]
