@@ -134,7 +134,8 @@ async function call(poolName, fn, { txn = true, deadline = CALL_MS } = {}) {
   try {
     client = await pool.connect();
   } catch (e) {
-    e.deadline = true;
+    // a pool wait or connect that timed out, or a socket error, is transient; a server error keeps its SQLSTATE
+    if (!(typeof e.code === 'string' && /^[0-9A-Z]{5}$/.test(e.code))) e.deadline = true;
     throw e;
   }
   if (!handled.has(client)) {
