@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,46 @@ def test_the_worker_lists_exactly_the_shared_alternative_names():
         timeout=60,
     )
     assert out.returncode == 64 and "no_such_alternative" in out.stderr, (out.returncode, out.stderr)
+
+
+def _node_eval(script: str, alt: str = "") -> object:
+    out = subprocess.run(
+        ["node", "-e", f"const w = require('./worker.js'); console.log(JSON.stringify({script}));"],
+        cwd=NODE_DIR,
+        env={**os.environ, "BELAY_ALT": alt},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_default_timestamp_spelling_is_pythons_isoformat_and_iso_z_is_javascripts():
+    """Trace validation compares a `$sleep:<name>` value with the model's string exactly (README "Gaps" 4):
+    the default spelling must be Python's `isoformat()` of the same instant, including the form without a
+    fraction when the microseconds are 0 (a soak met it once in ~100 sleeps)."""
+    _node_worker_ready()
+    instants = [
+        datetime(2026, 12, 6, 21, 35, 13, 0, tzinfo=UTC),
+        datetime(2026, 12, 6, 21, 35, 13, 490_000, tzinfo=UTC),
+        datetime(2026, 12, 6, 21, 35, 13, 5_000, tzinfo=UTC),
+    ]
+    millis = [int(d.timestamp() * 1000) for d in instants]
+    script = "[" + ",".join(f"w.iso(new Date({m}))" for m in millis) + "]"
+    assert _node_eval(script) == [d.isoformat() for d in instants]
+    assert _node_eval(script, alt="iso_z") == [
+        d.isoformat(timespec="milliseconds").replace("+00:00", "Z") for d in instants
+    ]
+    back = _node_eval("[" + ",".join(f"w.parseIso({json.dumps(d.isoformat())}).getTime()" for d in instants) + "]")
+    assert back == millis
+
+
+def test_the_rate_window_rounds_halves_up_as_trace_validation_requires():
+    """Contract §6 writes `round(count(w-period) * (1 - (epoch-w)/period))` without saying how halves round;
+    trace validation refused claims admitted under half-to-even (README "Gaps" 3), so halves round up."""
+    _node_worker_ready()
+    assert _node_eval("[0, 0.49, 0.5, 1.5, 2.5, 2.4999].map(w.roundHalfUp)") == [0, 0, 1, 2, 3, 2]
 
 
 def test_a_short_soak_of_the_node_worker_with_every_legal_alternative_is_valid(tmp_path: Path):

@@ -57,6 +57,9 @@ function addMs(d, ms) {
 function iso(d) {
   const z = d.toISOString();
   if (ALT.has('iso_z')) return z;
+  // Python's isoformat() drops the fraction when the microseconds are 0 (trace validation compares the
+  // `$sleep:` value with the model's string exactly: README "Gaps" 4)
+  if (z.endsWith('.000Z')) return z.replace(/\.000Z$/, '+00:00');
   return z.replace(/\.(\d{3})Z$/, '.$1000+00:00');
 }
 function parseIso(s) {
@@ -1300,7 +1303,12 @@ async function main() {
   for (const q of QUEUES) startQueue(q);
 }
 
-main().catch((e) => {
-  log(`fatal: ${e.stack || e}`);
-  process.exit(1);
-});
+if (require.main === module) {
+  main().catch((e) => {
+    log(`fatal: ${e.stack || e}`);
+    process.exit(1);
+  });
+} else {
+  // required by tests/test_node_worker.py to pin the spellings and arithmetic trace validation compares
+  module.exports = { iso, parseIso, roundHalfUp, parseCron, cronMatches };
+}
