@@ -399,7 +399,7 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
     d.p8_attempts(duties["P8"], state, by_id)
     d.p9_outcomes(duties["P9"], state, ledger)
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
-    extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps))  # P11–P17 (issue 30)
+    extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps, committed))  # P11–P17 (issue 30)
     if committed:  # P11 from the committed claims: every SIGTERMed node, however fast its drain
         judged = int(committed.get("drains_judged") or 0)
         duties["P11"].checks += judged

@@ -899,28 +899,87 @@ def p16_attempts_bounded(r: Any, state: Any) -> int:
     return exhausted
 
 
-RECLAIM_OVERDUE = 8.0  # seconds a lease may stay expired: the 2 s sweeper period, a pass's own time, load
+SAMPLE_EVERY = 0.5  # s: the harness's lease-sample interval (soak/scenarios.py sample_every)
+SWEEP_EVERY = 2.0  # s: PROTOCOL §1 "a sweeper at least every 2 s"
+# A sweep pass is one call (reclaim, reconcile, crons, prune: a few statements): the reference's call
+# deadline is 2.5 s, and a pass that outlives it is retried at the next period. Measured on the reference
+# under load (2 cores, ~7 concurrent soaks): see docs/certification.md "P17 tolerance".
+SWEEP_PASS = 2.5
+RECLAIM_OVERDUE = SWEEP_EVERY + SWEEP_PASS + SAMPLE_EVERY  # + the harness's own sampling lateness (below)
 
 
-def p17_reclaims_expired(r: Any, ev: Evidence, timeline: Any) -> None:
-    """A row seen running with its lease expired for more than RECLAIM_OVERDUE seconds while some node was
-    alive and running and the database up for that whole time: no sweeper reclaimed it (§6 "any node
-    reclaims expirees", PROTOCOL §1 "a sweeper at least every 2 s")."""
+def _free_since(timeline: Any, node: str, t0: float, t1: float) -> float | None:
+    """The start of the last stretch of [t0, t1] in which `node` ran free of every fault that can delay
+    its sweeper: alive (started, not ended before t1), not SIGSTOPped, its route not partitioned, stalled,
+    cut or slowed by injected latency, and the database up (a crash-restart or a failover: every node's
+    connection). None when the node was not alive and free at t1."""
+    started = timeline.started.get(node)
+    if started is None or started > t1 or timeline.ended.get(node, float("inf")) < t1:
+        return None
+    slot = timeline.slot_of.get(node)
+    windows = [
+        *timeline.stopped.get(node, ()),
+        *timeline.isolated.get(slot, ()),
+        *timeline.slowed.get(slot, ()),
+        *timeline.db_down,
+        *([a, b] for n, a, b in timeline.cuts if n is None or n == node),
+    ]
+    since = max(t0, started)
+    for a, b in windows:
+        if a <= t1 and b >= since:
+            if b >= t1:
+                return None  # the fault still held at t1
+            since = max(since, b)
+    return since
+
+
+def p17_reclaims_expired(
+    r: Any, ev: Evidence, timeline: Any, claimed_at: Mapping[tuple[int, int], float] | None = None
+) -> None:
+    """§6 "any node reclaims expirees", PROTOCOL §1 "a sweeper at least every 2 s": a row seen running
+    with its lease expired is overdue from the later of its lease_until and the moment it became running —
+    the claim's commit when the committed history has it (`claimed_at`: a claim whose `now` was read
+    before a SIGSTOP commits with its lease already in the past; no sweeper could reclaim it before it
+    existed), else the first lease sample that showed it running. It is a finding when some node ran free
+    (`_free_since`: alive, not stopped, not cut off or slowed, the database up) for longer than the
+    tolerance up to that sample: the sweeper period, one pass, one sample interval, and the harness's own
+    lateness in that stretch (the largest gap between its lease samples beyond the 0.5 s they are due: a
+    machine that starved the sampler starves a sweeper alike). Each fault excuses only its own duration."""
     flagged: set[tuple[int, int]] = set()
+    claimed_at = claimed_at or {}
+    gaps: list[tuple[float, float]] = []  # (at, gap since the previous sample)
+    prev: float | None = None
     for at, rows in ev.samples:
+        if prev is not None:
+            gaps.append((at, at - prev))
+        prev = at
         for key, (node, until, kind) in rows.items():
-            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:
+            if until is None or key in flagged or at - until <= RECLAIM_OVERDUE:
+                continue
+            began = claimed_at.get(key)
+            if began is None:
+                began = ev.attempts.first_at(key) or at
+            start = max(until, began)
+            if at - start <= RECLAIM_OVERDUE:
                 continue
             r.checks += 1
-            if timeline.db_down_during(until, at) or not any(timeline.node_ran(n, until, at) for n in timeline.started):
+            frees = [(f, n) for n in timeline.started if (f := _free_since(timeline, n, start, at)) is not None]
+            if not frees:
+                continue
+            free, sweeper = min(frees)
+            i = bisect.bisect_left(gaps, free, key=lambda g: g[0])
+            late = max((g - SAMPLE_EVERY for _t, g in gaps[i:]), default=0.0)
+            if at - free <= RECLAIM_OVERDUE + max(0.0, late):
                 continue
             flagged.add(key)
             if len(flagged) <= 3 or len(flagged) % 50 == 0:
                 r.add(
                     [
                         f"P17 job {key[0]} ({kind}) attempt {key[1]} leased by {node}: its lease expired at "
-                        f"+{until - ev.t0:.1f}s and the row was still running {at - until:.1f}s later (+{at - ev.t0:.1f}s) "
-                        "although workers ran with the database up: no sweeper reclaimed it (§6)"
+                        f"+{until - ev.t0:.1f}s, the row running since +{began - ev.t0:.1f}s, and it was still "
+                        f"running at +{at - ev.t0:.1f}s although node {sweeper} had run free of faults with the "
+                        f"database up for {at - free:.1f}s (> {RECLAIM_OVERDUE:.1f}s: a sweep each "
+                        f"{SWEEP_EVERY:g}s, one pass, one sample): no sweeper reclaimed it (§6)"
                     ]
                 )
             else:
@@ -1005,15 +1064,21 @@ def later_duties(
     ev: Evidence,
     timeline: Any,
     steps: Mapping[int, Mapping[str, Any]],
+    committed: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
-    """P11–P18 (the checker calls this once); returns their scenario counts for soak/coverage.py."""
+    """P11–P18 (the checker calls this once); returns their scenario counts for soak/coverage.py.
+    `committed`: the trace validation's findings (soak/commits/refine.py), e.g. the commit time of each
+    claim that committed with its lease already expired (P17)."""
+    claimed_at = {
+        (int(j), int(a)): float(t) for j, a, t in ((committed or {}).get("claimed_expired") or ())
+    }
     counts = {"drains_sampled": p11_no_claims_after_term(duties["P11"], state, ev, timeline)}
     p12_cron_due(duties["P12"], state, ev)
     counts["cancels_judged"] = p13_cancel_at_next_step(duties["P13"], state, ev, steps)
     p14_renewal_cadence(duties["P14"], ev, timeline)
     counts["parks_resumed"] = p15_wait_spends_no_attempt(duties["P15"], state, ledger)
     counts["last_attempts"] = p16_attempts_bounded(duties["P16"], state)
-    p17_reclaims_expired(duties["P17"], ev, timeline)
+    p17_reclaims_expired(duties["P17"], ev, timeline, claimed_at)
     if ev.by_type["admission_queues"] or ev.by_type["admission_queues_failed"]:
         counts["admission_at_limit"] = p18_admission(duties["P18"], ev, timeline)
     elif isinstance(duties, dict):

@@ -533,10 +533,55 @@ def test_p16_an_attempt_past_max_attempts_is_flagged():
 
 def test_p17_a_lease_left_expired_while_workers_ran_is_flagged_not_during_an_outage():
     r = baseline()
-    r.history += [lease_sample(32, [[1, 1, "w2-1", E0 + 20, "echo"]])]  # expired at +20, still running at +32
+    # running from +15 (a sample every 0.5 s, as the harness takes them), expired at +20, running at +32
+    r.history += [lease_sample(15 + i / 2, [[1, 1, "w2-1", E0 + 20, "echo"]]) for i in range(35)]
     p17 = duty(r.check(), "P17")
     assert p17.verdict == "invalid" and "no sweeper reclaimed it" in p17.counterexamples[0]
     r.history += [{"t": E0 + 21, "type": "db_crash"}, {"t": E0 + 31, "type": "db_restarted"}]
+    assert duty(r.check(), "P17").violations == 0
+
+
+def _quoted_late_claim(r):
+    """Issue 51's false P17: w4-1 reads its clock for a claim at +39.9, is SIGSTOPped at +40 before the
+    claim is sent, and the claim commits at +66.6 (SIGCONT +66.5) with lease_until +49.9, already 16.7 s in
+    the past; w2-1 reclaims it 0.32 s after the commit."""
+    r.history += [
+        {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
+        {"t": E0 + 40, "type": "worker_stop", "node": "w4-1"},
+        {"t": E0 + 66.5, "type": "worker_cont", "node": "w4-1"},
+        lease_sample(66.8, [[1, 2, "w4-1", E0 + 49.9, "echo"]]),
+        lease_sample(67.3, []),
+    ]
+
+
+def test_p17_counts_from_when_the_row_became_running_not_from_its_lease():
+    r = baseline()
+    _quoted_late_claim(r)
+    p17 = duty(r.check(), "P17")
+    assert p17.violations == 0, p17.counterexamples
+
+
+def test_p17_counts_from_the_claims_commit_when_the_committed_history_has_it():
+    from soak.checker import SoakLedger, check
+    from tests.test_soak_checker import from_rows
+
+    r = baseline()
+    _quoted_late_claim(r)
+    r.history[-2:] = [lease_sample(66.6 + i / 2, [[1, 2, "w4-1", E0 + 49.9, "echo"]]) for i in range(22)]  # 10.5 s
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
+    committed = {"claimed_expired": [[1, 2, E0 + 66.6]]}
+    p17 = duty(check(state, ledger, r.history, committed), "P17")
+    assert p17.verdict == "invalid" and "running since +68.6s" in p17.counterexamples[0]  # ev.t0 is E0 - 2, p17.counterexamples
+
+
+def test_p17_a_short_outage_excuses_only_its_own_duration():
+    r = baseline()
+    r.history += [lease_sample(15 + i / 2, [[1, 1, "w2-1", E0 + 20, "echo"]]) for i in range(61)]  # to +45
+    r.history += [{"t": E0 + 25, "type": "db_crash"}, {"t": E0 + 26, "type": "db_restarted"}]
+    p17 = duty(r.check(), "P17")
+    assert p17.verdict == "invalid" and "database up for 5.5s" in p17.counterexamples[0], p17.counterexamples
+    r.history += [{"t": E0 + 30, "type": "db_crash"}, {"t": E0 + 42, "type": "db_restarted"}]
     assert duty(r.check(), "P17").violations == 0
 
 
