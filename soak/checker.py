@@ -406,6 +406,11 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
         extra["drains_sampled"] = extra.get("drains_sampled", 0) + judged
         for line in committed.get("claims_after_term") or ():
             duties["P11"].add([line])
+        # issue 51: claim order within a priority, judged from the committed claims (soak/commits/timing.py)
+        timing = committed.get("timing") or {}
+        duties["P5"].checks += int(timing.get("claims_order_judged") or 0)
+        for line in committed.get("claim_order") or ():
+            duties["P5"].add([line])
         admitted = committed.get("admission_claims") or {}
         if "P18" in duties:
             duties["P18"].checks += sum(admitted.values())

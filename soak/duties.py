@@ -1069,9 +1069,7 @@ def later_duties(
     """P11–P18 (the checker calls this once); returns their scenario counts for soak/coverage.py.
     `committed`: the trace validation's findings (soak/commits/refine.py), e.g. the commit time of each
     claim that committed with its lease already expired (P17)."""
-    claimed_at = {
-        (int(j), int(a)): float(t) for j, a, t in ((committed or {}).get("claimed_expired") or ())
-    }
+    claimed_at = {(int(j), int(a)): float(t) for j, a, t in ((committed or {}).get("claimed_expired") or ())}
     counts = {"drains_sampled": p11_no_claims_after_term(duties["P11"], state, ev, timeline)}
     p12_cron_due(duties["P12"], state, ev)
     counts["cancels_judged"] = p13_cancel_at_next_step(duties["P13"], state, ev, steps)

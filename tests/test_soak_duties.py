@@ -572,7 +572,8 @@ def test_p17_counts_from_the_claims_commit_when_the_committed_history_has_it():
     ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
     committed = {"claimed_expired": [[1, 2, E0 + 66.6]]}
     p17 = duty(check(state, ledger, r.history, committed), "P17")
-    assert p17.verdict == "invalid" and "running since +68.6s" in p17.counterexamples[0]  # ev.t0 is E0 - 2, p17.counterexamples
+    # ev.t0 is E0 - 2 (run_start)
+    assert p17.verdict == "invalid" and "running since +68.6s" in p17.counterexamples[0], p17.counterexamples
 
 
 def test_p17_a_short_outage_excuses_only_its_own_duration():

@@ -11,7 +11,10 @@ from soak.broken.base import patched_queries
 from soak.reference_worker import main
 
 NewestFirstStore = patched_queries(
-    claim_plain=("ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC", "ORDER BY priority ASC, ready_at DESC NULLS LAST, id DESC")
+    claim_plain=(
+        "ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC",
+        "ORDER BY priority ASC, ready_at DESC NULLS LAST, id DESC",
+    )
 )
 
 if __name__ == "__main__":
