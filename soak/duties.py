@@ -954,7 +954,7 @@ def p17_reclaims_expired(
             gaps.append((at, at - prev))
         prev = at
         for key, (node, until, kind) in rows.items():
-            if until is None or key in flagged or at - until <= RECLAIM_OVERDUE:
+            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:
                 continue
             began = claimed_at.get(key)
             if began is None:

@@ -28,6 +28,7 @@ VERDICTS_PY = "soak/verdicts.py"
 FAILOVER_PY = "soak/failover.py"
 REFINE_PY = "soak/commits/refine.py"
 REPLAY_PY = "soak/commits/replay.py"
+TIMING_PY = "soak/commits/timing.py"  # issue 51: now freshness and claim order
 
 # the suites, fastest first (the runner stops at the first failure): pure checks of hand-built evidence
 CHECKER_SUITE = (
@@ -38,6 +39,7 @@ CHECKER_SUITE = (
 # small histories captured from a real PostgreSQL inside the test (an embedded cluster; seconds each)
 REFINE_SUITE = ("tests/test_refine.py", "tests/test_certifier_history.py")
 REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
+TIMING_SUITE = ("tests/test_timing_judges.py", "tests/test_soak_duties.py")  # issue 51, pure
 
 
 def _one(
@@ -717,4 +719,78 @@ CERTIFIER: tuple[Mutant, ...] = (
         ),
         REPLAY_SUITE,
     ),
+    # --- issue 51: judges of order and time, fault-aware per node (soak/commits/timing.py, P17) ---------------
+    _one(
+        "cert_p17_counts_from_lease_until",
+        "P17: an expired lease counts as overdue from its lease_until even before its claim committed",
+        "§duty P17",
+        DUTIES_PY,
+        "            start = max(until, began)\n",
+        "            start = until  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p17_any_outage_excuses_the_whole_window",
+        "P17: any fault inside the expiry window excuses all of it, not only its own duration",
+        "§duty P17",
+        DUTIES_PY,
+        "            since = max(since, b)\n",
+        "            return None  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_any_nodes_sigstop_excuses",
+        "now freshness: a SIGSTOP of any node excuses a write's lag, not only its own node's",
+        "§refine",
+        TIMING_PY,
+        '        out = [(a, b, "SIGSTOP") for a, b in self.stopped.get(node, ())]\n',
+        '        out = [(a, b, "SIGSTOP") for ws in self.stopped.values() for a, b in ws]  # MUTANT\n',
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_fault_excuses_beyond_its_duration",
+        "now freshness: a fault of the node excuses any lag, not only the fault's duration plus the base",
+        "§refine",
+        TIMING_PY,
+        "        if lag <= NOW_BASE + excused:\n",
+        "        if excused or lag <= NOW_BASE:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_stale_writes_not_a_verdict",
+        "now freshness: stale writes are counted but do not make the trace validation invalid",
+        "§refine",
+        REFINE_PY,
+        "    elif r.stale_now:",
+        "    elif False:  # MUTANT",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_repeat_never_proves",
+        "claim order (P5): a row passed over again long after the first claim is still an honest race",
+        "§duty P5",
+        TIMING_PY,
+        "        if p.gap > CLAIM_HOLD_MIN:\n",
+        "        if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_any_later_fault_excuses",
+        "claim order (P5): any fault after the row's write excuses every later claim, even one long over",
+        "§duty P5",
+        TIMING_PY,
+        "        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)\n",
+        "        return any(written - 1.0 <= a <= t1 for a, b in frozen)  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_not_reported_in_p5",
+        "claim order (P5): the committed history's claim-order findings never reach the P5 row",
+        "§duty P5",
+        CHECKER_PY,
+        '        for line in committed.get("claim_order") or ():\n',
+        "        for line in ():  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    # --- end of issue 51's block -----------------------------------------------------------------------------
 )
