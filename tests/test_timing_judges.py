@@ -30,7 +30,10 @@ def test_a_write_stamped_long_before_its_commit_with_no_fault_of_its_node_is_sta
 
 
 def test_the_nodes_own_sigstop_excuses_the_lag_up_to_its_duration_only():
-    stop = [{"t": E0 + 11, "type": "worker_stop", "node": "w1-1"}, {"t": E0 + 19, "type": "worker_cont", "node": "w1-1"}]
+    stop = [
+        {"t": E0 + 11, "type": "worker_stop", "node": "w1-1"},
+        {"t": E0 + 19, "type": "worker_cont", "node": "w1-1"},
+    ]
     f = Freshness(faults(*stop))
     f.judge("w1-1", at(10), at(20), "ack of job 7 attempt 1", "0/1")  # 10 s lag, 8 s of it stopped
     assert f.count == 0
@@ -39,7 +42,10 @@ def test_the_nodes_own_sigstop_excuses_the_lag_up_to_its_duration_only():
 
 
 def test_another_nodes_fault_excuses_nothing():
-    stop = [{"t": E0 + 11, "type": "worker_stop", "node": "w2-1"}, {"t": E0 + 19, "type": "worker_cont", "node": "w2-1"}]
+    stop = [
+        {"t": E0 + 11, "type": "worker_stop", "node": "w2-1"},
+        {"t": E0 + 19, "type": "worker_cont", "node": "w2-1"},
+    ]
     f = Freshness(faults(*stop))
     f.judge("w1-1", at(10), at(20), "ack of job 7 attempt 1", "0/1")
     f.judge("w1-1", at(30), at(40), "ack of job 9 attempt 1", "0/2")
@@ -124,7 +130,9 @@ def test_claims_in_order_pass_nothing_over():
         order.observe({i: (None, j)}, at(i), f"0/{i}")
     for k, i in enumerate(range(1, 6)):
         t = 20 + 1.5 * k
-        order.observe({i: (rows[i], claimed(rows[i], "w1-1", t))}, at(t + 0.05), "0/c", [("w1-1", "soak", at(t), False)])
+        order.observe(
+            {i: (rows[i], claimed(rows[i], "w1-1", t))}, at(t + 0.05), "0/c", [("w1-1", "soak", at(t), False)]
+        )
     order.finish(at(40))
     assert order.inversions == 0 and order.lines() == []
 
@@ -148,16 +156,24 @@ def test_rows_not_yet_due_by_the_claims_clock_or_committed_after_its_now_are_not
     order.observe({1: (None, late)}, at(1), "0/1")
     order.observe({3: (None, ready(3, 2))}, at(2), "0/3")
     order.observe({2: (None, fresh)}, at(20.5), "0/2")  # committed 0.5 s before the claim's now
-    order.observe({3: (ready(3, 2), claimed(ready(3, 2), "w1-1", 21))}, at(21.1), "0/c", [("w1-1", "soak", at(21), False)])
+    order.observe(
+        {3: (ready(3, 2), claimed(ready(3, 2), "w1-1", 21))}, at(21.1), "0/c", [("w1-1", "soak", at(21), False)]
+    )
     assert order.inversions == 0
 
 
 def test_a_freeze_of_any_node_after_the_rows_write_excuses_only_the_claims_it_overlaps():
-    stop = [{"t": E0 + 19, "type": "worker_stop", "node": "w2-1"}, {"t": E0 + 60, "type": "worker_cont", "node": "w2-1"}]
+    stop = [
+        {"t": E0 + 19, "type": "worker_stop", "node": "w2-1"},
+        {"t": E0 + 60, "type": "worker_cont", "node": "w2-1"},
+    ]
     order = ClaimOrder(faults(*stop))
     run_newest_first(order)
     assert order.excused_fault > 0 and order.proven_rows == 0  # every claim under the freeze: excused
-    brief = [{"t": E0 + 19, "type": "worker_stop", "node": "w2-1"}, {"t": E0 + 21, "type": "worker_cont", "node": "w2-1"}]
+    brief = [
+        {"t": E0 + 19, "type": "worker_stop", "node": "w2-1"},
+        {"t": E0 + 21, "type": "worker_cont", "node": "w2-1"},
+    ]
     order = ClaimOrder(faults(*brief))
     run_newest_first(order)
     assert order.excused_fault > 0 and order.proven_rows >= 2  # claims after it ended (+ CLAIM_HOLD_MIN) judged
