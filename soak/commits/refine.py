@@ -1482,6 +1482,8 @@ class Validator:
             "passed_over_written_concurrently": self.order.excused_written,
             "passed_over_around_a_fault": self.order.excused_fault,
             "passed_over_proven_rows": self.order.proven_rows,
+            "passed_over_again_rows": self.order.repeat_rows,
+            "claims_over_capacity": len(self.order.over_capacity),
             "claim_hold_s": round(self.order.hold, 3),
             "fault_events": self.fresh.faults.events,
         }

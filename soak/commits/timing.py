@@ -148,6 +148,21 @@ class NodeFaults:
         frozen += [[a, b] for _n, a, b in self.cuts] + self.stalls
         return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)
 
+    def freezes(self, t0: float, t1: float) -> int:
+        """How many transactions faults could have frozen over [t0, t1]: one per window of a node or
+        route (SIGSTOP, partition, stall, latency, a cut of one node) overlapping it, one per known slot for
+        a cut of every node."""
+        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1 and min(b, self.end) >= t0)
+        n += sum(
+            1
+            for ws in (*self.isolated.values(), *self.slowed.values())
+            for a, b in ws
+            if a <= t1 and min(b, self.end) >= t0
+        )
+        slots = max(1, len(set(self.slot_of.values())))
+        n += sum(1 if node is not None else slots for node, a, b in self.cuts if a <= t1 and min(b, self.end) >= t0)
+        return n
+
     def any_freeze(self, t0: float, t1: float) -> str | None:
         """A fault of any node (or of the database) overlapping [t0, t1] that can keep a transaction open
         (and so hold row locks): its description, else None."""
@@ -248,10 +263,21 @@ class Freshness:
 # --- claim order ------------------------------------------------------------------------------------
 
 CLAIM_HOLD_MIN = 2.5  # s: the reference's call deadline — an honest claim transaction's life at the least
-PROVEN_MIN = 2  # distinct rows proven passed over before the verdict is invalid
+PROVEN_MIN = 2  # rows proven passed over again long after the first claim: the verdict is invalid
+OVER_MIN = 3  # claims passing over more rows than all in flight could hold, at least …
+OVER_SHARE = 0.01  # … and at least this share of the claims judged
+PASSING_KEPT = 8  # passing claims followed per row (beyond: counted as held by a concurrent transaction)
+INFLIGHT_MAX = 60.0  # s: claims committed this long after another are not searched as its concurrent ones
+KEEP_ROWS = 200_000  # passed-over rows kept for the end-of-run judgement (memory bound)
 # a commit's timestamp is taken before its WAL flush (fsync on) makes it visible: a row written this little
 # before a claim's `now` may still be missing from the claim's snapshot
 SNAP_SLACK = 1.0
+# rows a claim transaction may lock per row it takes: the reference's claim locks the first `take` ready rows
+# and the first `take` due (awaiting) rows, then takes the first `take` of both (impl/sql/worker.sql)
+LOCKS_PER_TAKE = 2
+# a claim whose `now` (true clock) is this much after another's commit began after it: both are read from the
+# machine's one clock (the node's declared offset taken off), to a millisecond, plus rounding
+BEGAN_SLACK = 0.05
 SCAN_LIMIT = 200  # candidates ahead of a claim's last taken row examined per claim
 
 
@@ -270,9 +296,11 @@ class Passed:
     node: str
     taken: int  # a row that claim took, later in §6 order
     lsn: str
+    ready: bool = True  # a ready row (awaiting rows are also locked by the reconciler, which may write nothing)
     times: int = 1  # claims that passed it over while it stayed untouched
     gap: float = 0.0  # the latest such claim's `now` − the first one's commit (s)
     again_lsn: str = ""
+    passing: list[int] = field(default_factory=list)  # the first PASSING_KEPT passing claims (indices)
 
 
 class ClaimOrder:
@@ -283,17 +311,23 @@ class ClaimOrder:
         self.index: dict[str, list[tuple[tuple[int, int, float, int], int]]] = defaultdict(list)
         self.rows: dict[int, tuple[str, tuple[int, int, float, int], str, datetime | None, float]] = {}
         self.pending: dict[int, Passed] = {}
-        # rows whose next write came more than CLAIM_HOLD_MIN after the passing claim: (seconds untouched
-        # after the claim, the row) — decided at the end, against the run's HOLD
-        self.untouched: list[tuple[float, Passed | None]] = []
+        self.settled: list[Passed] = []  # passed-over rows since written (or at the end), judged at the end
         self.proven: list[Passed] = []
-        self.proven_rows = 0
-        self.excused_written = 0  # passed-over rows written by a concurrent transaction
-        self.excused_fault = 0  # claims with a freezing fault around them
+        self.proven_rows = 0  # rows proven passed over (either way below)
+        self.repeat_rows = 0  # … passed over again long after the first claim
+        self.over_capacity: list[int] = []  # claims that passed over more rows than anything in flight held
+        self.excused_written = 0
+        self.excused_fault = 0  # pairs around a fault
         self.judged = 0  # claims judged
         self.inversions = 0  # passed-over (row, claim) pairs seen, honest or not
         self.claim_lags: list[float] = []  # fault-free claim lags (commit − now), for HOLD
         self.skipped_admission = 0
+        self.max_take = 1  # the most rows one claim of the run took
+        # queue → [(now, commit, rows taken)] of every claim, in commit order (who was concurrent with whom)
+        self.claims: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+        # judged claims: [queue, now, commit, lsn, node, rows passed over (not excused by a fault), of them
+        # written by a concurrent transaction, a row taken]
+        self.judged_claims: list[list[Any]] = []
         # (job, attempt, commit) of claims that committed with their lease already expired (duty P17 counts
         # from the commit: no sweeper could reclaim a row before it was running)
         self.claimed_expired: list[tuple[int, int, float]] = []
@@ -318,8 +352,7 @@ class ClaimOrder:
 
     @property
     def hold(self) -> float:
-        lags = sorted(self.claim_lags)
-        return max(CLAIM_HOLD_MIN, lags[-1] if lags else 0.0)
+        return max(CLAIM_HOLD_MIN, max(self.claim_lags, default=0.0))
 
     # per transaction ---------------------------------------------------------------------------------
 
@@ -334,10 +367,7 @@ class ClaimOrder:
         explained in it as (node, queue, now, admission queue). Judged against the rows before it, then
         the index takes the rows after it."""
         t = at.timestamp()
-        for job_id in jobs:  # a write ends a row's wait (whatever it was)
-            p = self.pending.pop(job_id, None)
-            if p is not None:
-                self._settle(p)
+        began: dict[int, float] = {}  # rows this transaction claimed → its claim's `now` (true clock)
         for node, queue, now, admission in claims:
             taken = [
                 a
@@ -354,86 +384,162 @@ class ClaimOrder:
                 if a.lease_until is not None and a.lease_until <= at and len(self.claimed_expired) < 20000:
                     self.claimed_expired.append((a.id, a.attempt, round(t, 3)))
             t_now = now.timestamp() - self.faults.offset.get(node, 0.0)
+            began.update((a.id, t_now) for a in taken)
+            self.claims[queue].append((t_now, t, len(taken)))
             if not self.faults.excuse(node, t_now, t)[0] and self.faults.any_freeze(t_now, t) is None:
                 self.claim_lags.append(t - t_now)
             if admission:
                 self.skipped_admission += 1
                 continue
             self.judged += 1
-            last = max(order_key(a.priority, a.ready_at, a.id) for a in taken)
-            ids = {a.id for a in taken}
-            lst = self.index.get(queue, [])
-            for key, job_id in lst[: min(len(lst), SCAN_LIMIT)]:
-                if key >= last:
-                    break
-                if job_id in ids or job_id in jobs:
-                    continue  # taken, or written by this very transaction
-                _q, _k, _state, ready_at, written = self.rows[job_id]
-                if ready_at is not None and ready_at > now:
-                    continue  # not yet due by the claim's own clock
-                if written > t_now - SNAP_SLACK:
-                    continue  # committed after (or just before) the claim's `now`: maybe not in its snapshot
-                self.inversions += 1
-                # a transaction frozen by a fault could hold p: one that locked it after its last write and
-                # froze before this claim ended, thawing (then ending within CLAIM_HOLD_MIN) after its `now`
-                if self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):
-                    self.excused_fault += 1
-                    continue
-                p = self.pending.get(job_id)
-                if p is None:
-                    self.pending[job_id] = Passed(job_id, t, t_now, node, max(ids), lsn)
-                else:
-                    p.times += 1
-                    if t_now - p.claim_at > p.gap:
-                        p.gap, p.again_lsn = t_now - p.claim_at, lsn
-        for job_id, (_b, a) in jobs.items():
+            self._judge(node, queue, now, t_now, t, lsn, taken, jobs)
+        for job_id, (_b, a) in jobs.items():  # a write ends a row's wait (whatever it was)
+            p = self.pending.pop(job_id, None)
+            if p is not None:
+                self._written(p, t, began.get(job_id))
+                self._keep(p)
             if a is None:
                 self._unindex(job_id)
             else:
                 self._put(a, t)
 
-    def _settle(self, p: Passed) -> None:
-        """A passed-over row written (or the history ended): kept when a later claim passed it over again
-        more than CLAIM_HOLD_MIN after the first one committed — decided at the end against HOLD."""
-        if p.gap > CLAIM_HOLD_MIN:
-            self.untouched.append((p.gap, p if len(self.untouched) < 1000 else None))
-        else:
-            self.excused_written += 1
+    def _judge(
+        self, node: str, queue: str, now: datetime, t_now: float, t: float, lsn: str, taken: list, jobs: Mapping
+    ) -> None:
+        last = max(order_key(a.priority, a.ready_at, a.id) for a in taken)
+        ids = {a.id for a in taken}
+        self.max_take = max(self.max_take, len(taken))
+        # a frozen transaction holds at most the rows it locked: LOCKS_PER_TAKE × the largest claim of the
+        # run, the first candidates in §6 order when it froze — so the freezes around this claim excuse at
+        # most that many of the rows it passed over, the earliest in order
+        can_hold = LOCKS_PER_TAKE * self.max_take * self.faults.freezes(t_now - CLAIM_HOLD_MIN, t)
+        rank = 0
+        me = len(self.judged_claims)
+        mine = [queue, t_now, t, lsn, node, 0, 0, max(ids), None, 0]
+        self.judged_claims.append(mine)
+        lst = self.index.get(queue, [])
+        for key, job_id in lst[: min(len(lst), SCAN_LIMIT)]:
+            if key >= last:
+                break
+            if job_id in ids or job_id in jobs:
+                continue  # taken, or written by this very transaction
+            _q, _k, state, ready_at, written = self.rows[job_id]
+            if ready_at is not None and ready_at > now:
+                continue  # not yet due by the claim's own clock
+            if written > t_now - SNAP_SLACK:
+                continue  # committed after (or just before) the claim's `now`: maybe not in its snapshot
+            self.inversions += 1
+            rank += 1
+            # a transaction frozen by a fault could hold p: one that locked it after its last write and
+            # froze before this claim ended, thawing (then ending within CLAIM_HOLD_MIN) after its `now`
+            if rank <= can_hold and self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):
+                self.excused_fault += 1
+                continue
+            mine[5] += 1
+            if mine[8] is None:
+                mine[8] = job_id
+            p = self.pending.get(job_id)
+            if p is None:
+                p = self.pending[job_id] = Passed(job_id, t, t_now, node, max(ids), lsn, state == "ready")
+            else:
+                p.times += 1
+                if t_now - p.claim_at > p.gap:
+                    p.gap, p.again_lsn = t_now - p.claim_at, lsn
+            if len(p.passing) < PASSING_KEPT:
+                p.passing.append(me)
+            else:
+                mine[6] += 1  # not followed further: counted as held by a concurrent transaction
+
+    def _written(self, p: Passed, t: float, writer_now: float | None) -> None:
+        """Row p's next write, committed at t (a claim's, begun at writer_now): a passing claim it may have
+        been concurrent with — the writer began before that claim committed, or (its beginning unknown)
+        committed within HOLD of it — counts p as held by it."""
+        for i in p.passing:
+            c = self.judged_claims[i]
+            if (writer_now is not None and writer_now <= c[2] + BEGAN_SLACK) or (
+                writer_now is None and t <= c[2] + self.hold
+            ):
+                c[6] += 1
+
+    def _keep(self, p: Passed) -> None:
+        if len(self.settled) < KEEP_ROWS:
+            self.settled.append(p)
+
+    def _capacity(self, queue: str, t_now: float, t: float) -> int:
+        """Rows the other claims of the queue in flight during [t_now, t] could hold: LOCKS_PER_TAKE per row
+        each took (its `now` before t, its commit after t_now less SNAP_SLACK)."""
+        lst = self.claims.get(queue, [])
+        i = bisect.bisect_left(lst, t_now - SNAP_SLACK, key=lambda c: c[1])
+        held = 0
+        for c_now, c_at, n in lst[i:]:
+            if c_at > t + INFLIGHT_MAX:
+                break
+            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):
+                held += LOCKS_PER_TAKE * n
+        return held
 
     def finish(self, end: datetime | None) -> None:
-        """A row is proven passed over when a claim passed it over, and a later claim that began more than
-        HOLD after the first one committed (no honest transaction open at the first is still open then,
-        no fault froze one in between) passed it over again, with no write to it in between."""
+        """Judge every passed-over row and claim (see the module docstring)."""
         for p in list(self.pending.values()):
-            self._settle(p)
+            self._keep(p)
         self.pending.clear()
         hold = self.hold
-        for gap, row in self.untouched:
-            if gap > hold:
-                self.proven_rows += 1
-                if row is not None and len(self.proven) < 20:
-                    self.proven.append(row)
+        for p in self.settled:
+            if p.gap > hold:
+                self.repeat_rows += 1
+                if len(self.proven) < 20:
+                    self.proven.append(p)
             else:
                 self.excused_written += 1
+        # one untraced transaction beside each claim — a claim aborted by its own call deadline, say —
+        # could hold as many rows as the largest claim locks
+        untraced = LOCKS_PER_TAKE * self.max_take
+        for i, c in enumerate(self.judged_claims):
+            queue, t_now, t, passed, held = c[0], c[1], c[2], c[5], c[6]
+            if passed - held > untraced:
+                c[9] = self._capacity(queue, t_now, t)
+                if passed - held > untraced + c[9]:
+                    self.over_capacity.append(i)
+        self.proven_rows = self.repeat_rows
+
+    @property
+    def invalid(self) -> bool:
+        """Rows passed over again long after (PROVEN_MIN of them), or claims that passed over more free rows
+        than every transaction in flight could hold — more such claims than a rare untraced abort explains:
+        at least OVER_MIN, and at least OVER_SHARE of the claims judged."""
+        if self.repeat_rows >= PROVEN_MIN:
+            return True
+        n = len(self.over_capacity)
+        return n >= OVER_MIN and n >= OVER_SHARE * self.judged
 
     def lines(self) -> list[str]:
-        if self.proven_rows < PROVEN_MIN:
+        if not self.invalid:
             return []
         head = (
             f"P5 claim order: {self.proven_rows} row(s) passed over by claims that took rows later in §6 order "
             f"(priority ASC, ready_at ASC NULLS FIRST, id ASC) while they were claimable and no transaction held "
-            f"them (passed over again by a claim begun more than {self.hold:.1f} s — the run's longest honest "
-            f"claim — after the first committed, unwritten in between, no fault able to hold them locked); "
-            f"{self.judged} claims judged, {self.inversions} passed-over (row, claim) pairs, "
-            f"{self.excused_written} rows written or taken soon after, {self.excused_fault} pairs around a fault"
+            f"them — {self.repeat_rows} passed over again by a claim begun more than {self.hold:.1f} s (the run's "
+            f"longest fault-free claim) after the first; {len(self.over_capacity)} claim(s) passed over more free "
+            f"rows than every transaction in flight could hold; {self.judged} claims judged, {self.inversions} "
+            f"passed-over (row, claim) pairs, {self.excused_fault} of them around a fault, {self.excused_written} "
+            "rows explained by a concurrent transaction"
         )
         out = [head]
+        untraced = LOCKS_PER_TAKE * self.max_take
+        for i in self.over_capacity[:3]:
+            _q, _n, _t, lsn, node, passed, held, taken, first, cap = self.judged_claims[i]
+            out.append(
+                f"P5 the claim of {node} committed at LSN {lsn} took job {taken} and passed over {passed} claimable "
+                f"rows earlier in §6 order (first: job {first}); {held} of them were written by a concurrent "
+                f"transaction, and the claims in flight beside it ({cap}) and one untraced one ({untraced}) could "
+                "hold no more than the rest"
+            )
         for p in self.proven[:3]:
+            again = f", the last {p.gap:.1f} s later (LSN {p.again_lsn})" if p.times > 1 else ""
             out.append(
                 f"P5 job {p.job_id} was claimable and passed over by the claim of {p.node} committed at LSN "
-                f"{p.lsn} (which took job {p.taken}, later in §6 order) and by {p.times - 1} later claim(s), the "
-                f"last {p.gap:.1f} s later (LSN {p.again_lsn}), while no transaction wrote it and no fault "
-                "could hold it locked"
+                f"{p.lsn} (which took job {p.taken}, later in §6 order) and by {p.times - 1} later claim(s){again}, "
+                "while no transaction that could hold it was in flight"
             )
         return out
 
