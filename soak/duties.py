@@ -11,7 +11,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P2 | §6 | leases are renewed: no attempt loses its lease while its node is alive, not stopped, not cut off and the database up (also when another node's clock runs ahead) |
 | P3 | §8.6, §7 | a cancel requested while a job runs is honoured at its next boundary, a park included: the job ends cancelled |
 | P4 | PROTOCOL §1 | on SIGTERM a worker drains: exits 0 within the grace (≤ 15 s) and the jobs it was running end by their own acks, not by lease expiry |
-| P5 | §6 | claims take claimable jobs in priority order (priority ASC, ready_at, id) |
+| P5 | §6 | claims take claimable jobs in priority order (priority ASC, ready_at, id): across priorities from the priority samples, within a priority from the committed claims (soak/commits/timing.py) |
 | P6 | §8.5 | cron slots are inserted as their `belay_crons` row says: queue (opts), kind, input |
 | P7 | §8 (`$sleep:`) | a durable sleep journals its wake time (`$sleep:<name>`) before parking and does not sleep again on resume |
 | P8 | PROTOCOL §2 | every successful result carries the attempt that produced it |
@@ -23,7 +23,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P14 | §6 | leases are renewed each ttl/3: per node, no renewal interval (from the lease samples) above ttl/3 + one sample interval + the node's own faults by another ttl/3, nor two above it |
 | P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
 | P16 | §6, §7 | attempts are bounded: no job's attempt exceeds its max_attempts (a reclaim on the last attempt fails the job) |
-| P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no lease stays expired for long while a node runs |
+| P17 | §6, PROTOCOL §1 | expired leases are reclaimed: a sweeper runs at least every 2 s, so no row stays running with its lease expired (counted from when it became running) for more than 5 s while some node runs free of its own faults |
 | P18 | §6 admission | claims apply the queue's `belay_queues` options: never more live leases than `global_limit` on `soak-global` (lease samples), and every claim on an admission queue admitted as the model admits it — global limit, rate window (trace validation) |
 
 The time duties (P4's grace, P11, P12, P13, P14) compare the harness's clock (the fault log's `t`, lease

@@ -16,25 +16,24 @@ The harness's own writes (enqueues, cancels, signals) and writes whose node the 
 sweeper's reclaim, a cron fire) keep refine's blanket LAG.
 
 **Claim order** (contract §6: candidates in order `priority ASC, ready_at ASC NULLS FIRST, id ASC`, with
-`FOR UPDATE SKIP LOCKED`). A claim that took row r while a row p earlier in that order was claimable is
-honest when p was locked by a concurrent transaction. Every such lock holder is one of: a transaction
-that later writes p (a concurrent claim, cancel, steer …), a claim that locked more rows than it took, or
-a transaction that aborted. All three hold p for at most the life of one transaction, unless the holder's
-node was frozen by a fault (SIGSTOP, partition, stall, latency, cut) with its transaction open. So p
-"passed over" by claim C (same queue; claimable by C's own `now`; its last write committed before C's
-`now` on the true clock, so C's snapshot saw it) is a *proven* inversion when
+`FOR UPDATE SKIP LOCKED`). A claim C that took row r while a row p earlier in that order was claimable
+(in C's queue, due by C's own `now`, committed SNAP_SLACK before it) *passed over* p; that is honest
+only when a concurrent transaction held p: one that later writes p, a claim that locked more rows than it
+took, or one that aborted. A transaction frozen by a fault (SIGSTOP, partition, stall, latency, cut, a
+machine stall) holds what it locked for the fault's duration, so the faults around C excuse its first
+LOCKS_PER_TAKE × (largest claim) × (faults) passed-over rows in order — no more. The rest is proven:
 
-  1. no transaction wrote p from before C until HOLD after C's commit (no concurrent transaction that left
-     a trace held it), and
-  2. no node had a fault that can keep a transaction open overlapping [C's now − HOLD, C's commit]
-     (a frozen holder could have held p; each such fault excuses only while it lasted, plus HOLD);
+  (a) a row passed over again by a claim begun more than HOLD after the first one committed, unwritten in
+      between: HOLD is the longest an honest transaction of the run lives (the longest fault-free claim,
+      at least CLAIM_HOLD_MIN) — no lock that left no trace lasts longer, none that left one did;
+  (b) a claim whose passed-over rows, less those a transaction concurrent with it wrote, outnumber what
+      the other claims of the queue in flight beside it could hold (LOCKS_PER_TAKE per row each took)
+      plus one untraced claim (one aborted by its own call deadline, say).
 
-HOLD is the longest an honest transaction of the run lives, measured from the run itself: the longest
-lag between a claim's `now` and its commit among claims no fault touched, floored at CLAIM_HOLD_MIN.
-Not judged: claims on admission queues (global_limit, rate, partition: §6 admission legitimately skips
-rows of a full key or window), and a row's place beyond the first SCAN_LIMIT candidates of its queue.
-INVALID when PROVEN_MIN distinct rows are proven passed over (one proven row could still be an honest
-transaction longer than any the run shows elsewhere); the counts are reported either way.
+INVALID with PROVEN_MIN rows of (a), or with claims of (b) numbering at least OVER_MIN and OVER_SHARE of
+the claims judged; the counts are reported either way. Not judged: claims on admission queues
+(global_limit, rate, partition: §6 admission legitimately skips rows of a full key or window), and rows
+beyond the first SCAN_LIMIT candidates of a queue.
 """
 
 from __future__ import annotations
