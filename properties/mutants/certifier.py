@@ -792,13 +792,22 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            if self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):  # MUTANT\n",
         TIMING_SUITE,
     ),
-    _one(
+    Mutant(
         "cert_claim_order_any_later_fault_excuses",
-        "claim order (P5): any fault after the row's write excuses every later claim, even one long over",
+        "claim order (P5): a SIGSTOP after the row's write excuses every later claim, even once it is over",
         "§duty P5",
-        TIMING_PY,
-        "        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)\n",
-        "        return any(written - 1.0 <= a <= t1 for a, b in frozen)  # MUTANT\n",
+        (
+            Edit(
+                TIMING_PY,
+                "        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)\n",
+                "        return any(written - 1.0 <= a <= t1 for a, b in frozen)  # MUTANT\n",
+            ),
+            Edit(
+                TIMING_PY,
+                "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1 and min(b, self.end) >= t0)\n",
+                "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1)  # MUTANT\n",
+            ),
+        ),
         TIMING_SUITE,
     ),
     _one(
