@@ -261,3 +261,39 @@ def test_stale_writes_make_the_trace_validation_invalid(monkeypatch):
     monkeypatch.setattr(timing.Freshness, "lines", lambda self: [line])
     result = refine.validate([], [{"t": E0, "type": "run_start", "lease_ttl": 10}])
     assert result.verdict == "invalid" and result.why == line and result.stale_now == [line]
+
+
+def _rounds(honest: bool) -> ClaimOrder:
+    """Three rounds, 20 s apart: rows a < p < n become claimable; w1-1 claims n (passing over p) while
+    w2-1's claim is in flight — taking a (earlier than p: it may have locked p and left it, honest) or,
+    out of order, a row newer than p; p is taken by a claim begun after both committed."""
+    order = ClaimOrder(faults())
+    for k in range(3):
+        base, t = 10 * k + 1, 20.0 * (k + 1)
+        a, p, n, n2 = (ready(base + i, t - 5 + i * 0.1) for i in range(4))
+        for j in (a, p, n, n2):
+            order.observe({j.id: (None, j)}, at(t - 5), f"0/{j.id}")
+        other = a if honest else n2
+        order.observe({n.id: (n, claimed(n, "w1-1", t))}, at(t + 0.05), f"0/c{k}", [("w1-1", "soak", at(t), False)])
+        order.observe(
+            {other.id: (other, claimed(other, "w2-1", t))}, at(t + 0.06), f"0/d{k}", [("w2-1", "soak", at(t), False)]
+        )
+        rest = [x for x in (a, p, n2) if x.id != other.id]
+        for i, x in enumerate(rest):
+            order.observe(
+                {x.id: (x, claimed(x, "w1-1", t + 1 + i))},
+                at(t + 1.05 + i),
+                "0/e",
+                [("w1-1", "soak", at(t + 1 + i), False)],
+            )
+    order.finish(at(100))
+    return order
+
+
+def test_rows_only_an_untraced_transaction_could_have_held_are_counted_and_repeated_they_are_out_of_order():
+    broken = _rounds(honest=False)
+    assert broken.repeat_rows == 0 and broken.untraced_rows >= 3 and broken.aborts_needed >= 3, vars(broken)
+    lines = broken.lines()
+    assert lines and any("with no transaction of the history able to hold it" in line for line in lines), lines
+    honest = _rounds(honest=True)  # w2-1 took a row earlier than p: it may have locked p and left it
+    assert honest.untraced_rows == 0 and honest.lines() == [], vars(honest)

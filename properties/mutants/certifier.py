@@ -819,5 +819,23 @@ CERTIFIER: tuple[Mutant, ...] = (
         "        for line in ():  # MUTANT\n",
         TIMING_SUITE,
     ),
+    _one(
+        "cert_claim_order_untraced_never_proves",
+        "claim order (P5): free rows only an untraced transaction could have held never make P5 invalid",
+        "§duty P5",
+        TIMING_PY,
+        "        if self.aborts_needed >= OVER_MIN and self.aborts_needed >= UNTRACED_SHARE * self.judged:\n",
+        "        if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_any_concurrent_claim_holds",
+        "claim order (P5): any claim in flight could have held a passed-over row, whatever rows it took",
+        "§duty P5",
+        TIMING_PY,
+        "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t) and last < key:\n",
+        "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):  # MUTANT\n",
+        TIMING_SUITE,
+    ),
     # --- end of issue 51's block -----------------------------------------------------------------------------
 )

@@ -1484,6 +1484,8 @@ class Validator:
             "passed_over_proven_rows": self.order.proven_rows,
             "passed_over_again_rows": self.order.repeat_rows,
             "claims_over_capacity": len(self.order.over_capacity),
+            "passed_over_untraced_rows": self.order.untraced_rows,
+            "untraced_transactions_needed": self.order.aborts_needed,
             "claim_hold_s": round(self.order.hold, 3),
             "fault_events": self.fresh.faults.events,
         }

@@ -265,6 +265,9 @@ CLAIM_HOLD_MIN = 2.5  # s: the reference's call deadline — an honest claim tra
 PROVEN_MIN = 2  # rows proven passed over again long after the first claim: the verdict is invalid
 OVER_MIN = 3  # claims passing over more rows than all in flight could hold, at least …
 OVER_SHARE = 0.01  # … and at least this share of the claims judged
+# untraced transactions (aborted claims) a run may need, per claim judged: the reference's soaks for issue 51
+# needed at most 1 in 1,475 claims; a worker passing over free rows needed 3–29 in 628–1,548
+UNTRACED_SHARE = 0.002
 PASSING_KEPT = 8  # passing claims followed per row (beyond: counted as held by a concurrent transaction)
 INFLIGHT_MAX = 60.0  # s: claims committed this long after another are not searched as its concurrent ones
 KEEP_ROWS = 200_000  # passed-over rows kept for the end-of-run judgement (memory bound)
@@ -300,6 +303,9 @@ class Passed:
     gap: float = 0.0  # the latest such claim's `now` − the first one's commit (s)
     again_lsn: str = ""
     passing: list[int] = field(default_factory=list)  # the first PASSING_KEPT passing claims (indices)
+    key: tuple[int, int, float, int] = (0, 0, 0.0, 0)  # its §6 order key
+    written_at: float = INF  # its next write's commit
+    writer_now: float | None = None  # that write's `now`, when it was a claim (when it began)
 
 
 class ClaimOrder:
@@ -322,8 +328,12 @@ class ClaimOrder:
         self.claim_lags: list[float] = []  # fault-free claim lags (commit − now), for HOLD
         self.skipped_admission = 0
         self.max_take = 1  # the most rows one claim of the run took
-        # queue → [(now, commit, rows taken)] of every claim, in commit order (who was concurrent with whom)
-        self.claims: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+        # queue → [(now, commit, rows taken, order key of its last taken row)] of every claim, in commit
+        # order (who was concurrent with whom, and which rows each could have locked without taking them)
+        self.claims: dict[str, list[tuple[float, float, int, tuple[int, int, float, int]]]] = defaultdict(list)
+        self.untraced_rows = 0  # rows passed over that only an untraced transaction could have held
+        self.aborts_needed = 0  # … the fewest untraced transactions that could have held them all
+        self.untraced_first: tuple[int, str, str] | None = None  # (job, claim LSN, claim node)
         # judged claims: [queue, now, commit, lsn, node, rows passed over (not excused by a fault), of them
         # written by a concurrent transaction, a row taken]
         self.judged_claims: list[list[Any]] = []
@@ -384,7 +394,9 @@ class ClaimOrder:
                     self.claimed_expired.append((a.id, a.attempt, round(t, 3)))
             t_now = now.timestamp() - self.faults.offset.get(node, 0.0)
             began.update((a.id, t_now) for a in taken)
-            self.claims[queue].append((t_now, t, len(taken)))
+            self.claims[queue].append(
+                (t_now, t, len(taken), max(order_key(a.priority, a.ready_at, a.id) for a in taken))
+            )
             if not self.faults.excuse(node, t_now, t)[0] and self.faults.any_freeze(t_now, t) is None:
                 self.claim_lags.append(t - t_now)
             if admission:
@@ -395,6 +407,7 @@ class ClaimOrder:
         for job_id, (_b, a) in jobs.items():  # a write ends a row's wait (whatever it was)
             p = self.pending.pop(job_id, None)
             if p is not None:
+                p.written_at, p.writer_now = t, began.get(job_id)
                 self._written(p, t, began.get(job_id))
                 self._keep(p)
             if a is None:
@@ -439,7 +452,7 @@ class ClaimOrder:
                 mine[8] = job_id
             p = self.pending.get(job_id)
             if p is None:
-                p = self.pending[job_id] = Passed(job_id, t, t_now, node, max(ids), lsn, state == "ready")
+                p = self.pending[job_id] = Passed(job_id, t, t_now, node, max(ids), lsn, state == "ready", key=key)
             else:
                 p.times += 1
                 if t_now - p.claim_at > p.gap:
@@ -470,7 +483,7 @@ class ClaimOrder:
         lst = self.claims.get(queue, [])
         i = bisect.bisect_left(lst, t_now - SNAP_SLACK, key=lambda c: c[1])
         held = 0
-        for c_now, c_at, n in lst[i:]:
+        for c_now, c_at, n, _last in lst[i:]:
             if c_at > t + INFLIGHT_MAX:
                 break
             if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):
@@ -499,7 +512,54 @@ class ClaimOrder:
                 c[9] = self._capacity(queue, t_now, t)
                 if passed - held > untraced + c[9]:
                     self.over_capacity.append(i)
+        self._untraced(hold)
         self.proven_rows = self.repeat_rows
+
+    def _overlocker(self, queue: str, t_now: float, t: float, key: tuple[int, int, float, int]) -> bool:
+        """Another claim of the queue in flight during [t_now, t] that could have locked a row of order `key`
+        without taking it: a claim locks the first candidates in §6 order and takes the first of them, so
+        what it locked and left is later in order than every row it took."""
+        lst = self.claims.get(queue, [])
+        i = bisect.bisect_left(lst, t_now - SNAP_SLACK, key=lambda c: c[1])
+        for c_now, c_at, _n, last in lst[i:]:
+            if c_at > t + INFLIGHT_MAX:
+                break
+            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t) and last < key:
+                return True
+        return False
+
+    def _untraced(self, hold: float) -> None:
+        """Ready rows passed over that no transaction of the history could have held: not written by one
+        concurrent with the passing claim, no claim in flight beside it that could have locked the row
+        without taking it, no fault excusing it. Only a transaction that left no trace — a claim aborted
+        by its own deadline, say — could hold them: one holds at most LOCKS_PER_TAKE × (largest claim)
+        rows, for at most HOLD. `aborts_needed` is the fewest such transactions that explain them all
+        (rows grouped in windows of HOLD)."""
+        pairs: list[tuple[float, int, int]] = []
+        for p in self.settled:
+            if not p.ready:
+                continue
+            for ci in p.passing:
+                queue, t_now, t = self.judged_claims[ci][:3]
+                began = p.writer_now if p.writer_now is not None else p.written_at - hold
+                if began <= t + BEGAN_SLACK or self._overlocker(queue, t_now, t, p.key):
+                    continue
+                pairs.append((t, p.job_id, ci))
+        pairs.sort()
+        per = LOCKS_PER_TAKE * self.max_take
+        rows: set[int] = set()
+        start = None
+        for t, job_id, ci in pairs:
+            if self.untraced_first is None:
+                c = self.judged_claims[ci]
+                self.untraced_first = (job_id, c[3], c[4])
+            if start is None or t > start + hold:
+                self.aborts_needed += -(-len(rows) // per)
+                self.untraced_rows += len(rows)
+                rows, start = set(), t
+            rows.add(job_id)
+        self.aborts_needed += -(-len(rows) // per)
+        self.untraced_rows += len(rows)
 
     @property
     def invalid(self) -> bool:
@@ -507,6 +567,8 @@ class ClaimOrder:
         than every transaction in flight could hold — more such claims than a rare untraced abort explains:
         at least OVER_MIN, and at least OVER_SHARE of the claims judged."""
         if self.repeat_rows >= PROVEN_MIN:
+            return True
+        if self.aborts_needed >= OVER_MIN and self.aborts_needed >= UNTRACED_SHARE * self.judged:
             return True
         n = len(self.over_capacity)
         return n >= OVER_MIN and n >= OVER_SHARE * self.judged
@@ -519,11 +581,20 @@ class ClaimOrder:
             f"(priority ASC, ready_at ASC NULLS FIRST, id ASC) while they were claimable and no transaction held "
             f"them — {self.repeat_rows} passed over again by a claim begun more than {self.hold:.1f} s (the run's "
             f"longest fault-free claim) after the first; {len(self.over_capacity)} claim(s) passed over more free "
-            f"rows than every transaction in flight could hold; {self.judged} claims judged, {self.inversions} "
+            f"rows than every transaction in flight could hold; {self.untraced_rows} ready row(s) that only an "
+            f"untraced transaction could have held, needing at least {self.aborts_needed} of them; "
+            f"{self.judged} claims judged, {self.inversions} "
             f"passed-over (row, claim) pairs, {self.excused_fault} of them around a fault, {self.excused_written} "
             "rows explained by a concurrent transaction"
         )
         out = [head]
+        if self.untraced_first is not None:
+            job_id, lsn, node = self.untraced_first
+            out.append(
+                f"P5 job {job_id} was claimable and passed over by the claim of {node} committed at LSN {lsn}, "
+                "with no transaction of the history able to hold it: not written by one in flight beside the "
+                "claim, and every claim in flight took rows later in §6 order than it"
+            )
         untraced = LOCKS_PER_TAKE * self.max_take
         for i in self.over_capacity[:3]:
             _q, _n, _t, lsn, node, passed, held, taken, first, cap = self.judged_claims[i]
