@@ -513,7 +513,7 @@ class ClaimOrder:
                 if passed - held > untraced + c[9]:
                     self.over_capacity.append(i)
         self._untraced(hold)
-        self.proven_rows = self.repeat_rows
+        self.proven_rows = self.repeat_rows + self.untraced_rows
 
     def _overlocker(self, queue: str, t_now: float, t: float, key: tuple[int, int, float, int]) -> bool:
         """Another claim of the queue in flight during [t_now, t] that could have locked a row of order `key`
@@ -577,12 +577,13 @@ class ClaimOrder:
         if not self.invalid:
             return []
         head = (
-            f"P5 claim order: {self.proven_rows} row(s) passed over by claims that took rows later in §6 order "
-            f"(priority ASC, ready_at ASC NULLS FIRST, id ASC) while they were claimable and no transaction held "
-            f"them — {self.repeat_rows} passed over again by a claim begun more than {self.hold:.1f} s (the run's "
+            f"P5 claim order: claims took rows later in §6 order (priority ASC, ready_at ASC NULLS FIRST, id ASC) "
+            f"than rows that were claimable and that no transaction held — {self.repeat_rows} row(s) passed over "
+            f"again by a claim begun more than {self.hold:.1f} s (the run's "
             f"longest fault-free claim) after the first; {len(self.over_capacity)} claim(s) passed over more free "
             f"rows than every transaction in flight could hold; {self.untraced_rows} ready row(s) that only an "
-            f"untraced transaction could have held, needing at least {self.aborts_needed} of them; "
+            f"untraced transaction could have held, needing at least {self.aborts_needed} of them (allowed: "
+            f"{max(OVER_MIN - 1, int(UNTRACED_SHARE * self.judged))}); "
             f"{self.judged} claims judged, {self.inversions} "
             f"passed-over (row, claim) pairs, {self.excused_fault} of them around a fault, {self.excused_written} "
             "rows explained by a concurrent transaction"
