@@ -264,7 +264,7 @@ class Freshness:
 CLAIM_HOLD_MIN = 2.5  # s: the reference's call deadline — an honest claim transaction's life at the least
 PROVEN_MIN = 2  # rows proven passed over again long after the first claim: the verdict is invalid
 OVER_MIN = 3  # claims passing over more rows than all in flight could hold, at least …
-OVER_SHARE = 0.01  # … and at least this share of the claims judged
+OVER_SHARE = 0.002  # … and at least this share of the claims judged (as UNTRACED_SHARE below)
 # untraced transactions (aborted claims) a run may need, per claim judged: the reference's soaks for issue 51
 # needed at most 1 in 1,475 claims; a worker passing over free rows needed 3–29 in 628–1,548
 UNTRACED_SHARE = 0.002
