@@ -318,21 +318,29 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
                 continue
             r.checks += 1
             t1 = _ts(e["at"])
-            t0 = t1 - ttl - 2 * SKEW_SLACK
             first_seen = ev.attempts.first_at((job.id, attempt)) or t1
             if first_seen > t1 - ttl / 2:
                 continue  # held for less than half a ttl when it expired: no renewal was due yet
-            if (
-                timeline.node_ran(node, t0, t1 + SKEW_SLACK)
-                and not timeline.db_down_during(t0, t1 + SKEW_SLACK)
-                and not timeline.cut_during(node, t0, t1 + SKEW_SLACK)
-            ):
+            # issue 51: judged per node, each fault excusing only its own duration. The lease's last renewal
+            # set it to expire at `until` (the holder's clock, its offset taken off); a node that renews
+            # each ttl/3 renews within any stretch of [until − ttl, until] longer than ttl/3 + one sample
+            # interval + FAULT_RECOVER that is free of its own faults (`_own_faults`) — the lease then
+            # outlives `until`. The stretch ends at the reclaim if that came first (a reclaimer whose clock
+            # runs ahead, less the largest offset) and at the node's death.
+            last = ev.attempts.last_until((job.id, attempt))
+            offset = ev.skewed_nodes.get(node, 0.0)
+            expiry = (float(last) - offset) if last is not None else t1
+            end = min(expiry, t1 - ev.max_skew, timeline.ended.get(node, float("inf")))
+            begin = max(expiry - ttl, timeline.started.get(node, float("inf")))
+            free = _longest_free(_own_faults(timeline, node, _machine_stalls(ev)), begin, end)
+            if free > ttl / 3 + SAMPLE_EVERY + FAULT_RECOVER:
                 skew = f" (node clocks ahead by up to {ev.max_skew:.2f}s)" if ev.max_skew else ""
                 r.add(
                     [
                         f"P2 job {job.id}: attempt {attempt} on node {node} lost its lease (lease_expired at {e['at']}) "
-                        f"although {node} was alive, not stopped, connected and the database up for the whole "
-                        f"{ttl + 2 * SKEW_SLACK:.0f}s before{skew}: it did not renew its lease in time (§6: every ttl/3)"
+                        f"although {node} was alive, not stopped, connected and the database up for {free:.1f}s of "
+                        f"the ttl before its lease ran out{skew}: it did not renew its lease in time (§6: every "
+                        f"ttl/3, {ttl / 3:.1f}s)"
                     ]
                 )
     skewed = sorted(ev.skewed_nodes)  # one name per incarnation: a long run has hundreds — name a few
@@ -790,6 +798,31 @@ def _overlap(windows: Iterable[Sequence[float]], t0: float, t1: float) -> tuple[
             total += b - max(a, reach)
             reach = b
     return total, len(spans)
+
+
+def _longest_free(windows: Iterable[Sequence[float]], t0: float, t1: float) -> float:
+    """The longest stretch of [t0, t1] no window covers (0 when t1 <= t0)."""
+    if t1 <= t0:
+        return 0.0
+    longest, reach = 0.0, t0
+    for a, b in sorted((max(a, t0), min(b, t1)) for a, b in windows if a <= t1 and b >= t0):
+        longest = max(longest, a - reach)
+        reach = max(reach, b)
+    return max(longest, t1 - reach)
+
+
+def _machine_stalls(ev: Evidence) -> list[tuple[float, float]]:
+    """Stretches in which the harness's lease sampler ran late by more than one interval (the machine
+    stalled): [previous sample + SAMPLE_EVERY, sample]. Computed once per run."""
+    cached = getattr(ev, "_stalls", None)
+    if cached is None:
+        cached, last = [], None
+        for at, _rows in ev.samples:
+            if last is not None and at - last > 2 * SAMPLE_EVERY:
+                cached.append((last + SAMPLE_EVERY, at))
+            last = at
+        ev._stalls = cached  # type: ignore[attr-defined]
+    return cached
 
 
 # After a fault ends, a node's first call may still wait out a retry backoff (the reference's longest is 2.0 s)

@@ -837,5 +837,23 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):  # MUTANT\n",
         TIMING_SUITE,
     ),
+    _one(
+        "cert_p2_renewal_needs_a_whole_free_ttl",
+        "P2: a lost lease is blamed only when its node was free of faults for a whole ttl, not for one renewal",
+        "§duty P2",
+        DUTIES_PY,
+        "            if free > ttl / 3 + SAMPLE_EVERY + FAULT_RECOVER:\n",
+        "            if free > ttl:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p2_window_ends_at_the_reclaim",
+        "P2: the ttl judged ends at the reclaim, not at the lease's own expiry (an outage after it excuses)",
+        "§duty P2",
+        DUTIES_PY,
+        "            expiry = (float(last) - offset) if last is not None else t1\n",
+        "            expiry = t1  # MUTANT\n",
+        TIMING_SUITE,
+    ),
     # --- end of issue 51's block -----------------------------------------------------------------------------
 )
