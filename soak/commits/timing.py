@@ -214,6 +214,8 @@ class Stale:
 
 class Freshness:
     def __init__(self, faults: NodeFaults | None) -> None:
+        # without the run's fault log (refine --no-ledger, a bare history) nothing can be excused: not judged
+        self.enabled = faults is not None
         self.faults = faults or NodeFaults()
         self.stale: list[Stale] = []
         self.count = 0  # stale writes
@@ -225,7 +227,7 @@ class Freshness:
         self.excused_lag_max = 0.0
 
     def judge(self, node: str | None, now: datetime, at: datetime, what: str, lsn: str) -> None:
-        if not node or node == "soak-harness":
+        if not node or node == "soak-harness" or not self.enabled:
             return
         self.judged += 1
         t_now = now.timestamp() - self.faults.offset.get(node, 0.0)
@@ -310,6 +312,8 @@ class Passed:
 
 class ClaimOrder:
     def __init__(self, faults: NodeFaults | None) -> None:
+        # without the run's fault log no freeze can be excused: claims are indexed but not judged
+        self.enabled = faults is not None
         self.faults = faults or NodeFaults()
         # queue → sorted [(order key, job id)] of rows that are or may become claimable (ready, or awaiting
         # with a ready_at); job id → (queue, key, state, ready_at, last write commit)
@@ -401,6 +405,8 @@ class ClaimOrder:
                 self.claim_lags.append(t - t_now)
             if admission:
                 self.skipped_admission += 1
+                continue
+            if not self.enabled:
                 continue
             self.judged += 1
             self._judge(node, queue, now, t_now, t, lsn, taken, jobs)
