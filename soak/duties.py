@@ -332,8 +332,15 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             expiry = (float(last) - offset) if last is not None else t1
             end = min(expiry, t1 - ev.max_skew, timeline.ended.get(node, float("inf")))
             begin = max(expiry - ttl, timeline.started.get(node, float("inf")))
-            free = _longest_free(_own_faults(timeline, node, _machine_stalls(ev)), begin, end)
-            if free > ttl / 3 + SAMPLE_EVERY + FAULT_RECOVER:
+            faults = [w for w in _own_faults(timeline, node, _machine_stalls(ev)) if w[0] <= end and w[1] >= begin]
+            stretches = _free_stretches(faults, begin, end)
+            whole = not faults and end >= expiry  # the whole ttl free: no renewal at all
+            free = max((n for n, _after in stretches), default=0.0)
+            # a renewal begun in a stretch must commit in it (one call, CALL_S), after the sample granularity;
+            # after a fault the first call may also wait out a retry backoff (RETRY_BACKOFF_S)
+            if whole or any(
+                n > ttl / 3 + SAMPLE_EVERY + CALL_S + (RETRY_BACKOFF_S if after else 0.0) for n, after in stretches
+            ):
                 skew = f" (node clocks ahead by up to {ev.max_skew:.2f}s)" if ev.max_skew else ""
                 r.add(
                     [
@@ -800,15 +807,20 @@ def _overlap(windows: Iterable[Sequence[float]], t0: float, t1: float) -> tuple[
     return total, len(spans)
 
 
-def _longest_free(windows: Iterable[Sequence[float]], t0: float, t1: float) -> float:
-    """The longest stretch of [t0, t1] no window covers (0 when t1 <= t0)."""
+def _free_stretches(windows: Iterable[Sequence[float]], t0: float, t1: float) -> list[tuple[float, bool]]:
+    """The stretches of [t0, t1] no window covers: (length, whether it begins where a window ended)."""
+    out: list[tuple[float, bool]] = []
     if t1 <= t0:
-        return 0.0
-    longest, reach = 0.0, t0
+        return out
+    reach, after = t0, False
     for a, b in sorted((max(a, t0), min(b, t1)) for a, b in windows if a <= t1 and b >= t0):
-        longest = max(longest, a - reach)
-        reach = max(reach, b)
-    return max(longest, t1 - reach)
+        if a > reach:
+            out.append((a - reach, after))
+        if b > reach:
+            reach, after = b, True
+    if t1 > reach:
+        out.append((t1 - reach, after))
+    return out
 
 
 def _machine_stalls(ev: Evidence) -> list[tuple[float, float]]:
@@ -828,6 +840,8 @@ def _machine_stalls(ev: Evidence) -> list[tuple[float, float]]:
 # After a fault ends, a node's first call may still wait out a retry backoff (the reference's longest is 2.0 s)
 # and the sampling of one interval: each fault that touches a renewal interval excuses its duration and this.
 FAULT_RECOVER = 2.0 + SAMPLE_EVERY
+CALL_S = 2.5  # s: one store call of the reference SDK at most (its call deadline; a longer one is cut, retried)
+RETRY_BACKOFF_S = 2.0  # s: the reference's longest retry backoff (impl/faults.py RetryPolicy.maximum)
 
 
 def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:

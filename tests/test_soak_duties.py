@@ -91,6 +91,14 @@ def test_p2_a_short_outage_excuses_only_its_own_duration():
     r.history += [{"t": E0 + 14, "type": "db_crash"}, {"t": E0 + 15, "type": "db_restarted"}]
     p2 = duty(r.check(), "P2")
     assert p2.verdict == "invalid" and "for 10.0s of the ttl" in p2.counterexamples[0], p2.counterexamples
+    # a 0.5 s outage just after the last renewal leaves 9 s free: time for a renewal after its recovery
+    r2 = baseline()
+    r2.jobs, r2.history = (
+        r.jobs,
+        [*r.history, {"t": E0 + 3.5, "type": "db_crash"}, {"t": E0 + 4, "type": "db_restarted"}],
+    )
+    p2 = duty(r2.check(), "P2")
+    assert p2.verdict == "invalid" and "for 9.0s of the ttl" in p2.counterexamples[0], p2.counterexamples
     # an outage over most of the ttl before the expiry leaves no stretch long enough for a renewal
     r.history += [{"t": E0 + 6, "type": "db_crash"}, {"t": E0 + 9, "type": "db_restarted"}]
     assert duty(r.check(), "P2").violations == 0

@@ -842,8 +842,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P2: a lost lease is blamed only when its node was free of faults for a whole ttl, not for one renewal",
         "§duty P2",
         DUTIES_PY,
-        "            if free > ttl / 3 + SAMPLE_EVERY + FAULT_RECOVER:\n",
-        "            if free > ttl:  # MUTANT\n",
+        "                n > ttl / 3 + SAMPLE_EVERY + CALL_S + (RETRY_BACKOFF_S if after else 0.0) for n, after in stretches\n",
+        "                n > ttl for n, after in stretches  # MUTANT\n",
         TIMING_SUITE,
     ),
     _one(
