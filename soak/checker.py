@@ -401,7 +401,7 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
     extra["crossings_acked"] = d.p19_crossing_fails(duties["P19"], state, steps)  # issue 51
     extra["slow_attempts"] = d.p20_evidence(duties["P20"], state, ledger, steps)  # issue 51
     extra["parents_parked"] = d.p10_children_signal(duties["P10"], state, ev, timeline)
-    extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps))  # P11–P17 (issue 30)
+    extra.update(d.later_duties(duties, state, ledger, ev, timeline, steps, committed))  # P11–P17 (issue 30)
     if committed:  # P11 from the committed claims: every SIGTERMed node, however fast its drain
         # issue 51: a capture gap may hide a claim — a claim after a SIGTERM, a claim past an admission
         # limit — so a history with gaps exercises none of the duties it feeds (P11, P18): their findings
@@ -412,6 +412,12 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
         extra["drains_sampled"] = extra.get("drains_sampled", 0) + judged
         for line in committed.get("claims_after_term") or ():
             duties["P11"].add([line])
+        # issue 51: claim order within a priority, judged from the committed claims (soak/commits/timing.py);
+        # a history with capture gaps judges no claim order (its findings stand, its count does not)
+        timing = committed.get("timing") or {}
+        duties["P5"].checks += 0 if gaps else int(timing.get("claims_order_judged") or 0)
+        for line in committed.get("claim_order") or ():
+            duties["P5"].add([line])
         admitted = {} if gaps else (committed.get("admission_claims") or {})
         if "P18" in duties:
             duties["P18"].checks += sum(admitted.values())

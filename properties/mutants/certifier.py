@@ -28,6 +28,7 @@ VERDICTS_PY = "soak/verdicts.py"
 FAILOVER_PY = "soak/failover.py"
 REFINE_PY = "soak/commits/refine.py"
 REPLAY_PY = "soak/commits/replay.py"
+TIMING_PY = "soak/commits/timing.py"  # issue 51: now freshness and claim order
 
 # the suites, fastest first (the runner stops at the first failure): pure checks of hand-built evidence
 CHECKER_SUITE = (
@@ -42,6 +43,7 @@ OUTCOMES_SUITE = ("tests/test_soak_outcomes.py", *CHECKER_SUITE)
 REPORT_PY = "soak/report.py"
 REPORT_SUITE = ("tests/test_soak_report_verdict.py",)
 REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
+TIMING_SUITE = ("tests/test_timing_judges.py", "tests/test_soak_duties.py")  # issue 51, pure
 
 
 def _one(
@@ -452,27 +454,27 @@ CERTIFIER: tuple[Mutant, ...] = (
     ),
     _one(
         "cert_p14_one_late_renewal_needs_a_whole_ttl",
-        "P14: one renewal interval is late only above a whole ttl (not 0.75 ttl)",
+        "P14: one renewal interval is late only a whole ttl past its limit (not one missed renewal, ttl/3)",
         "§duty P14",
         DUTIES_PY,
-        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 2):\n",
-        "        if not slow or (slow[0][0] <= ev.ttl and len(slow) < 2):  # MUTANT\n",
+        "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 2):\n",
+        "        if not slow or (slow[0][0] <= slow[0][1] + ev.ttl and len(slow) < 2):  # MUTANT\n",
     ),
     _one(
         "cert_p14_slow_renewals_need_three",
-        "P14: two renewal intervals above 0.6 ttl on a node pass (three are needed)",
+        "P14: two renewal intervals above their limit on a node pass (three are needed)",
         "§duty P14",
         DUTIES_PY,
-        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 2):\n",
-        "        if not slow or (slow[0][0] <= RENEW_LATE * ev.ttl and len(slow) < 3):  # MUTANT\n",
+        "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 2):\n",
+        "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 3):  # MUTANT\n",
     ),
     _one(
         "cert_p14_latency_anywhere_excuses",
         "P14: injected latency on any worker's route excuses every node's late renewal (not only that node's)",
         "§duty P14",
-        CHECKER_PY,
-        "        return any(a <= t1 and b >= t0 for a, b in self.slowed.get(self.slot_of.get(node), ()))\n",
-        "        return any(a <= t1 and b >= t0 for ws in self.slowed.values() for a, b in ws)  # MUTANT\n",
+        DUTIES_PY,
+        "    out += [*timeline.isolated.get(slot, ()), *timeline.slowed.get(slot, ())]\n",
+        "    out += [*timeline.isolated.get(slot, ()), *(w for ws in timeline.slowed.values() for w in ws)]  # MUTANT\n",
     ),
     _one(
         "cert_p15_only_lowered_budgets_flagged",
@@ -875,4 +877,141 @@ CERTIFIER: tuple[Mutant, ...] = (
         ),
         REPLAY_SUITE,
     ),
+    # --- issue 51: judges of order and time, fault-aware per node (soak/commits/timing.py, P17) ---------------
+    _one(
+        "cert_p17_counts_from_lease_until",
+        "P17: an expired lease counts as overdue from its lease_until even before its claim committed",
+        "§duty P17",
+        DUTIES_PY,
+        "            start = max(until, began)\n",
+        "            start = until  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p17_any_outage_excuses_the_whole_window",
+        "P17: any fault inside the expiry window excuses all of it, not only its own duration",
+        "§duty P17",
+        DUTIES_PY,
+        "            since = max(since, b)\n",
+        "            return None  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_any_nodes_sigstop_excuses",
+        "now freshness: a SIGSTOP of any node excuses a write's lag, not only its own node's",
+        "§refine",
+        TIMING_PY,
+        '        out = [(a, b, "SIGSTOP") for a, b in self.stopped.get(node, ())]\n',
+        '        out = [(a, b, "SIGSTOP") for ws in self.stopped.values() for a, b in ws]  # MUTANT\n',
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_fault_excuses_beyond_its_duration",
+        "now freshness: a fault of the node excuses any lag, not only the fault's duration plus the base",
+        "§refine",
+        TIMING_PY,
+        "        if lag <= NOW_BASE + excused:\n",
+        "        if excused or lag <= NOW_BASE:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_now_stale_writes_not_a_verdict",
+        "now freshness: stale writes are counted but do not make the trace validation invalid",
+        "§refine",
+        REFINE_PY,
+        "    elif r.stale_now:",
+        "    elif False:  # MUTANT",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_repeat_never_proves",
+        "claim order (P5): a row passed over again long after the first claim is still an honest race",
+        "§duty P5",
+        TIMING_PY,
+        "            if p.gap > hold:\n",
+        "            if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_capacity_never_proves",
+        "claim order (P5): a claim passing over more free rows than all in flight could hold is an honest race",
+        "§duty P5",
+        TIMING_PY,
+        "                if passed - held > untraced + c[9]:\n",
+        "                if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_freeze_excuses_every_row",
+        "claim order (P5): a freeze excuses every row a claim passed over, not only what a frozen claim holds",
+        "§duty P5",
+        TIMING_PY,
+        "            if rank <= can_hold and self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):\n",
+        "            if self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    Mutant(
+        "cert_claim_order_any_later_fault_excuses",
+        "claim order (P5): a SIGSTOP after the row's write excuses every later claim, even once it is over",
+        "§duty P5",
+        (
+            Edit(
+                TIMING_PY,
+                "        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)\n",
+                "        return any(written - 1.0 <= a <= t1 for a, b in frozen)  # MUTANT\n",
+            ),
+            Edit(
+                TIMING_PY,
+                "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1 and min(b, self.end) >= t0)\n",
+                "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1)  # MUTANT\n",
+            ),
+        ),
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_not_reported_in_p5",
+        "claim order (P5): the committed history's claim-order findings never reach the P5 row",
+        "§duty P5",
+        CHECKER_PY,
+        '        for line in committed.get("claim_order") or ():\n',
+        "        for line in ():  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_untraced_never_proves",
+        "claim order (P5): free rows only an untraced transaction could have held never make P5 invalid",
+        "§duty P5",
+        TIMING_PY,
+        "        if self.aborts_needed >= OVER_MIN and self.aborts_needed >= UNTRACED_SHARE * self.judged:\n",
+        "        if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_claim_order_any_concurrent_claim_holds",
+        "claim order (P5): any claim in flight could have held a passed-over row, whatever rows it took",
+        "§duty P5",
+        TIMING_PY,
+        "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t) and last < key:\n",
+        "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p2_renewal_needs_a_whole_free_ttl",
+        "P2: a lost lease is blamed only when its node was free of faults for a whole ttl, not for one renewal",
+        "§duty P2",
+        DUTIES_PY,
+        "                n > ttl / 3 + SAMPLE_EVERY + CALL_S + (RETRY_BACKOFF_S if after else 0.0) for n, after in stretches\n",
+        "                n > ttl for n, after in stretches  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p2_window_ends_at_the_reclaim",
+        "P2: the ttl judged ends at the reclaim, not at the lease's own expiry (an outage after it excuses)",
+        "§duty P2",
+        DUTIES_PY,
+        "            expiry = (float(last) - offset) if last is not None else t1\n",
+        "            expiry = t1  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    # --- end of issue 51's block -----------------------------------------------------------------------------
 )

@@ -97,6 +97,9 @@ VARIANTS: dict[str, Variant] = {
     "prunes_during_run": Variant(("I1",), "prunes terminal jobs at once (PROTOCOL §1: no pruning during a run)"),
     # --- issue 30 item 2: the last nine gaps of docs/certification.md (refine = trace validation) ---
     "claims_early": Variant(("refine",), "claims ready rows up to 30 s before they are due (§4)"),
+    # --- issue 51: order and time, judged per node ---
+    "claims_newest_first": Variant(("P5",), "within a priority claims the most recently due job first (§6 order)"),
+    "stale_now": Variant(("refine",), "an execution's writes (steps, ack) carry the `now` read at its start (§2)"),
     "inserts_attempt_one": Variant(("refine",), "spawned children and cron slots inserted at attempt 1 (§5.1)"),
     "claims_without_row_lock": Variant(("refine", "I2"), "claims without FOR UPDATE SKIP LOCKED (§6)"),
     "renews_unguarded": Variant(("refine",), "renews without the state/leased_by guard (§6)"),

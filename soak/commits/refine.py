@@ -44,10 +44,11 @@ and the lost-wakeup scenario's deliberate ack without `$children` (leased to `so
 model's fenced row write without its after-terminal steps.
 
 What is judged and what is accepted without judgement (honest limits):
-  - claim order under SKIP LOCKED is not judged (a passed-over row may have been locked by a transaction
-    that left no trace); each taken row must be claimable, and admission (global_limit, rate,
-    partition) is the model's — with the options of the queue's belay_queues row: static queue options
-    of a worker are invisible to a history, so a queue without a row is judged with the defaults;
+  - claim order under SKIP LOCKED is not judged here (a passed-over row may have been locked by a
+    transaction that left no trace) but by soak/commits/timing.py with the fault log (duty P5, issue 51);
+    each taken row must be claimable, and admission (global_limit, rate, partition) is the model's —
+    with the options of the queue's belay_queues row: static queue options of a worker are invisible to a
+    history, so a queue without a row is judged with the defaults;
   - backoff and jitter are free: a retry's or a reclaim's ready_at only has to be ≥ its `now`;
   - retention and signal TTL of a prune are recovered from the rows it deleted (the SDK's settings);
   - cron jobs of a cron without a belay_crons row (static config) are judged as plain enqueues;
@@ -81,6 +82,7 @@ from soak.commits.capture import Transaction, read_transactions
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder, Truncate, lsn_str
 from soak.commits.replay import CONVERT, TABLE_ATTR
 from soak.commits.spill import HOT, SpillDict
+from soak.commits.timing import ClaimOrder, Freshness, NodeFaults
 
 # Contract §2 clock rule: "Keep worker clocks within a few seconds of true time (NTP); leases and windows
 # tolerate small skew." A few seconds: a `now` may run ahead of the commit time by at most SKEW.
@@ -88,6 +90,8 @@ SKEW = timedelta(seconds=5)
 # A `now` is taken before the transaction commits: a SIGSTOP, a stall or a database crash-restart between
 # the two makes it older than the commit by the stall (the soak stops nodes for up to --stop-for, 15 s by
 # default, and zombie stops last until a later attempt journals). Bounded generously; reported per run.
+# Issue 51: where the rows name the writing node, its lag is judged per node (soak/commits/timing.py):
+# beyond 5 s only that node's own faults excuse it, each by its duration; LAG stays the bound for the rest.
 LAG = timedelta(seconds=300)
 HARNESS_NODE = "soak-harness"  # soak/scenarios.py _finish_children_silently
 FAR = datetime(9999, 1, 1, tzinfo=UTC)
@@ -159,6 +163,11 @@ class RefinementResult:
     drains_judged: int = 0  # SIGTERMed nodes whose claims the history holds
     claims_after_term: list[str] = field(default_factory=list)  # one line per offending node
     admission_claims: Counter = field(default_factory=Counter)  # queue → explained claims under §6 admission
+    # issue 51: judges of order and time (soak/commits/timing.py)
+    stale_now: list[str] = field(default_factory=list)  # `now` freshness findings (make the verdict invalid)
+    claim_order: list[str] = field(default_factory=list)  # duty P5 from the committed claims
+    claimed_expired: list[tuple[int, int, float]] = field(default_factory=list)  # duty P17
+    timing: dict[str, Any] = field(default_factory=dict)  # the judges' counts and measured lags
 
     def line(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in self.by_kind.most_common())
@@ -192,6 +201,10 @@ class RefinementResult:
             "drains_judged": self.drains_judged,
             "claims_after_term": self.claims_after_term[:20],
             "admission_claims": dict(self.admission_claims),
+            "stale_now": self.stale_now[:10],
+            "claim_order": self.claim_order[:10],
+            "claimed_expired": [list(c) for c in self.claimed_expired],
+            "timing": self.timing,
         }
 
 
@@ -217,6 +230,7 @@ class HarnessLedger:
     strict: bool = False  # True: a client cancel/signal must be recorded here
     terms: Mapping[str, float] = field(default_factory=dict)  # node → its SIGTERM (the nemesis's drain_term)
     lease_ttl: float | None = None  # the run's BELAY_LEASE_TTL (run_start): a claim's `now` = lease_until − ttl
+    faults: NodeFaults | None = None  # issue 51: the fault log per node (now freshness, claim order)
 
     @classmethod
     def load(cls, source: Any) -> HarnessLedger:
@@ -239,7 +253,9 @@ class HarnessLedger:
         silent: set[int] = set()
         terms: dict[str, float] = {}
         ttl: float | None = None
+        faults = NodeFaults()
         for r in records:
+            faults.feed(r)
             t = r.get("type")
             if t == "run_start" and r.get("lease_ttl") is not None:
                 ttl = float(r["lease_ttl"])
@@ -253,7 +269,7 @@ class HarnessLedger:
                 signals.add(int(r["job_id"]))
             elif t in ("lost_wakeup", "lost_wakeup_intent"):  # the intent precedes the ack (scenarios.py)
                 silent.update(int(c) for c in r.get("children", ()))
-        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms, ttl)
+        return cls(frozenset(cancels), frozenset(signals), frozenset(silent), True, terms, ttl, faults)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -675,6 +691,10 @@ class Validator:
         self.keep_going = keep_going
         self._late_claims: dict[str, int] = {}  # P11: node → rows claimed after its SIGTERM
         self._late_first: dict[str, tuple[float, int]] = {}
+        self.fresh = Freshness(ledger.faults)  # issue 51: `now` freshness per node
+        self.order = ClaimOrder(ledger.faults)  # issue 51: claim order (duty P5)
+        self._lsn = ""
+        self._last_at: datetime | None = None
 
     # --- decoding ----------------------------------------------------------------------------------
 
@@ -746,7 +766,11 @@ class Validator:
 
     # --- recovery of the candidate operations ----------------------------------------------------------
 
-    def now_ok(self, now: datetime, at: datetime, what: str) -> None:
+    def now_ok(self, now: datetime, at: datetime, what: str, node: str | None = None) -> None:
+        """§2 clock rule: `now` within SKEW ahead of the commit and LAG behind it (the blanket bound); with
+        the writer `node` known, its lag is judged against the node's own faults (soak/commits/timing.py)."""
+        if node is not None:
+            self.fresh.judge(node, now, at, what, self._lsn)
         if now > at + SKEW:
             raise Mismatch(
                 f"{what}: now {now.isoformat()} is {(now - at).total_seconds():.3f} s after the commit (> {SKEW.total_seconds():g} s skew)"
@@ -895,7 +919,7 @@ class Validator:
                 continue  # deletes: prune (checked with the jobs it deletes)
             if b is not None:
                 raise Mismatch(f"belay_steps {(job_id, name)!r} updated: steps are immutable (§8.2)")
-            self.now_ok(a.inserted_at, at, f"step {name!r} of job {job_id}")
+            self.now_ok(a.inserted_at, at, f"step {name!r} of job {job_id}", self._holder(job_id, J))
             if name.startswith("$sleep:"):
                 sleeps[job_id] = a
             elif name.startswith("$spawn:"):
@@ -973,7 +997,7 @@ class Validator:
                 continue
             if b is not None:
                 raise Mismatch(f"belay_events {(job_id, seq)!r} updated: the event stream is append-only")
-            self.now_ok(a.inserted_at, at, f"event {seq} of job {job_id}")
+            self.now_ok(a.inserted_at, at, f"event {seq} of job {job_id}", self._holder(job_id, J))
             head.append(("emit_event", w.EmitEvent(a.inserted_at, job_id, a.payload, seq)))
         # --- signals
         children_written = [a for (_s, n), (_b, a) in G.items() if n == "$children" and a is not None]
@@ -1013,7 +1037,7 @@ class Validator:
                     stamped = lease_until - timedelta(seconds=self.ledger.lease_ttl)
                     if lo <= stamped <= hi:
                         now = stamped
-            self.now_ok(now, at, f"claim by {node}")
+            self.now_ok(now, at, f"claim of job(s) {sorted(r.id for r in rows)[:5]} by {node}", node)
             if lease_until <= now:
                 raise Mismatch(
                     f"claim by {node}: lease_until {lease_until.isoformat()} not after now {now.isoformat()}"
@@ -1090,7 +1114,7 @@ class Validator:
             ats = [s.inserted_at for s in children_written]
             ats += [a.finished_at for b, a in maybe_derived_cancel if a.finished_at is not None]
             now = ats[0] if ats else max(x.now for x in ack_ops)
-            self.now_ok(now, at, "ack batch")
+            self.now_ok(now, at, f"ack batch of jobs {[b.id for b, _a in acks][:5]}", acks[0][0].leased_by)
             tail.append(("ack_many", w.AckMany(now, tuple(ack_ops))))
         tail.extend(sleep_ops)
         for b, a in parks:
@@ -1180,6 +1204,11 @@ class Validator:
         "prune": 11,
     }
 
+    def _holder(self, job_id: int, J: Mapping[int, tuple[Any, Any]]) -> str | None:
+        """The node writing a running job's step or event: its lease holder (issue 51, `now` freshness)."""
+        b = J[job_id][0] if job_id in J else self.world.jobs.get(job_id)
+        return b.leased_by if b is not None and b.state == "running" else None
+
     def _order(self, seq: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         return sorted(seq, key=lambda kv: self.ORDER.get(kv[0], 5))
 
@@ -1192,11 +1221,11 @@ class Validator:
             except Exception as exc:  # noqa: BLE001
                 raise Mismatch(f"job {a.id}: undecodable result ({exc})") from None
             now = a.finished_at or at
-            self.now_ok(now, at, f"ack of job {a.id}")
+            self.now_ok(now, at, f"ack of job {a.id} attempt {b.attempt}", b.leased_by)
             return w.Ack(now, a.id, b.attempt, w.Succeed(value))
         if a.state == "cancelled":
             now = a.finished_at or at
-            self.now_ok(now, at, f"ack of job {a.id}")
+            self.now_ok(now, at, f"ack of job {a.id} attempt {b.attempt}", b.leased_by)
             return w.Ack(now, a.id, b.attempt, w.CancelSelf())
         if grew and a.state in ("failed", "ready"):
             e = a.errors[-1]
@@ -1206,7 +1235,7 @@ class Validator:
                 now = _parse_at(e["at"])
             except (TypeError, ValueError) as exc:
                 raise Mismatch(f"job {a.id}: error entry time {e.get('at')!r}: {exc}") from None
-            self.now_ok(now, at, f"ack of job {a.id}")
+            self.now_ok(now, at, f"ack of job {a.id} attempt {b.attempt}", b.leased_by)
             try:
                 if a.state == "failed":
                     fail = w.Fail(e["error"], e.get("detail"), None)
@@ -1437,6 +1466,7 @@ class Validator:
         r = self.result
         r.transactions += 1
         rows = self.rows_of(tx)
+        self._lsn, self._last_at = lsn_str(rows.lsn), rows.at
         if rows.gap:
             r.capture_gaps += len(rows.gap)
             for k in rows.rows.get(JOBS, {}):
@@ -1494,6 +1524,15 @@ class Validator:
                         tainted,
                     )
                 )
+        # issue 51: claim order, judged on the rows before this transaction (soak/commits/timing.py)
+        self.order.observe(
+            rows.rows.get(JOBS, {}),
+            rows.at,
+            self._lsn,
+            [(c.node, c.queue, c.now, c.opts.needs_admission_lock) for c in _claims(explained)]
+            if explained is not None
+            else (),
+        )
         # the transaction's rows become the state (on a match they equal the model's)
         for table, changed in rows.rows.items():
             for key, (_b, a) in changed.items():
@@ -1522,6 +1561,33 @@ class Validator:
 
     def finish_duties(self) -> None:
         r = self.result
+        # issue 51: the judges of order and time (soak/commits/timing.py)
+        self.order.finish(self._last_at)
+        r.stale_now = self.fresh.lines()
+        r.claim_order = [] if r.capture_gaps else self.order.lines()  # a gap may hide the lock holder
+        r.claimed_expired = self.order.claimed_expired
+        lags = sorted(self.fresh.lags)
+        r.timing = {
+            "now_judged": self.fresh.judged,
+            "now_stale": self.fresh.count,
+            "now_fault_free_lag_max_s": round(self.fresh.free_lag_max, 3),
+            "now_lags_under_half_s": self.fresh.small,
+            "now_fault_free_lags_over_half_s": len(lags),
+            "now_excused_lag_max_s": round(self.fresh.excused_lag_max, 3),
+            "now_fault_free_lag_p99_s": lags[int(0.99 * (len(lags) - 1))] if lags else 0.0,
+            "claims_order_judged": self.order.judged,
+            "claims_admission_not_judged": self.order.skipped_admission,
+            "passed_over_pairs": self.order.inversions,
+            "passed_over_written_concurrently": self.order.excused_written,
+            "passed_over_around_a_fault": self.order.excused_fault,
+            "passed_over_proven_rows": self.order.proven_rows,
+            "passed_over_again_rows": self.order.repeat_rows,
+            "claims_over_capacity": len(self.order.over_capacity),
+            "passed_over_untraced_rows": self.order.untraced_rows,
+            "untraced_transactions_needed": self.order.aborts_needed,
+            "claim_hold_s": round(self.order.hold, 3),
+            "fault_events": self.fresh.faults.events,
+        }
         r.drains_judged = 0 if r.capture_gaps else len(self.ledger.terms)  # a gap may hide a claim
         for node, n in sorted(self._late_claims.items()):
             after, lsn = self._late_first[node]
@@ -1587,6 +1653,9 @@ def validate(
     if r.unexplained_hard:
         r.verdict = "invalid"
         r.why = f"{r.unexplained} transaction(s) no operation of the model explains"
+    elif r.stale_now:  # issue 51: a write's `now` older than its commit beyond its node's own faults
+        r.verdict = "invalid"
+        r.why = r.stale_now[0]
     elif r.unexplained or r.capture_gaps or r.matches_snapshot is False:
         r.verdict = "unknown"
         r.why = (
