@@ -28,6 +28,7 @@ import pytest
 
 from impl.cli import main as belay_main
 from impl.failures import describe_database_error
+from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,14 +270,6 @@ def test_worker_gives_up_only_when_asked_and_says_so_once(tmp_path):
     assert run.seconds >= 3, run  # it waited for the limit before giving up
 
 
-def _wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
     """Started before its database exists, the worker waits; the database crashes under it and comes
     back: one line for each change, no traceback, and SIGTERM still stops it cleanly."""
@@ -304,16 +297,16 @@ def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
                 env={**_env(), "REAPER_REPORT": str(report)},
             )
             try:
-                _wait_for(lambda: "waiting for the database" in log.read_text(), 30, "the waiting line")
+                wait_for(lambda: "waiting for the database" in log.read_text(), 30, "the waiting line")
                 cluster.start()
                 with psycopg.connect(cluster.url, autocommit=True) as c:
                     migrate(c)
-                _wait_for(lambda: "running queues" in log.read_text(), 30, "the worker to start")
+                wait_for(lambda: "running queues" in log.read_text(), 30, "the worker to start")
                 cluster.crash()
-                _wait_for(lambda: "database unreachable" in log.read_text(), 30, "the outage line")
+                wait_for(lambda: "database unreachable" in log.read_text(), 30, "the outage line")
                 time.sleep(2)  # several retry rounds while it is down: still one line
                 cluster.restart()
-                _wait_for(lambda: "reachable again" in log.read_text(), 30, "the recovery line")
+                wait_for(lambda: "reachable again" in log.read_text(), 30, "the recovery line")
                 os.kill(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
             finally:
@@ -351,7 +344,7 @@ def _spawn_reaped(argv: list[str], tmp_path: Path, env: dict[str, str] | None = 
 
 
 def _child_pid(report: Path) -> int:
-    _wait_for(lambda: Path(str(report) + ".pid").exists(), 10, "the child pid")
+    wait_for(lambda: Path(str(report) + ".pid").exists(), 10, "the child pid")
     return int(Path(str(report) + ".pid").read_text())
 
 
@@ -366,7 +359,7 @@ def test_belay_db_stops_its_cluster_on_a_signal(signum, inherited, tmp_path):
     ignored = (signum,) if inherited == "ignored" else ()
     proc, log, report, out = _spawn_reaped(belay("db", "--no-migrate"), tmp_path, ignored=ignored)
     try:
-        _wait_for(lambda: "postgresql://" in log.read_text(), 60, "the URL")
+        wait_for(lambda: "postgresql://" in log.read_text(), 60, "the URL")
         os.kill(_child_pid(report), signum)
         proc.wait(timeout=60)
     finally:
@@ -406,7 +399,7 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
         tmp_path,
     )
     try:
-        _wait_for(lambda: "READY" in log.read_text(), 120, "the test to start")
+        wait_for(lambda: "READY" in log.read_text(), 120, "the test to start")
         os.kill(_child_pid(report), signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -466,7 +459,7 @@ def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path
     )
     try:
         # the faults phase: workers are running and have logged
-        _wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")
+        wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")
         os.kill(_child_pid(report), signal.SIGTERM)
         proc.wait(timeout=120)
     finally:

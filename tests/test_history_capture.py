@@ -19,6 +19,7 @@ from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.testing import wait_for
 from model import worker_ops as w
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions
 from soak.commits.hook import HistoryCheck
@@ -52,13 +53,6 @@ def slots(url: str) -> list[str]:
         return [
             r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()")
         ]
-
-
-def wait_for(cond, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_a_captured_history_replays_into_the_final_snapshot_with_every_transition_legal(url, tmp_path):
@@ -149,11 +143,11 @@ def test_no_committed_change_is_missed_across_a_crash_restart_mid_capture(tmp_pa
 
         t = threading.Thread(target=writer, daemon=True)
         t.start()
-        wait_for(lambda: len(acked) > 50 and cap.stats["transactions"] > 20)
+        wait_for(lambda: len(acked) > 50 and cap.stats["transactions"] > 20, 90.0, "acks and captured transactions")
         c.crash()
         c.restart()
         before = len(acked)
-        wait_for(lambda: len(acked) > before + 50)
+        wait_for(lambda: len(acked) > before + 50, 90.0, "50 more acks")
         stop.set()
         t.join()
         cap.stop()
