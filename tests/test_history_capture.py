@@ -25,27 +25,7 @@ from soak.commits.capture import Capture, CaptureUnavailable, read_transactions
 from soak.commits.hook import HistoryCheck
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder
 from soak.commits.replay import replay
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
-    yield c
-    c.destroy()
-
-
-@pytest.fixture
-def url(cluster):
-    name = f"h_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    u = cluster.url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(u, autocommit=True) as c:
-        migrate(c)
-    yield u
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
-        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 
 def slots(url: str) -> list[str]:

@@ -17,7 +17,7 @@ def test_returns_the_first_truthy_value_after_polling():
 
 def test_fails_after_the_timeout_naming_what_it_waited_for():
     calls = itertools.count()
-    with pytest.raises(AssertionError, match="gave up after 0.05s waiting for the LISTEN"):
+    with pytest.raises(AssertionError, match=r"gave up after 0\.05s waiting for the LISTEN"):
         wait_for(lambda: next(calls) < 0, 0.05, "the LISTEN", interval=0.01)
     assert next(calls) > 1, "it polled more than once before giving up"
 
