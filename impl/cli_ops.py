@@ -469,21 +469,6 @@ def register(main: click.Group) -> None:
             f"queue {name} paused (reference nodes stop claiming within their queue refresh interval)"
         )
 
-    name_command(
-        queue_group,
-        "resume",
-        "Let reference nodes claim from NAME again.",
-        lambda op, name, app: op.resume(name),
-        lambda name, done: f"queue {name} resumed",
-    )
-    name_command(
-        queue_group,
-        "delete",
-        "Remove NAME's belay_queues row (nodes run it on their static options again; its jobs stay).",
-        lambda op, name, app: op.delete_queue(name),
-        lambda name, done: f"queue {name}: row deleted (it had {json.dumps(done['opts'])})",
-    )
-
     # --- crons (§8.5) ---------------------------------------------------------------------------------
 
     @main.group("cron")
@@ -568,29 +553,50 @@ def register(main: click.Group) -> None:
             return out.json(done)
         _cron_rows([done])
 
-    name_command(
-        cron_group,
-        "pause",
-        "Stop NAME firing on every node (a static cron gets a paused belay_crons row).",
-        lambda op, name, app: op.set_cron_paused(name, True, static=_static(app)),
-        lambda name, done: f"cron {name} paused",
-        app=True,
-    )
-    name_command(
-        cron_group,
-        "resume",
-        "Let NAME fire again (from its next slot: paused slots are not fired afterwards).",
-        lambda op, name, app: op.set_cron_paused(name, False, static=_static(app)),
-        lambda name, done: f"cron {name} resumed; next slots: {', '.join(done['next_slots']) or 'none'}",
-        app=True,
-    )
-    name_command(
-        cron_group,
-        "delete",
-        "Remove NAME's belay_crons row (a static cron of the same name fires again).",
-        lambda op, name, app: op.delete_cron(name),
-        lambda name, done: f"cron {name}: row deleted",
-    )
+    # The commands of one shape, NAME [--app]: one Operator call, then JSON or one line.
+    for group, command, help, act, say, app in (
+        (
+            queue_group,
+            "resume",
+            "Let reference nodes claim from NAME again.",
+            lambda op, name, app: op.resume(name),
+            lambda name, done: f"queue {name} resumed",
+            False,
+        ),
+        (
+            queue_group,
+            "delete",
+            "Remove NAME's belay_queues row (nodes run it on their static options again; its jobs stay).",
+            lambda op, name, app: op.delete_queue(name),
+            lambda name, done: f"queue {name}: row deleted (it had {json.dumps(done['opts'])})",
+            False,
+        ),
+        (
+            cron_group,
+            "pause",
+            "Stop NAME firing on every node (a static cron gets a paused belay_crons row).",
+            lambda op, name, app: op.set_cron_paused(name, True, static=_static(app)),
+            lambda name, done: f"cron {name} paused",
+            True,
+        ),
+        (
+            cron_group,
+            "resume",
+            "Let NAME fire again (from its next slot: paused slots are not fired afterwards).",
+            lambda op, name, app: op.set_cron_paused(name, False, static=_static(app)),
+            lambda name, done: f"cron {name} resumed; next slots: {', '.join(done['next_slots']) or 'none'}",
+            True,
+        ),
+        (
+            cron_group,
+            "delete",
+            "Remove NAME's belay_crons row (a static cron of the same name fires again).",
+            lambda op, name, app: op.delete_cron(name),
+            lambda name, done: f"cron {name}: row deleted",
+            False,
+        ),
+    ):
+        name_command(group, command, help, act, say, app=app)
 
     @main.command("prune")
     @click.option("--dry-run", is_flag=True, help="only report what would be deleted")
