@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -348,6 +348,32 @@ def _child_pid(report: Path) -> int:
     return int(Path(str(report) + ".pid").read_text())
 
 
+def _signalled(
+    argv: list[str],
+    tmp_path: Path,
+    ready: Callable[[Path], bool],
+    what: str,
+    timeout: float,
+    *,
+    signum: int = signal.SIGTERM,
+    stop_within: float = 60,
+    env: dict[str, str] | None = None,
+    ignored: tuple[int, ...] = (),
+) -> tuple[dict, str]:
+    """Run `argv` under the reaper until `ready(log)`, send its process `signum`, wait up to `stop_within` s
+    for the reaper; the reaper's report (what was left) and the command's output."""
+    proc, log, report, out = _spawn_reaped(argv, tmp_path, env=env, ignored=ignored)
+    try:
+        wait_for(lambda: ready(log), timeout, what)
+        os.kill(_child_pid(report), signum)
+        proc.wait(timeout=stop_within)
+    finally:
+        out.close()
+        if proc.poll() is None:
+            proc.kill()
+    return json.loads(report.read_text()), log.read_text()
+
+
 # What the long-running commands promise (docs/signals.md): `belay db`, `belay worker`, the test suite and
 # the mutant runner stop cleanly on SIGINT, SIGTERM and SIGHUP whatever disposition they inherited;
 # `belay serve` / `belay dashboard` stop on SIGINT and SIGTERM (uvicorn installs its own handlers for both).
@@ -357,18 +383,17 @@ def _child_pid(report: Path) -> int:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_belay_db_stops_its_cluster_on_a_signal(signum, inherited, tmp_path):
     ignored = (signum,) if inherited == "ignored" else ()
-    proc, log, report, out = _spawn_reaped(belay("db", "--no-migrate"), tmp_path, ignored=ignored)
-    try:
-        wait_for(lambda: "postgresql://" in log.read_text(), 60, "the URL")
-        os.kill(_child_pid(report), signum)
-        proc.wait(timeout=60)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    assert result["left"] == [], (result, log.read_text())
-    assert "Traceback" not in log.read_text()
+    result, text = _signalled(
+        belay("db", "--no-migrate"),
+        tmp_path,
+        lambda log: "postgresql://" in log.read_text(),
+        "the URL",
+        60,
+        signum=signum,
+        ignored=ignored,
+    )
+    assert result["left"] == [], (result, text)
+    assert "Traceback" not in text
 
 
 def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
@@ -381,7 +406,7 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
             time.sleep(120)
     """)
     )
-    proc, log, report, out = _spawn_reaped(
+    result, text = _signalled(
         [
             sys.executable,
             "-m",
@@ -397,17 +422,11 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
             str(ROOT),
         ],
         tmp_path,
+        lambda log: "READY" in log.read_text(),
+        "the test to start",
+        120,
     )
-    try:
-        wait_for(lambda: "READY" in log.read_text(), 120, "the test to start")
-        os.kill(_child_pid(report), signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    assert result["left"] == [], (result, log.read_text()[-2000:])
+    assert result["left"] == [], (result, text[-2000:])
 
 
 # --- the soak ---------------------------------------------------------------------------------------------
@@ -441,7 +460,7 @@ def test_the_soak_on_a_refused_database_says_so_in_one_line_and_checks_nothing(t
 
 def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path):
     reports = tmp_path / "reports"
-    proc, log, report, out = _spawn_reaped(
+    result, text = _signalled(
         [
             str(ROOT / "soak" / "run.sh"),
             "--workers",
@@ -455,19 +474,13 @@ def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path
             "1",
         ],
         tmp_path,
+        # the faults phase: workers are running and have logged
+        lambda log: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")),
+        "running workers",
+        120,
+        stop_within=120,
         env=_soak_env(),
     )
-    try:
-        # the faults phase: workers are running and have logged
-        wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")
-        os.kill(_child_pid(report), signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    text = log.read_text()
     assert result["rc"] == 2, (result, text[-3000:])
     assert result["left"] == [], (result, text[-3000:])  # no postgres, no worker, no driver left
     assert "Traceback" not in text, text[-3000:]
