@@ -333,11 +333,15 @@ RECORDER = Recorder()
 
 @contextmanager
 def recording() -> Iterator[Counter[str]]:
-    """Count every named statement the store fetches (and the compact insert it builds) in this block."""
+    """Count every named statement the store fetches (and the compact insert it builds) in this block, from
+    zero: the counter is process-wide, and an earlier run in this process (the model comparison, in an xdist
+    worker that ran it first) must not leak into the block's counts."""
     import impl.store as store_module
     from impl.queries import SchemaSQL
 
     rec = RECORDER
+    rec.counts.clear()
+    rec.by_rule.clear()
     orig_q, orig_qb, orig_compact = SchemaSQL.q, SchemaSQL.qb, store_module._compact_insert
     orig_solo = store_module._enqueue_solo
 
@@ -424,9 +428,7 @@ def run_machine(db_url: str, profile: str, stateful: Any) -> Run:
             machine_steps.append(self.steps)
             super().teardown()
 
-    RECORDER.counts.clear()
-    RECORDER.by_rule.clear()
-    RECORDER.rules.clear()
+    RECORDER.rules.clear()  # recording() below starts counts and by_rule from zero
     RECORDER.paths.clear()
     error: BaseException | None = None
     started = time.perf_counter()
