@@ -717,7 +717,7 @@ def _median_or_none(values: list[float | None]) -> float | None:
     )
 
 
-# The README's claims: each compares two systems round by round (the same round, so the same noise).
+# The claims of docs/benchmarks.md: each compares two systems round by round (the same round, so the same noise).
 CLAIMS = (
     ("belay-unbatched", "pgqueuer-10", "the default kind ÷ pgqueuer's default"),
     ("belay-batched", "pgqueuer-100", "batched ÷ pgqueuer batch 100"),

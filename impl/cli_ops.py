@@ -360,6 +360,21 @@ def register(main: click.Group) -> None:
         done = op.steer(job_id, _json_arg(payload, "JSON"))
         out.json(done) if out.as_json else click.echo(f"job {job_id} steered")
 
+    def name_command(group: click.Group, command: str, help: str, act: Callable, say: Callable, *, app: bool = False):
+        """`belay GROUP COMMAND NAME [--app MODULE]`: `act(op, name, app)`, then its result as JSON or the line
+        `say(name, done)` (the shape of queue resume/delete and cron pause/resume/delete)."""
+
+        def run(op, out: Out, name: str, app: str | None = None) -> None:
+            done = act(op, name, app)
+            out.json(done) if out.as_json else click.echo(say(name, done))
+
+        cmd = operator_command(run)
+        group.command(command, help=help)(click.argument("name")(app_option(cmd) if app else cmd))
+
+    app_option = click.option(
+        "--app", default=None, help="MODULE[:ATTR] Registry whose static crons (Registry.cron) are included"
+    )
+
     @main.group("queue")
     def queue_group() -> None:
         """Runtime queue options (belay_queues), reconciled by every reference node."""
@@ -454,32 +469,12 @@ def register(main: click.Group) -> None:
             f"queue {name} paused (reference nodes stop claiming within their queue refresh interval)"
         )
 
-    @queue_group.command("resume")
-    @click.argument("name")
-    @operator_command
-    def queue_resume_cmd(op, out: Out, name: str) -> None:
-        """Let reference nodes claim from NAME again."""
-        done = op.resume(name)
-        out.json(done) if out.as_json else click.echo(f"queue {name} resumed")
-
-    @queue_group.command("delete")
-    @click.argument("name")
-    @operator_command
-    def queue_delete_cmd(op, out: Out, name: str) -> None:
-        """Remove NAME's belay_queues row (nodes run it on their static options again; its jobs stay)."""
-        done = op.delete_queue(name)
-        out.json(done) if out.as_json else click.echo(f"queue {name}: row deleted (it had {json.dumps(done['opts'])})")
-
     # --- crons (§8.5) ---------------------------------------------------------------------------------
 
     @main.group("cron")
     def cron_group() -> None:
         """Crons: belay_crons rows (runtime CRUD) merged by name over the static crons an app's registry
         declares beside its kinds (Registry.cron); pass --app to see and pause those too."""
-
-    app_option = click.option(
-        "--app", default=None, help="MODULE[:ATTR] Registry whose static crons (Registry.cron) are included"
-    )
 
     def _static(app: str | None) -> tuple:
         if app is None:
@@ -558,33 +553,50 @@ def register(main: click.Group) -> None:
             return out.json(done)
         _cron_rows([done])
 
-    @cron_group.command("pause")
-    @click.argument("name")
-    @app_option
-    @operator_command
-    def cron_pause_cmd(op, out: Out, name: str, app: str | None) -> None:
-        """Stop NAME firing on every node (a static cron gets a paused belay_crons row)."""
-        done = op.set_cron_paused(name, True, static=_static(app))
-        out.json(done) if out.as_json else click.echo(f"cron {name} paused")
-
-    @cron_group.command("resume")
-    @click.argument("name")
-    @app_option
-    @operator_command
-    def cron_resume_cmd(op, out: Out, name: str, app: str | None) -> None:
-        """Let NAME fire again (from its next slot: paused slots are not fired afterwards)."""
-        done = op.set_cron_paused(name, False, static=_static(app))
-        if out.as_json:
-            return out.json(done)
-        click.echo(f"cron {name} resumed; next slots: {', '.join(done['next_slots']) or 'none'}")
-
-    @cron_group.command("delete")
-    @click.argument("name")
-    @operator_command
-    def cron_delete_cmd(op, out: Out, name: str) -> None:
-        """Remove NAME's belay_crons row (a static cron of the same name fires again)."""
-        done = op.delete_cron(name)
-        out.json(done) if out.as_json else click.echo(f"cron {name}: row deleted")
+    # The commands of one shape, NAME [--app]: one Operator call, then JSON or one line.
+    for group, command, help, act, say, app in (
+        (
+            queue_group,
+            "resume",
+            "Let reference nodes claim from NAME again.",
+            lambda op, name, app: op.resume(name),
+            lambda name, done: f"queue {name} resumed",
+            False,
+        ),
+        (
+            queue_group,
+            "delete",
+            "Remove NAME's belay_queues row (nodes run it on their static options again; its jobs stay).",
+            lambda op, name, app: op.delete_queue(name),
+            lambda name, done: f"queue {name}: row deleted (it had {json.dumps(done['opts'])})",
+            False,
+        ),
+        (
+            cron_group,
+            "pause",
+            "Stop NAME firing on every node (a static cron gets a paused belay_crons row).",
+            lambda op, name, app: op.set_cron_paused(name, True, static=_static(app)),
+            lambda name, done: f"cron {name} paused",
+            True,
+        ),
+        (
+            cron_group,
+            "resume",
+            "Let NAME fire again (from its next slot: paused slots are not fired afterwards).",
+            lambda op, name, app: op.set_cron_paused(name, False, static=_static(app)),
+            lambda name, done: f"cron {name} resumed; next slots: {', '.join(done['next_slots']) or 'none'}",
+            True,
+        ),
+        (
+            cron_group,
+            "delete",
+            "Remove NAME's belay_crons row (a static cron of the same name fires again).",
+            lambda op, name, app: op.delete_cron(name),
+            lambda name, done: f"cron {name}: row deleted",
+            False,
+        ),
+    ):
+        name_command(group, command, help, act, say, app=app)
 
     @main.command("prune")
     @click.option("--dry-run", is_flag=True, help="only report what would be deleted")

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 
@@ -51,3 +53,23 @@ class TestDatabases:
 def session_databases() -> TestDatabases:
     """Provision in the README's order (BELAY_DATABASE_URL, Docker, embedded) — reads the env."""
     return TestDatabases(provision())
+
+
+def wait_for(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str = "the condition",
+    *,
+    interval: float = 0.02,
+    error: type[Exception] = AssertionError,
+) -> Any:
+    """Poll `condition` until it returns something truthy, and return that; raise `error` naming `what`
+    after `timeout` seconds. The one wait of tests/ and properties/ (issue 55: it had eight copies)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise error(f"gave up after {timeout}s waiting for {what}")
+        time.sleep(interval)

@@ -27,6 +27,7 @@ import pytest
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig, utc_now
 from impl.store import PgStore
+from impl.testing import wait_for as _wait_for
 from impl.worker import JobContext, Registry
 from model import ops
 from model import worker_ops as w
@@ -161,14 +162,7 @@ def workers(db: str):
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return _wait_for(condition, timeout, what, interval=interval)
 
 
 def row(pg: psycopg.Connection, job_id: int) -> tuple:

@@ -14,7 +14,7 @@ from properties import stateful, statements
 from properties.stateful import PROFILE
 
 # One machine run per process serves both modules (statements.run_machine): under pytest-xdist they must
-# share a worker, or the ~30 s run happens twice (`-n 3 --dist loadgroup`, README "Verifying").
+# share a worker, or the ~30 s run happens twice (`-n 3 --dist loadgroup`, docs/testing.md "Verifying").
 pytestmark = pytest.mark.xdist_group("stateful-run")
 
 

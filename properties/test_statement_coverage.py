@@ -18,7 +18,7 @@ from properties.stateful import PROFILE
 from properties.statements import DEAD, ELSEWHERE, FLOORS, ROOT, inventory
 
 # One machine run per process serves both modules (statements.run_machine): under pytest-xdist they must
-# share a worker, or the ~30 s run happens twice (`-n 3 --dist loadgroup`, README "Verifying").
+# share a worker, or the ~30 s run happens twice (`-n 3 --dist loadgroup`, docs/testing.md "Verifying").
 pytestmark = pytest.mark.xdist_group("stateful-run")
 
 

@@ -22,42 +22,23 @@ import psycopg
 import pytest
 
 from impl.client import Client
-from impl.migrate import migrate
-from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.snapshot import snapshot
 from impl.store import PgStore
 from model import worker_ops as w
 from soak.commits.capture import Capture, parse_lsn, read_transactions
 from soak.commits.replay import replay
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 
 class LostReply(psycopg.OperationalError):
     """The server executed the poll, the client never got the rows (connection died mid-reply)."""
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
-    yield c
-    c.destroy()
-
-
 @pytest.fixture
-def db(cluster):
+def db(url):
     """A fresh database on the module's cluster (crash-restarts affect the whole cluster: tests run in
     sequence, each crash is waited for)."""
-    import secrets
-
-    name = f"c_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    url = cluster.url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(url, autocommit=True) as c:
-        migrate(c)
-    yield url
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
-        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return url
 
 
 def crash_restart(cluster) -> None:

@@ -16,10 +16,8 @@ from model import worker_ops as w
 from soak.broken.base import patched_queries
 from soak.commits.capture import read_transactions
 from soak.commits.replay import load_state, replay
-from tests import test_refine
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url, as test_refine.py)
 from tests.test_refine import TTL, Captured, first, now
-
-cluster, url = test_refine.cluster, test_refine.url  # the same logical-replication cluster fixtures
 
 
 def test_a_claim_of_a_row_not_yet_due_is_unexplained_and_named_not_claimable(url, tmp_path):

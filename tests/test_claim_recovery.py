@@ -26,11 +26,11 @@ import pytest
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.store import PgStore
+from impl.testing import wait_for
 from impl.worker import Registry
 from model import worker_ops as w
 from model.ops import JobSpec
 from model.queues import QueueOpts
-from tests.test_runtime import wait_for
 
 Q = "recovery"
 

@@ -19,7 +19,7 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
@@ -28,6 +28,7 @@ import pytest
 
 from impl.cli import main as belay_main
 from impl.failures import describe_database_error
+from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -269,14 +270,6 @@ def test_worker_gives_up_only_when_asked_and_says_so_once(tmp_path):
     assert run.seconds >= 3, run  # it waited for the limit before giving up
 
 
-def _wait_for(pred, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
     """Started before its database exists, the worker waits; the database crashes under it and comes
     back: one line for each change, no traceback, and SIGTERM still stops it cleanly."""
@@ -304,16 +297,16 @@ def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
                 env={**_env(), "REAPER_REPORT": str(report)},
             )
             try:
-                _wait_for(lambda: "waiting for the database" in log.read_text(), 30, "the waiting line")
+                wait_for(lambda: "waiting for the database" in log.read_text(), 30, "the waiting line")
                 cluster.start()
                 with psycopg.connect(cluster.url, autocommit=True) as c:
                     migrate(c)
-                _wait_for(lambda: "running queues" in log.read_text(), 30, "the worker to start")
+                wait_for(lambda: "running queues" in log.read_text(), 30, "the worker to start")
                 cluster.crash()
-                _wait_for(lambda: "database unreachable" in log.read_text(), 30, "the outage line")
+                wait_for(lambda: "database unreachable" in log.read_text(), 30, "the outage line")
                 time.sleep(2)  # several retry rounds while it is down: still one line
                 cluster.restart()
-                _wait_for(lambda: "reachable again" in log.read_text(), 30, "the recovery line")
+                wait_for(lambda: "reachable again" in log.read_text(), 30, "the recovery line")
                 os.kill(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=30)
             finally:
@@ -351,8 +344,34 @@ def _spawn_reaped(argv: list[str], tmp_path: Path, env: dict[str, str] | None = 
 
 
 def _child_pid(report: Path) -> int:
-    _wait_for(lambda: Path(str(report) + ".pid").exists(), 10, "the child pid")
+    wait_for(lambda: Path(str(report) + ".pid").exists(), 10, "the child pid")
     return int(Path(str(report) + ".pid").read_text())
+
+
+def _signalled(
+    argv: list[str],
+    tmp_path: Path,
+    ready: Callable[[Path], bool],
+    what: str,
+    timeout: float,
+    *,
+    signum: int = signal.SIGTERM,
+    stop_within: float = 60,
+    env: dict[str, str] | None = None,
+    ignored: tuple[int, ...] = (),
+) -> tuple[dict, str]:
+    """Run `argv` under the reaper until `ready(log)`, send its process `signum`, wait up to `stop_within` s
+    for the reaper; the reaper's report (what was left) and the command's output."""
+    proc, log, report, out = _spawn_reaped(argv, tmp_path, env=env, ignored=ignored)
+    try:
+        wait_for(lambda: ready(log), timeout, what)
+        os.kill(_child_pid(report), signum)
+        proc.wait(timeout=stop_within)
+    finally:
+        out.close()
+        if proc.poll() is None:
+            proc.kill()
+    return json.loads(report.read_text()), log.read_text()
 
 
 # What the long-running commands promise (docs/signals.md): `belay db`, `belay worker`, the test suite and
@@ -364,18 +383,17 @@ def _child_pid(report: Path) -> int:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
 def test_belay_db_stops_its_cluster_on_a_signal(signum, inherited, tmp_path):
     ignored = (signum,) if inherited == "ignored" else ()
-    proc, log, report, out = _spawn_reaped(belay("db", "--no-migrate"), tmp_path, ignored=ignored)
-    try:
-        _wait_for(lambda: "postgresql://" in log.read_text(), 60, "the URL")
-        os.kill(_child_pid(report), signum)
-        proc.wait(timeout=60)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    assert result["left"] == [], (result, log.read_text())
-    assert "Traceback" not in log.read_text()
+    result, text = _signalled(
+        belay("db", "--no-migrate"),
+        tmp_path,
+        lambda log: "postgresql://" in log.read_text(),
+        "the URL",
+        60,
+        signum=signum,
+        ignored=ignored,
+    )
+    assert result["left"] == [], (result, text)
+    assert "Traceback" not in text
 
 
 def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
@@ -388,7 +406,7 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
             time.sleep(120)
     """)
     )
-    proc, log, report, out = _spawn_reaped(
+    result, text = _signalled(
         [
             sys.executable,
             "-m",
@@ -404,17 +422,11 @@ def test_a_test_run_stopped_by_sigterm_stops_its_embedded_cluster(tmp_path):
             str(ROOT),
         ],
         tmp_path,
+        lambda log: "READY" in log.read_text(),
+        "the test to start",
+        120,
     )
-    try:
-        _wait_for(lambda: "READY" in log.read_text(), 120, "the test to start")
-        os.kill(_child_pid(report), signal.SIGTERM)
-        proc.wait(timeout=60)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    assert result["left"] == [], (result, log.read_text()[-2000:])
+    assert result["left"] == [], (result, text[-2000:])
 
 
 # --- the soak ---------------------------------------------------------------------------------------------
@@ -448,7 +460,7 @@ def test_the_soak_on_a_refused_database_says_so_in_one_line_and_checks_nothing(t
 
 def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path):
     reports = tmp_path / "reports"
-    proc, log, report, out = _spawn_reaped(
+    result, text = _signalled(
         [
             str(ROOT / "soak" / "run.sh"),
             "--workers",
@@ -462,19 +474,13 @@ def test_a_soak_stopped_by_sigterm_stops_everything_and_reports_unknown(tmp_path
             "1",
         ],
         tmp_path,
+        # the faults phase: workers are running and have logged
+        lambda log: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")),
+        "running workers",
+        120,
+        stop_within=120,
         env=_soak_env(),
     )
-    try:
-        # the faults phase: workers are running and have logged
-        _wait_for(lambda: any(p.stat().st_size > 0 for p in reports.glob("*/workers/*.log")), 120, "running workers")
-        os.kill(_child_pid(report), signal.SIGTERM)
-        proc.wait(timeout=120)
-    finally:
-        out.close()
-        if proc.poll() is None:
-            proc.kill()
-    result = json.loads(report.read_text())
-    text = log.read_text()
     assert result["rc"] == 2, (result, text[-3000:])
     assert result["left"] == [], (result, text[-3000:])  # no postgres, no worker, no driver left
     assert "Traceback" not in text, text[-3000:]

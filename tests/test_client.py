@@ -17,9 +17,9 @@ from impl.client import Client, result_value
 from impl.migrate import IncompatibleSchema
 from impl.pgrows import result_payload
 from impl.store import channel_name
+from impl.testing import wait_for
 from model.envelope import encode
 from tests.test_listener import listener_statement
-from tests.test_runtime import wait_for
 
 
 def complete_like_a_worker(db_url: str, job_id: int, value, *, notify: bool, delay: float = 0.05) -> threading.Thread:

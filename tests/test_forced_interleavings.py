@@ -23,7 +23,6 @@ explorer's traces.
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from impl.failpoints import Pause, armed_points, failpoint
 from impl.queries import SchemaSQL
 from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.testing import wait_for
 from model import ops
 from model import worker_ops as w
 from model.invariants import i5_settlement_consistent, i9_awaiters_eventually_run
@@ -100,15 +100,9 @@ def lock_wait(observer: psycopg.Connection, client: Client) -> str | None:
 
 
 def wait_until(condition: Callable[[], Any], what: str) -> Any:
-    """Poll `condition` until it returns something truthy (a schedule step observed), or fail."""
-    deadline = time.monotonic() + TIMEOUT
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the schedule stalled: never observed {what}")
-        time.sleep(0.002)  # the poll interval of an observation, not a stand-in for one
+    """Poll `condition` until it returns something truthy (a schedule step observed), or fail: the
+    schedule stalled. Polled every 2 ms: the poll interval of an observation, not a stand-in for one."""
+    return wait_for(condition, TIMEOUT, f"{what} (the schedule stalled)", interval=0.002)
 
 
 def reached(pause: Pause, client: Client) -> None:

@@ -19,32 +19,13 @@ from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.testing import wait_for
 from model import worker_ops as w
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions
 from soak.commits.hook import HistoryCheck
 from soak.commits.pgoutput import UNCHANGED, Change, Decoder
 from soak.commits.replay import replay
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
-    yield c
-    c.destroy()
-
-
-@pytest.fixture
-def url(cluster):
-    name = f"h_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    u = cluster.url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(u, autocommit=True) as c:
-        migrate(c)
-    yield u
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
-        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 
 def slots(url: str) -> list[str]:
@@ -52,13 +33,6 @@ def slots(url: str) -> list[str]:
         return [
             r[0] for r in c.execute("SELECT slot_name FROM pg_replication_slots WHERE database = current_database()")
         ]
-
-
-def wait_for(cond, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_a_captured_history_replays_into_the_final_snapshot_with_every_transition_legal(url, tmp_path):
@@ -149,11 +123,11 @@ def test_no_committed_change_is_missed_across_a_crash_restart_mid_capture(tmp_pa
 
         t = threading.Thread(target=writer, daemon=True)
         t.start()
-        wait_for(lambda: len(acked) > 50 and cap.stats["transactions"] > 20)
+        wait_for(lambda: len(acked) > 50 and cap.stats["transactions"] > 20, 90.0, "acks and captured transactions")
         c.crash()
         c.restart()
         before = len(acked)
-        wait_for(lambda: len(acked) > before + 50)
+        wait_for(lambda: len(acked) > before + 50, 90.0, "50 more acks")
         stop.set()
         t.join()
         cap.stop()

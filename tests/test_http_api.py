@@ -10,7 +10,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
 
 import httpx
 import psycopg
@@ -21,18 +20,8 @@ from impl.cli import main
 from impl.client import Client
 from impl.http.errors import iso
 from impl.http.server import BindRefused, check_bind
-from impl.http.testing import FakeClock, serve_api
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def api(db_url: str, clock: FakeClock):
-    with serve_api(db_url, clock=clock) as served:
-        yield served
+from impl.http.testing import serve_api
+from tests.http_support import claim_tasks, http_api, http_clock, job  # noqa: F401  (fixtures: api, clock)
 
 
 def make_queue(api, name: str = "q", **cleanup) -> None:
@@ -47,14 +36,7 @@ def make_task(api, queue: str = "q", **fields) -> dict:
 
 
 def claim(api, queue: str = "q", limit: int = 1, timeout: int = 30) -> list[dict]:
-    r = api.post(f"/queues/{queue}/tasks/claim", json={"limit": limit, "claim_timeout": timeout})
-    assert r.status_code == 200, r.text
-    return r.json()["tasks"]
-
-
-def job_row(db_url: str, task_id: str) -> Any:
-    with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
-        return c.execute("SELECT * FROM belay_jobs WHERE id = %s", (int(task_id.removeprefix("task_")),)).fetchone()
+    return claim_tasks(api, limit, queue, timeout)
 
 
 def assert_error(r: httpx.Response, status: int, code: str | None = None) -> None:
@@ -87,7 +69,7 @@ def test_delete_queue_with_a_pending_task_is_409_and_deletes_nothing(api, db_url
     make_queue(api)
     task = make_task(api)
     assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
-    assert job_row(db_url, task["task_id"])["state"] == "ready"
+    assert job(db_url, task["task_id"])["state"] == "ready"
     assert [q["name"] for q in api.get("/queues").json()["queues"]] == ["q"]
 
 
@@ -96,7 +78,7 @@ def test_delete_queue_with_a_claimed_task_is_409_and_deletes_nothing(api, db_url
     task = make_task(api)
     claim(api)
     assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
-    assert job_row(db_url, task["task_id"])["state"] == "running"
+    assert job(db_url, task["task_id"])["state"] == "running"
 
 
 @pytest.mark.parametrize("how", ["schedule", "wait", "retry"])
@@ -112,7 +94,7 @@ def test_delete_queue_with_a_sleeping_task_is_409_and_deletes_nothing(api, clock
         assert "next_run_id" in api.post(f"/runs/{run['run_id']}/fail", json={"error": "x"}).json()
     assert runs_of(api, task)[-1][2] == "sleeping"
     assert_error(api.delete("/queues/q"), 409, "QUEUE_NOT_EMPTY")
-    assert job_row(db_url, task["task_id"]) is not None
+    assert job(db_url, task["task_id"]) is not None
 
 
 def test_delete_queue_with_only_finished_tasks_deletes_them_as_the_served_document_says(api, db_url):
@@ -123,7 +105,7 @@ def test_delete_queue_with_only_finished_tasks_deletes_them_as_the_served_docume
     assert "deleted together with its finished tasks" in described
     assert api.post(f"/runs/{run['run_id']}/complete", json={}).status_code == 200
     assert api.delete("/queues/q").status_code == 204
-    assert job_row(db_url, task["task_id"]) is None  # its finished tasks go with it
+    assert job(db_url, task["task_id"]) is None  # its finished tasks go with it
     assert_error(api.delete("/queues/q"), 404, "QUEUE_NOT_FOUND")
     assert_error(api.post("/queues/q/tasks", json={"task_name": "x"}), 404, "QUEUE_NOT_FOUND")
 
@@ -167,7 +149,7 @@ def test_task_is_a_job_with_kind_input_meta_and_max_attempts(api, db_url):
         max_attempts=3,
         retry_strategy={"kind": "fixed", "base_seconds": 5},
     )
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert (row["queue"], row["worker"], row["input"], row["meta"], row["max_attempts"]) == (
         "q",
         "work",
@@ -186,7 +168,7 @@ def test_task_is_a_job_with_kind_input_meta_and_max_attempts(api, db_url):
         "max_attempts": 3,
         "retry_strategy": {"kind": "fixed", "base_seconds": 5},
     }
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert row["state"] == "running" and row["lease_until"] == row["started_at"] + timedelta(seconds=45)
 
 
@@ -198,14 +180,14 @@ def test_stale_run_complete_is_409_and_the_task_is_unchanged(api, clock, db_url)
     api.belay.sweep_once()  # the claim expired: reclaimed, claimable again at once
     new = claim(api)[0]["run_id"]
     assert new != old
-    before = job_row(db_url, task["task_id"])
+    before = job(db_url, task["task_id"])
     for verb, body in (
         ("complete", {"result": "late"}),
         ("fail", {"error": "late"}),
         ("schedule", {"run_at": iso(clock())}),
     ):
         assert_error(api.post(f"/runs/{old}/{verb}", json=body), 409, "STALE_RUN")
-    assert job_row(db_url, task["task_id"]) == before
+    assert job(db_url, task["task_id"]) == before
     assert api.post(f"/runs/{new}/complete", json={"result": "ok"}).status_code == 200
 
 
@@ -215,10 +197,10 @@ def test_a_foreign_or_pending_run_cannot_complete_a_task(api, db_url):
     run_a = claim(api)[0]["run_id"]
     assert_error(api.post(f"/runs/{b['run_id']}/complete", json={}), 409, "RUN_NOT_CLAIMED")
     assert_error(api.post(f"/runs/run_{b['task_id'][5:]}_7/complete", json={}), 404, "RUN_NOT_FOUND")
-    assert job_row(db_url, b["task_id"])["state"] == "ready"
+    assert job(db_url, b["task_id"])["state"] == "ready"
     assert api.post(f"/runs/{run_a}/complete", json={}).status_code == 200
     assert_error(api.post(f"/runs/{run_a}/complete", json={}), 409, "STALE_RUN")
-    assert job_row(db_url, a["task_id"])["state"] == "succeeded"
+    assert job(db_url, a["task_id"])["state"] == "succeeded"
 
 
 def test_failing_a_run_twice_schedules_one_retry(api, db_url):
@@ -228,7 +210,7 @@ def test_failing_a_run_twice_schedules_one_retry(api, db_url):
     with ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda _: api.post(f"/runs/{run}/fail", json={"error": "x"}).status_code, range(8)))
     assert sorted(codes) == [200] + [409] * 7
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert (row["state"], row["attempt"], len(row["errors"])) == ("ready", 1, 1)
 
 
@@ -290,7 +272,7 @@ def test_schedule_snoozes_the_run_and_spends_no_attempt(api, clock, db_url):
     assert runs_of(api, task) == [(resumes_as, 1, "claimed")]
     r = api.post(f"/runs/{again['run_id']}/fail", json={"error": "x"}).json()
     assert "next_run_id" not in r  # max_attempts 1: the schedule did not use it up, the failure did
-    assert job_row(db_url, task["task_id"])["state"] == "failed"
+    assert job(db_url, task["task_id"])["state"] == "failed"
 
 
 def runs_of(api, task: dict) -> list[tuple[str, int, str]]:
@@ -326,7 +308,7 @@ def test_an_expired_claim_is_claimable_again_without_spending_an_attempt(api, cl
     )
     assert_error(wait(api, {**first, "run_id": stale}, "e"), 409, "STALE_RUN")
     assert api.get(f"/tasks/{task['task_id']}/checkpoints/s").status_code == 404
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert (row["state"], row["errors"]) == ("running", [])
     failed = api.post(f"/runs/{again['run_id']}/fail", json={"error": "boom"}).json()
     assert failed["attempt"] == 1
@@ -348,7 +330,7 @@ def test_start_timeout_cancels_an_unclaimed_task_with_a_recorded_reason(api, clo
     clock.advance(30)
     report = api.belay.sweep_once()
     assert report.timed_out == [int(swept["task_id"][5:]), int(at_claim["task_id"][5:])]
-    assert job_row(db_url, swept["task_id"])["state"] == "cancelled"
+    assert job(db_url, swept["task_id"])["state"] == "cancelled"
     runs = api.get("/runs", params={"task_id": swept["task_id"]}).json()["runs"]
     assert [(r["status"], r["error"]) for r in runs] == [("failed", "cancelled: start_timeout")]
     assert [t["task_id"] for t in claim(api, limit=5)] == [unlimited["task_id"]]
@@ -360,7 +342,7 @@ def test_start_timeout_is_enforced_at_claim_time_between_sweeps(api, clock, db_u
     fresh = make_task(api)
     clock.advance(10)
     assert [t["task_id"] for t in claim(api, limit=1)] == [fresh["task_id"]]
-    assert job_row(db_url, late["task_id"])["state"] == "cancelled"
+    assert job(db_url, late["task_id"])["state"] == "cancelled"
 
 
 def test_execution_timeout_cancels_a_running_task_and_fences_its_run(api, clock, db_url):
@@ -371,7 +353,7 @@ def test_execution_timeout_cancels_a_running_task_and_fences_its_run(api, clock,
     assert api.put(f"/tasks/{task['task_id']}/checkpoints/s", json={"state": 1, "owner_run": run}).status_code == 200
     clock.advance(1)
     assert_error(api.post(f"/runs/{run}/complete", json={}), 409, "EXECUTION_TIMEOUT")
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert row["state"] == "cancelled"
     runs = api.get("/runs", params={"task_id": task["task_id"]}).json()["runs"]
     assert runs[-1]["error"] == "cancelled: execution_timeout"
@@ -384,7 +366,7 @@ def test_execution_timeout_is_enforced_by_the_sweeper_across_retries(api, clock,
     api.post(f"/runs/{run}/fail", json={"error": "x"})
     clock.advance(100)
     assert api.belay.sweep_once().timed_out == [int(task["task_id"][5:])]
-    assert job_row(db_url, task["task_id"])["state"] == "cancelled"
+    assert job(db_url, task["task_id"])["state"] == "cancelled"
 
 
 # --- checkpoints -----------------------------------------------------------------------------------
@@ -409,7 +391,7 @@ def test_checkpoints_are_written_only_by_the_live_run_and_a_put_replaces_the_sta
     assert api.get(f"/tasks/{tid}/checkpoints/step1").status_code == 404
     r = put({"state": {"done": 5}, "owner_run": run, "extend_claim_by": 120})
     assert r.json() == {"task_id": tid, "step_name": "step1", "updated_at": iso(clock())}
-    assert job_row(db_url, tid)["lease_until"] == clock() + timedelta(seconds=120)
+    assert job(db_url, tid)["lease_until"] == clock() + timedelta(seconds=120)
     clock.advance(1)
     assert put({"state": {"done": 6}, "owner_run": run}).json()["updated_at"] == iso(clock())
     assert api.get(f"/tasks/{tid}/checkpoints/step1").json() == {
@@ -498,7 +480,7 @@ def test_checkpointed_steps_resume_from_the_last_checkpoint_after_a_crash(api, c
     api.belay.sweep_once()
     second = run_steps()
     assert done == [(1, first), (2, first), (3, second)], "steps 1 and 2 ran once, the retry resumed at step 3"
-    row = job_row(db_url, tid)
+    row = job(db_url, tid)
     assert (row["state"], row["attempt"]) == ("succeeded", 2)
     assert api.get(f"/tasks/{tid}/checkpoints/progress").json()["state"] == {"completed": 3}
     assert_error(
@@ -641,7 +623,7 @@ def test_wait_parks_the_run_with_its_deadline_and_emit_wakes_it(api, clock, db_u
     assert r.status_code == 202 and r.json()["status"] == "sleeping"
     assert r.json()["next_run_id"] == f"run_{n}_2"
     assert runs_of(api, task) == [(f"run_{n}_2", 1, "sleeping")]  # the run that waits, and no other
-    row = job_row(db_url, task["task_id"])
+    row = job(db_url, task["task_id"])
     assert (row["state"], row["await_name"], row["ready_at"]) == ("awaiting", "go", clock() + timedelta(seconds=300))
     assert claim(api) == []
     assert_error(api.post(f"/runs/{run['run_id']}/complete", json={}), 409, "STALE_RUN")  # it sleeps
@@ -735,14 +717,14 @@ def test_workflow_runs_group_tasks_and_report_status_consistently(api, db_url):
     wid = wf["workflow_run_id"]
     a = make_task(api, workflow_run_id=wid)
     b = make_task(api, workflow_run_id=wid)
-    assert a["workflow_run_id"] == wid and job_row(db_url, a["task_id"])["workflow_id"] == wid
+    assert a["workflow_run_id"] == wid and job(db_url, a["task_id"])["workflow_id"] == wid
     assert api.patch(f"/workflow-runs/{wid}", json={}).json()["status"] == "pending"
     run = claim(api)[0]
     assert api.patch(f"/workflow-runs/{wid}", json={"result": {"x": 1}}).json()["status"] == "running"
     assert_error(api.patch(f"/workflow-runs/{wid}", json={"status": "completed"}), 409, "TASKS_STILL_RUNNING")
     r = api.patch(f"/workflow-runs/{wid}", json={"status": "canceled"}).json()
     assert r["status"] == "canceled"
-    assert job_row(db_url, a["task_id"])["state"] == job_row(db_url, b["task_id"])["state"] == "cancelled"
+    assert job(db_url, a["task_id"])["state"] == job(db_url, b["task_id"])["state"] == "cancelled"
     assert_error(api.post(f"/runs/{run['run_id']}/complete", json={}), 409, "STALE_RUN")
     assert_error(api.patch(f"/workflow-runs/{wid}", json={"status": "running"}), 409, "WORKFLOW_RUN_FINISHED")
     assert_error(api.post("/queues/q/tasks", json={"task_name": "t", "workflow_run_id": wid}), 409)
@@ -780,9 +762,9 @@ def test_cleanup_removes_expired_tasks_and_events_and_nothing_else(api, clock, d
     report = api.belay.sweep_once()
     assert sorted(report.pruned_tasks) == sorted(int(t["task_id"][5:]) for t in (done_a, failed_a))
     for gone in (done_a, failed_a):
-        assert job_row(db_url, gone["task_id"]) is None
+        assert job(db_url, gone["task_id"]) is None
     for kept in (live_a, done_b):
-        assert job_row(db_url, kept["task_id"]) is not None
+        assert job(db_url, kept["task_id"]) is not None
     with psycopg.connect(db_url) as c:
         assert c.execute("SELECT count(*) FROM belay_jobs WHERE id = %s", (foreign,)).fetchone()[0] == 1
         assert (

@@ -9,48 +9,18 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
-import pytest
 from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from impl.http.fastpath import CompletionBatcher
-from impl.http.testing import FakeClock, serve_api
 from impl.pgrows import result_payload
 from model.envelope import decode
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def api(db_url: str, clock: FakeClock):
-    with serve_api(db_url, clock=clock) as served:
-        yield served
-
-
-def make_tasks(api, n: int, queue: str = "q", **fields) -> list[str]:
-    if api.get("/queues").json()["queues"] == []:
-        assert api.post("/queues", json={"name": queue}).status_code == 201
-    out = []
-    for _ in range(n):
-        r = api.post(f"/queues/{queue}/tasks", json={"task_name": "work", **fields})
-        assert r.status_code == 201, r.text
-        out.append(r.json()["task_id"])
-    return out
+from tests.http_support import claim_tasks, http_api, http_clock, job, make_tasks  # noqa: F401  (fixtures: api, clock)
 
 
 def claim(api, limit: int, queue: str = "q", timeout: int = 30) -> list[str]:
-    r = api.post(f"/queues/{queue}/tasks/claim", json={"limit": limit, "claim_timeout": timeout})
-    assert r.status_code == 200, r.text
-    return [t["run_id"] for t in r.json()["tasks"]]
-
-
-def job(db_url: str, run_or_task: str) -> dict:
-    job_id = int(run_or_task.split("_")[1])
-    with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as c:
-        return c.execute("SELECT * FROM belay_jobs WHERE id = %s", (job_id,)).fetchone()
+    """The run ids of the claimed tasks."""
+    return [t["run_id"] for t in claim_tasks(api, limit, queue, timeout)]
 
 
 def batch_complete(api, db_url: str, runs: list[str], *, batch_sql=None, close_first: bool = False, **kw):

@@ -11,30 +11,11 @@ requests the hot routes answered themselves.
 from __future__ import annotations
 
 import httpx
-import psycopg
-import pytest
-from psycopg.rows import dict_row
 
-from impl.http.testing import FakeClock, serve_api
+from impl.http.testing import serve_api
 from model.envelope import decode
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def api(db_url: str, clock: FakeClock):
-    with serve_api(db_url, clock=clock) as served:
-        yield served
-
-
-def job(db_url: str, run_or_task: str) -> dict:
-    with psycopg.connect(db_url, row_factory=dict_row) as c:
-        row = c.execute("SELECT * FROM belay_jobs WHERE id = %s", (int(run_or_task.split("_")[1]),)).fetchone()
-    assert row is not None
-    return row
+from tests.http_support import claim_tasks as claim
+from tests.http_support import http_api, http_clock, job, make_tasks  # noqa: F401  (fixtures: api, clock)
 
 
 def answer(r: httpx.Response) -> tuple[int, bytes, str | None, str | None, str | None]:
@@ -62,23 +43,6 @@ def both(api, method: str, path: str, *, hot: bool = True, client: httpx.Client 
     assert api.app.hot.served == served + (1 if hot else 0)
     assert answer(on) == answer(off), (method, path)
     return on
-
-
-def make_tasks(api, n: int, queue: str = "q", **fields) -> list[str]:
-    if not any(q["name"] == queue for q in api.get("/queues").json()["queues"]):
-        assert api.post("/queues", json={"name": queue}).status_code == 201
-    out = []
-    for _ in range(n):
-        r = api.post(f"/queues/{queue}/tasks", json={"task_name": "work", **fields})
-        assert r.status_code == 201, r.text
-        out.append(r.json()["task_id"])
-    return out
-
-
-def claim(api, limit: int, queue: str = "q", timeout: int = 30) -> list[dict]:
-    r = api.post(f"/queues/{queue}/tasks/claim", json={"limit": limit, "claim_timeout": timeout})
-    assert r.status_code == 200, r.text
-    return r.json()["tasks"]
 
 
 CLAIM_400 = [

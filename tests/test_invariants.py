@@ -892,7 +892,7 @@ def test_check_all_runs_every_invariant_one_snapshot_can_decide():
 
 
 def test_retention_never_strands_a_held_workflow_member():
-    """Contract gap closed by a decision (README): retention skips members of a workflow still settling."""
+    """Contract gap closed by a decision (docs/decisions.md): retention skips members of a workflow still settling."""
     store = ModelStore()
     workflow(store, member("a"), member("b"), member("c", "a", "b"))
     a, b = claim(store, demand=2)

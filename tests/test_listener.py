@@ -14,9 +14,9 @@ import psycopg
 from impl.client import Client
 from impl.pgrows import channel_name, listen_for_pokes
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.testing import wait_for
 from impl.worker import Registry
 from model.queues import QueueOpts
-from tests.test_runtime import wait_for
 
 
 def listener_statement(conn: psycopg.Connection) -> str | None:

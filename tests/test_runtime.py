@@ -35,6 +35,7 @@ from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.runtime import QueueConfig, Worker, WorkerConfig, default_logger, utc_now
 from impl.store import PgStore
+from impl.testing import wait_for
 from impl.worker import Registry
 from model import ops
 from model import worker_ops as w
@@ -51,18 +52,6 @@ Q = app.QUEUE
 
 
 # --- waiting and reading ---------------------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Poll `condition` until it returns something truthy (returned); fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def scalar(pg: psycopg.Connection, query: str, *params: Any) -> Any:

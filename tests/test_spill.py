@@ -23,7 +23,8 @@ from soak.commits.capture import read_transactions
 from soak.commits.refine import validate
 from soak.commits.replay import load_state, replay
 from soak.commits.spill import HOT, SpillDict
-from tests.test_refine import TTL, Captured, cluster, now, url  # noqa: F401  (fixtures)
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
+from tests.test_refine import TTL, Captured, now
 
 KEYS = st.one_of(st.integers(0, 12), st.tuples(st.integers(0, 4), st.sampled_from(["a", "b"])))
 OPS = st.lists(
@@ -110,7 +111,7 @@ def _shapes(db: str) -> None:
         store.apply(w.Renew(now(), "n2", (early,), now() + timedelta(seconds=5)))  # nothing to renew: a no-op
 
 
-def test_the_history_checks_decide_the_same_with_one_row_in_memory_as_with_all(url, tmp_path):  # noqa: F811
+def test_the_history_checks_decide_the_same_with_one_row_in_memory_as_with_all(url, tmp_path):
     with Captured(url, tmp_path, "spill"):
         _shapes(url)
     initial = load_state(tmp_path / "history-initial.pickle")
@@ -176,7 +177,7 @@ def test_a_saved_state_reads_back_equal_with_its_big_tables_on_disk(tmp_path):
         assert s.next_id == 6000 and list(in_key_order(s.jobs)) == jobs
 
 
-def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):  # noqa: F811
+def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):
     import psycopg
 
     from impl.snapshot import snapshot, snapshot_streamed
@@ -204,7 +205,7 @@ def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):  # noqa: F811
     )
 
 
-def test_a_ledger_read_into_a_disk_table_equals_the_tuple(url):  # noqa: F811
+def test_a_ledger_read_into_a_disk_table_equals_the_tuple(url):
     """soak/ledger.py `read` with `big`: a ledger of big_over entries or more is streamed into the disk
     table (LedgerRows), iterated in job-id order and looked up by id like the tuple and its dict."""
     import psycopg

@@ -13,8 +13,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +23,12 @@ from impl import telemetry
 from impl.client import Client
 from impl.operator import Operator, stats_reader
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.testing import wait_for
 from model.queues import QueueOpts, merge_opts
 from tests.apps import telemetry_app as app
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"busy_poll": 0.01, "poll_interval": 0.05, "sweep_interval": 0.1, "queue_refresh": 0.05}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture

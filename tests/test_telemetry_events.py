@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +23,13 @@ import pytest
 from impl import telemetry
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.testing import wait_for
 from model.queues import QueueOpts
 from tests.apps import telemetry_app as app
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"busy_poll": 0.01, "poll_interval": 0.05, "sweep_interval": 0.1, "queue_refresh": 0.05}
 STOP = {"job_id": 812, "kind": "summarize", "worker": "summarize", "queue": "ai", "attempt": 1, "node": "n1"}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 class Recorder:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ import pytest
 from impl import telemetry
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.testing import wait_for
 from impl.worker import Registry
 from model import worker_ops as w
 from model.queues import QueueOpts
@@ -41,14 +40,6 @@ def flaky(ctx, input):
 @registry.kind("flaky_chunk", queue=QUEUE, chunk={"size": 4, "gather_ms": 50}, backoff=NO_WAIT)
 def flaky_chunk(contexts):
     return {c.id: RuntimeError("transient") if c.attempt == 1 else {"attempt": c.attempt} for c in contexts}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"gave up after {timeout}s waiting for {what}"
-        time.sleep(0.02)
-    return value
 
 
 @pytest.fixture

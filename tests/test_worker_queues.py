@@ -17,17 +17,9 @@ from click.testing import CliRunner
 
 from impl.cli import main
 from impl.client import Client
+from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _states(url: str) -> dict[str, list[tuple[str, str | None]]]:
@@ -59,7 +51,7 @@ def test_belay_worker_queues_slow_claims_only_from_slow_and_fires_only_its_crons
         )
         try:
             # the enqueued slow job and the slow cron's job (its first sweep fires the last minute slot)
-            _wait_for(
+            wait_for(
                 lambda: [s for s, _ in _states(db_url).get("slow", [])] == ["succeeded", "succeeded"],
                 30,
                 f"both slow jobs to succeed (log: {log})",

@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from impl import testing
 from impl.client import Client
 from impl.faults import RetryPolicy
 from impl.migrate import migrate
@@ -48,14 +49,8 @@ class HarnessError(AssertionError):
 
 
 def wait_for(condition: Any, timeout: float, what: str, interval: float = 0.01) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise HarnessError(f"gave up after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """impl.testing.wait_for, failing with a HarnessError."""
+    return testing.wait_for(condition, timeout, what, interval=interval, error=HarnessError)
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""Runnable examples of the reference SDK and runtime (examples/README.md)."""
