@@ -3,8 +3,8 @@ statement built in Python) is executed by the stateful machine at least its floo
 properties.statements.ELSEWHERE with its reason and the test that covers it instead.
 
 The counts come from the same run as properties/test_stateful.py (one per process); this test prints them.
-Floors are calibrated on the derandomized `ci` profile; under the random `dev` profile a floor is a third
-of that (exploration varies), and reaching a statement at all is still required.
+Floors are calibrated on the derandomized `ci` profile (and hold unchanged under `mutants`, which generates
+the same run); under the random `dev` profile reaching a statement at all is required, no count.
 """
 
 from __future__ import annotations
@@ -31,9 +31,16 @@ AT_LEAST_AS_OFTEN = (
 )
 
 
+CALIBRATED = ("ci", "mutants")  # derandomized: the same run every time (the mutants profile is ci less shrinking)
+
+
 def floor(name: str) -> int:
-    value = FLOORS[name]
-    return value if PROFILE in ("ci", "mutants") else max(1, value // 3)
+    """The floor under this profile. Floors are counts of the derandomized ci run (which the mutants
+    profile reproduces exactly); under the random `dev` profile a count varies from run to run (seen:
+    `fence` 8 times against a dev floor of 14 on an unchanged tree), so there the gate asks only that the
+    comparison reaches the statement at all — a gate that fails at random on a correct tree holds nothing
+    (issue 51 item 5: a gate holds under every profile the project ships)."""
+    return FLOORS[name] if PROFILE in CALIBRATED else 1
 
 
 def test_the_lists_account_for_every_statement_once():
@@ -94,12 +101,17 @@ def test_the_comparison_reaches_every_statement_its_floor_times(db_url, capsys):
     unexpected = [
         f"{name}: listed as not reached by the comparison, but executed {run.counts[name]} times — give it a floor"
         for name in sorted(ELSEWHERE)
-        if run.counts.get(name, 0) > 0 and (PROFILE in ("ci", "mutants") or name not in statements.SOMETIMES)
+        if run.counts.get(name, 0) > 0 and (PROFILE in CALIBRATED or name not in statements.SOMETIMES)
     ]
     assert not below + unexpected, "\n".join(below + unexpected)
 
 
 def test_the_batched_paths_are_reached_as_often_as_the_single_row_ones(db_url):
+    if PROFILE not in CALIBRATED:
+        pytest.skip(
+            f"a ratio of counts is fixed only by a derandomized run; profile {PROFILE!r} explores at random "
+            "(CI runs this under the ci profile)"
+        )
     run = statements.run_machine(db_url, PROFILE, stateful)
     if run.error is not None:
         pytest.fail("the stateful comparison failed (properties/test_stateful.py)")
