@@ -60,7 +60,7 @@ class Out:
         if self.as_json:
             self.json({"error": message, "refused": kind})
         else:
-            click.echo(f"belay: {message}", err=True)
+            click.echo(f"belay: error: {message}", err=True)
         sys.exit(EXIT_REFUSED)
 
 
@@ -346,6 +346,9 @@ def register(main: click.Group) -> None:
     @operator_command
     def signal_cmd(op, out: Out, scope: str, name: str, payload: str | None) -> None:
         """Deliver signal NAME in SCOPE (job:<id>, wf:<workflow>, or any scope) and wake its awaiters."""
+        for label, text in (("SCOPE", scope), ("NAME", name)):
+            if not text.strip():
+                raise click.BadParameter(f"the signal's {label.lower()} is empty", param_hint=label)
         done = op.signal(scope, name, _json_arg(payload, "--payload"))
         out.json(done) if out.as_json else click.echo(
             f"signal {name!r} delivered in {scope!r}; woke {len(done['woken'])} job(s) {done['woken'] or ''}"
