@@ -110,13 +110,16 @@ JOB_ID = click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
 
 
 def _table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.markup import escape
     from rich.table import Table
+
+    from impl.operator import shown_name  # "a\nb" is one row, told apart from "a b"
 
     table = Table(title=title, show_lines=False)
     for c in columns:
         table.add_column(c, overflow="fold")
     for r in rows:
-        table.add_row(*["" if v is None else str(v) for v in r])
+        table.add_row(*["" if v is None else escape(shown_name(str(v))) for v in r])
     _console().print(table)
 
 

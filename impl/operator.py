@@ -17,6 +17,7 @@ ignore the key: for them a pause has no effect (use their own pause), and nothin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -98,6 +99,13 @@ def _doomed_message(
         f"job {job_id} was not retried: it is {state} again at once because its workflow dependency {why} "
         "— retry that dependency first (its dependents are held again when it is retried)"
     )
+
+
+def shown_name(name: str) -> str:
+    """A name (queue, kind, workflow, …) as an operator should read it: as it is when every character is
+    printable, else as a JSON string (quoted, escaped) — so a queue named "a\\nb" never shows as two rows
+    of a CLI table or as "a b" on the dashboard (HTML folds the newline), where a queue "a b" shows too."""
+    return name if name.isprintable() else json.dumps(name)
 
 
 # --- JSON rendering ------------------------------------------------------------------------------------

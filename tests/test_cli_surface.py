@@ -120,3 +120,20 @@ def test_a_replay_without_the_app_says_it_could_not_judge_rather_than_unclean(db
     assert any("--app" in n for n in report["notes"]), report["notes"]
     r = belay("replay", str(job.id), "--json", db_url=db_url)
     assert r.exit_code == 0 and '"clean": null' in r.output, r.output
+
+
+def test_a_queue_named_with_a_newline_is_one_row_told_apart_from_one_with_a_space(db_url):
+    from datetime import UTC, datetime
+
+    from impl.store import PgStore
+    from model import ops
+
+    now = datetime.now(UTC)
+    with PgStore(db_url) as store:
+        store.apply(ops.Enqueue(now, (ops.JobSpec("a\nb", "k"), ops.JobSpec("a b", "k"), ops.JobSpec("[red]x", "k"))))
+    r = belay("stats", db_url=db_url)
+    assert r.exit_code == 0, r.output
+    rows = [line for line in r.output.splitlines() if "│" in line and ("a" in line or "x" in line)]
+    assert len(rows) == 3, r.output  # three queues, one line each
+    assert any('"a\\nb"' in line for line in rows) and any("│ a b " in line for line in rows), r.output
+    assert any("[red]x" in line for line in rows), r.output  # a name is never read as rich markup

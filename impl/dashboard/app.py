@@ -105,7 +105,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
-    env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty)
+    env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty, shown=views.shown_name)
+    env.globals.update(BACKLOG_STATES=views.BACKLOG_STATES, backlog=views.backlog)
     env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP, TERMINAL_CAP=TERMINAL_CAP)
     return env
 
@@ -236,15 +237,37 @@ def create_app(
 
         return read(go)
 
-    def index(request: Request) -> Response:
+    def queue_page_context(request: Request) -> dict[str, Any]:
+        """The queues, filtered (`q`), sorted (`sort`: name, backlog, failures) and shown as tiles or as
+        the compact table (`view`: auto — the table from views.TABLE_FROM queues on —, tiles, table)."""
         now = clock()
         tiles, indexed = load_tiles(now)
-        return render(request, "index.html", {"tiles": tiles, "indexed": indexed, "now": now})
+        params = request.query_params
+        sort = params.get("sort", "name") if params.get("sort") in views.QUEUE_SORTS else "name"
+        view = params.get("view", "auto") if params.get("view") in views.QUEUE_VIEWS else "auto"
+        text = params.get("q", "")[:200]
+        listed = views.queue_listing(tiles, sort, text)
+        shown_as = view if view != "auto" else ("table" if len(tiles) >= views.TABLE_FROM else "tiles")
+        chosen = {k: v for k, v in (("sort", sort), ("view", view), ("q", text)) if v and v not in ("name", "auto")}
+        return {
+            "tiles": listed,
+            "total": len(tiles),
+            "indexed": indexed,
+            "now": now,
+            "sort": sort,
+            "view": view,
+            "shown_as": shown_as,
+            "filter_text": text,
+            "sorts": views.QUEUE_SORTS,
+            "views": views.QUEUE_VIEWS,
+            "fragment_url": "/fragments/tiles" + (f"?{urlencode(chosen)}" if chosen else ""),
+        }
+
+    def index(request: Request) -> Response:
+        return render(request, "index.html", queue_page_context(request))
 
     def tiles_fragment(request: Request) -> Response:
-        now = clock()
-        tiles, indexed = load_tiles(now)
-        return render(request, "_tiles.html", {"tiles": tiles, "indexed": indexed, "now": now})
+        return render(request, "_tiles.html", queue_page_context(request))
 
     def charts_json(request: Request) -> Response:
         text = request.query_params.get("minutes", str(CHART_MINUTES))
