@@ -76,10 +76,12 @@ def test_a_job_id_beyond_bigint_and_a_nul_in_a_path_are_not_found(db_url, world,
         for verb in ("cancel", "retry", "steer"):
             r = http.post(f"/jobs/99999999999999999999/{verb}", headers=JS)
             assert (r.status_code, r.json()["outcome"]) == (404, "not_found"), r.text
-        for path in ("/jobs/99999999999999999999", "/fragments/jobs/99999999999999999999", "/workflows/%00"):
+        r = http.post("/jobs/0/cancel", headers=JS)  # found by tests/test_fuzz_surfaces.py: was a 500
+        assert (r.status_code, r.json()["outcome"]) == (404, "not_found"), r.text
+        for path in ("/jobs/99999999999999999999", "/jobs/0", "/fragments/jobs/99999999999999999999", "/workflows/%00"):
             r = http.get(path)
             assert r.status_code == 404 and "Traceback" not in r.text, (path, r.text)
-    assert [audit.parse(x)["outcome"] for x in audit_lines] == ["not_found"] * 3
+    assert [audit.parse(x)["outcome"] for x in audit_lines] == ["not_found"] * 4
 
 
 def test_chart_minutes_that_are_not_a_number_are_a_400_in_words(db_url):

@@ -356,14 +356,14 @@ def create_app(
 
     def job_page(request: Request, extra: dict[str, Any] | None = None, status: int = 200) -> Response:
         job_id = request.path_params["job_id"]
-        context = job_context(job_id, clock()) if job_id <= MAX_JOB_ID else None
+        context = job_context(job_id, clock()) if 1 <= job_id <= MAX_JOB_ID else None
         if context is None:
             return not_found(request, job_id)
         return render(request, "job.html", {**context, **(extra or {})}, status=status)
 
     def job_fragment(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        context = job_context(job_id, clock()) if job_id <= MAX_JOB_ID else None
+        context = job_context(job_id, clock()) if 1 <= job_id <= MAX_JOB_ID else None
         if context is None:
             return PlainTextResponse(f"job {job_id} does not exist", status_code=404)
         return render(request, "_job_live.html", context)
@@ -499,12 +499,15 @@ def create_app(
                 raise BadInput("signal", " ".join(str(exc).split())) from None
             return op, {"scope": scope, "name": name, "payload": value}
         job_id = request.path_params["job_id"]
-        if kind == "cancel":
-            return ops.Cancel(now, job_id), {"job_id": job_id}
-        if kind == "retry":
-            return ops.Retry(now, job_id), {"job_id": job_id}
-        value = payload(form.get("payload", ""), "steer payload", "steer")
-        return ops.Steer(now, job_id, value), {"job_id": job_id, "payload": value}
+        try:
+            if kind == "cancel":
+                return ops.Cancel(now, job_id), {"job_id": job_id}
+            if kind == "retry":
+                return ops.Retry(now, job_id), {"job_id": job_id}
+            value = payload(form.get("payload", ""), "steer payload", "steer")
+            return ops.Steer(now, job_id, value), {"job_id": job_id, "payload": value}
+        except ops.InvalidInput as exc:
+            raise BadInput(kind, " ".join(str(exc).split())) from None
 
     def audit(
         request: Request,
@@ -548,7 +551,7 @@ def create_app(
             except Forbidden as exc:
                 return refuse(exc.status, "refused", exc.message, exc.who)
             request.state.who = who
-            if job_id is not None and job_id > MAX_JOB_ID:  # no such job can exist (belay_jobs.id is a bigint)
+            if job_id is not None and not 1 <= job_id <= MAX_JOB_ID:  # no such job can exist (a bigint id ≥ 1)
                 return refuse(404, "not_found", f"job {job_id} does not exist", who)
             now = clock()
             try:
