@@ -11,6 +11,7 @@ The reverse: the HTTP server's sweep reclaims HTTP tasks only, never a job of an
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -146,7 +147,20 @@ def _wait(predicate, seconds: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def test_no_expired_http_claim_is_lost_beside_a_belay_worker_nor_during_its_shutdown(db_url, monkeypatch):
+WORKERS = {
+    "belay-worker": (
+        [sys.executable, "-m", "impl.cli", "worker", "--app", "tests.apps.runtime_app", "--database-url", "{url}"],
+        {},
+    ),
+    "soak-reference-worker": (  # soak/PROTOCOL.md §1: the certifier's worker, its own queue (no HTTP queue)
+        ["sh", "soak/reference-worker"],
+        {"BELAY_NODE": "ref-1", "BELAY_QUEUES": "soak", "BELAY_LEASE_TTL": "10", "BELAY_SOAK_PYTHON": sys.executable},
+    ),
+}
+
+
+@pytest.mark.parametrize("which", sorted(WORKERS))
+def test_no_expired_http_claim_is_lost_beside_a_belay_worker_nor_during_its_shutdown(db_url, monkeypatch, which):
     """200 HTTP tasks (max_attempts 1) claimed with a 1 s claim_timeout and let expire while a `belay
     worker` runs on the same database (it serves none of the HTTP queues, but its sweeper reclaims every
     expired lease), then again while that worker shuts down; ordinary jobs' leases expire beside them.
@@ -168,9 +182,11 @@ def test_no_expired_http_claim_is_lost_beside_a_belay_worker_nor_during_its_shut
         specs = tuple(ops.JobSpec("plain-jobs", "plain", input={"n": i}, max_attempts=1 + i % 2) for i in range(20))
         ordinary = [o.id for o in store.apply(ops.Enqueue(now, specs)).outcomes]
         store.apply(w.Claim(now, "plain-jobs", "vanished-node", 20, timedelta(seconds=1)))
+    argv, env = WORKERS[which]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "impl.cli", "worker", "--app", "tests.apps.runtime_app", "--database-url", db_url],
+        [a.format(url=db_url) for a in argv],
         cwd=ROOT,
+        env={**os.environ, "BELAY_DATABASE_URL": db_url, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -215,3 +231,15 @@ def _count(db_url: str, state: str, tasks: list[str]) -> int:
             "SELECT count(*) FROM belay_jobs WHERE state = %s AND id = ANY(%s)",
             (state, [int(t.removeprefix("task_")) for t in tasks]),
         ).fetchone()[0]
+
+
+def test_a_queue_path_with_a_nul_is_not_found_not_a_500(api):
+    """Found by tests/test_fuzz_surfaces.py: DELETE /queues/%00 answered 500 (PostgreSQL text holds no NUL)."""
+    make_queue(api)
+    for method, path, body in (
+        ("DELETE", "/queues/%00", None),
+        ("GET", "/queues/a%00b/stats", None),
+        ("POST", "/queues/%00/tasks/claim", {"limit": 1, "claim_timeout": 5}),
+    ):
+        r = api.request(method, path, json=body)
+        assert (r.status_code, r.json()["code"]) == (404, "QUEUE_NOT_FOUND"), (method, path, r.text)

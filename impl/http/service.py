@@ -139,7 +139,13 @@ class HttpService:
         rows = self.store.statement(name, params)
         return rows[0] if rows else None
 
+    @staticmethod
+    def _no_such_queue(name: str) -> ApiError:
+        return e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
+
     def _queue(self, name: str) -> dict:
+        if "\x00" in name:  # no queue can be named so (PostgreSQL text holds no NUL): found by the fuzz pass
+            raise self._no_such_queue(name)
         row = self._one("http_queue_get", {"name": name})
         if row is None:
             raise e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
@@ -220,6 +226,8 @@ class HttpService:
         return self._queue_json(row)
 
     def delete_queue(self, now: datetime, name: str) -> None:
+        if "\x00" in name:
+            raise self._no_such_queue(name)
         with self.store.transaction(now) as tx:
             if tx.one("http_queue_lock", {"name": name}) is None:
                 raise e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
@@ -347,6 +355,8 @@ class HttpService:
         """`claim` in one round trip on the event loop's pool for a plain queue (no admission options,
         not paused): the same rounds, order and cancellations. None when the queue does not exist or
         is not plain before anything was claimed (the caller takes `claim`)."""
+        if "\x00" in queue:
+            raise self._no_such_queue(queue)
         demand = min(limit, MAX_CLAIM)
         out: list[dict] = []
         claim_sql = self.store.q.q("http_claim_solo")
