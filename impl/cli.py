@@ -116,6 +116,10 @@ def main(ctx: click.Context, debug: bool) -> None:
         logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
+# A TCP port: 1..65535, checked as a usage error (exit 2) before anything is announced or bound.
+PORT = click.IntRange(1, 65535)
+
+
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="machine-readable JSON output")
 
 
@@ -198,7 +202,7 @@ def status_cmd(database_url: str | None, schema: str, as_json: bool) -> None:
 
 
 @main.command("db")
-@click.option("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
+@click.option("--port", type=PORT, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
 @click.option("--migrate/--no-migrate", "do_migrate", default=True, show_default=True)
 def db_cmd(port: int | None, do_migrate: bool) -> None:
     """Start an embedded PostgreSQL, print its URL, and keep it running until Ctrl-C / SIGTERM."""
@@ -248,7 +252,7 @@ def db_cmd(port: int | None, do_migrate: bool) -> None:
     metavar="SECONDS",
     help="give up (exit 1) once the database has been unreachable this long (default: keep trying)",
 )
-@click.option("--metrics-port", type=int, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
+@click.option("--metrics-port", type=PORT, default=None, help="serve Prometheus metrics on 127.0.0.1:PORT/metrics")
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address for --metrics-port")
 @click.option(
     "--otel/--no-otel",
@@ -286,13 +290,12 @@ def worker_cmd(
     A daemon: when the database is unreachable at start or goes away later, the node keeps trying
     with backoff and logs one line per change (unreachable / reachable again), not one per attempt.
     """
-    import importlib
     import logging
 
     from impl.faults import RetryPolicy
     from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
     from impl.telemetry import BatchingStreamHandler, JsonLinesFormatter, SecondCachingFormatter
-    from impl.worker import Registry
+    from impl.worker import Registry, import_app
     from model.queues import QueueOpts
 
     # One job line per attempt at INFO, written in batches (warnings at once): see BatchingStreamHandler.
@@ -306,7 +309,7 @@ def worker_cmd(
     logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)  # the node logs outages itself, once
     module_name, _, attr = app.partition(":")
     try:
-        registry = getattr(importlib.import_module(module_name), attr or "registry")
+        registry = getattr(import_app(module_name), attr or "registry")
     except (ImportError, AttributeError) as exc:
         raise click.BadParameter(f"cannot load {app}: {exc}", param_hint="--app") from None
     if not isinstance(registry, Registry):
@@ -452,7 +455,7 @@ def smoke_cmd() -> None:
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="address to bind; anything but loopback needs a token"
 )
-@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--port", type=PORT, default=8080, show_default=True)
 @click.option(
     "--token",
     envvar="BELAY_HTTP_TOKEN",
@@ -536,7 +539,7 @@ _register_ops(main)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="address to bind; anything but loopback needs a token"
 )
-@click.option("--port", type=int, default=4004, show_default=True)
+@click.option("--port", type=PORT, default=4004, show_default=True)
 @click.option(
     "--token",
     envvar="BELAY_DASHBOARD_TOKEN",

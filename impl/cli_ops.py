@@ -60,7 +60,7 @@ class Out:
         if self.as_json:
             self.json({"error": message, "refused": kind})
         else:
-            click.echo(f"belay: {message}", err=True)
+            click.echo(f"belay: error: {message}", err=True)
         sys.exit(EXIT_REFUSED)
 
 
@@ -110,13 +110,16 @@ JOB_ID = click.argument("job_id", type=click.IntRange(min=1), metavar="ID")
 
 
 def _table(title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.markup import escape
     from rich.table import Table
+
+    from impl.operator import shown_name  # "a\nb" is one row, told apart from "a b"
 
     table = Table(title=title, show_lines=False)
     for c in columns:
         table.add_column(c, overflow="fold")
     for r in rows:
-        table.add_row(*["" if v is None else str(v) for v in r])
+        table.add_row(*["" if v is None else escape(shown_name(str(v))) for v in r])
     _console().print(table)
 
 
@@ -346,6 +349,9 @@ def register(main: click.Group) -> None:
     @operator_command
     def signal_cmd(op, out: Out, scope: str, name: str, payload: str | None) -> None:
         """Deliver signal NAME in SCOPE (job:<id>, wf:<workflow>, or any scope) and wake its awaiters."""
+        for label, text in (("SCOPE", scope), ("NAME", name)):
+            if not text.strip():
+                raise click.BadParameter(f"the signal's {label.lower()} is empty", param_hint=label)
         done = op.signal(scope, name, _json_arg(payload, "--payload"))
         out.json(done) if out.as_json else click.echo(
             f"signal {name!r} delivered in {scope!r}; woke {len(done['woken'])} job(s) {done['woken'] or ''}"

@@ -26,7 +26,6 @@ reports belay-toolkit's version as its own (serverInfo), not the mcp SDK's.
 from __future__ import annotations
 
 import difflib
-import importlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -116,7 +115,9 @@ def load_authorizer(spec: str) -> Authorizer:
     module_name, sep, attr = spec.partition(":")
     if not sep or not attr:
         raise ValueError(f"--authorizer must be MODULE:CALLABLE, got {spec!r}")
-    fn = getattr(importlib.import_module(module_name), attr)
+    from impl.worker import import_app
+
+    fn = getattr(import_app(module_name), attr)
     if not callable(fn):
         raise ValueError(f"{spec} is not callable")
     return fn

@@ -17,6 +17,7 @@ ignore the key: for them a pause has no effect (use their own pause), and nothin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,6 +44,68 @@ class Refused(Exception):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+def retry_refusal(
+    job_id: int,
+    result: Any,
+    read_job: Callable[[int], Job | None],
+    read_workflow: Callable[[str], Iterable[Job]],
+) -> Refused | None:
+    """The one place that decides whether a retry's result is a refusal (the CLI's `belay retry`, the
+    MCP server's retry_job and the dashboard's retry share it): None when the job was retried and is
+    now claimable or held; otherwise the Refused to report. A workflow member whose dependency failed
+    or was cancelled is re-held by the retry and settled straight back (contract §8.6: retry "→ held
+    for dep-bearing workflow members ... re-dooms it if a dep is still failed"): that is `doomed`, and
+    the message names the dependency to retry first."""
+    if isinstance(result, ops.Retried) and result.state in ("failed", "cancelled"):
+        return Refused("doomed", _doomed_message(job_id, result.state, read_job, read_workflow))
+    if isinstance(result, ops.Retried):
+        return None
+    if isinstance(result, ops.NotFound):
+        return Refused("not_found", f"job {job_id} does not exist")
+    if isinstance(result, ops.NotRetryable):
+        return Refused(
+            "not_retryable",
+            f"job {job_id} is {result.state}: only failed or cancelled jobs can be retried; nothing was changed",
+        )
+    if isinstance(result, ops.RetryBlocked):
+        return Refused(
+            "retry_blocked",
+            f"job {job_id}: retrying would make a second live holder of its unique "
+            f"key (held by job {result.holder_id}); nothing was changed",
+        )
+    if isinstance(result, ops.DepsGone):
+        return Refused(
+            "deps_gone",
+            f"job {job_id}: its workflow deps {list(result.missing)} were pruned, so it "
+            "could never settle; nothing was changed",
+        )
+    raise AssertionError(result)  # pragma: no cover
+
+
+def _doomed_message(
+    job_id: int, state: str, read_job: Callable[[int], Job | None], read_workflow: Callable[[str], Iterable[Job]]
+) -> str:
+    job = read_job(job_id)
+    members = {j.wf_name: j for j in read_workflow(job.workflow_id)} if job and job.workflow_id else {}
+    blocking = [
+        f"{name!r} (job {members[name].id}) is {members[name].state}"
+        for name in (job.wf_deps if job else None) or ()
+        if name in members and members[name].state in ("failed", "cancelled")
+    ]
+    why = "; ".join(blocking) or "a dependency cannot succeed"
+    return (
+        f"job {job_id} was not retried: it is {state} again at once because its workflow dependency {why} "
+        "— retry that dependency first (its dependents are held again when it is retried)"
+    )
+
+
+def shown_name(name: str) -> str:
+    """A name (queue, kind, workflow, …) as an operator should read it: as it is when every character is
+    printable, else as a JSON string (quoted, escaped) — so a queue named "a\\nb" never shows as two rows
+    of a CLI table or as "a b" on the dashboard (HTML folds the newline), where a queue "a b" shows too."""
+    return name if name.isprintable() else json.dumps(name)
 
 
 # --- JSON rendering ------------------------------------------------------------------------------------
@@ -294,44 +357,11 @@ class Operator:
 
     def retry(self, job_id: int) -> dict[str, Any]:
         result = self.client.retry(job_id)
-        if isinstance(result, ops.Retried) and result.state in ("failed", "cancelled"):
-            raise Refused("doomed", self._doomed_message(job_id, result.state))
-        if isinstance(result, ops.Retried):
-            return {"job_id": job_id, "retried": True, "state": result.state}
-        if isinstance(result, ops.NotFound):
-            raise Refused("not_found", f"job {job_id} does not exist")
-        if isinstance(result, ops.NotRetryable):
-            raise Refused(
-                "not_retryable",
-                f"job {job_id} is {result.state}: only failed or cancelled jobs can be retried; nothing was changed",
-            )
-        if isinstance(result, ops.RetryBlocked):
-            raise Refused(
-                "retry_blocked",
-                f"job {job_id}: retrying would make a second live holder of its unique "
-                f"key (held by job {result.holder_id}); nothing was changed",
-            )
-        if isinstance(result, ops.DepsGone):
-            raise Refused(
-                "deps_gone",
-                f"job {job_id}: its workflow deps {list(result.missing)} were pruned, so it "
-                "could never settle; nothing was changed",
-            )
-        raise AssertionError(result)  # pragma: no cover
-
-    def _doomed_message(self, job_id: int, state: str) -> str:
-        job = self.job(job_id)
-        members = {j.wf_name: j for j in self.client.workflow(job.workflow_id)} if job.workflow_id else {}
-        blocking = [
-            f"{name!r} (job {members[name].id}) is {members[name].state}"
-            for name in job.wf_deps or ()
-            if name in members and members[name].state in ("failed", "cancelled")
-        ]
-        why = "; ".join(blocking) or "a dependency cannot succeed"
-        return (
-            f"job {job_id} was not retried: it is {state} again at once because its workflow dependency {why} "
-            "— retry that dependency first (its dependents are held again when it is retried)"
-        )
+        refusal = retry_refusal(job_id, result, self.client.job, self.client.workflow)
+        if refusal is not None:
+            raise refusal
+        assert isinstance(result, ops.Retried)
+        return {"job_id": job_id, "retried": True, "state": result.state}
 
     def cancel(self, job_id: int) -> dict[str, Any]:
         result = self.client.cancel(job_id)

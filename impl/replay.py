@@ -38,7 +38,6 @@ Put it in your own tests — "replay every job of the last day against the new c
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from psycopg.rows import dict_row
 from impl.operator import attempts_json, event_json, job_json, plain, step_json
 from impl.pgrows import job_from_row, step_from_row
 from impl.queries import SchemaSQL
-from impl.worker import Kind, Registry, SignalTimeout
+from impl.worker import Kind, Registry, SignalTimeout, import_app
 from model import ops
 from model.envelope import decode
 from model.rows import TERMINAL, Event, Job, Signal, Step
@@ -103,7 +102,8 @@ class Replay:
         return {
             "job_id": self.job_id,
             "executed": self.executed,
-            "clean": self.clean,
+            # null when nothing was re-executed (no --app): the replay could not judge, which is not unclean
+            "clean": self.clean if self.executed else None,
             "divergence": self.divergence.to_json() if self.divergence else None,
             "ended": self.ended,
             "calls": self.calls,
@@ -487,7 +487,7 @@ class ReplayContext:
 def load_registry(spec: str) -> Registry:
     """MODULE[:ATTR] exposing an impl.worker.Registry (default attribute: registry)."""
     module_name, _, attr = spec.partition(":")
-    registry = getattr(importlib.import_module(module_name), attr or "registry", None)
+    registry = getattr(import_app(module_name), attr or "registry", None)
     if not isinstance(registry, Registry):
         raise ReplayError(f"{spec} is not an impl.worker.Registry (MODULE[:ATTR], default attribute: registry)")
     return registry
@@ -600,6 +600,8 @@ def dry_run(
         report = Replay(job_id, _history(snap, job))
         if registry is not None:
             _replay(snap, job, registry, now, report)
+        else:
+            report.notes.append("not re-executed: no app given (--app MODULE[:ATTR]); the history is all there is")
         return report
     finally:
         snap.close()

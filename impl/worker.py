@@ -88,6 +88,20 @@ class Kind:
     backoff: w.Backoff = w.Backoff()
 
 
+def import_app(module_name: str) -> Any:
+    """`--app MODULE` (`belay worker`, `replay`, `cron list`, `mcp`): the module, looked up from the working
+    directory too, as celery, rq and uvicorn do — an installed `belay` is a console script, whose sys.path
+    does not hold the working directory."""
+    import importlib
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    return importlib.import_module(module_name)
+
+
 class Registry:
     """Kinds by name, and static crons declared beside them (`cron`). Unknown kinds fail the job with
     error `unknown_kind` (never silently)."""

@@ -8,6 +8,10 @@ adopts the id from the createTask answer, `adopt_task`); run ids follow from the
 `run_<task>_<claim>`, the claim that holds the run, or for a run waiting in the queue the claim that
 will take it next.
 
+Who reclaims an expired claim does not change what it costs: `sweep` is this server's reclaim or
+another node's (a `belay worker` on the same database) — no attempt spent either way; only when the
+run is claimable again differs (the other node's §6 backoff).
+
 Deliberately small: one priority, no admission options, no start/execution timeouts (their example
 tests are in tests/test_http_api.py). Which of several claimable tasks a claim takes is the service's
 order, not the spec's: `claimable` gives the candidates and `apply_claim` records what was taken.
@@ -15,6 +19,7 @@ order, not the spec's: `claimable` gives the candidates and `apply_claim` record
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -268,12 +273,17 @@ class ApiModel:
                 task.wait, task.ready_at = None, now  # woken in place: the same run, claimable
         return 201, {"event_name": event, "created_at": iso(now)}
 
-    def sweep(self, now: datetime) -> set[int]:
-        """Expired claims: the run goes back to the queue, claimable at once, no attempt spent."""
+    def sweep(self, now: datetime, backoff: Callable[[int], timedelta] | None = None) -> set[int]:
+        """Expired claims: the run goes back to the queue and spends no attempt, whoever reclaims it —
+        this server's sweeper (claimable at once) or another node following the contract's §6 reclaim
+        on the same database, e.g. a `belay worker` (claimable after that node's backoff for the claim:
+        `backoff(claims)`; until then the run is `sleeping`). docs/http-api.md, "One database"."""
         expired = {t.id for t in self.tasks.values() if t.state == "running" and t.lease_until <= now}  # type: ignore[operator]
         for task_id in expired:
             t = self.tasks[task_id]
             t.state, t.ready_at, t.lease_until = "waiting", now, None
+            if backoff is not None:
+                t.ready_at = now + backoff(t.claims)
         return expired
 
     # --- checkpoints ------------------------------------------------------------------------------

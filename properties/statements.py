@@ -33,7 +33,7 @@ _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 BUILT = {
     "store.compact_insert": "impl/store.py _compact_insert (§5.1's insert, one text per pattern of varying columns)",
     "store.enqueue_solo": "impl/store.py _enqueue_solo (§5.1's insert of one job and its poke, one statement)",
-    "http.requeue_expired": "impl/http/sql.py requeue_expired (the HTTP sweeper)",
+    "http.expired_http": "impl/http/sql.py expired_http (the HTTP sweeper's §6 reclaim selection)",
     "http.tasks_page": "impl/http/sql.py tasks_page (listTasks)",
 }
 
@@ -209,7 +209,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         _HTTP, _HOT + "test_a_claim_through_the_hot_route_hands_out_what_the_starlette_route_does", "http_claim_solo"
     ),
     **_covered(
-        _HTTP, _API + "test_an_expired_claim_is_claimable_again_without_spending_an_attempt", "http.requeue_expired"
+        _HTTP, _API + "test_an_expired_claim_is_claimable_again_without_spending_an_attempt", "http.expired_http"
     ),
     **_covered(
         _HTTP, _API + "test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor", "http.tasks_page"

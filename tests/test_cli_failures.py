@@ -28,6 +28,7 @@ import pytest
 
 from impl.cli import main as belay_main
 from impl.failures import describe_database_error
+from impl.http.server import free_port
 from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,8 +178,8 @@ def bad_databases(server: str, password_user: str, blank_db_url: str) -> dict[st
 DB_COMMANDS = {
     "status": ["status", "--database-url", "{url}"],
     "migrate": ["migrate", "--database-url", "{url}"],
-    "serve": ["serve", "--database-url", "{url}", "--port", "0"],
-    "dashboard": ["dashboard", "--database-url", "{url}", "--port", "0"],
+    "serve": ["serve", "--database-url", "{url}", "--port", str(free_port())],
+    "dashboard": ["dashboard", "--database-url", "{url}", "--port", str(free_port())],
     "worker": ["worker", "--app", "tests.apps.runtime_app", "--database-url", "{url}", "--exit-on-unreachable", "2"],
 }
 

@@ -20,6 +20,7 @@ from impl.cli import main
 from impl.client import Client
 from impl.http.errors import iso
 from impl.http.server import BindRefused, check_bind
+from impl.http.tasks import ROW_MAX_ATTEMPTS
 from impl.http.testing import serve_api
 from tests.http_support import claim_tasks, http_api, http_clock, job  # noqa: F401  (fixtures: api, clock)
 
@@ -155,7 +156,7 @@ def test_task_is_a_job_with_kind_input_meta_and_max_attempts(api, db_url):
         "work",
         {"n": 1},
         {"region": "eu"},
-        3,
+        ROW_MAX_ATTEMPTS,  # the task's budget (3) is its `$http:task` step's: no claim spends it (issue 53)
     )
     [claimed] = claim(api, timeout=45)
     assert claimed == {
@@ -309,7 +310,7 @@ def test_an_expired_claim_is_claimable_again_without_spending_an_attempt(api, cl
     assert_error(wait(api, {**first, "run_id": stale}, "e"), 409, "STALE_RUN")
     assert api.get(f"/tasks/{task['task_id']}/checkpoints/s").status_code == 404
     row = job(db_url, task["task_id"])
-    assert (row["state"], row["errors"]) == ("running", [])
+    assert (row["state"], [e["error"] for e in row["errors"]]) == ("running", ["lease_expired"] * 4)  # §6 reclaim
     failed = api.post(f"/runs/{again['run_id']}/fail", json={"error": "boom"}).json()
     assert failed["attempt"] == 1
     assert ("next_run_id" in failed) == (max_attempts > 1), "the budget is the one the task was created with"

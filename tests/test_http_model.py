@@ -5,10 +5,18 @@ route is documented to perform (impl/http/__init__.py) to the model with the sam
 must agree (200 ↔ Acked, 409 ↔ Stale, the claimed runs, the retry time) and so must every task's job
 row afterwards. Tasks are matched by the ids each side returned, so the examples can share one server
 and database (each example has its own queues and starts a day later on the shared clock).
+
+One database, many runtimes (issue 53): ordinary jobs (enqueued, claimed and acked as a worker does)
+share the database in their own queue, and two sweepers reclaim expired leases — the HTTP server's and
+a `belay worker`'s (the contract's §6 Reclaim with the runtime's backoff, over every job). Both are the
+model's Reclaim: an HTTP task's expired claim goes back to the queue whoever reclaims it (its row's
+max_attempts is out of its claims' reach, impl/http/tasks.py), an ordinary job spends an attempt as the
+contract says, and the HTTP sweep never touches an ordinary job.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 from dataclasses import replace
 from datetime import timedelta
@@ -21,7 +29,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from impl.http.errors import iso
 from impl.http.service import EVENT_SCOPE
-from impl.http.tasks import RetryStrategy
+from impl.http.tasks import ROW_MAX_ATTEMPTS, RetryStrategy, failures_of
 from impl.http.testing import FakeClock, serve_api
 from model import ops
 from model import worker_ops as w
@@ -52,6 +60,9 @@ class HttpVersusModel(RuleBasedStateMachine):
         self.waited: list[str] = []  # event names waited on and not emitted yet
         self.prefix, self.waits = prefix, 0
         self.created_max: dict[int, int] = {}  # model job id → max_attempts as created
+        self.jobs_queue = f"{prefix}-jobs"  # ordinary jobs: no HTTP claim ever takes them
+        self.jobs: dict[int, int] = {}  # db job id → model job id, ordinary jobs
+        self.leases: list[tuple[int, int, int]] = []  # (db id, model id, attempt) an ordinary claim handed out
 
     def pick_run(self, data) -> tuple[str, int, int]:
         """Mostly a recent run (likely live), sometimes any run (likely stale)."""
@@ -70,7 +81,7 @@ class HttpVersusModel(RuleBasedStateMachine):
             body["retry_strategy"] = strategy
         r = self.api.post(f"/queues/{self.queues[queue]}/tasks", json=body)
         assert r.status_code == 201, r.text
-        spec = ops.JobSpec(self.queues[queue], "work", body["params"], {}, max_attempts=max_attempts)
+        spec = ops.JobSpec(self.queues[queue], "work", body["params"], {}, max_attempts=ROW_MAX_ATTEMPTS)
         [inserted] = self.model.apply(ops.Enqueue(self.now(), (spec,))).outcomes
         self.tasks[int(r.json()["task_id"][5:])] = (inserted.id, strategy)
         self.created_max[inserted.id] = max_attempts
@@ -83,7 +94,7 @@ class HttpVersusModel(RuleBasedStateMachine):
         claimed = self.model.apply(w.Claim(self.now(), self.queues[queue], "http", limit, timedelta(seconds=timeout)))
         assert got == [(j.id, j.attempt) for j in claimed.jobs]  # a run id names its claim: run_<job>_<claim>
         for t, j in zip(r.json()["tasks"], claimed.jobs, strict=True):  # attempt counts runs, not claims
-            assert (t["attempt"], t["max_attempts"]) == (len(j.errors) + 1, self.created_max[j.id])
+            assert (t["attempt"], t["max_attempts"]) == (failures_of(j.errors) + 1, self.created_max[j.id])
         self.runs += [(t["run_id"], mid, attempt) for t, (mid, attempt) in zip(r.json()["tasks"], got, strict=True)]
 
     def expect(self, r, result) -> None:
@@ -105,8 +116,9 @@ class HttpVersusModel(RuleBasedStateMachine):
         run, mid, attempt = self.pick_run(data)
         strategy = next(s for m, s in self.tasks.values() if m == mid)
         job, retry_at = self.model_job(mid), None
-        if job.attempt < job.max_attempts:
-            delay = RetryStrategy.from_json(strategy).delay(len(job.errors) + 1) if strategy else timedelta(0)
+        failure = failures_of(job.errors) + 1  # the task's budget is the one it was created with
+        if failure < self.created_max[mid]:
+            delay = RetryStrategy.from_json(strategy).delay(failure) if strategy else timedelta(0)
             retry_at = self.now() + delay
         r = self.api.post(f"/runs/{run}/fail", json={"error": "boom"})
         result = self.model.apply(w.Ack(self.now(), mid, attempt, w.Fail("run_failed", "boom", retry_at)))
@@ -163,15 +175,55 @@ class HttpVersusModel(RuleBasedStateMachine):
     def advance(self, seconds):
         self.clock.advance(seconds)
 
+    # --- ordinary jobs beside the HTTP tasks, and a worker's sweeper ------------------------------------
+
+    @rule(max_attempts=st.integers(1, 2))
+    def enqueue_job(self, max_attempts):
+        spec = ops.JobSpec(self.jobs_queue, "plain", {"n": len(self.jobs)}, {}, max_attempts=max_attempts)
+        [real] = self.api.belay.store.apply(ops.Enqueue(self.now(), (spec,))).outcomes
+        [mine] = self.model.apply(ops.Enqueue(self.now(), (spec,))).outcomes
+        self.jobs[real.id] = mine.id
+
+    @rule(limit=st.integers(1, 2), ttl=st.sampled_from([10, 30]))
+    def worker_claim(self, limit, ttl):
+        op = w.Claim(self.now(), self.jobs_queue, "worker-1", limit, timedelta(seconds=ttl))
+        real = self.api.belay.store.apply(op).jobs
+        mine = self.model.apply(op).jobs
+        assert [(self.jobs[j.id], j.attempt) for j in real] == [(j.id, j.attempt) for j in mine]
+        self.leases += [(j.id, self.jobs[j.id], j.attempt) for j in real]
+
+    @precondition(lambda self: self.leases)
+    @rule(data=st.data(), ok=st.booleans())
+    def worker_ack(self, data, ok):
+        real_id, mid, attempt = data.draw(st.sampled_from(self.leases))
+        outcome = w.Succeed(None) if ok else w.Fail("boom", None, self.now() + timedelta(seconds=5))
+        real = self.api.belay.store.apply(w.Ack(self.now(), real_id, attempt, outcome))
+        mine = self.model.apply(w.Ack(self.now(), mid, attempt, outcome))
+        assert type(real) is type(mine)
+
+    @rule()
+    def worker_reclaim(self):
+        """A `belay worker`'s sweeper pass (impl/runtime.py: w.Reclaim with its reclaim_backoff) over the
+        whole database: HTTP tasks and ordinary jobs alike, as any contract-following SDK does."""
+        op = w.Reclaim(self.now(), w.Backoff())
+        real = self.api.belay.store.apply(op)
+        mine = self.model.apply(op)
+        ids = {**{db: m for db, (m, _) in self.tasks.items()}, **self.jobs}
+        assert sorted(ids[i] for i in real.retried if i in ids) == sorted(mine.retried)
+        assert sorted(ids[i] for i in real.failed if i in ids) == sorted(mine.failed)
+        http = {m for m, _ in self.tasks.values()}
+        assert not http & set(mine.failed), "a worker's reclaim failed an HTTP task"
+
     @rule()
     def sweep(self):
-        """An HTTP task whose claim expired is claimable again at once and spends no attempt
-        (impl/http/sql.py requeue_expired): in the model, the §6 reclaim's retry without its errors
-        entry, with max_attempts grown by one as for a snooze."""
+        """The HTTP server's sweep: the contract's §6 reclaim of the HTTP tasks alone, claimable at once
+        (in the model, Reclaim's outcome for those rows, with no backoff); ordinary jobs untouched."""
         now = self.now()
         report = self.api.belay.sweep_once(now)
         ours = {self.tasks[i][0] for i in report.requeued if i in self.tasks}
-        assert not {i for i in report.reclaimed if i in self.tasks}, "an HTTP task went through the §6 reclaim"
+        touched = {*report.requeued, *report.failed, *report.timed_out, *report.pruned_tasks}
+        assert not touched & set(self.jobs), "the HTTP sweep touched an ordinary job"
+        assert not {i for i in report.failed if i in self.tasks}, "an HTTP task's expiry spent its budget"
         expired = {
             j.id
             for j in self.model.state.jobs.values()
@@ -180,19 +232,21 @@ class HttpVersusModel(RuleBasedStateMachine):
         assert ours == expired
         jobs = dict(self.model.state.jobs)
         for mid in expired:
+            assert jobs[mid].attempt < jobs[mid].max_attempts  # §6: the retry branch
             jobs[mid] = replace(
                 jobs[mid],
                 state="ready",
                 ready_at=now,
                 lease_until=None,
                 leased_by=None,
-                max_attempts=jobs[mid].max_attempts + 1,
+                errors=[*jobs[mid].errors, w.error_entry(jobs[mid].attempt, now, "lease_expired", None)],
             )
         self.model.state = replace(self.model.state, jobs=MappingProxyType(jobs))
 
     @invariant()
     def job_rows_agree(self):
-        for db_id, (mid, _) in self.tasks.items():
+        pairs = [*((db, m) for db, (m, _) in self.tasks.items()), *self.jobs.items()]
+        for db_id, mid in pairs:
             row = self.api.belay.store.apply(ops.ReadJob(db_id))
             mine = self.model_job(mid)
             assert {f: getattr(row, f) for f in COMPARED} == {f: getattr(mine, f) for f in COMPARED}, db_id
@@ -214,7 +268,7 @@ def test_http_api_and_model_agree_on_the_task_lifecycle(db_url):
         run_state_machine_as_test(
             HttpVersusModel,
             settings=settings(
-                max_examples=20,
+                max_examples=int(os.environ.get("BELAY_HTTP_MODEL_EXAMPLES", "40")),
                 stateful_step_count=30,
                 deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

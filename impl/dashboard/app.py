@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import re
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,6 +59,7 @@ from impl.dashboard.queries import (
     DashboardQueries,
     JobFilter,
 )
+from impl.operator import retry_refusal
 from impl.store import PgStore
 from model import ops
 from model.rows import STATES, TERMINAL
@@ -72,6 +74,7 @@ REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 REPORT_FILES = {"report.html", "results.json", "summary.md"}
 BACK = re.compile(r"/(jobs/[0-9]+)?")
+MAX_JOB_ID = 2**63 - 1  # belay_jobs.id is a bigint: a larger id in a path names no job
 
 
 def utc_now() -> datetime:
@@ -102,7 +105,8 @@ def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
     )
-    env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty)
+    env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty, shown=views.shown_name)
+    env.globals.update(BACKLOG_STATES=views.BACKLOG_STATES, backlog=views.backlog)
     env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP, TERMINAL_CAP=TERMINAL_CAP)
     return env
 
@@ -233,23 +237,44 @@ def create_app(
 
         return read(go)
 
-    def index(request: Request) -> Response:
+    def queue_page_context(request: Request) -> dict[str, Any]:
+        """The queues, filtered (`q`), sorted (`sort`: name, backlog, failures) and shown as tiles or as
+        the compact table (`view`: auto — the table from views.TABLE_FROM queues on —, tiles, table)."""
         now = clock()
         tiles, indexed = load_tiles(now)
-        return render(request, "index.html", {"tiles": tiles, "indexed": indexed, "now": now})
+        params = request.query_params
+        sort = params.get("sort", "name") if params.get("sort") in views.QUEUE_SORTS else "name"
+        view = params.get("view", "auto") if params.get("view") in views.QUEUE_VIEWS else "auto"
+        text = params.get("q", "")[:200]
+        listed = views.queue_listing(tiles, sort, text)
+        shown_as = view if view != "auto" else ("table" if len(tiles) >= views.TABLE_FROM else "tiles")
+        chosen = {k: v for k, v in (("sort", sort), ("view", view), ("q", text)) if v and v not in ("name", "auto")}
+        return {
+            "tiles": listed,
+            "total": len(tiles),
+            "indexed": indexed,
+            "now": now,
+            "sort": sort,
+            "view": view,
+            "shown_as": shown_as,
+            "filter_text": text,
+            "sorts": views.QUEUE_SORTS,
+            "views": views.QUEUE_VIEWS,
+            "fragment_url": "/fragments/tiles" + (f"?{urlencode(chosen)}" if chosen else ""),
+        }
+
+    def index(request: Request) -> Response:
+        return render(request, "index.html", queue_page_context(request))
 
     def tiles_fragment(request: Request) -> Response:
-        now = clock()
-        tiles, indexed = load_tiles(now)
-        return render(request, "_tiles.html", {"tiles": tiles, "indexed": indexed, "now": now})
+        return render(request, "_tiles.html", queue_page_context(request))
 
     def charts_json(request: Request) -> Response:
-        try:
-            minutes = int(request.query_params.get("minutes", CHART_MINUTES))
-            data = read(lambda conn: queries.charts(conn, clock(), minutes))
-        except (ValueError, ops.InvalidInput) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse(data)
+        text = request.query_params.get("minutes", str(CHART_MINUTES))
+        if not re.fullmatch(r"[0-9]{1,4}", text) or not 1 <= int(text) <= 24 * 60:
+            return JSONResponse({"error": f"minutes must be a whole number from 1 to 1440, got {text!r}"}, 400)
+        minutes = int(text)
+        return JSONResponse(read(lambda conn: queries.charts(conn, clock(), minutes)))
 
     def crons_page(request: Request) -> Response:
         now = clock()
@@ -331,21 +356,21 @@ def create_app(
 
     def job_page(request: Request, extra: dict[str, Any] | None = None, status: int = 200) -> Response:
         job_id = request.path_params["job_id"]
-        context = job_context(job_id, clock())
+        context = job_context(job_id, clock()) if 1 <= job_id <= MAX_JOB_ID else None
         if context is None:
             return not_found(request, job_id)
         return render(request, "job.html", {**context, **(extra or {})}, status=status)
 
     def job_fragment(request: Request) -> Response:
         job_id = request.path_params["job_id"]
-        context = job_context(job_id, clock())
+        context = job_context(job_id, clock()) if 1 <= job_id <= MAX_JOB_ID else None
         if context is None:
             return PlainTextResponse(f"job {job_id} does not exist", status_code=404)
         return render(request, "_job_live.html", context)
 
     def workflow_page(request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
-        members = list(store().apply(ops.ReadWorkflow(workflow_id)))
+        members = list(store().apply(ops.ReadWorkflow(workflow_id))) if "\x00" not in workflow_id else []
         if not members:
             return render(
                 request,
@@ -463,16 +488,26 @@ def create_app(
     def build(kind: str, request: Request, form: dict[str, str], now: datetime) -> tuple[Any, dict[str, Any]]:
         """The operation and the authorizer's arguments (the MCP tool's)."""
         if kind == "signal":
-            scope, name = form.get("scope", ""), form.get("name", "")
+            scope, name = form.get("scope", "").strip(), form.get("name", "").strip()
+            for field, text in (("scope", scope), ("name", name)):
+                if not text:
+                    raise BadInput("signal", f"a signal needs a {field}: the {field} field is empty")
             value = payload(form.get("payload", ""), "signal payload", "signal")
-            return ops.DeliverSignal(now, scope, name, value), {"scope": scope, "name": name, "payload": value}
+            try:
+                op = ops.DeliverSignal(now, scope, name, value)
+            except ops.InvalidInput as exc:
+                raise BadInput("signal", " ".join(str(exc).split())) from None
+            return op, {"scope": scope, "name": name, "payload": value}
         job_id = request.path_params["job_id"]
-        if kind == "cancel":
-            return ops.Cancel(now, job_id), {"job_id": job_id}
-        if kind == "retry":
-            return ops.Retry(now, job_id), {"job_id": job_id}
-        value = payload(form.get("payload", ""), "steer payload", "steer")
-        return ops.Steer(now, job_id, value), {"job_id": job_id, "payload": value}
+        try:
+            if kind == "cancel":
+                return ops.Cancel(now, job_id), {"job_id": job_id}
+            if kind == "retry":
+                return ops.Retry(now, job_id), {"job_id": job_id}
+            value = payload(form.get("payload", ""), "steer payload", "steer")
+            return ops.Steer(now, job_id, value), {"job_id": job_id, "payload": value}
+        except ops.InvalidInput as exc:
+            raise BadInput(kind, " ".join(str(exc).split())) from None
 
     def audit(
         request: Request,
@@ -510,10 +545,14 @@ def create_app(
                     )
                 return render(request, "error.html", {"title": "Refused", "error": message}, status=status)
 
+            request.state.action = tool
             try:
                 who, by_form = authenticate(request, form)
             except Forbidden as exc:
                 return refuse(exc.status, "refused", exc.message, exc.who)
+            request.state.who = who
+            if job_id is not None and not 1 <= job_id <= MAX_JOB_ID:  # no such job can exist (a bigint id ≥ 1)
+                return refuse(404, "not_found", f"job {job_id} does not exist", who)
             now = clock()
             try:
                 op, arguments = build(kind, request, form, now)
@@ -557,6 +596,11 @@ def create_app(
             outcome = snake(type(result).__name__)
             status = 200 if isinstance(result, SUCCESS) else STATUS.get(type(result), 409)
             message = describe(kind, result)
+            if kind == "retry" and isinstance(result, ops.Retried):  # the Client SDK's refusal rules
+                assert job_id is not None
+                doomed = await run_in_threadpool(retry_refusal, job_id, result, read_job, read_workflow)
+                if doomed is not None:
+                    return refuse(409, doomed.kind, str(doomed), who)
             audit(request, tool, job_id, who, status, outcome, message, signal_fields)
             if as_json:
                 body = {"ok": status == 200, "action": tool, "job_id": job_id, "outcome": outcome, "message": message}
@@ -637,8 +681,41 @@ def create_app(
         finally:
             state["store"].close()
 
+    def read_job(job_id: int) -> Any:
+        found = store().apply(ops.ReadJob(job_id))
+        return None if isinstance(found, ops.NotFound) else found
+
+    def read_workflow(workflow_id: str) -> Any:
+        return store().apply(ops.ReadWorkflow(workflow_id))
+
+    def internal_error(request: Request, exc: Exception) -> Response:
+        """Any error no handler expected: logged with its traceback under a request id, one audit line,
+        and a 500 that names the request id — never the traceback or the exception's text."""
+        rid = uuid.uuid4().hex[:12]
+        log.error("dashboard: request id %s: %s %s failed", rid, request.method, request.url.path, exc_info=exc)
+        action = getattr(request.state, "action", "page")
+        who = getattr(request.state, "who", None) or "anonymous"
+        job_id = request.path_params.get("job_id") if isinstance(request.path_params.get("job_id"), int) else None
+        audit(
+            request,
+            action,
+            job_id,
+            who,
+            500,
+            "error",
+            f"{type(exc).__name__} (request id {rid})",
+            {"path": request.url.path, "request": rid},
+        )
+        message = f"Internal error (request id {rid}): it was logged; nothing more is known here."
+        if wants_json(request) or request.url.path.startswith("/api/"):
+            return JSONResponse({"ok": False, "outcome": "error", "message": message}, status_code=500)
+        return PlainTextResponse(message, status_code=500)
+
     async def security_headers(request: Request, call_next):
-        response = await call_next(request)
+        try:
+            response = await call_next(request)
+        except Exception as exc:  # noqa: BLE001 - the last resort: a logged 500, never a traceback
+            response = internal_error(request, exc)
         response.headers.setdefault("Content-Security-Policy", CSP)
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["Referrer-Policy"] = "same-origin"

@@ -6,74 +6,36 @@
 Written to the logger `belay.dashboard.audit` at INFO. `audit_logger()` makes sure that logger is
 emitted: when nothing configured it (no handler of its own), it gets a stderr handler at INFO and stops
 propagating — so `belay dashboard` always prints its audit lines, and an application that configures
-the logger itself keeps full control. Values are logfmt-quoted (a value with a space, `=`, a quote,
-a backslash or a control character is written in double quotes with escapes), so a job's kind or a
-signal's name cannot forge a field or a line: every line parses back to its fields (`parse`).
+the logger itself keeps full control. Values are logfmt-quoted by the telemetry logger's function
+(impl/telemetry.py logfmt_value: a value with a space, `=`, a quote, a backslash or any non-printable
+character — a final newline too — is written in double quotes with escapes), so a job's kind or a
+signal's name cannot forge a field or a line: every line parses back to its fields (`parse`,
+tests/test_logfmt_quoting.py over arbitrary text).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import sys
 from typing import Any
 
+from impl.telemetry import logfmt_value, parse_logfmt
+
 LOGGER = "belay.dashboard.audit"
-_BARE = re.compile(r"^[A-Za-z0-9_.:/@+\-]+$")
-_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def quote(value: Any) -> str:
-    text = "" if value is None else str(value)
-    if text and _BARE.match(text):
-        return text
-    out = []
-    for ch in text:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
+    """One logfmt value, quoted by the telemetry logger's own function (impl/telemetry.py logfmt_value:
+    one quoting rule for every logfmt line Belay writes); None is the empty value."""
+    return logfmt_value("" if value is None else value)
 
 
 def line(fields: dict[str, Any]) -> str:
     return " ".join(f"{k}={quote(v)}" for k, v in fields.items() if v is not None)
 
 
-_TOKEN = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|[^ ]*)(?: |$)')
-_UNESCAPE = {'"': '"', "\\": "\\", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def parse(text: str) -> dict[str, str]:
-    """The fields of one line (the inverse of `line` for its values); raises ValueError if it is not one."""
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(text):
-        m = _TOKEN.match(text, pos)
-        if not m:
-            raise ValueError(f"not a logfmt line at {pos}: {text!r}")
-        key, raw = m.group(1), m.group(2)
-        if raw.startswith('"'):
-            body, value, i = raw[1:-1], [], 0
-            while i < len(body):
-                if body[i] == "\\":
-                    nxt = body[i + 1]
-                    if nxt == "u":
-                        value.append(chr(int(body[i + 2 : i + 6], 16)))
-                        i += 6
-                        continue
-                    value.append(_UNESCAPE[nxt])
-                    i += 2
-                else:
-                    value.append(body[i])
-                    i += 1
-            out[key] = "".join(value)
-        else:
-            out[key] = raw
-        pos = m.end()
-    return out
+# The fields of one line (the inverse of `line` for its values); ValueError if it is not one.
+parse = parse_logfmt
 
 
 def audit_logger() -> logging.Logger:

@@ -235,3 +235,30 @@ def workflow_dag(members: list[Job]) -> Dag:
     width = MARGIN * 2 + max(len(layers), 1) * (NODE_W + COL_GAP) - COL_GAP
     height = MARGIN * 2 + max((len(layer) for layer in layers), default=1) * (NODE_H + ROW_GAP) - ROW_GAP
     return Dag(sorted(nodes, key=lambda n: (n.x, n.y)), edges, width, height)
+
+
+# --- the queues page at many queues (issue 53) ------------------------------------------------------
+
+from impl.operator import shown_name  # noqa: E402 - one rule for the CLI's tables and the dashboard
+
+__all__ = ["shown_name"]
+BACKLOG_STATES = ("ready", "awaiting", "held", "paused")  # unfinished and not running: work waiting
+QUEUE_SORTS = ("name", "backlog", "failures")
+QUEUE_VIEWS = ("auto", "tiles", "table")
+TABLE_FROM = 13  # `auto` shows the compact table from this many queues on
+
+
+def backlog(counts: dict[str, int]) -> int:
+    return sum(counts.get(s, 0) for s in BACKLOG_STATES)
+
+
+def queue_listing(tiles: list[Any], sort: str, text: str) -> list[Any]:
+    """The tiles the filter keeps (case-insensitive substring of the name), in the chosen order: name;
+    backlog (most first, then name); failures (most failed jobs first, then name)."""
+    needle = text.casefold()
+    kept = [t for t in tiles if needle in t.queue.casefold()]
+    if sort == "backlog":
+        return sorted(kept, key=lambda t: (-backlog(t.counts), t.queue))
+    if sort == "failures":
+        return sorted(kept, key=lambda t: (-t.counts.get("failed", 0), t.queue))
+    return sorted(kept, key=lambda t: t.queue)

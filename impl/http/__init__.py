@@ -31,8 +31,9 @@ Routes (all under /api/v1) and what each does to the store (impl/http/service.py
 
 Runs as the API shows them (docs/http-api.md): an expired claim, a schedule and a wait hand the same run
 back to the queue without spending an attempt; run ids name claims, so a stale holder is refused.
-The sweeper (every sweep_interval) re-queues expired claims of HTTP tasks (impl/http/sql.py), runs
-Reclaim for any other job, cancels tasks past start/execution timeouts and
+The sweeper (every sweep_interval) applies the contract's §6 reclaim to expired claims of HTTP tasks only
+(impl/http/sql.py expired_http; an HTTP task's row is written so that any node's reclaim re-queues it
+without spending an attempt: impl/http/tasks.py ROW_MAX_ATTEMPTS), cancels tasks past start/execution timeouts and
 applies each queue's cleanup policy. `GET /openapi.json` serves the document (impl/http/openapi.py).
 """
 

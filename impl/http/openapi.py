@@ -266,7 +266,9 @@ def served_document(*, bearer: bool) -> dict[str, Any]:
         "overwrite the new holder's work. scheduleRun and wait-for-event's 202 (`next_run_id`) return that "
         "new id; GET /runs lists every run under its current id. `attempt` counts runs (1 + the failed "
         "ones before it) and `max_attempts` is the one the task was created with. An expired claim is "
-        "re-queued by the server's sweeper (every second by default). Full semantics: docs/http-api.md in "
+        "re-queued by the server's sweeper (every second by default), or by the contract's reclaim of any "
+        "other Belay runtime on the same database (then claimable after that runtime's backoff): either "
+        "way it spends no attempt. Full semantics: docs/http-api.md in "
         "the Belay repository. Extensions (x-belay-extension): GET /tasks.\n"
     )
     ops = _operations(doc)

@@ -49,6 +49,7 @@ from impl.http.ids import (
 from impl.http.tasks import (
     CANCEL_STEP,
     RESERVED_STEP_PREFIXES,
+    ROW_MAX_ATTEMPTS,
     TASK_STEP,
     WAIT_PREFIX,
     RetryStrategy,
@@ -81,7 +82,6 @@ TASK_STATUSES = ("pending", "completed", "failed", "canceled")
 TASK_STATES = ("pending", "running", "sleeping", "completed", "failed", "canceled")
 WORKFLOW_STATUSES = ("pending", "running", "completed", "failed", "canceled")
 WORKFLOW_TERMINAL = ("completed", "failed", "canceled")
-NO_BACKOFF = w.Backoff(base_s=0, factor=1, max_s=0)  # an expired claim is claimable again at once
 
 
 def cleanup_policy(opts: Any) -> dict[str, int]:
@@ -115,8 +115,8 @@ def _jsonable(value: Any) -> Any:
 
 @dataclass
 class SweepReport:
-    reclaimed: list[int] = field(default_factory=list)  # jobs of other clients (§6 reclaim)
-    requeued: list[int] = field(default_factory=list)  # HTTP tasks whose claim expired
+    requeued: list[int] = field(default_factory=list)  # HTTP tasks whose claim expired: back in the queue
+    failed: list[int] = field(default_factory=list)  # expired, no attempt left (a job another client made)
     timed_out: list[int] = field(default_factory=list)
     pruned_tasks: list[int] = field(default_factory=list)
     pruned_events: int = 0
@@ -139,7 +139,13 @@ class HttpService:
         rows = self.store.statement(name, params)
         return rows[0] if rows else None
 
+    @staticmethod
+    def _no_such_queue(name: str) -> ApiError:
+        return e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
+
     def _queue(self, name: str) -> dict:
+        if "\x00" in name:  # no queue can be named so (PostgreSQL text holds no NUL): found by the fuzz pass
+            raise self._no_such_queue(name)
         row = self._one("http_queue_get", {"name": name})
         if row is None:
             raise e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
@@ -220,6 +226,8 @@ class HttpService:
         return self._queue_json(row)
 
     def delete_queue(self, now: datetime, name: str) -> None:
+        if "\x00" in name:
+            raise self._no_such_queue(name)
         with self.store.transaction(now) as tx:
             if tx.one("http_queue_lock", {"name": name}) is None:
                 raise e.not_found(f"queue {name!r} does not exist", "QUEUE_NOT_FOUND")
@@ -271,7 +279,7 @@ class HttpService:
         execution_timeout = e.integer(body, "execution_timeout", minimum=0, default=0)
         workflow_run = e.string(body, "workflow_run_id")
         try:
-            spec = ops.JobSpec(queue, task_name, input=body.get("params"), meta=headers, max_attempts=max_attempts)
+            spec = ops.JobSpec(queue, task_name, input=body.get("params"), meta=headers, max_attempts=ROW_MAX_ATTEMPTS)
         except ops.InvalidInput as exc:
             raise e.bad(str(exc)) from None
         config = TaskConfig(
@@ -347,6 +355,8 @@ class HttpService:
         """`claim` in one round trip on the event loop's pool for a plain queue (no admission options,
         not paused): the same rounds, order and cancellations. None when the queue does not exist or
         is not plain before anything was claimed (the caller takes `claim`)."""
+        if "\x00" in queue:
+            raise self._no_such_queue(queue)
         demand = min(limit, MAX_CLAIM)
         out: list[dict] = []
         claim_sql = self.store.q.q("http_claim_solo")
@@ -531,8 +541,12 @@ class HttpService:
         self._require_live(ref, row)
         config = self._enforce_deadline(now, ref, row)
         retry_at = None
-        if row["attempt"] < row["max_attempts"]:
-            failure = len(row["errors"] or []) + 1  # the n-th failed run of this task
+        failure = failures_of(row["errors"]) + 1  # the n-th failed run of this task
+        if row["config"] is None:  # a job another client made: its own column budget (contract §7)
+            more = row["attempt"] < row["max_attempts"]
+        else:  # an HTTP task: the budget it was created with, in failed runs (impl/http/tasks.py)
+            more = failure < config.max_attempts
+        if more:
             delay = config.retry_strategy.delay(failure) if config.retry_strategy else timedelta(0)
             retry_at = now + delay
         try:
@@ -848,17 +862,13 @@ class HttpService:
         """Reclaim expired claims (claimable again at once, or failed when attempts are spent), cancel
         tasks past their start/execution deadlines, and apply every queue's cleanup policy."""
         report = SweepReport()
-        while True:  # HTTP tasks: claimable again, no attempt spent (impl/http/sql.py requeue_expired)
-            requeued = http_sql.run(self.store, "requeue_expired", {"now": now, "limit": batch})
-            report.requeued += [r["id"] for r in requeued]
-            if len(requeued) < batch:
+        while True:  # the contract's §6 reclaim, of HTTP tasks only (impl/http/sql.py expired_http)
+            retried, failed = self._reclaim_http(now, batch)
+            report.requeued += retried
+            report.failed += failed
+            if len(retried) + len(failed) < batch:
                 break
-        while True:  # any other job: the contract's §6 reclaim
-            done = self.store.apply(w.Reclaim(now, NO_BACKOFF, batch))
-            report.reclaimed += [*done.retried, *done.failed]
-            if len(done.retried) + len(done.failed) < batch:
-                break
-        if report.reclaimed or report.requeued:
+        if report.requeued or report.failed:
             self.on_ready(None)
         for row in self.store.statement("http_timed_out", {"now": now, "limit": batch}):
             if self.cancel_task(now, row["id"], row["reason"], state=row["state"], attempt=row["attempt"]):
@@ -875,6 +885,31 @@ class HttpService:
                     {"scope": EVENT_SCOPE, "before": now - timedelta(seconds=max(ttls))},
                 ).rowcount
         return report
+
+    def _reclaim_http(self, now: datetime, batch: int) -> tuple[list[int], list[int]]:
+        """One §6 reclaim pass (contract §6: "Any node reclaims expirees: select running AND
+        lease_until <= $now FOR UPDATE SKIP LOCKED, then per row apply outcome retry (attempt < max) or
+        failed with error {"error":"lease_expired"} — including full §7 settlement"), over the HTTP
+        tasks only: the rows and outcomes are the contract's (reclaim_many, the worker's statement),
+        ready at once (no backoff). (requeued, failed) ids."""
+        with self.store.transaction(now) as tx:
+            expired = tx.cur.execute(
+                http_sql.query("expired_http", self.store.schema), {"now": now, "node": self.node, "limit": batch}
+            ).fetchall()
+            if not expired:
+                return [], []
+            base = w.error_entry(0, now, "lease_expired", None)
+            del base["attempt"]
+            rows = tx.all(
+                "reclaim_many",
+                {"ids": [r["id"] for r in expired], "ready_ats": [now] * len(expired), "base": Jsonb(base), "now": now},
+            )
+            rows.sort(key=lambda r: r["id"])
+            retried = [r for r in rows if r["state"] == "ready"]
+            failed = [r for r in rows if r["state"] == "failed"]
+            tx.pokes.update(r["queue"] for r in retried)
+            self.store._terminal(tx, failed)
+        return [r["id"] for r in retried], [r["id"] for r in failed]
 
     def _prune_tasks(self, now: datetime, queue: str, ttl: int, batch: int) -> list[int]:
         pruned: list[int] = []

@@ -2,10 +2,14 @@
 composed per schema like the named queries (`psycopg.sql.Identifier` table names, `now` always a
 parameter). Kept here because the run semantics they implement are the API's, not the contract's.
 
-    requeue_expired   an HTTP task whose claim expired is claimable again at once and spends no
-                      attempt: `max_attempts` grows by one, as it does for a schedule or a wait, and
-                      no errors entry is written (contract §6 Reclaim, which records `lease_expired`
-                      and spends one, still handles every job that is not an HTTP task)
+    expired_http      the HTTP sweep's §6 reclaim selection, restricted to HTTP tasks: the contract's
+                      expired_leases (running AND lease_until <= now, FOR UPDATE SKIP LOCKED) of the
+                      jobs created through the API (their `$http:task` step) or leased by this server's
+                      node (a job another client enqueued, handed out as a run). The outcomes are the
+                      contract's own (impl/sql/worker.sql reclaim_many): an HTTP task's row keeps
+                      max_attempts out of its claims' reach (impl/http/tasks.py ROW_MAX_ATTEMPTS), so
+                      the reclaim — this one or any other node's — re-queues it, spending no attempt.
+                      A job of another client the server never leased is never touched (issue 53).
     tasks_page        listTasks: tasks in id order after a position, filtered by queue, task name
                       and status, with what the summary shows (errors: the failed runs so far)
 """
@@ -19,20 +23,14 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 _TEXT = {
-    "requeue_expired": """
-WITH expired AS (
-    SELECT j.id FROM {jobs} AS j
-    WHERE j.state = 'running' AND j.lease_until <= %(now)s AND j.max_attempts < 2147483647
-      AND EXISTS (SELECT 1 FROM {steps} AS s WHERE s.job_id = j.id AND s.name = '$http:task')
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE {jobs} AS j
-SET state = 'ready', ready_at = %(now)s, lease_until = NULL, leased_by = NULL, max_attempts = j.max_attempts + 1
-FROM expired
-WHERE j.id = expired.id
-RETURNING j.id, j.queue
+    "expired_http": """
+SELECT j.id, j.attempt, j.max_attempts FROM {jobs} AS j
+WHERE j.state = 'running' AND j.lease_until <= %(now)s
+  AND (j.leased_by = %(node)s
+       OR EXISTS (SELECT 1 FROM {steps} AS s WHERE s.job_id = j.id AND s.name = '$http:task'))
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED
 """,
     "tasks_page": """
 SELECT * FROM (

@@ -6,6 +6,17 @@ transaction as the job insert: steps are immutable (§8.2, invariant 3) and go w
 (retention deletes them together). `$http:cancel` journals why the server cancelled a task
 (start_timeout, execution_timeout, workflow_run_canceled), and `$http:wait:<step>` memoizes a
 wait-for-event's deadline so a retried task waits against the first deadline, as `$sleep:` does.
+
+An HTTP task's row and its attempts (issue 53). The task's budget — the max_attempts it was created
+with — is the `$http:task` step's, and the server counts it in failed runs (`failures_of`: the errors
+entries a failRun wrote). The row's `max_attempts` column is ROW_MAX_ATTEMPTS, out of reach of any
+number of claims, so the contract's §6 reclaim of an expired claim ("retry (attempt < max) or failed
+with error {"error":"lease_expired"}") always takes the retry branch, whoever runs it — this server's
+sweeper or a `belay worker` (any SDK) on the same database: the run goes back to the queue and spends
+no attempt, as the OpenAPI promises. The reclaim's `lease_expired` entry is not a failed run. The
+boundary: another node's reclaim makes the run claimable after that node's §6 backoff (the worker's
+default: 1 s doubling per claim, at most an hour), this server's at once; and a task created elsewhere
+and claimed here keeps its own column budget (an expiry spends one of its attempts, as the contract says).
 """
 
 from __future__ import annotations
@@ -24,6 +35,9 @@ CANCEL_STEP = "$http:cancel"
 WAIT_PREFIX = "$http:wait:"
 RESERVED_STEP_PREFIXES = ("$http:", "$sleep:", "$spawn:")
 MAX_DELAY_S = float(INT32_MAX)  # a retry is never scheduled further out than ~68 years
+# belay_jobs.max_attempts of an HTTP task's row: its claims never reach it (the budget is the step's)
+ROW_MAX_ATTEMPTS = 1_000_000_000
+LEASE_EXPIRED = "lease_expired"  # the §6 reclaim's errors entry: a claim that expired, not a failed run
 
 
 @dataclass(frozen=True)
@@ -122,9 +136,14 @@ def headers_of(meta: Any) -> dict[str, str]:
 
 
 def failures_of(errors: Any) -> int:
-    """How many runs of a task failed so far: the entries of its errors (a failRun records one; an
-    expired claim records none, as it spends no attempt)."""
-    return sum(1 for e in errors or [] if isinstance(e, dict))
+    """How many runs of a task failed so far: the entries of its errors a failRun wrote (an expired
+    claim's §6 `lease_expired` entry is not one: it spends no attempt)."""
+    return len(failed_runs(errors))
+
+
+def failed_runs(errors: Any) -> list[dict]:
+    """The errors entries that record a failed run (not a reclaimed claim)."""
+    return [e for e in errors or [] if isinstance(e, dict) and e.get("error") != LEASE_EXPIRED]
 
 
 def claimed_task(job: Any, config: TaskConfig) -> dict[str, Any]:
@@ -176,7 +195,8 @@ def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
     wait-for-event on that step answers 408).
     """
     job_id, state, claims = row["id"], row["state"], row["attempt"]
-    errors = [e for e in (row["errors"] or []) if isinstance(e, dict)]
+    raw = [e for e in (row["errors"] or []) if isinstance(e, dict)]
+    errors = failed_runs(raw)
     cancel = decode(bytes(row["cancel_step"])) if row.get("cancel_step") is not None else None
 
     def summary(n: int, claim: int, created: datetime, status: str, **extra: Any) -> tuple[RunRef, dict[str, Any]]:
@@ -202,8 +222,10 @@ def runs_of(row: dict, now: datetime) -> list[tuple[RunRef, dict[str, Any]]]:
         created = at or created
     n = len(errors) + 1
     if state == "failed":
-        if not errors or errors[-1].get("attempt") != claims:  # a failure no errors entry records
-            out.append(summary(n, claims, created, "failed", error="failed", completed_at=row["finished_at"]))
+        if not errors or errors[-1].get("attempt") != claims:  # a failure no failed run records
+            reclaimed = raw and raw[-1].get("error") == LEASE_EXPIRED and raw[-1].get("attempt") == claims
+            text = LEASE_EXPIRED if reclaimed else "failed"  # a reclaim that found the column budget spent
+            out.append(summary(n, claims, created, "failed", error=text, completed_at=row["finished_at"]))
         return out
     if state == "cancelled":
         reason = cancel.get("reason") if isinstance(cancel, dict) else None

@@ -73,14 +73,13 @@
   }
 
   function startRegion(region, key) {
-    var url = region.getAttribute("data-poll-url");
     var every = parseInt(region.getAttribute("data-poll-ms"), 10) || 1000;
     var busy = false;
     function poll() {
       if (busy || document.hidden) return;
       busy = true;
-      get(url, "text")
-        .then(function (html) { swap(region, html); region.removeAttribute("data-stale"); markUp(key); })
+      get(region.getAttribute("data-poll-url"), "text")
+        .then(function (html) { swap(region, html); applyFilter(); region.removeAttribute("data-stale"); markUp(key); })
         .catch(function (err) { fail(key, region, err); })
         .finally(function () { busy = false; });
     }
@@ -181,6 +180,48 @@
 
   function outcomes(data) { return data.outcomes; }
 
+  // A name as the operator should read it: as it is when printable, else as a JSON string (so a queue
+  // named "a\nb" never reads as "a b"). The server's views.shown_name does the same for the tiles.
+  function shown(name) {
+    return /[\u0000-\u001f\u007f-\u009f\u00ad\u2028\u2029]/.test(name) ? JSON.stringify(name) : name;
+  }
+
+  // --- the queue filter: hides what does not match at once (the next poll brings the server's view) -----
+
+  function filterText() {
+    var box = document.getElementById("queue-filter");
+    return box ? box.value.toLowerCase() : "";
+  }
+
+  function applyFilter() {
+    var needle = filterText();
+    var items = document.querySelectorAll("#tiles-inner [data-queue], #charts [data-queue]");
+    for (var i = 0; i < items.length; i++) {
+      var name = (items[i].getAttribute("data-queue") || "").toLowerCase();
+      if (needle && name.indexOf(needle) < 0) items[i].setAttribute("data-filtered", "out");
+      else items[i].removeAttribute("data-filtered");
+    }
+  }
+
+  function startFilter() {
+    var box = document.getElementById("queue-filter");
+    var region = document.getElementById("tiles");
+    if (!box || !region) return;
+    box.addEventListener("input", function () {
+      var url = new URL(region.getAttribute("data-poll-url"), window.location.href);
+      if (box.value) url.searchParams.set("q", box.value); else url.searchParams.delete("q");
+      region.setAttribute("data-poll-url", url.pathname + url.search);
+      var page = new URL(window.location.href);
+      if (box.value) page.searchParams.set("q", box.value); else page.searchParams.delete("q");
+      window.history.replaceState(null, "", page.pathname + page.search + page.hash);
+      applyFilter();
+    });
+    ["queue-sort", "queue-view"].forEach(function (id) {
+      var sel = document.getElementById(id);
+      if (sel) sel.addEventListener("change", function () { document.getElementById("queue-controls").submit(); });
+    });
+  }
+
   function drawCharts(box, data) {
     var names = Object.keys(data.queues);
     var wrap = document.createElement("div");
@@ -199,7 +240,7 @@
       card.setAttribute("data-queue", name);
       var h = document.createElement("h3");
       h.className = "queue-name";
-      h.textContent = name;
+      h.textContent = shown(name);
       card.appendChild(h);
       var t = q.totals, sum = document.createElement("p");
       sum.className = "note chart-totals";
@@ -224,6 +265,7 @@
     });
     box.replaceChildren(wrap);
     box.setAttribute("data-drawn", data.now);
+    applyFilter();
   }
 
   function startCharts(box) {
@@ -249,5 +291,6 @@
     for (var i = 0; i < regions.length; i++) startRegion(regions[i], "region" + i);
     var charts = document.getElementById("charts");
     if (charts) startCharts(charts);
+    startFilter();
   });
 })();
