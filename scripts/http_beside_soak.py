@@ -1,7 +1,7 @@
 """HTTP clients beside a soak (issue 53): against `belay serve` on the soak's database, create tasks in
 queue http-q (max_attempts 1), claim them with a 1 s claim_timeout and let about half expire, for
 SECONDS; then claim and complete what is left (every claim must be at attempt 1). Prints the counts; the
-database then says how many were lost (state failed). docs/issue-53.md has the commands.
+database then says how many were lost (state failed). docs/surfaces.md has the commands.
 
     python scripts/http_beside_soak.py SECONDS [BASE_URL]
 """
