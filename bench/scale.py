@@ -128,10 +128,7 @@ def belay_enqueue_queues(url: str, n: int, k: int) -> float:
         started = time.perf_counter()
         for start in range(0, n, BATCH):
             client.enqueue_many(
-                [
-                    JobSpec(queue=names[j % k], worker=kinds[j % k])
-                    for j in range(start, min(start + BATCH, n))
-                ]
+                [JobSpec(queue=names[j % k], worker=kinds[j % k]) for j in range(start, min(start + BATCH, n))]
             )
         return time.perf_counter() - started
     finally:
@@ -335,7 +332,9 @@ def fifths(samples: list[tuple[float, int, dict[str, float]]], n: int) -> list[d
     show None."""
     out = []
     first = next((i for i, s in enumerate(samples) if s[1] > 0), 0)  # from the first job done: not the start-up
-    marks = [first] + [next((i for i, s in enumerate(samples) if s[1] >= n * f / 5), len(samples) - 1) for f in range(1, 6)]
+    marks = [first] + [
+        next((i for i, s in enumerate(samples) if s[1] >= n * f / 5), len(samples) - 1) for f in range(1, 6)
+    ]
     for a, b in zip(marks, marks[1:], strict=False):
         (t0, d0, io0), (t1, d1, io1) = samples[a], samples[b]
         scans = io1["claim_scans"] - io0["claim_scans"]
@@ -507,9 +506,7 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
                 if s["system"] == system and s["queues"] == queues and s[field] is not None
             )
             if pts:
-                ax.plot(
-                    [p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{system}, {queues} queue(s)"
-                )
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{system}, {queues} queue(s)")
         ax.set_xscale("log", base=2)
         ax.set_xlabel("worker processes (one node each)")
         ax.set_ylabel(ylabel)
