@@ -42,6 +42,7 @@ fleet-cpu.png (matplotlib, Agg). Figures, never assertions.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -187,6 +188,14 @@ SYSTEMS: dict[str, dict[str, Any]] = {
 # --- observation from the bench's own connection ------------------------------------------------------
 
 
+def one(conn: psycopg.Connection, query: str, params: Any = None) -> tuple[Any, ...]:
+    """The single row a query must return."""
+    row = conn.execute(query, params).fetchone()
+    if row is None:
+        raise RuntimeError(f"no row from {query[:60]!r}")
+    return row
+
+
 def statio(probe: psycopg.Connection, table: str) -> dict[str, float]:
     """Cumulative block counts of `table` and of the claim indexes (0 where absent)."""
     probe.execute("SELECT pg_stat_clear_snapshot()")
@@ -195,25 +204,24 @@ def statio(probe: psycopg.Connection, table: str) -> dict[str, float]:
         "+ coalesce(idx_blks_read, 0) FROM pg_statio_user_tables WHERE relname = %s",
         (table,),
     ).fetchone()
-    claim = probe.execute(
+    claim = one(
+        probe,
         "SELECT coalesce(sum(s.idx_blks_hit + s.idx_blks_read), 0), coalesce(sum(u.idx_scan), 0) "
         "FROM pg_statio_user_indexes s JOIN pg_stat_user_indexes u USING (indexrelid) "
         "WHERE s.indexrelname = ANY(%s)",
         (list(CLAIM_INDEXES),),
-    ).fetchone()
+    )
     return {"table_blks": float(row[0]) if row else 0.0, "claim_blks": float(claim[0]), "claim_scans": float(claim[1])}
 
 
-def explain_claim(probe: psycopg.Connection, take: int) -> dict[str, Any]:
+def explain_claim(probe: psycopg.Connection, take: int, queues: int) -> dict[str, Any]:
     """The claim's ready scan as the planner runs it now: top plan node, scan nodes, buffers."""
-    queue = probe.execute(
-        "SELECT queue FROM belay_jobs WHERE state = 'ready' LIMIT 1"
-    ).fetchone()  # any queue with work (bench or bench-0)
-    q = queue[0] if queue else "bench"
-    plan = probe.execute(
+    q = "bench" if queues == 1 else "bench-0"
+    plan = one(
+        probe,
         "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + CLAIM_READY_SCAN,
         {"queue": q, "now": datetime.now(UTC), "take": take},
-    ).fetchone()[0][0]["Plan"]
+    )[0][0]["Plan"]
     nodes: list[str] = []
 
     def walk(node: dict) -> None:
@@ -248,7 +256,7 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
     lock_waiters: list[int] = []
     with psycopg.connect(url, autocommit=True) as probe:
         if belay:
-            explains.append({"at": 0.0, "done": 0, **explain_claim(probe, system["take"])})
+            explains.append({"at": 0.0, "done": 0, **explain_claim(probe, system["take"], queues)})
             explain_at.pop(0)
         start_io = statio(probe, system["table"])
         started = time.perf_counter()
@@ -265,7 +273,7 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
         ]
         try:
             while True:
-                ok, failed = probe.execute(system["finished"]).fetchone()
+                ok, failed = one(probe, system["finished"])
                 now = time.perf_counter() - started
                 if failed:
                     raise RuntimeError(f"{failed} jobs failed")
@@ -275,13 +283,16 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
                     break
                 samples.append((now, ok, statio(probe, system["table"])))
                 lock_waiters.append(
-                    probe.execute(
+                    one(
+                        probe,
                         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND wait_event_type = 'Lock'"
-                    ).fetchone()[0]
+                        "AND wait_event_type = 'Lock'",
+                    )[0]
                 )
                 if explain_at and ok >= explain_at[0] * n:
-                    explains.append({"at": explain_at.pop(0), "done": ok, **explain_claim(probe, system["take"])})
+                    explains.append(
+                        {"at": explain_at.pop(0), "done": ok, **explain_claim(probe, system["take"], queues)}
+                    )
                 for p in workers:
                     if p.poll() is not None:
                         raise RuntimeError(f"drain process exited {p.returncode}: {p.stderr.read()[-2000:]}")  # type: ignore[union-attr]
@@ -335,7 +346,7 @@ def fifths(samples: list[tuple[float, int, dict[str, float]]], n: int) -> list[d
     marks = [first] + [
         next((i for i, s in enumerate(samples) if s[1] >= n * f / 5), len(samples) - 1) for f in range(1, 6)
     ]
-    for a, b in zip(marks, marks[1:], strict=False):
+    for a, b in itertools.pairwise(marks):
         (t0, d0, io0), (t1, d1, io1) = samples[a], samples[b]
         scans = io1["claim_scans"] - io0["claim_scans"]
         out.append(
@@ -360,9 +371,9 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
         d = drain(system, url, n, procs, queues, timeout=max(600.0, n / 200))
         after = settled_counters(admin_url, url)
         with psycopg.connect(admin_url, autocommit=True) as c:
-            rollbacks = c.execute(
-                "SELECT xact_rollback FROM pg_stat_database WHERE datname = %s", (url.rsplit("/", 1)[1],)
-            ).fetchone()[0]
+            rollbacks = one(
+                c, "SELECT xact_rollback FROM pg_stat_database WHERE datname = %s", (url.rsplit("/", 1)[1],)
+            )[0]
         io0, io1 = d["start_io"], d["end_io"]
         scans = io1["claim_scans"] - io0["claim_scans"]
         cpu_w = None if any(x is None for x in d["cpu_workers"]) else sum(d["cpu_workers"])
@@ -571,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     db = provision()
     try:
         with psycopg.connect(db.url, autocommit=True) as c:
-            server = c.execute("SHOW server_version").fetchone()[0]
+            server = one(c, "SHOW server_version")[0]
         print(f"database: {db.kind} PostgreSQL {server} {redact(db.url)}; load average {load_before}", flush=True)
         for r in range(args.rounds):
             for i, (sweep, n, procs, k) in enumerate(plan):
