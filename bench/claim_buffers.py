@@ -131,17 +131,23 @@ def generic(url: str, n: int, take: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("SET plan_cache_mode = force_generic_plan")
-        c.execute(f"PREPARE claim(text, timestamptz, text, timestamptz) AS {text}")  # type: ignore[arg-type]
+        c.execute(f"PREPARE claim(text, timestamptz, text, timestamptz) AS {text}")
         run = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim('bench', now(), 'x', now() + interval '30 s')"
         c.execute("EXECUTE claim('bench', now(), 'x', now() + interval '30 s')")  # cached on the empty table
         belay_enqueue(url, n)
         for when in ("before ANALYZE", "after ANALYZE"):
             if when == "after ANALYZE":
                 c.execute("ANALYZE belay_jobs")
-            row = c.execute(run).fetchone()  # type: ignore[arg-type]
+            row = c.execute(run).fetchone()
             assert row is not None
             plan = row[0][0]["Plan"]
+            c.execute("SELECT pg_stat_clear_snapshot()")
+            counts = c.execute(
+                "SELECT autovacuum_count, autoanalyze_count, analyze_count FROM pg_stat_user_tables "
+                "WHERE relname = 'belay_jobs'"
+            ).fetchone()
             out[when] = {
+                "autovacuum, autoanalyze, analyze runs so far": list(counts) if counts else None,
                 "scans": sorted({s["Node Type"] + (" on " + s.get("Index Name", "")) for s in _scan_nodes(plan, [])}),
                 "buffers": _buffers(plan),
                 "ms": plan.get("Actual Total Time"),
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.claim_buffers", description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, default=100000)
     p.add_argument("--take", type=int, default=10)
-    p.add_argument("--vacuum-every", default="0,20000")
+    p.add_argument("--vacuum-every", default="0,10000", help="comma list; '' runs only the generic-plan check")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "runs": []}
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 c.execute(f"SHOW {s}").fetchone()[0]  # type: ignore[index]
                 for s in ("autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor")
             ]
-        for every in [int(x) for x in args.vacuum_every.split(",")]:
+        for every in [int(x) for x in args.vacuum_every.split(",") if x.strip()]:
             url = fresh_database(db.url)
             try:
                 belay_setup(url)
