@@ -496,7 +496,6 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
         pts = [(f["done_to"], f["buffers_per_claim_scan"]) for f in r["fifths"] if f["buffers_per_claim_scan"]]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{r['system']} N={r['jobs']:,}")
-    ax.set_xscale("log")
     ax.set_xlabel("jobs already claimed (end of each fifth of the drain)")
     ax.set_ylabel("buffers per claim index scan")
     ax.grid(True, alpha=0.3)
@@ -547,6 +546,34 @@ def print_summary(summary: list[dict]) -> None:
         )
 
 
+def merge(files: list[Path], out: Path) -> int:
+    """The rounds of several runs (e.g. the 1M backlog run apart from the rest) in one summary and plots."""
+    runs = [json.loads(f.read_text()) for f in files]
+    rounds = [r for run in runs for r in run["rounds"]]
+    summary = summarise(rounds)
+    out.mkdir(parents=True, exist_ok=True)
+    print_summary(summary)
+    written = plots(summary, rounds, out)
+    merged = {
+        "merged_from": [
+            {"file": str(f), "when": run["when"], "args": run["args"]} for f, run in zip(files, runs, strict=True)
+        ],
+        "machine": runs[0]["machine"],
+        "postgresql": runs[0]["postgresql"],
+        "load_average": {
+            str(f): [run["load_average_before"], run["load_average_after"]] for f, run in zip(files, runs, strict=True)
+        },
+        "versions": runs[0]["versions"],
+        "summary": summary,
+        "rounds": rounds,
+        "not_run": {k: v for run in runs for k, v in run["not_run"].items()},
+        "plots": [p.name for p in written],
+    }
+    (out / "scale.json").write_text(json.dumps(merged, indent=1) + "\n")
+    print(f"written {out / 'scale.json'} and {', '.join(p.name for p in written)}")
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -561,7 +588,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default="belay,belay-batched,pgqueuer", help=f"comma list of {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="a smoke run: backlog 200,400, fleet 1,2 of 200 jobs")
+    p.add_argument(
+        "--merge",
+        default="",
+        help="comma list of scale.json files of earlier runs: no run, their rounds merged into --out's scale.json and plots",
+    )
     args = p.parse_args(argv)
+    if args.merge:
+        if args.out is None:
+            p.error("--merge needs --out")
+        return merge([Path(x) for x in args.merge.split(",") if x.strip()], args.out)
     if args.quick:
         args.backlog, args.fleet, args.fleet_jobs, args.rounds = "200,400", "1,2", 200, 1
     chosen = [s.strip() for s in args.systems.split(",") if s.strip()]

@@ -38,6 +38,13 @@ def test_the_scale_bench_writes_per_round_json_a_summary_and_the_plots(tmp_path)
     for name in result["plots"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"backlog-rate.png", "backlog-fifths.png", "fleet-rate.png", "fleet-cpu.png"} <= set(result["plots"])
+    # --merge: the rounds of runs made apart (the 1M backlog) in one summary and the same plots
+    merged_dir = tmp_path / "merged"
+    assert scale.main(["--merge", f"{out / 'scale.json'},{out / 'scale.json'}", "--out", str(merged_dir)]) == 0
+    merged = json.loads((merged_dir / "scale.json").read_text())
+    assert len(merged["rounds"]) == 2 * len(result["rounds"])
+    assert all(s["rounds"] == 2 for s in merged["summary"])
+    assert set(merged["plots"]) == set(result["plots"]) and all((merged_dir / n).exists() for n in merged["plots"])
 
 
 def test_fifths_split_the_drain_by_jobs_done_from_the_first_job_and_divide_buffers_by_scans():
