@@ -62,7 +62,13 @@ def drain(url: str, n: int, take: int, vacuum_every: int) -> dict[str, Any]:
         started = time.perf_counter()
         while claimed < n:
             now = datetime.now(UTC)
-            params = {"queue": "bench", "now": now, "node": "x", "lease_until": now + timedelta(seconds=30)}
+            params = {
+                "queue": "bench",
+                "now": now,
+                "node": "x",
+                "lease_until": now + timedelta(seconds=30),
+                "take": take,
+            }
             row = c.execute(b"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text.encode(), params).fetchone()
             assert row is not None
             plan = row[0][0]["Plan"]
@@ -125,7 +131,7 @@ def drain(url: str, n: int, take: int, vacuum_every: int) -> dict[str, Any]:
 
 def generic(url: str, n: int, take: int) -> dict[str, Any]:
     """The claim's generic plan made on an empty, never analyzed table, then run on a backlog of n."""
-    text = claim_text(take)
+    text = claim_text(take).replace("%(take)s", str(take))  # above INLINE_TAKE_MAX qb_take leaves it a parameter
     for i, name in enumerate(("queue", "now", "node", "lease_until")):
         text = text.replace(f"%({name})s", f"${i + 1}")
     out: dict[str, Any] = {}
