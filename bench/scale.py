@@ -485,7 +485,8 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
         ax.set_xlabel("backlog (ready jobs at the start)")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
         save(fig, name)
 
     # buffers per claim scan per fifth of the drain: the growth with the jobs already claimed
