@@ -32,7 +32,7 @@ Two sweeps:
             processes + backends), backends seen waiting on a lock (pg_stat_activity, sampled every
             poll: the claim conflicts one sees from outside) and rolled-back transactions per job.
             p99 claim latency is not measured: it needs timing inside the worker, which this bench
-            never does (see docs/benchmarks-scale.md).
+            never does (see docs/benchmarks.md, "Scale").
 
 Output in --out: rounds/<sweep>-<system>-<param>-r<k>.json (one file per round), scale.json (all rounds
 and the medians) and the plots backlog-rate.png, backlog-buffers.png, backlog-fifths.png, fleet-rate.png,
