@@ -62,7 +62,7 @@ from bench.peers import (
     PGQUEUER_DRAIN,
     PGQUEUER_FINISHED,
     POLL_S,
-    _thread_cpu_seconds,
+    _backends_cpu,
     belay_setup,
     drop_database,
     fresh_database,
@@ -324,17 +324,6 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
         "cpu_workers": cpu_workers,
         "cpu_pg": cpu_pg,
     }
-
-
-def _backends_cpu(probe: psycopg.Connection) -> float | None:
-    pids = [
-        r[0]
-        for r in probe.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )
-    ]
-    seconds = [_thread_cpu_seconds(pid) for pid in pids]
-    return None if any(x is None for x in seconds) else sum(x for x in seconds if x is not None)
 
 
 def fifths(samples: list[tuple[float, int, dict[str, float]]], n: int) -> list[dict[str, float | None]]:

@@ -13,7 +13,6 @@ renew_per_queue, claim_one, step_then_spend (the illegal one)."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,8 +23,6 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from impl.client import Client
-from impl.migrate import migrate
-from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
@@ -33,29 +30,9 @@ from soak.commits.capture import read_transactions
 from soak.commits.hook import HistoryCheck
 from soak.commits.refine import RefinementResult, validate
 from soak.commits.replay import load_state
+from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 TTL = timedelta(seconds=30)
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    c = EmbeddedCluster(ClusterConfig(extra_settings={"wal_level": "logical"})).start()
-    yield c
-    c.destroy()
-
-
-@pytest.fixture
-def url(cluster):
-    name = f"a_{secrets.token_hex(4)}"
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute(f"CREATE DATABASE {name}")
-    u = cluster.url.rsplit("/", 1)[0] + "/" + name
-    with psycopg.connect(u, autocommit=True) as c:
-        migrate(c)
-    yield u
-    with psycopg.connect(cluster.url, autocommit=True) as c:
-        c.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = %s", (name,))
-        c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 class Captured:
