@@ -1,0 +1,241 @@
+"""The Hypothesis state machine (properties/stateful.py) with an adapter in place of impl/: every
+operation goes to the model and to the SDK; results and the full database snapshot (read by the
+harness itself, impl/snapshot.py) must agree after every step, and the §11 predicates and the §4
+transition judge run on every step, as in the in-process comparison.
+
+A failure is shrunk by Hypothesis; the report gives the shortest program twice — as the operations
+sent (one protocol request per line: what the SDK saw) and as Hypothesis's replayable rule program —
+plus the first differing row and column. Errors compare by class (an SDK's messages are its own).
+Operations the SDK does not implement (a client-level SDK: claim, ack, ...) are done by the project's
+reference store on the same database, so client operations are judged on every state workers reach;
+`judged` and `assisted` count both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import precondition, rule, run_state_machine_as_test
+
+from impl.pgrows import configure_connection
+from impl.snapshot import snapshot
+from impl.store import PgStore
+from model import ops
+from properties import stateful
+from properties.sdk.codec import encode_op
+from properties.sdk.harness import AdapterError, AdapterFailure, AdapterProcess, SubprocessStore, reset
+from properties.stateful import TABLES, TARGET, BelayMachine, job_specs
+
+# The program of the example being run (the last one run is the shrunk failure Hypothesis reports).
+PROGRAM: list[dict[str, Any]] = []
+
+
+class Divergence(AssertionError):
+    """The SDK and the model disagree (a result, a table, an invariant)."""
+
+
+def _error_class(exc: BaseException) -> str:
+    if isinstance(exc, ops.InvalidInput):
+        return "InvalidInput"
+    if isinstance(exc, ops.IncompatibleSchema):
+        return "IncompatibleSchema"
+    if isinstance(exc, OverflowError):
+        return "Overflow"
+    if isinstance(exc, AdapterError):
+        return exc.error
+    return type(exc).__name__
+
+
+def _outcome(fn: Any) -> Any:
+    try:
+        return fn()
+    except AdapterFailure:
+        raise  # a protocol finding, not a value to compare
+    except Exception as exc:  # noqa: BLE001 - compared by class between the model and the SDK
+        return ("raised", _error_class(exc))
+
+
+def first_difference(mine: Any, theirs: Any) -> str:
+    """The first differing row of a table (by key) and its differing columns."""
+    if not hasattr(mine, "keys"):
+        return f"  model: {mine}\n  sdk:   {theirs}"
+    for key in sorted(set(mine) | set(theirs), key=repr):
+        a, b = mine.get(key), theirs.get(key)
+        if a == b:
+            continue
+        if a is None or b is None:
+            return f"  row {key!r}: " + ("missing in the database (the model has it)" if b is None else "extra in the database") + f"\n  model: {a}\n  sdk:   {b}"
+        return f"  row {key!r}:\n" + columns(a, b)
+    return "  (no row differs)"
+
+
+def columns(a: Any, b: Any) -> str:
+    if dataclasses.is_dataclass(a) and type(a) is type(b):
+        lines = [
+            f"    column {f.name}: model {getattr(a, f.name)!r} / sdk {getattr(b, f.name)!r}"
+            for f in dataclasses.fields(a)
+            if getattr(a, f.name) != getattr(b, f.name)
+        ]
+        return "\n".join(lines)
+    return f"    model: {a!r}\n    sdk:   {b!r}"
+
+
+class AdapterMachine(BelayMachine):
+    """BelayMachine whose implementation store is a SubprocessStore (TARGET['store'])."""
+
+    def __init__(self) -> None:
+        TARGET["adapter"].ensure()  # a finding may have killed it in the previous example
+        PROGRAM.clear()
+        super().__init__()
+        self.conn.execute("DELETE FROM belay_adapter_app")
+
+    def both(self, op: Any) -> Any:
+        store: SubprocessStore = self.pg  # type: ignore[assignment]
+        PROGRAM.append(encode_op(op))
+        before = self.model.state
+        expected = _outcome(lambda: self.model.apply(op))
+        actual = _outcome(lambda: store.apply(op))
+        if expected != actual:
+            detail = columns(expected, actual) if type(expected) is type(actual) else f"    model: {expected}\n    sdk:   {actual}"
+            raise Divergence(f"{type(op).__name__} results differ:\n{detail}")
+        state = snapshot(self.conn)
+        for table in TABLES:
+            mine, theirs = getattr(self.model.state, table), getattr(state, table)
+            if mine != theirs:
+                raise Divergence(f"after {type(op).__name__}: table {table} differs:\n{first_difference(mine, theirs)}")
+        self.steps += 1
+        self.contract_invariants(op, expected, before, state)
+        return expected
+
+    @precondition(lambda self: self.pg.supports_transactional_enqueue)  # type: ignore[attr-defined]
+    @rule(specs=st.lists(job_specs(), min_size=1, max_size=2), commit=st.booleans())
+    def transactional_enqueue(self, specs: list[ops.JobSpec], commit: bool) -> None:
+        """§5.1: an enqueue on the caller's transaction (the adapter's, with an application row in it),
+        then commit or rollback: the jobs and the row land together or not at all. A rollback still
+        consumes the ids (a sequence is not transactional), which the model is told."""
+        store: SubprocessStore = self.pg  # type: ignore[assignment]
+        op = ops.Enqueue(self.now, tuple(specs))
+        PROGRAM.append({"op": "begin"})
+        PROGRAM.append({**encode_op(op), "tx": True})
+        PROGRAM.append({"op": "commit" if commit else "rollback"})
+        before = self.model.state
+        expected = _outcome(lambda: self.model.apply(op))
+        with store.caller_connection() as tx:
+            actual = _outcome(lambda: store.apply(op, conn=tx))
+            tx.commit() if commit else tx.rollback()
+        if expected != actual:
+            raise Divergence(f"transactional Enqueue results differ:\n    model: {expected}\n    sdk:   {actual}")
+        if not commit:  # nothing happened, but the ids are gone
+            self.model.state = replace(before, next_id=self.model.state.next_id)
+            self.model.history.pop()
+        state = snapshot(self.conn)
+        for table in TABLES:
+            mine, theirs = getattr(self.model.state, table), getattr(state, table)
+            if mine != theirs:
+                raise Divergence(f"after transactional Enqueue ({'commit' if commit else 'rollback'}): table {table} differs:\n{first_difference(mine, theirs)}")
+        self.steps += 1
+
+
+def profile(examples: int, steps: int, *, derandomize: bool = True) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=steps,
+        derandomize=derandomize,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        print_blob=False,
+        report_multiple_bugs=False,
+    )
+
+
+@dataclass
+class MachineRun:
+    examples: int
+    steps: int
+    seconds: float
+    judged: Counter[str]
+    assisted: Counter[str]
+    error: BaseException | None
+    program: list[dict[str, Any]]
+    printed: str  # Hypothesis's replayable rule program (on failure)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def report(self) -> str:
+        judged = sum(self.judged.values())
+        assisted = sum(self.assisted.values())
+        head = (
+            f"state machine over the adapter: {self.examples} examples, {self.steps} compared steps in {self.seconds:.1f}s; "
+            f"{judged} operations answered by the SDK ({len(self.judged)} kinds), {assisted} by the reference"
+        )
+        if self.error is None:
+            return head + "\nPASSED: every result and every snapshot agreed with the model"
+        lines = [head, f"FAILED: {self.error}", "", f"shortest program ({len(self.program)} operations, as sent to the adapter):"]
+        lines += ["  " + json.dumps(p, separators=(",", ":")) for p in self.program]
+        if self.printed:
+            lines += ["", "replayable rule program (python -m properties.sdk --adapter ... --replay FILE):", self.printed]
+        return "\n".join(lines)
+
+
+def run_machine(adapter: AdapterProcess, url: str, *, examples: int = 50, steps: int = 30, derandomize: bool = True) -> MachineRun:
+    runs: list[int] = []
+    printed: list[str] = []
+
+    class Machine(AdapterMachine):
+        def teardown(self) -> None:
+            runs.append(self.steps)
+            super().teardown()
+
+    Machine.__name__ = Machine.__qualname__ = "AdapterMachine"
+    error: BaseException | None = None
+    started = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as conn, PgStore(url, pool_size=2) as reference:
+        configure_connection(conn)
+        reset(conn)
+        store = SubprocessStore(adapter, conn, reference)
+        TARGET.update(store=store, conn=conn, adapter=adapter)
+        try:
+            run_state_machine_as_test(Machine, settings=profile(examples, steps, derandomize=derandomize))
+        except Exception as exc:  # noqa: BLE001 - reported
+            error = exc
+            notes = getattr(exc, "__notes__", [])
+            printed = [n for n in notes if "state = " in n or n.startswith("state.")]
+        finally:
+            TARGET.clear()
+            store.close()
+    return MachineRun(
+        len(runs), sum(runs), time.perf_counter() - started, store.judged, store.assisted, error, list(PROGRAM), "\n".join(printed)
+    )
+
+
+def replay(adapter: AdapterProcess, url: str, code: str) -> BaseException | None:
+    """Run a rule program Hypothesis printed (state = AdapterMachine() ... state.teardown())."""
+    with psycopg.connect(url, autocommit=True) as conn, PgStore(url, pool_size=2) as reference:
+        configure_connection(conn)
+        reset(conn)
+        store = SubprocessStore(adapter, conn, reference)
+        TARGET.update(store=store, conn=conn, adapter=adapter)
+        try:
+            exec(compile(code, "<replay>", "exec"), {"AdapterMachine": AdapterMachine, **vars(stateful)})  # noqa: S102
+        except Exception as exc:  # noqa: BLE001 - reported
+            return exc
+        finally:
+            TARGET.clear()
+    return None
+
+
+__all__ = ["AdapterMachine", "MachineRun", "first_difference", "replay", "run_machine"]
+
+_ = timedelta
