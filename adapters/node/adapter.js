@@ -13,7 +13,7 @@ const { Client, types } = require('pg');
 const BUG = process.env.BELAY_ADAPTER_BUG || '';
 const BUGS = new Set([
   'claim-priority-desc', 'claim-nulls-last', 'claim-ignores-schedule', 'fence-ignores-attempt',
-  'window-key-no-bucket', 'holder-oldest', 'holder-any-state', 'always-as-incomplete',
+  'window-key-no-bucket', 'error-entry-next-attempt', 'holder-any-state', 'always-as-incomplete',
   'cancel-no-settle', 'retry-member-ready', 'settle-ignores-flags', 'wake-ignores-name',
   'signal-keeps-old-payload', 'envelope-null-as-sql-null', 'retry-keeps-cancel-request',
   'retry-keeps-max-attempts', 'cancel-running-terminal', 'fail-retries-past-max', 'steer-wrong-name',
@@ -151,7 +151,7 @@ class Sdk {
       ? "unique_mode = 'incomplete' AND state = ANY($2::text[])"
       : "unique_mode IN ('window', 'always') AND $2::text[] IS NOT NULL";
     if (BUG === 'holder-any-state') predicate = '$2::text[] IS NOT NULL';
-    const order = BUG === 'holder-oldest' ? 'ASC' : 'DESC';
+    const order = 'DESC';
     const { rows } = await c.query(
       `SELECT id FROM belay_jobs WHERE unique_key = $1 AND ${predicate} ORDER BY id ${order} LIMIT 1`, [r.unique_key, INCOMPLETE]);
     return { type: 'Duplicate', id: rows.length ? rows[0].id : null, reason: 'unique' };
@@ -441,7 +441,7 @@ class Sdk {
         const result = BUG === 'envelope-null-as-sql-null' && o.value === null ? null : envelope(o.value);
         await c.query(`UPDATE belay_jobs SET state = $2, result = $3, finished_at = $4::timestamptz, ${lease} WHERE id = $1`, [job.id, state, result, a.now]);
       } else if (o.type === 'Fail') {
-        const entry = { attempt: job.attempt, at: a.now, error: o.error, detail: clampDetail(o.detail) };
+        const entry = { attempt: job.attempt + (BUG === 'error-entry-next-attempt' ? 1 : 0), at: a.now, error: o.error, detail: clampDetail(o.detail) };
         const retry = o.retry_at !== null && (job.attempt < job.max_attempts || BUG === 'fail-retries-past-max');
         state = retry ? 'ready' : 'failed';
         await c.query(

@@ -30,10 +30,11 @@ from impl.pgrows import configure_connection
 from impl.snapshot import snapshot
 from impl.store import PgStore
 from model import ops
+from model import worker_ops as w
 from properties import stateful
 from properties.sdk.codec import encode_op
 from properties.sdk.harness import AdapterError, AdapterFailure, AdapterProcess, SubprocessStore, reset
-from properties.stateful import TABLES, TARGET, BelayMachine, job_specs
+from properties.stateful import OPTS, TABLES, TARGET, BelayMachine, job_specs
 
 # The program of the example being run (the last one run is the shrunk failure Hypothesis reports).
 PROGRAM: list[dict[str, Any]] = []
@@ -115,6 +116,23 @@ class AdapterMachine(BelayMachine):
         self.steps += 1
         self.contract_invariants(op, expected, before, state)
         return expected
+
+    @rule(outcome=st.sampled_from(["succeed", "fail"]), again=st.booleans())
+    def stale_ack_after_reclaim(self, outcome: str, again: bool) -> None:
+        """§7's canonical stale ack: a job is claimed, its lease expires, the sweeper retries it and
+        another node claims it; then the first attempt acks (stale: must change nothing), and with
+        `again` the live attempt acks too."""
+        self.both(ops.Enqueue(self.now, (ops.JobSpec("z", "echo", max_attempts=2),)))
+        first = self.both(w.Claim(self.now, "z", "n1", 1, timedelta(seconds=10), OPTS["plain"]))
+        self.now += timedelta(seconds=11)
+        self.both(w.Reclaim(self.now, w.Backoff(0, 2, 20), limit=5))
+        second = self.both(w.Claim(self.now, "z", "n2", 1, timedelta(seconds=30), OPTS["plain"]))
+        done: w.Outcome = w.Succeed({"by": "first"}) if outcome == "succeed" else w.Fail("late", None, None)
+        for job in first.jobs:
+            self.both(w.Ack(self.now, job.id, job.attempt, done))
+        if again:
+            for job in second.jobs:
+                self.both(w.Ack(self.now, job.id, job.attempt, w.Succeed({"by": "second"})))
 
     @precondition(lambda self: self.pg.supports_transactional_enqueue)  # type: ignore[attr-defined]
     @rule(specs=st.lists(job_specs(), min_size=1, max_size=2), commit=st.booleans())

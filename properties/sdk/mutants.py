@@ -1,0 +1,103 @@
+"""The adapter path's mutant tier: bugs planted in the Node adapter's SQL (BELAY_ADAPTER_BUG=<name>,
+adapters/node/README.md), each of which the op-level exam must kill with a short program.
+
+    python -m properties.sdk.mutants --adapter "node adapters/node/adapter.js" [--bug NAME ...] [--conformance]
+
+For each bug: a fresh adapter process with the bug planted, the state machine (derandomized, so the run
+is reproducible) and, with --conformance, the conformance suite; a line per bug with whether it was
+killed, the shrunk program's length in operations, and the seconds it took. Exit 1 if any bug survives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+
+from properties.sdk.harness import AdapterProcess
+from properties.sdk.machine import run_machine
+
+# (name, what it breaks, the contract sentence it breaks)
+NODE_BUGS: tuple[tuple[str, str], ...] = (
+    ("claim-priority-desc", "§6 claim order: ORDER BY priority DESC"),
+    ("claim-nulls-last", "§6 claim order: ready_at NULLS LAST"),
+    ("claim-ignores-schedule", "§4/§6 claims ready jobs whose ready_at is in the future"),
+    ("fence-ignores-attempt", "§7 the ack fence omits attempt = $claimed_attempt"),
+    ("window-key-no-bucket", "§5.2 a window-mode key without its @bucket"),
+    ("holder-any-state", "§5.2 the incomplete-mode holder lookup ignores the state predicate"),
+    ("always-as-incomplete", "§5.2 unique_mode always written as incomplete"),
+    ("cancel-no-settle", "§8.6 cancelling a held member skips settlement"),
+    ("retry-member-ready", "§8.6 a retried dep-bearing member goes to ready, not held"),
+    ("settle-ignores-flags", "§8.3 settlement ignores wf_ignore"),
+    ("wake-ignores-name", "§8.1 delivery wakes every awaiter of the scope, whatever the name"),
+    ("signal-keeps-old-payload", "§8.1 the signal upsert keeps the old payload"),
+    ("envelope-null-as-sql-null", "§2/§7 Succeed(null) stores SQL NULL instead of the JSON envelope"),
+    ("retry-keeps-cancel-request", "§8.6 retry keeps cancel_requested"),
+    ("retry-keeps-max-attempts", "§8.6 retry does not raise max_attempts to attempt + 1"),
+    ("cancel-running-terminal", "§8.6 cancelling a running job makes it cancelled"),
+    ("fail-retries-past-max", "§7 a Fail with retry_at retries on the last attempt"),
+    ("steer-wrong-name", "§8.1 steering delivers 'steer', not '$steer'"),
+    ("children-not-notified", "§7 no $children signal to the parent after a terminal write"),
+    ("prune-live-workflow", "§8.7 prune deletes terminal members of a live workflow"),
+    ("error-entry-next-attempt", "§7 the error entry names attempt + 1"),
+    ("tx-enqueue-autocommit", "§5.1 the transactional enqueue runs on the SDK's own connection"),
+)
+
+
+@dataclass(frozen=True)
+class MutantResult:
+    bug: str
+    killed: bool
+    program: int  # operations in the shrunk program (0 when not killed by the machine)
+    seconds: float
+    finding: str
+    by: str  # machine | conformance | -
+
+    def line(self) -> str:
+        verdict = "KILLED " if self.killed else "SURVIVED"
+        return f"{verdict} {self.bug:<28} {self.program:>3} ops  {self.seconds:6.1f} s  {self.by:<11} {self.finding}"
+
+
+def run_bug(command: str, url: str, bug: str, *, examples: int, steps: int, conformance: bool = False) -> MutantResult:
+    started = time.perf_counter()
+    with AdapterProcess(command, url, env={"BELAY_ADAPTER_BUG": bug}) as adapter:
+        run = run_machine(adapter, url, examples=examples, steps=steps)
+        if run.error is not None:
+            first = str(run.error).strip().splitlines()[0]
+            return MutantResult(bug, True, len(run.program), time.perf_counter() - started, first[:90], "machine")
+        if conformance:
+            from properties.sdk.conformance import run_conformance
+
+            adapter.ensure()
+            report = run_conformance(adapter, url)
+            failed = report.of("failed")
+            if failed:
+                return MutantResult(bug, True, 0, time.perf_counter() - started, failed[0].case.id[:90], "conformance")
+    return MutantResult(bug, False, 0, time.perf_counter() - started, "", "-")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m properties.sdk.mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--adapter", default="node adapters/node/adapter.js")
+    parser.add_argument("--bug", action="append", help="run only these bugs (default: all)")
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--conformance", action="store_true", help="also run the conformance suite on survivors")
+    parser.add_argument("--database-url")
+    args = parser.parse_args(argv)
+    from properties.sdk.__main__ import _database
+
+    bugs = args.bug or [b for b, _ in NODE_BUGS]
+    results = []
+    with _database(args.database_url) as url:
+        for bug in bugs:
+            result = run_bug(args.adapter, url, bug, examples=args.examples, steps=args.steps, conformance=args.conformance)
+            print(result.line(), flush=True)
+            results.append(result)
+    killed = sum(r.killed for r in results)
+    print(f"{killed} of {len(results)} planted bugs killed; longest shrunk program {max((r.program for r in results), default=0)} operations")
+    return 0 if killed == len(results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
