@@ -17,6 +17,7 @@ import pytest
 
 from model import ops
 from model import worker_ops as w
+from model.cron import CronDef
 from model.queues import QueueOpts
 from model.rows import Job
 from properties.conformance import CASES
@@ -51,10 +52,26 @@ def _job() -> Job:
 
 SAMPLES = [
     ops.Enqueue(T, (ops.JobSpec("q", "w", {"x": [1, 2]}, unique_key="k", unique_mode="window", unique_window=60),)),
-    ops.EnqueueWorkflow(T, "wf", (ops.WorkflowMember("a", ops.JobSpec("q", "w")), ops.WorkflowMember("b", ops.JobSpec("q", "w"), ("a",), ("failed",)))),
-    w.Claim(T, "q", "n", 2, timedelta(seconds=1.5), QueueOpts.parse({"rate": {"allowed": 3, "period": 60}, "partition": {"field": "input", "key": "t"}})),
-    w.AckMany(T, (w.Ack(T, 1, 1, w.Succeed({"v": None})), w.Ack(T, 2, 1, w.Fail("e", "d", T)), w.Ack(T, 3, 1, w.CancelSelf()))),
-    w.FireCrons(T, T - timedelta(minutes=2), (w.CronDef("c", "* * * * *", "w"),), frozenset({"a", "b"})),
+    ops.EnqueueWorkflow(
+        T,
+        "wf",
+        (
+            ops.WorkflowMember("a", ops.JobSpec("q", "w")),
+            ops.WorkflowMember("b", ops.JobSpec("q", "w"), ("a",), ("failed",)),
+        ),
+    ),
+    w.Claim(
+        T,
+        "q",
+        "n",
+        2,
+        timedelta(seconds=1.5),
+        QueueOpts.parse({"rate": {"allowed": 3, "period": 60}, "partition": {"field": "input", "key": "t"}}),
+    ),
+    w.AckMany(
+        T, (w.Ack(T, 1, 1, w.Succeed({"v": None})), w.Ack(T, 2, 1, w.Fail("e", "d", T)), w.Ack(T, 3, 1, w.CancelSelf()))
+    ),
+    w.FireCrons(T, T - timedelta(minutes=2), (CronDef("c", "* * * * *", "w"),), frozenset({"a", "b"})),
     w.Prune(T, {"succeeded": 0, "failed": None}),
     ops.Enqueued((ops.Inserted(1), ops.Duplicate(None, "unique"))),
     ops.WorkflowEnqueued("wf", (("a", 1), ("b", 2)), (2,), ()),
@@ -82,7 +99,10 @@ def test_the_codec_round_trips_vocabulary_values(value) -> None:
         ({"type": "Inserted", "id": True}, "expected an integer"),
         ({"type": "Slept", "job_id": 1, "until": "2026-01-01T12:00:00"}, "has no UTC offset"),
         ({"type": "StepHit", "value": "%%%"}, "is not base64"),
-        ({"type": "Enqueued", "outcomes": [{"type": "Acked", "job_id": 1, "state": "x"}]}, "a Acked is not allowed here"),
+        (
+            {"type": "Enqueued", "outcomes": [{"type": "Acked", "job_id": 1, "state": "x"}]},
+            "a Acked is not allowed here",
+        ),
         ("a string", "expected an object"),
     ],
 )
@@ -144,7 +164,9 @@ def test_the_python_adapter_passes_every_conformance_case(db_url) -> None:
     with AdapterProcess(PYTHON, db_url) as adapter:
         run = run_conformance(adapter, db_url)
     assert run.ok, run.table()
-    assert [r.case.id for r in run.of("skipped")] == ["§5.1 a store without transactional enqueue refuses a caller connection loudly"]
+    assert [r.case.id for r in run.of("skipped")] == [
+        "§5.1 a store without transactional enqueue refuses a caller connection loudly"
+    ]
     assert len(run.of("passed")) == len(CASES) - 1
     assert not any(r.assisted for r in run.runs)  # worker level: the reference never stepped in
     assert set(judged_ops(run)) >= set(codec.ALL_OPS) - {"AckClaim"}  # every operation answered by the SDK
@@ -167,7 +189,9 @@ def test_the_node_adapter_passes_the_conformance_cases_its_level_allows(db_url) 
     assert run.ok, run.table()
     assert len(run.of("passed")) >= 60
     judged = judged_ops(run)
-    assert {"Enqueue", "EnqueueWorkflow", "DeliverSignal", "Steer", "Cancel", "Retry", "Claim", "Ack", "Prune"} <= set(judged)
+    assert {"Enqueue", "EnqueueWorkflow", "DeliverSignal", "Steer", "Cancel", "Retry", "Claim", "Ack", "Prune"} <= set(
+        judged
+    )
 
 
 @needs_node

@@ -38,10 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adapter", required=True, help='the adapter command, e.g. "node adapters/node/adapter.js"')
     parser.add_argument("--database-url", help="a migrated database the harness may empty (default: a fresh one)")
     parser.add_argument("--schema", default="public")
-    parser.add_argument("--only", action="append", help="conformance cases: a section (§7), an area (acks) or an id substring")
+    parser.add_argument(
+        "--only", action="append", help="conformance cases: a section (§7), an area (acks) or an id substring"
+    )
     parser.add_argument("--examples", type=int, default=int(os.environ.get("BELAY_SDK_EXAMPLES", "100")))
     parser.add_argument("--steps", type=int, default=30, help="operations per example (rules; some rules send several)")
-    parser.add_argument("--random", action="store_true", help="explore randomly (default: derandomized, the same examples every run)")
+    parser.add_argument(
+        "--random", action="store_true", help="explore randomly (default: derandomized, the same examples every run)"
+    )
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds an adapter has to answer one request")
     parser.add_argument("--no-conformance", action="store_true")
     parser.add_argument("--no-machine", action="store_true")
@@ -60,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"the adapter failed its handshake: {exc}", file=sys.stderr)
             return 1
         try:
-            print(f"adapter: {adapter.sdk} — {adapter.level} level, {len(adapter.ops)} operations, "
-                  f"transactions: {'yes' if adapter.transactions else 'no'}")
+            print(
+                f"adapter: {adapter.sdk} — {adapter.level} level, {len(adapter.ops)} operations, "
+                f"transactions: {'yes' if adapter.transactions else 'no'}"
+            )
             if args.replay:
                 with open(args.replay, encoding="utf-8") as f:
                     error = replay(adapter, url, f.read())
@@ -74,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                 ok = ok and run.ok
             if not args.no_machine:
                 adapter.ensure()
-                machine = run_machine(adapter, url, examples=args.examples, steps=args.steps, derandomize=not args.random)
+                machine = run_machine(
+                    adapter, url, examples=args.examples, steps=args.steps, derandomize=not args.random
+                )
                 print(machine.report())
                 ok = ok and machine.ok
             return 0 if ok else 1

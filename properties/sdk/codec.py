@@ -228,7 +228,7 @@ def from_wire(data: Any, hint: Any = None, where: str = "result") -> Any:
 
 def _dataclass(data: Any, allowed: tuple[type, ...], where: str) -> Any:
     if not isinstance(data, dict):
-        raise WireError(f"{where}: expected an object with a \"type\", got {_kind(data)} {str(data)[:80]}")
+        raise WireError(f'{where}: expected an object with a "type", got {_kind(data)} {str(data)[:80]}')
     name = data.get("type")
     cls = TYPES.get(name) if isinstance(name, str) else None
     if cls is None:
@@ -239,9 +239,14 @@ def _dataclass(data: Any, allowed: tuple[type, ...], where: str) -> Any:
     missing = [n for n in names if n not in data]
     extra = sorted(set(data) - set(names) - {"type"})
     if missing or extra:
-        raise WireError(f"{where}: {name} " + "; ".join(
-            part for part in (f"missing {missing}" if missing else "", f"unknown fields {extra}" if extra else "") if part
-        ))
+        raise WireError(
+            f"{where}: {name} "
+            + "; ".join(
+                part
+                for part in (f"missing {missing}" if missing else "", f"unknown fields {extra}" if extra else "")
+                if part
+            )
+        )
     hints = _hints(cls)
     values = {n: from_wire(data[n], hints[n], f"{where}.{n}") for n in names}
     return cls(**values)
@@ -254,7 +259,7 @@ def decode_op(message: dict[str, Any]) -> Any:
         raise WireError(f"unknown operation {name!r}")
     args = message.get("args")
     if not isinstance(args, dict):
-        raise WireError(f"{name}: \"args\" must be an object")
+        raise WireError(f'{name}: "args" must be an object')
     return _dataclass({**args, "type": name}, (TYPES[name],), name)
 
 

@@ -30,7 +30,7 @@ import psycopg
 
 from model import ops
 from properties.conformance import NotApplicable
-from properties.sdk.codec import ALL_OPS, ERROR_CLASSES, CLIENT_OPS, WireError, encode_op, from_wire
+from properties.sdk.codec import ALL_OPS, CLIENT_OPS, ERROR_CLASSES, WireError, encode_op, from_wire
 
 PROTOCOL = 1
 APP_TABLE = "belay_adapter_app"
@@ -95,7 +95,7 @@ class AdapterProcess:
 
     def start(self) -> AdapterProcess:
         env = {**os.environ, **(self.env or {})}
-        self.proc = subprocess.Popen(  # noqa: S602 - the adapter command is the user's, as documented
+        self.proc = subprocess.Popen(
             self.command,
             shell=True,
             stdin=subprocess.PIPE,
@@ -237,7 +237,8 @@ class AdapterProcess:
             self.kill()
             raise AdapterFailure(
                 "timeout",
-                f"no reply within {self.timeout:g} s (the adapter was killed)" + (f"; stderr:\n    {tail}" if tail else ""),
+                f"no reply within {self.timeout:g} s (the adapter was killed)"
+                + (f"; stderr:\n    {tail}" if tail else ""),
                 request,
             ) from None
         if raw is None:
@@ -249,7 +250,9 @@ class AdapterProcess:
             raise AdapterFailure("malformed reply", f"not a JSON line: {raw.strip()[:200]!r}", request) from None
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
             self.kill()
-            raise AdapterFailure("malformed reply", f"a reply is an object with ok: true|false, got {raw.strip()[:200]}", request)
+            raise AdapterFailure(
+                "malformed reply", f"a reply is an object with ok: true|false, got {raw.strip()[:200]}", request
+            )
         if reply.get("id") != request["id"]:
             self.kill()
             raise AdapterFailure("malformed reply", f"reply id {reply.get('id')!r} answers another request", request)
@@ -268,7 +271,9 @@ class AdapterProcess:
             raise Unsupported(text)
         if error == "Internal":
             raise AdapterError("Internal", text, request)
-        raise AdapterFailure("unknown error class", f"{error!r} is none of {', '.join(ERROR_CLASSES)}, Internal", request)
+        raise AdapterFailure(
+            "unknown error class", f"{error!r} is none of {', '.join(ERROR_CLASSES)}, Internal", request
+        )
 
 
 class Unsupported(Exception):
@@ -368,7 +373,9 @@ class CallerTransaction:
         self.store.adapter.request({"op": "commit"})
         self.store.tx_open = False
         if not self._app_row():
-            raise AssertionError(f"§5.1: after commit the application row {self.key!r} written in the transaction is missing")
+            raise AssertionError(
+                f"§5.1: after commit the application row {self.key!r} written in the transaction is missing"
+            )
 
     def rollback(self) -> None:
         self.store.tx_open = False

@@ -74,7 +74,11 @@ def first_difference(mine: Any, theirs: Any) -> str:
         if a == b:
             continue
         if a is None or b is None:
-            return f"  row {key!r}: " + ("missing in the database (the model has it)" if b is None else "extra in the database") + f"\n  model: {a}\n  sdk:   {b}"
+            return (
+                f"  row {key!r}: "
+                + ("missing in the database (the model has it)" if b is None else "extra in the database")
+                + f"\n  model: {a}\n  sdk:   {b}"
+            )
         return f"  row {key!r}:\n" + columns(a, b)
     return "  (no row differs)"
 
@@ -106,7 +110,11 @@ class AdapterMachine(BelayMachine):
         expected = _outcome(lambda: self.model.apply(op))
         actual = _outcome(lambda: store.apply(op))
         if expected != actual:
-            detail = columns(expected, actual) if type(expected) is type(actual) else f"    model: {expected}\n    sdk:   {actual}"
+            detail = (
+                columns(expected, actual)
+                if type(expected) is type(actual)
+                else f"    model: {expected}\n    sdk:   {actual}"
+            )
             raise Divergence(f"{type(op).__name__} results differ:\n{detail}")
         state = snapshot(self.conn)
         for table in TABLES:
@@ -134,7 +142,7 @@ class AdapterMachine(BelayMachine):
             for job in second.jobs:
                 self.both(w.Ack(self.now, job.id, job.attempt, w.Succeed({"by": "second"})))
 
-    @precondition(lambda self: self.pg.supports_transactional_enqueue)  # type: ignore[attr-defined]
+    @precondition(lambda self: self.pg.supports_transactional_enqueue)
     @rule(specs=st.lists(job_specs(), min_size=1, max_size=2), commit=st.booleans())
     def transactional_enqueue(self, specs: list[ops.JobSpec], commit: bool) -> None:
         """§5.1: an enqueue on the caller's transaction (the adapter's, with an application row in it),
@@ -159,7 +167,9 @@ class AdapterMachine(BelayMachine):
         for table in TABLES:
             mine, theirs = getattr(self.model.state, table), getattr(state, table)
             if mine != theirs:
-                raise Divergence(f"after transactional Enqueue ({'commit' if commit else 'rollback'}): table {table} differs:\n{first_difference(mine, theirs)}")
+                raise Divergence(
+                    f"after transactional Enqueue ({'commit' if commit else 'rollback'}): table {table} differs:\n{first_difference(mine, theirs)}"
+                )
         self.steps += 1
 
 
@@ -200,14 +210,25 @@ class MachineRun:
         )
         if self.error is None:
             return head + "\nPASSED: every result and every snapshot agreed with the model"
-        lines = [head, f"FAILED: {self.error}", "", f"shortest program ({len(self.program)} operations, as sent to the adapter):"]
+        lines = [
+            head,
+            f"FAILED: {self.error}",
+            "",
+            f"shortest program ({len(self.program)} operations, as sent to the adapter):",
+        ]
         lines += ["  " + json.dumps(p, separators=(",", ":")) for p in self.program]
         if self.printed:
-            lines += ["", "replayable rule program (python -m properties.sdk --adapter ... --replay FILE):", self.printed]
+            lines += [
+                "",
+                "replayable rule program (python -m properties.sdk --adapter ... --replay FILE):",
+                self.printed,
+            ]
         return "\n".join(lines)
 
 
-def run_machine(adapter: AdapterProcess, url: str, *, examples: int = 50, steps: int = 30, derandomize: bool = True) -> MachineRun:
+def run_machine(
+    adapter: AdapterProcess, url: str, *, examples: int = 50, steps: int = 30, derandomize: bool = True
+) -> MachineRun:
     runs: list[int] = []
     printed: list[str] = []
 
@@ -234,7 +255,14 @@ def run_machine(adapter: AdapterProcess, url: str, *, examples: int = 50, steps:
             TARGET.clear()
             store.close()
     return MachineRun(
-        len(runs), sum(runs), time.perf_counter() - started, store.judged, store.assisted, error, list(PROGRAM), "\n".join(printed)
+        len(runs),
+        sum(runs),
+        time.perf_counter() - started,
+        store.judged,
+        store.assisted,
+        error,
+        list(PROGRAM),
+        "\n".join(printed),
     )
 
 
@@ -246,7 +274,7 @@ def replay(adapter: AdapterProcess, url: str, code: str) -> BaseException | None
         store = SubprocessStore(adapter, conn, reference)
         TARGET.update(store=store, conn=conn, adapter=adapter)
         try:
-            exec(compile(code, "<replay>", "exec"), {"AdapterMachine": AdapterMachine, **vars(stateful)})  # noqa: S102
+            exec(compile(code, "<replay>", "exec"), {"AdapterMachine": AdapterMachine, **vars(stateful)})
         except Exception as exc:  # noqa: BLE001 - reported
             return exc
         finally:

@@ -91,11 +91,15 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with _database(args.database_url) as url:
         for bug in bugs:
-            result = run_bug(args.adapter, url, bug, examples=args.examples, steps=args.steps, conformance=args.conformance)
+            result = run_bug(
+                args.adapter, url, bug, examples=args.examples, steps=args.steps, conformance=args.conformance
+            )
             print(result.line(), flush=True)
             results.append(result)
     killed = sum(r.killed for r in results)
-    print(f"{killed} of {len(results)} planted bugs killed; longest shrunk program {max((r.program for r in results), default=0)} operations")
+    print(
+        f"{killed} of {len(results)} planted bugs killed; longest shrunk program {max((r.program for r in results), default=0)} operations"
+    )
     return 0 if killed == len(results) else 1
 
 

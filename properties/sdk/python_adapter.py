@@ -57,11 +57,11 @@ class Adapter:
         if op in ("commit", "rollback"):
             if self.tx is None:
                 return {"ok": False, "error": "InvalidInput", "message": f"{op} without an open transaction"}
-            conn, self.tx = self.tx, None
+            ending, self.tx = self.tx, None
             try:
-                conn.commit() if op == "commit" else conn.rollback()
+                ending.commit() if op == "commit" else ending.rollback()
             finally:
-                conn.close()
+                ending.close()
             return {"ok": True, "result": None}
         if op == "bye":
             return None
@@ -74,7 +74,7 @@ class Adapter:
             return {"ok": False, "error": "InvalidInput", "message": str(exc)}
         except WireError as exc:
             return {"ok": False, "error": "InvalidInput", "message": f"malformed request: {exc}"}
-        conn = None
+        conn: psycopg.Connection | None = None
         if request.get("tx"):
             if self.tx is None:
                 return {"ok": False, "error": "InvalidInput", "message": "tx: true but no transaction is open"}

@@ -29,11 +29,22 @@ def render(hint: Any) -> str:
             return f"{text} or null" if len(rest) > 1 else f"{text}?"
         return text
     if origin in (tuple, list, frozenset, set):
-        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
-        return f"[{render(args[0]) if args else 'JSON'}]"
+        items = typing.get_args(hint)
+        if origin is tuple and len(items) > 1 and items[1] is not Ellipsis:
+            return "[" + ", ".join(render(a) for a in items) + "]"  # a fixed-length pair
+        return f"[{render(items[0]) if items else 'JSON'}]"
     if origin is not None and typing.get_args(hint) and len(typing.get_args(hint)) == 2:
         return f"{{string: {render(typing.get_args(hint)[1])}}}"
-    names = {datetime: "timestamp", timedelta: "seconds", bytes: "base64", int: "int", str: "string", bool: "bool", float: "number", dict: "{...}"}
+    names = {
+        datetime: "timestamp",
+        timedelta: "seconds",
+        bytes: "base64",
+        int: "int",
+        str: "string",
+        bool: "bool",
+        float: "number",
+        dict: "{...}",
+    }
     if hint in names:
         return names[hint]
     if isinstance(hint, type):
@@ -53,14 +64,17 @@ def _result(op: type) -> str:
 
 def reference() -> str:
     lines = [BEGIN, "", "Operations (request `op` and `args`; the reply's `result`):", ""]
-    for title, names in (("Client level", CLIENT_OPS), ("Worker level (a worker-level SDK also implements every client operation)", WORKER_OPS)):
+    for title, names in (
+        ("Client level", CLIENT_OPS),
+        ("Worker level (a worker-level SDK also implements every client operation)", WORKER_OPS),
+    ):
         lines += [f"{title}:", ""]
         for name in names:
             cls = TYPES[name]
             lines.append(f"- `{name}` {{{_fields(cls)}}} → {_result(cls)}")
         lines.append("")
     used = sorted(n for n in TYPES if n not in CLIENT_OPS + WORKER_OPS)
-    lines += ["Values (each an object with `\"type\": \"<Name>\"` and every field below):", ""]
+    lines += ['Values (each an object with `"type": "<Name>"` and every field below):', ""]
     lines += [f"- `{n}` {{{_fields(TYPES[n])}}}" for n in used if dataclasses.is_dataclass(TYPES[n])]
     lines += ["", END]
     return "\n".join(lines)
