@@ -223,3 +223,13 @@ def test_a_transactional_enqueue_outside_the_callers_transaction_fails_conforman
         run = run_conformance(adapter, db_url, only="transactional enqueue commits")
     (failed,) = run.of("failed")
     assert "must not be visible to others yet" in failed.message
+
+
+def test_the_command_line_runs_both_parts_and_exits_zero_on_a_pass(db_url, capsys) -> None:
+    from properties.sdk.__main__ import main
+
+    code = main(["--adapter", PYTHON, "--database-url", db_url, "--only", "§5.2", "--examples", "3", "--steps", "5"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "worker level" in out and "PASSED   §5.2" in out
+    assert "state machine over the adapter" in out and "PASSED: every result" in out

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
 from impl.pgrows import configure_connection
@@ -227,7 +228,13 @@ class MachineRun:
 
 
 def run_machine(
-    adapter: AdapterProcess, url: str, *, examples: int = 50, steps: int = 30, derandomize: bool = True
+    adapter: AdapterProcess,
+    url: str,
+    *,
+    examples: int = 50,
+    steps: int = 30,
+    derandomize: bool = True,
+    shrink_seconds: int | None = None,
 ) -> MachineRun:
     runs: list[int] = []
     printed: list[str] = []
@@ -245,6 +252,11 @@ def run_machine(
         reset(conn)
         store = SubprocessStore(adapter, conn, reference)
         TARGET.update(store=store, conn=conn, adapter=adapter)
+        # Hypothesis stops shrinking after MAX_SHRINKING_SECONDS (300); a mutant matrix bounds it lower
+        # (the shrunk program's length is reported either way).
+        limit = engine.MAX_SHRINKING_SECONDS
+        if shrink_seconds is not None:
+            engine.MAX_SHRINKING_SECONDS = shrink_seconds
         try:
             run_state_machine_as_test(Machine, settings=profile(examples, steps, derandomize=derandomize))
         except Exception as exc:  # noqa: BLE001 - reported
@@ -252,6 +264,7 @@ def run_machine(
             notes = getattr(exc, "__notes__", [])
             printed = [n for n in notes if "state = " in n or n.startswith("state.")]
         finally:
+            engine.MAX_SHRINKING_SECONDS = limit
             TARGET.clear()
             store.close()
     return MachineRun(

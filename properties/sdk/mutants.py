@@ -58,10 +58,12 @@ class MutantResult:
         return f"{verdict} {self.bug:<28} {self.program:>3} ops  {self.seconds:6.1f} s  {self.by:<11} {self.finding}"
 
 
-def run_bug(command: str, url: str, bug: str, *, examples: int, steps: int, conformance: bool = False) -> MutantResult:
+def run_bug(
+    command: str, url: str, bug: str, *, examples: int, steps: int, conformance: bool = False, shrink_seconds: int = 60
+) -> MutantResult:
     started = time.perf_counter()
     with AdapterProcess(command, url, env={"BELAY_ADAPTER_BUG": bug}) as adapter:
-        run = run_machine(adapter, url, examples=examples, steps=steps)
+        run = run_machine(adapter, url, examples=examples, steps=steps, shrink_seconds=shrink_seconds)
         if run.error is not None:
             first = str(run.error).strip().splitlines()[0]
             return MutantResult(bug, True, len(run.program), time.perf_counter() - started, first[:90], "machine")
@@ -80,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m properties.sdk.mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--adapter", default="node adapters/node/adapter.js")
     parser.add_argument("--bug", action="append", help="run only these bugs (default: all)")
-    parser.add_argument("--examples", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--examples", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--conformance", action="store_true", help="also run the conformance suite on survivors")
     parser.add_argument("--database-url")
     args = parser.parse_args(argv)
