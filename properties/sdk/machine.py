@@ -95,6 +95,22 @@ def columns(a: Any, b: Any) -> str:
     return f"    model: {a!r}\n    sdk:   {b!r}"
 
 
+class _Recording:
+    """The harness connection, recording the rows the machine writes itself (foreign_unscheduled_row:
+    what a foreign SDK may leave behind) into the printed program."""
+
+    def __init__(self, conn: psycopg.Connection) -> None:
+        self._conn = conn
+
+    def execute(self, query: Any, params: Any = None) -> Any:
+        if isinstance(query, str) and query.lstrip().upper().startswith("UPDATE"):
+            PROGRAM.append({"harness_sql": query, "params": list(params or ())})
+        return self._conn.execute(query, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
 class AdapterMachine(BelayMachine):
     """BelayMachine whose implementation store is a SubprocessStore (TARGET['store'])."""
 
@@ -103,6 +119,7 @@ class AdapterMachine(BelayMachine):
         PROGRAM.clear()
         super().__init__()
         self.conn.execute("DELETE FROM belay_adapter_app")
+        self.conn = _Recording(self.conn)  # type: ignore[assignment]  # the harness's own row writes join the program
 
     def both(self, op: Any) -> Any:
         store: SubprocessStore = self.pg  # type: ignore[assignment]
@@ -142,6 +159,15 @@ class AdapterMachine(BelayMachine):
         if again:
             for job in second.jobs:
                 self.both(w.Ack(self.now, job.id, job.attempt, w.Succeed({"by": "second"})))
+
+    @rule(priority=st.integers(0, 1))
+    def claim_unscheduled_first(self, priority: int) -> None:
+        """§6's order is ready_at ASC NULLS FIRST: of two equal-priority jobs, the one a foreign SDK left
+        with ready_at NULL (§4: claimable) is claimed before an older scheduled one."""
+        result = self.both(ops.Enqueue(self.now, tuple(ops.JobSpec("u", "echo", priority=priority) for _ in range(2))))
+        later = max(result.ids)
+        self.foreign_unscheduled_row(later)
+        self.both(w.Claim(self.now, "u", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
 
     @precondition(lambda self: self.pg.supports_transactional_enqueue)
     @rule(specs=st.lists(job_specs(), min_size=1, max_size=2), commit=st.booleans())
@@ -202,6 +228,12 @@ class MachineRun:
     def ok(self) -> bool:
         return self.error is None
 
+    @property
+    def length(self) -> int:
+        """The shrunk program's length in vocabulary operations (not counting begin/commit/rollback
+        or the harness's own row writes)."""
+        return sum(1 for p in self.program if "args" in p)
+
     def report(self) -> str:
         judged = sum(self.judged.values())
         assisted = sum(self.assisted.values())
@@ -215,7 +247,7 @@ class MachineRun:
             head,
             f"FAILED: {self.error}",
             "",
-            f"shortest program ({len(self.program)} operations, as sent to the adapter):",
+            f"shortest program ({self.length} operations, as sent to the adapter):",
         ]
         lines += ["  " + json.dumps(p, separators=(",", ":")) for p in self.program]
         if self.printed:

@@ -66,7 +66,7 @@ def run_bug(
         run = run_machine(adapter, url, examples=examples, steps=steps, shrink_seconds=shrink_seconds)
         if run.error is not None:
             first = str(run.error).strip().splitlines()[0]
-            return MutantResult(bug, True, len(run.program), time.perf_counter() - started, first[:90], "machine")
+            return MutantResult(bug, True, run.length, time.perf_counter() - started, first[:90], "machine")
         if conformance:
             from properties.sdk.conformance import run_conformance
 
