@@ -11,6 +11,7 @@ killed, the shrunk program's length in operations, and the seconds it took. Exit
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from dataclasses import dataclass
 
@@ -59,11 +60,23 @@ class MutantResult:
 
 
 def run_bug(
-    command: str, url: str, bug: str, *, examples: int, steps: int, conformance: bool = False, shrink_seconds: int = 60
+    command: str,
+    url: str,
+    bug: str,
+    *,
+    examples: int,
+    steps: int,
+    conformance: bool = False,
+    shrink_seconds: int = 60,
+    reports: str | None = None,
 ) -> MutantResult:
     started = time.perf_counter()
     with AdapterProcess(command, url, env={"BELAY_ADAPTER_BUG": bug}) as adapter:
         run = run_machine(adapter, url, examples=examples, steps=steps, shrink_seconds=shrink_seconds)
+        if reports:
+            os.makedirs(reports, exist_ok=True)
+            with open(os.path.join(reports, f"{bug}.txt"), "w", encoding="utf-8") as f:
+                f.write(run.report() + "\n")
         if run.error is not None:
             first = str(run.error).strip().splitlines()[0]
             return MutantResult(bug, True, run.length, time.perf_counter() - started, first[:90], "machine")
@@ -86,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--conformance", action="store_true", help="also run the conformance suite on survivors")
     parser.add_argument("--database-url")
+    parser.add_argument("--shrink-seconds", type=int, default=60, help="bound on Hypothesis's shrinking per bug")
+    parser.add_argument("--reports", metavar="DIR", help="write each bug's full report (shrunk program) here")
     args = parser.parse_args(argv)
     from properties.sdk.__main__ import _database
 

@@ -1,5 +1,6 @@
 """The vocabulary reference of docs/sdk-adapter.md, generated from the dataclasses themselves (so the
-document cannot drift from the codec): `python -m properties.sdk.vocabulary` prints it; a test checks
+document cannot drift from the codec): `python -m properties.sdk.vocabulary` prints it, `--write` puts
+it into docs/sdk-adapter.md; a test checks
 that the document holds exactly this text between its markers."""
 
 from __future__ import annotations
@@ -80,5 +81,20 @@ def reference() -> str:
     return "\n".join(lines)
 
 
+def write(path: str = "docs/sdk-adapter.md") -> None:
+    """Replace the generated section of the protocol document (between its markers) in place."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(head + reference() + tail)
+
+
 if __name__ == "__main__":
-    print(reference())
+    import sys
+
+    if sys.argv[1:] == ["--write"]:
+        write()
+    else:
+        print(reference())
