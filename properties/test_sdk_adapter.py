@@ -236,3 +236,17 @@ def test_the_command_line_runs_both_parts_and_exits_zero_on_a_pass(db_url, capsy
     assert code == 0, out
     assert "worker level" in out and "PASSED   §5.2" in out
     assert "state machine over the adapter" in out and "PASSED: every result" in out
+
+
+@pytest.mark.skipif(not os.environ.get("BELAY_SDK_ADAPTER"), reason="set BELAY_SDK_ADAPTER to an adapter command")
+def test_the_adapter_named_in_the_environment(db_url) -> None:
+    """The exam from pytest: BELAY_SDK_ADAPTER="<command>" pytest properties/test_sdk_adapter.py -k environment."""
+    command = os.environ["BELAY_SDK_ADAPTER"]
+    with AdapterProcess(command, db_url) as adapter:
+        report = run_conformance(adapter, db_url)
+        print(report.table())
+        adapter.ensure()
+        run = run_machine(adapter, db_url, examples=int(os.environ.get("BELAY_SDK_EXAMPLES", "100")), steps=30)
+        print(run.report())
+    assert report.ok, report.table()
+    assert run.ok, run.report()
