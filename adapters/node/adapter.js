@@ -17,7 +17,7 @@ const BUGS = new Set([
   'cancel-no-settle', 'retry-member-ready', 'settle-ignores-flags', 'wake-ignores-name',
   'signal-keeps-old-payload', 'envelope-null-as-sql-null', 'retry-keeps-cancel-request',
   'retry-keeps-max-attempts', 'cancel-running-terminal', 'fail-retries-past-max', 'steer-wrong-name',
-  'children-not-notified', 'prune-live-workflow', 'tx-enqueue-autocommit',
+  'children-not-notified', 'prune-live-workflow', 'tx-enqueue-autocommit', 'timestamps-as-date',
 ]);
 if (BUG && !BUGS.has(BUG)) {
   process.stderr.write(`unknown BELAY_ADAPTER_BUG ${BUG}\n`);
@@ -33,7 +33,7 @@ function isoFromPg(text) {
   const off = m[4] + ':' + (m[5] ? m[5].replace(':', '') : '00');
   return `${m[1]}T${m[2]}${frac}${off}`;
 }
-types.setTypeParser(1184, isoFromPg); // timestamptz
+types.setTypeParser(1184, BUG === 'timestamps-as-date' ? (t) => new Date(t).toISOString() : isoFromPg); // timestamptz
 types.setTypeParser(20, (v) => Number(v)); // int8: ids and money fit in a double here
 
 const JOB_COLUMNS = [

@@ -32,6 +32,7 @@ from impl.snapshot import snapshot
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
+from model.ops import WorkflowMember
 from properties import stateful
 from properties.sdk.codec import encode_op
 from properties.sdk.harness import AdapterError, AdapterFailure, AdapterProcess, SubprocessStore, reset
@@ -84,15 +85,24 @@ def first_difference(mine: Any, theirs: Any) -> str:
     return "  (no row differs)"
 
 
-def columns(a: Any, b: Any) -> str:
+def columns(a: Any, b: Any, path: str = "") -> str:
+    """Where two values first differ: descends into dataclass fields and equal-length sequences, and
+    names every differing column of the innermost row (path like `jobs[0].ready_at`)."""
     if dataclasses.is_dataclass(a) and type(a) is type(b):
-        lines = [
-            f"    column {f.name}: model {getattr(a, f.name)!r} / sdk {getattr(b, f.name)!r}"
-            for f in dataclasses.fields(a)
-            if getattr(a, f.name) != getattr(b, f.name)
-        ]
-        return "\n".join(lines)
-    return f"    model: {a!r}\n    sdk:   {b!r}"
+        differing = [f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)]
+        if len(differing) == 1:
+            inner = columns(getattr(a, differing[0]), getattr(b, differing[0]), f"{path}.{differing[0]}".lstrip("."))
+            if inner:
+                return inner
+        return "\n".join(
+            f"    column {f'{path}.' if path else ''}{name}: model {getattr(a, name)!r} / sdk {getattr(b, name)!r}"
+            for name in differing
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                return columns(x, y, f"{path}[{i}]")
+    return f"    {path or 'value'}: model {a!r} / sdk {b!r}" if path else f"    model: {a!r}\n    sdk:   {b!r}"
 
 
 class _Recording:
@@ -120,6 +130,9 @@ class AdapterMachine(BelayMachine):
         super().__init__()
         self.conn.execute("DELETE FROM belay_adapter_app")
         self.conn = _Recording(self.conn)  # type: ignore[assignment]  # the harness's own row writes join the program
+        # Every `now` carries microseconds (timestamptz keeps them, §2): an SDK that reads timestamps into a
+        # millisecond clock type (a JavaScript Date) writes and reports instants the model does not.
+        self.now += timedelta(microseconds=123457)
 
     def both(self, op: Any) -> Any:
         store: SubprocessStore = self.pg  # type: ignore[assignment]
@@ -168,6 +181,65 @@ class AdapterMachine(BelayMachine):
         later = max(result.ids)
         self.foreign_unscheduled_row(later)
         self.both(w.Claim(self.now, "u", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+
+    @rule(
+        modes=st.lists(st.sampled_from(["incomplete", "always", "window"]), min_size=2, max_size=4), done=st.booleans()
+    )
+    def one_key_across_modes(self, modes: list[str], done: bool) -> None:
+        """§5.2: one key in several unique modes, one enqueue each (with `done`, the first holder is
+        claimed and succeeded in between): each index admits its own holder, and a duplicate names the
+        newest holder *in the index it conflicts with*."""
+        for i, mode in enumerate(modes):
+            window = 60 if mode == "window" else None
+            self.both(
+                ops.Enqueue(
+                    self.now, (ops.JobSpec("k", "echo", unique_key="k3", unique_mode=mode, unique_window=window),)
+                )
+            )
+            if done and i == 0:
+                claimed = self.both(w.Claim(self.now, "k", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+                for job in claimed.jobs:
+                    self.both(w.Ack(self.now, job.id, job.attempt, w.Succeed(None)))
+
+    @rule(
+        which=st.integers(0, 2),
+        ignore=st.sampled_from([(), ("cancelled",), ("failed", "cancelled")]),
+        claim_first=st.booleans(),
+        retry=st.booleans(),
+    )
+    def cancel_in_workflow(self, which: int, ignore: tuple[str, ...], claim_first: bool, retry: bool) -> None:
+        """§8.6 + §8.3: a chain m0 <- m1 <- m2 (each tolerating `ignore`); member `which` is cancelled
+        (with `claim_first`, the root is running first: a cancel request), then optionally retried — the
+        cancel settles the workflow (dooms or releases dependents), the retry re-holds and re-settles."""
+        run = f"cw{self.steps}"
+        members = (
+            WorkflowMember("m0", ops.JobSpec("c", "echo")),
+            WorkflowMember("m1", ops.JobSpec("c", "echo"), ("m0",), ignore),
+            WorkflowMember("m2", ops.JobSpec("c", "echo"), ("m1",), ignore),
+        )
+        result = self.both(ops.EnqueueWorkflow(self.now, run, members))
+        if not isinstance(result, ops.WorkflowEnqueued):
+            return
+        ids = dict(result.ids)
+        if claim_first:
+            self.both(w.Claim(self.now, "c", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+        self.both(ops.Cancel(self.now, ids[f"m{which}"]))
+        if retry:
+            self.both(ops.Retry(self.now, ids[f"m{which}"]))
+
+    @rule(
+        scope=st.sampled_from(["s1", "job:1"]),
+        parked=st.sampled_from(["go", "stop"]),
+        sent=st.sampled_from(["go", "stop"]),
+    )
+    def signal_after_park(self, scope: str, parked: str, sent: str) -> None:
+        """§8.1 + §7: a job parks on (scope, parked); a signal (scope, sent) wakes it only when the names
+        match — and the job's own scope is job:<id>."""
+        self.both(ops.Enqueue(self.now, (ops.JobSpec("p", "echo"),)))
+        claimed = self.both(w.Claim(self.now, "p", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+        for job in claimed.jobs:
+            self.both(w.ParkAwait(self.now, job.id, job.attempt, scope, parked, None))
+        self.both(ops.DeliverSignal(self.now, scope, sent, {"sent": sent}))
 
     @precondition(lambda self: self.pg.supports_transactional_enqueue)
     @rule(specs=st.lists(job_specs(), min_size=1, max_size=2), commit=st.booleans())

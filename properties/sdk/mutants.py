@@ -41,6 +41,7 @@ NODE_BUGS: tuple[tuple[str, str], ...] = (
     ("children-not-notified", "§7 no $children signal to the parent after a terminal write"),
     ("prune-live-workflow", "§8.7 prune deletes terminal members of a live workflow"),
     ("error-entry-next-attempt", "§7 the error entry names attempt + 1"),
+    ("timestamps-as-date", "§2 timestamps read through a JavaScript Date (milliseconds)"),
     ("tx-enqueue-autocommit", "§5.1 the transactional enqueue runs on the SDK's own connection"),
 )
 
@@ -48,15 +49,25 @@ NODE_BUGS: tuple[tuple[str, str], ...] = (
 @dataclass(frozen=True)
 class MutantResult:
     bug: str
-    killed: bool
-    program: int  # operations in the shrunk program (0 when not killed by the machine)
-    seconds: float
+    case: str  # the first conformance case that failed ("" if none, or not run)
+    case_ops: int  # operations that case sent
+    program: int  # operations in the state machine's shrunk program (0: the machine did not kill it)
+    machine_seconds: float
     finding: str
-    by: str  # machine | conformance | -
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.case) or self.program > 0
 
     def line(self) -> str:
         verdict = "KILLED " if self.killed else "SURVIVED"
-        return f"{verdict} {self.bug:<28} {self.program:>3} ops  {self.seconds:6.1f} s  {self.by:<11} {self.finding}"
+        machine = (
+            f"machine {self.program:>2} ops {self.machine_seconds:5.1f} s"
+            if self.program
+            else f"machine -  survived {self.machine_seconds:5.1f} s"
+        )
+        case = f"conformance: {self.case[:60]} ({self.case_ops} ops)" if self.case else "conformance: passed"
+        return f"{verdict} {self.bug:<27} {machine}  {case}"
 
 
 def run_bug(
@@ -66,29 +77,35 @@ def run_bug(
     *,
     examples: int,
     steps: int,
-    conformance: bool = False,
+    conformance: bool = True,
     shrink_seconds: int = 60,
     reports: str | None = None,
 ) -> MutantResult:
-    started = time.perf_counter()
+    """Both parts of the op-level exam on one planted bug: the conformance suite (its first failing
+    case and how many operations it sent) and the state machine (the shrunk program's length and the
+    seconds from start to shrunk failure)."""
+    case, case_ops = "", 0
     with AdapterProcess(command, url, env={"BELAY_ADAPTER_BUG": bug}) as adapter:
-        run = run_machine(adapter, url, examples=examples, steps=steps, shrink_seconds=shrink_seconds)
-        if reports:
-            os.makedirs(reports, exist_ok=True)
-            with open(os.path.join(reports, f"{bug}.txt"), "w", encoding="utf-8") as f:
-                f.write(run.report() + "\n")
-        if run.error is not None:
-            first = str(run.error).strip().splitlines()[0]
-            return MutantResult(bug, True, run.length, time.perf_counter() - started, first[:90], "machine")
         if conformance:
             from properties.sdk.conformance import run_conformance
 
-            adapter.ensure()
             report = run_conformance(adapter, url)
             failed = report.of("failed")
             if failed:
-                return MutantResult(bug, True, 0, time.perf_counter() - started, failed[0].case.id[:90], "conformance")
-    return MutantResult(bug, False, 0, time.perf_counter() - started, "", "-")
+                case = failed[0].case.id
+                case_ops = sum(failed[0].judged.values()) + sum(failed[0].assisted.values())
+            adapter.ensure()
+        started = time.perf_counter()
+        run = run_machine(adapter, url, examples=examples, steps=steps, shrink_seconds=shrink_seconds)
+        seconds = time.perf_counter() - started
+        if reports:
+            os.makedirs(reports, exist_ok=True)
+            with open(os.path.join(reports, f"{bug}.txt"), "w", encoding="utf-8") as f:
+                if case:
+                    f.write(f"conformance: FAILED {case}\n{failed[0].message}\n\n")
+                f.write(run.report() + "\n")
+    finding = str(run.error).strip().splitlines()[0] if run.error is not None else ""
+    return MutantResult(bug, case, case_ops, run.length if run.error is not None else 0, seconds, finding[:90])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bug", action="append", help="run only these bugs (default: all)")
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--conformance", action="store_true", help="also run the conformance suite on survivors")
+    parser.add_argument("--no-conformance", action="store_true", help="the state machine only")
     parser.add_argument("--database-url")
     parser.add_argument("--shrink-seconds", type=int, default=60, help="bound on Hypothesis's shrinking per bug")
     parser.add_argument("--reports", metavar="DIR", help="write each bug's full report (shrunk program) here")
