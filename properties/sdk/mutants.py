@@ -126,13 +126,23 @@ def main(argv: list[str] | None = None) -> int:
     with _database(args.database_url) as url:
         for bug in bugs:
             result = run_bug(
-                args.adapter, url, bug, examples=args.examples, steps=args.steps, conformance=args.conformance
+                args.adapter,
+                url,
+                bug,
+                examples=args.examples,
+                steps=args.steps,
+                conformance=not args.no_conformance,
+                shrink_seconds=args.shrink_seconds,
+                reports=args.reports,
             )
             print(result.line(), flush=True)
             results.append(result)
     killed = sum(r.killed for r in results)
+    by_machine = [r.program for r in results if r.program]
     print(
-        f"{killed} of {len(results)} planted bugs killed; longest shrunk program {max((r.program for r in results), default=0)} operations"
+        f"{killed} of {len(results)} planted bugs killed; {len(by_machine)} by the state machine "
+        f"(longest shrunk program {max(by_machine, default=0)} operations), "
+        f"{sum(1 for r in results if r.case)} by a conformance case"
     )
     return 0 if killed == len(results) else 1
 
