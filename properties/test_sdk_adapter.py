@@ -249,3 +249,16 @@ def test_the_adapter_named_in_the_environment(db_url) -> None:
         print(run.report())
     assert report.ok, report.table()
     assert run.ok, run.report()
+
+
+@needs_node
+def test_a_printed_counterexample_replays(db_url) -> None:
+    from properties.sdk.machine import replay
+
+    with AdapterProcess(NODE, db_url, env={"BELAY_ADAPTER_BUG": "always-as-incomplete"}) as adapter:
+        run = run_machine(adapter, db_url, examples=50, steps=10, shrink_seconds=20)
+        assert run.error is not None and "state = AdapterMachine()" in run.printed
+        assert "column unique_mode: model 'always' / sdk 'incomplete'" in str(run.error)
+        assert isinstance(replay(adapter, db_url, run.printed), AssertionError)
+    with AdapterProcess(NODE, db_url) as clean:
+        assert replay(clean, db_url, run.printed) is None

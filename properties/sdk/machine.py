@@ -14,6 +14,7 @@ reference store on the same database, so client operations are judged on every s
 from __future__ import annotations
 
 import dataclasses
+import datetime as datetime_module
 import json
 import time
 from collections import Counter
@@ -102,7 +103,7 @@ def columns(a: Any, b: Any, path: str = "") -> str:
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if x != y:
                 return columns(x, y, f"{path}[{i}]")
-    return f"    {path or 'value'}: model {a!r} / sdk {b!r}" if path else f"    model: {a!r}\n    sdk:   {b!r}"
+    return f"    column {path}: model {a!r} / sdk {b!r}" if path else f"    model: {a!r}\n    sdk:   {b!r}"
 
 
 class _Recording:
@@ -383,6 +384,11 @@ def run_machine(
     )
 
 
+class _Replaying(AdapterMachine):
+    def teardown(self) -> None:
+        """Outside Hypothesis: no target() scores."""
+
+
 def replay(adapter: AdapterProcess, url: str, code: str) -> BaseException | None:
     """Run a rule program Hypothesis printed (state = AdapterMachine() ... state.teardown())."""
     with psycopg.connect(url, autocommit=True) as conn, PgStore(url, pool_size=2) as reference:
@@ -391,7 +397,8 @@ def replay(adapter: AdapterProcess, url: str, code: str) -> BaseException | None
         store = SubprocessStore(adapter, conn, reference)
         TARGET.update(store=store, conn=conn, adapter=adapter)
         try:
-            exec(compile(code, "<replay>", "exec"), {"AdapterMachine": AdapterMachine, **vars(stateful)})
+            namespace = {**vars(stateful), **vars(ops), **vars(w), "datetime": datetime_module}
+            exec(compile(code, "<replay>", "exec"), {**namespace, "AdapterMachine": _Replaying})
         except Exception as exc:  # noqa: BLE001 - reported
             return exc
         finally:
