@@ -103,6 +103,7 @@ class AdapterProcess:
             stderr=subprocess.PIPE,
             text=True,
             encoding="utf-8",
+            errors="replace",  # bytes that are not UTF-8 make a malformed reply, not a dead reader
             bufsize=1,
             env=env,
             start_new_session=True,  # its own process group: a timeout kills the adapter and its children
