@@ -149,13 +149,22 @@ def test_a_misbehaving_adapter_is_a_finding_naming_the_request(db_url, fault, ki
         assert store.apply(ops.ReadJob(99)) == ops.NotFound(99)
 
 
-def test_a_handshake_naming_unknown_operations_is_refused(db_url, tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("level", "named", "complaint"),
+    [
+        ("client", ["Enqueue", "Teleport"], r"unknown operations \['Teleport'\]"),
+        ("worker", ["Enqueue", "Claim"], r"a worker-level SDK implements every operation; missing \['Ack'"),
+        ("server", ["Enqueue"], "level must be client or worker"),
+    ],
+)
+def test_a_handshake_that_misstates_the_sdk_is_refused(db_url, tmp_path, level, named, complaint) -> None:
     script = tmp_path / "bad.py"
+    result = {"protocol": 1, "level": level, "ops": named}
     script.write_text(
         "import json,sys\nfor line in sys.stdin:\n  r=json.loads(line)\n"
-        "  print(json.dumps({'id':r['id'],'ok':True,'result':{'protocol':1,'level':'client','ops':['Enqueue','Claim']}}),flush=True)\n"
+        f"  print(json.dumps({{'id':r['id'],'ok':True,'result':{result!r}}}),flush=True)\n"
     )
-    with pytest.raises(AdapterFailure, match="a client-level SDK names worker operations \\['Claim'\\]"):
+    with pytest.raises(AdapterFailure, match=complaint):
         AdapterProcess(f"{PYTHON.split()[0]} {script}", db_url).start()
 
 

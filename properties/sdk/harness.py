@@ -30,7 +30,7 @@ import psycopg
 
 from model import ops
 from properties.conformance import NotApplicable
-from properties.sdk.codec import ALL_OPS, CLIENT_OPS, ERROR_CLASSES, WireError, encode_op, from_wire
+from properties.sdk.codec import ALL_OPS, ERROR_CLASSES, WireError, encode_op, from_wire
 
 PROTOCOL = 1
 APP_TABLE = "belay_adapter_app"
@@ -132,9 +132,11 @@ class AdapterProcess:
         unknown = sorted(set(named) - set(ALL_OPS))
         if unknown:
             raise AdapterFailure("handshake", f"unknown operations {unknown}", request)
-        if level == "client" and set(named) - set(CLIENT_OPS) - {"Prune"}:
-            extra = sorted(set(named) - set(CLIENT_OPS))
-            raise AdapterFailure("handshake", f"a client-level SDK names worker operations {extra}", request)
+        missing = sorted(set(ALL_OPS) - set(named))
+        if level == "worker" and missing:
+            raise AdapterFailure(
+                "handshake", f"a worker-level SDK implements every operation; missing {missing}", request
+            )
         self.level, self.ops = level, frozenset(named)
         self.sdk = str(result.get("sdk", "?"))
         self.transactions = result.get("transactions") is True
