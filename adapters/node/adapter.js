@@ -555,7 +555,7 @@ async function main() {
         if (req.version !== 1) { reply({ ok: false, error: 'Unsupported', message: 'protocol 1 only' }); continue; }
         sdk = new Sdk(req.database_url);
         await sdk.open();
-        reply({ ok: true, result: { protocol: 1, sdk: 'belay-node-adapter 0.1 (pg)', level: 'worker', ops: OPS, transactions: true } });
+        reply({ ok: true, result: { protocol: 1, sdk: 'belay-node-adapter 0.1 (pg)', level: 'client', ops: OPS, transactions: true } });
         continue;
       }
       if (req.op === 'bye') break;
