@@ -215,7 +215,7 @@ def test_the_node_adapter_agrees_with_the_model_step_by_step(db_url) -> None:
 
 # --- planted bugs (the full matrix: python -m properties.sdk.mutants) ---------------------------------
 
-CI_BUGS = ("claim-priority-desc", "fence-ignores-attempt", "retry-keeps-cancel-request")
+CI_BUGS = ("window-key-no-bucket", "fence-ignores-attempt", "cancel-no-settle")
 
 
 @needs_node

@@ -86,6 +86,10 @@ def first_difference(mine: Any, theirs: Any) -> str:
     return "  (no row differs)"
 
 
+def _shown(value: Any) -> str:
+    return value.isoformat() if isinstance(value, datetime_module.datetime) else repr(value)
+
+
 def columns(a: Any, b: Any, path: str = "") -> str:
     """Where two values first differ: descends into dataclass fields and equal-length sequences, and
     names every differing column of the innermost row (path like `jobs[0].ready_at`)."""
@@ -96,14 +100,14 @@ def columns(a: Any, b: Any, path: str = "") -> str:
             if inner:
                 return inner
         return "\n".join(
-            f"    column {f'{path}.' if path else ''}{name}: model {getattr(a, name)!r} / sdk {getattr(b, name)!r}"
+            f"    column {f'{path}.' if path else ''}{name}: model {_shown(getattr(a, name))} / sdk {_shown(getattr(b, name))}"
             for name in differing
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)) and len(a) == len(b):
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if x != y:
                 return columns(x, y, f"{path}[{i}]")
-    return f"    column {path}: model {a!r} / sdk {b!r}" if path else f"    model: {a!r}\n    sdk:   {b!r}"
+    return f"    column {path}: model {_shown(a)} / sdk {_shown(b)}" if path else f"    model: {a!r}\n    sdk:   {b!r}"
 
 
 class _Recording:

@@ -54,6 +54,7 @@ class MutantResult:
     program: int  # operations in the state machine's shrunk program (0: the machine did not kill it)
     machine_seconds: float
     finding: str
+    conformance_run: bool = True
 
     @property
     def killed(self) -> bool:
@@ -67,6 +68,8 @@ class MutantResult:
             else f"machine -  survived {self.machine_seconds:5.1f} s"
         )
         case = f"conformance: {self.case[:60]} ({self.case_ops} ops)" if self.case else "conformance: passed"
+        if not self.conformance_run:
+            case = "conformance: not run"
         return f"{verdict} {self.bug:<27} {machine}  {case}"
 
 
@@ -105,7 +108,8 @@ def run_bug(
                     f.write(f"conformance: FAILED {case}\n{failed[0].message}\n\n")
                 f.write(run.report() + "\n")
     finding = str(run.error).strip().splitlines()[0] if run.error is not None else ""
-    return MutantResult(bug, case, case_ops, run.length if run.error is not None else 0, seconds, finding[:90])
+    program = run.length if run.error is not None else 0
+    return MutantResult(bug, case, case_ops, program, seconds, finding[:90], conformance)
 
 
 def main(argv: list[str] | None = None) -> int:
