@@ -261,6 +261,14 @@ def test_the_adapter_named_in_the_environment(db_url) -> None:
 
 
 @needs_node
+def test_a_rollback_that_commits_is_caught_by_the_application_row(db_url) -> None:
+    with AdapterProcess(NODE, db_url, env={"BELAY_ADAPTER_BUG": "tx-rollback-commits"}) as adapter:
+        run = run_conformance(adapter, db_url, only="transactional enqueue commits")
+    (failed,) = run.of("failed")
+    assert "after rollback the application row" in failed.message and "is still there" in failed.message
+
+
+@needs_node
 def test_a_printed_counterexample_replays(db_url) -> None:
     from properties.sdk.machine import replay
 

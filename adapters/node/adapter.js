@@ -17,7 +17,7 @@ const BUGS = new Set([
   'cancel-no-settle', 'retry-member-ready', 'settle-ignores-flags', 'wake-ignores-name',
   'signal-keeps-old-payload', 'envelope-null-as-sql-null', 'retry-keeps-cancel-request',
   'retry-keeps-max-attempts', 'cancel-running-terminal', 'fail-retries-past-max', 'steer-wrong-name',
-  'children-not-notified', 'prune-live-workflow', 'tx-enqueue-autocommit', 'timestamps-as-date',
+  'children-not-notified', 'prune-live-workflow', 'tx-enqueue-autocommit', 'timestamps-as-date', 'tx-rollback-commits',
 ]);
 if (BUG && !BUGS.has(BUG)) {
   process.stderr.write(`unknown BELAY_ADAPTER_BUG ${BUG}\n`);
@@ -579,7 +579,7 @@ async function main() {
         if (!sdk.caller) throw invalid(`${req.op} without an open transaction`);
         const c = sdk.caller;
         sdk.caller = null;
-        try { await c.query(req.op === 'commit' ? 'COMMIT' : 'ROLLBACK'); } finally { await c.end(); }
+        try { await c.query(req.op === 'commit' || BUG === 'tx-rollback-commits' ? 'COMMIT' : 'ROLLBACK'); } finally { await c.end(); }
         reply({ ok: true, result: null });
         continue;
       }

@@ -42,6 +42,7 @@ NODE_BUGS: tuple[tuple[str, str], ...] = (
     ("prune-live-workflow", "§8.7 prune deletes terminal members of a live workflow"),
     ("error-entry-next-attempt", "§7 the error entry names attempt + 1"),
     ("timestamps-as-date", "§2 timestamps read through a JavaScript Date (milliseconds)"),
+    ("tx-rollback-commits", "§5.1 the caller's rollback commits"),
     ("tx-enqueue-autocommit", "§5.1 the transactional enqueue runs on the SDK's own connection"),
 )
 
