@@ -211,8 +211,11 @@ class AdapterMachine(BelayMachine):
         ignore=st.sampled_from([(), ("cancelled",), ("failed", "cancelled")]),
         claim_first=st.booleans(),
         retry=st.booleans(),
+        prune=st.booleans(),
     )
-    def cancel_in_workflow(self, which: int, ignore: tuple[str, ...], claim_first: bool, retry: bool) -> None:
+    def cancel_in_workflow(
+        self, which: int, ignore: tuple[str, ...], claim_first: bool, retry: bool, prune: bool
+    ) -> None:
         """§8.6 + §8.3: a chain m0 <- m1 <- m2 (each tolerating `ignore`); member `which` is cancelled
         (with `claim_first`, the root is running first: a cancel request), then optionally retried — the
         cancel settles the workflow (dooms or releases dependents), the retry re-holds and re-settles."""
@@ -231,6 +234,52 @@ class AdapterMachine(BelayMachine):
         self.both(ops.Cancel(self.now, ids[f"m{which}"]))
         if retry:
             self.both(ops.Retry(self.now, ids[f"m{which}"]))
+        if prune:  # §8.7: two days on, terminal members of a workflow that still has live ones are kept
+            self.now += timedelta(days=2)
+            self.both(w.Prune(self.now, {"succeeded": 0, "failed": 0, "cancelled": 0}, None, 10))
+
+    @rule(
+        max_attempts=st.integers(1, 2),
+        requested=st.booleans(),
+        outcome=st.sampled_from(["fail", "fail-with-retry", "cancel-self"]),
+    )
+    def finish_then_retry(self, max_attempts: int, requested: bool, outcome: str) -> None:
+        """§7 + §8.6: a running job (with `requested`, an operator's cancel request first: CancelRequested)
+        ends by a Fail (no retry time, or one that applies only with attempts left) or a cooperative
+        CancelSelf; the operator retries it (max_attempts = GREATEST(max_attempts, attempt + 1),
+        cancel_requested cleared) and it is claimed again."""
+        self.both(ops.Enqueue(self.now, (ops.JobSpec("f", "echo", max_attempts=max_attempts),)))
+        claimed = self.both(w.Claim(self.now, "f", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+        for job in claimed.jobs:
+            if requested:
+                self.both(ops.Cancel(self.now, job.id))
+            done: w.Outcome = {  # type: ignore[assignment]  # the dict's values are all outcomes
+                "fail": w.Fail("boom", "detail", None),
+                "fail-with-retry": w.Fail("boom", None, self.now + timedelta(seconds=1)),
+                "cancel-self": w.CancelSelf(),
+            }[outcome]
+            self.both(w.Ack(self.now, job.id, job.attempt, done))
+            self.both(ops.Retry(self.now, job.id))
+        self.both(w.Claim(self.now + timedelta(seconds=1), "f", "n2", 1, timedelta(seconds=30), OPTS["plain"]))
+
+    @rule(n=st.integers(1, 2), end=st.sampled_from(["succeed", "fail", "cancel"]))
+    def children_finish(self, n: int, end: str) -> None:
+        """§8.4 + §7: a parent spawns children; each child ends (acked, or cancelled by the operator),
+        and every terminal write delivers $children to job:<parent> — unconditionally (R1)."""
+        self.both(ops.Enqueue(self.now, (ops.JobSpec("s", "echo"),)))
+        parents = self.both(w.Claim(self.now, "s", "n1", 1, timedelta(seconds=30), OPTS["plain"]))
+        for parent in parents.jobs:
+            spawned = self.both(
+                w.Spawn(self.now, parent.id, "kids", tuple(ops.JobSpec("sc", "echo") for _ in range(n)))
+            )
+            if end == "cancel":
+                for child in getattr(spawned, "child_ids", ()):
+                    self.both(ops.Cancel(self.now, child))
+                continue
+            kids = self.both(w.Claim(self.now, "sc", "n2", n, timedelta(seconds=30), OPTS["plain"]))
+            for kid in kids.jobs:
+                outcome = w.Succeed({"kid": kid.id}) if end == "succeed" else w.Fail("kid", None, None)
+                self.both(w.Ack(self.now, kid.id, kid.attempt, outcome))
 
     @rule(
         scope=st.sampled_from(["s1", "job:1"]),
