@@ -436,6 +436,26 @@ class WorkerOps:
             )
             return w.Spawned(tuple(ids), False)
 
+    def _spawn_children(self, op: w.SpawnChildren, conn: Any) -> w.Spawned | w.JobGone:
+        """§8.4's insert half alone: the children with their always-mode keys, no `$spawn:<name>` journal (a
+        later `Spawn` journals the list rebuilt from the keys). The reference runtime spawns in one
+        transaction; this is the shape a foreign SDK may take, held to the model like every other operation."""
+        with self.transaction(op.now) as tx:
+            if tx.one("lock_job_row", {"id": op.job_id}) is None:
+                return w.JobGone(op.job_id)
+            memo = tx.one("read_step", {"job_id": op.job_id, "name": f"$spawn:{op.name}"})
+            if memo is not None:
+                return w.Spawned(tuple(decode(bytes(memo["value"]))), True)
+            keys = [spawn_key(op.job_id, op.name, i) for i, _ in op.children]
+            if keys:
+                specs = [
+                    replace(c, unique_key=k, unique_mode="always", parent_id=op.job_id)
+                    for (_, c), k in zip(op.children, keys, strict=True)
+                ]
+                self._insert(tx, [self._row(s, op.now) for s in specs])
+            holders = {r["unique_key"]: r["id"] for r in tx.all("spawn_holders", {"keys": keys})}
+            return w.Spawned(tuple(holders[k] for k in keys if k in holders), False)
+
     def _await_children(self, op: w.AwaitChildren, conn: Any) -> w.ChildrenDone | w.Parked | w.Stale:
         scope = f"job:{op.job_id}"
         try:
@@ -530,6 +550,7 @@ WORKER_HANDLERS = {
     w.RecordStep: WorkerOps._record_step,
     w.EmitEvent: WorkerOps._emit,
     w.Spawn: WorkerOps._spawn,
+    w.SpawnChildren: WorkerOps._spawn_children,
     w.AwaitChildren: WorkerOps._await_children,
     w.Reconcile: WorkerOps._reconcile,
     w.FireCrons: WorkerOps._fire_crons,

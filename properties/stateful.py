@@ -607,6 +607,35 @@ class BelayMachine(RuleBasedStateMachine):
         self.both(ops.PutQueue(self.now, queue, opts))
 
 
+class SplitSpawnMachine(BelayMachine):
+    """BelayMachine plus the split spawn (issue 51): §8.4's insert half alone (`SpawnChildren`), in any index
+    order, with `spawn` journaling later — the shape a foreign SDK may take ("the id list is rebuilt by
+    fetching those keys — never trusted from a possibly-partial insert"). A machine of its own, run by
+    properties/test_stateful.py: adding the rule to BelayMachine would change the derandomized ci run whose
+    counts calibrate the statement floors (docs/statements.md)."""
+
+    @rule(
+        target=BelayMachine.jobs,
+        claim=BelayMachine.claims,
+        name=st.sampled_from(["kids", "more"]),
+        indices=st.sampled_from([(1, 0), (0,), (2,), (0, 1, 2)]),
+    )
+    def spawn_children(self, claim: tuple[int, int], name: str, indices: tuple[int, ...]) -> Any:
+        """The insert half, then the journal as its own operation (compared after each). The journal
+        follows at once: an ack of the running parent between the two would finish it with its spawn
+        never journaled, which I8 forbids (the split's intermediate state is legal only until the parent
+        runs past it) and no SDK's parent code does."""
+        if not self._live(*claim):
+            return multiple()
+        children = tuple((i, JobSpec("b", "echo")) for i in indices)
+        inserted = self.both(w.SpawnChildren(self.now, claim[0], name, children))
+        n = max(indices) + 1
+        self.both(w.Spawn(self.now, claim[0], name, tuple(JobSpec("b", "echo") for _ in range(n))))
+        if isinstance(inserted, w.Spawned) and not inserted.memoized:
+            return multiple(*inserted.child_ids)
+        return multiple()
+
+
 def _per_job(claims: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The first claim of each job, in order (AckMany acks a job once)."""
     seen: dict[int, int] = {}

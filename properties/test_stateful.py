@@ -27,3 +27,22 @@ def test_model_and_postgres_agree_step_by_step(db_url, capsys):
         )
     if run.error is not None:
         raise run.error
+
+
+def test_the_split_spawn_agrees_step_by_step(db_url):
+    """SplitSpawnMachine (issue 51): BelayMachine's rules plus `SpawnChildren`, model against PostgreSQL."""
+    import psycopg
+    from hypothesis import settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from impl.pgrows import configure_connection
+    from impl.store import PgStore
+
+    with psycopg.connect(db_url, autocommit=True) as conn, PgStore(db_url, pool_size=2) as store:
+        configure_connection(conn)
+        stateful.TARGET.update(store=store, conn=conn)
+        try:
+            profile = settings.get_profile(PROFILE)
+            run_state_machine_as_test(stateful.SplitSpawnMachine, settings=settings(profile, max_examples=60))
+        finally:
+            stateful.TARGET.clear()

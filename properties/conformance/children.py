@@ -107,6 +107,28 @@ def _(store, now):
     expect(journaled(store, parent.id, "kids"), [early, later], "the journal holds the rebuilt list")
 
 
+@case("§8.4", "a split spawn: children inserted first in any order, the journal later lists the keys' ids")
+def _(store, now):
+    parent = start(store, now, queue="parents")
+    first = store.apply(w.SpawnChildren(now + S, parent.id, "kids", ((1, spec("k1", "kids")), (0, spec("k0", "kids")))))
+    check(isinstance(first, w.Spawned) and not first.memoized, f"the insert half inserts; got {first!r}")
+    expect(len(first.child_ids), 2, "one id per inserted child, in the order given")
+    k1, k0 = first.child_ids
+    check(k1 < k0, f"ids follow the order the children were inserted (index 1 first); got {first.child_ids!r}")
+    expect(read(store, k1).unique_key, f"$spawn:{parent.id}:kids:1", "child 1's key")
+    check(
+        isinstance(store.apply(w.ReadStep(parent.id, "$spawn:kids")), w.StepMiss),
+        "the insert half journals nothing: $spawn:kids is not a step yet",
+    )
+    again = store.apply(w.SpawnChildren(now + S, parent.id, "kids", ((0, spec("other", "kids")),)))
+    expect(again, w.Spawned((k0,), False), "a repeated insert half finds the key's holder and inserts nothing")
+    done = store.apply(w.Spawn(now + 2 * S, parent.id, "kids", (spec("k0", "kids"), spec("k1", "kids"))))
+    expect(done, w.Spawned((k0, k1), False), "the journal lists the keys' ids in index order")
+    expect(journaled(store, parent.id, "kids"), [k0, k1], "the journaled list")
+    late = store.apply(w.SpawnChildren(now + 3 * S, parent.id, "kids", ((2, spec("k2", "kids")),)))
+    expect(late, w.Spawned((k0, k1), True), "after the journal the insert half is memoized: nothing added")
+
+
 @case("§8.4", "spawns with different names under one parent are independent")
 def _(store, now):
     parent = start(store, now, queue="parents")

@@ -81,6 +81,7 @@ WORKER_OPS = (
     "RecordStep",
     "EmitEvent",
     "Spawn",
+    "SpawnChildren",
     "AwaitChildren",
     "Reconcile",
     "FireCrons",
