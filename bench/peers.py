@@ -157,6 +157,20 @@ def _backends_cpu(probe: psycopg.Connection) -> float | None:
     return None if any(x is None for x in seconds) else sum(x for x in seconds if x is not None)
 
 
+def stop_worker(proc: subprocess.Popen, terminate: bool = True) -> None:
+    """Terminate a drain's worker process (unless the caller already did), kill it after 15 s, and close its
+    stderr pipe."""
+    if terminate:
+        proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
 def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> float:
     """Run a system's worker in its own process and time its drain from outside it, the same way for
     every system: the clock starts when the process is started and stops when `finished_sql` — run by
@@ -195,14 +209,7 @@ def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> f
                     raise RuntimeError(f"drain not finished after {timeout} s ({ok} of {n})")
                 time.sleep(POLL_S)
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            if proc.stderr is not None:
-                proc.stderr.close()
+            stop_worker(proc)
 
 
 # Belay ------------------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ from bench.peers import (
     pgqueuer_setup,
     settle,
     settled_counters,
+    stop_worker,
 )
 from impl.provision import provision, redact
 
@@ -301,15 +302,9 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
                 time.sleep(POLL_S)
         finally:
             for p in workers:
-                p.terminate()
+                p.terminate()  # all at once first, so that a fleet stops together
             for p in workers:
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
-                if p.stderr is not None:
-                    p.stderr.close()
+                stop_worker(p, terminate=False)
         # the backends flush their statistics as they end, a moment after the workers are gone
         time.sleep(1.5)
         end_io = statio(probe, system["table"])
