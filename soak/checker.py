@@ -416,6 +416,7 @@ def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, com
         # a history with capture gaps judges no claim order (its findings stand, its count does not)
         timing = committed.get("timing") or {}
         duties["P5"].checks += 0 if gaps else int(timing.get("claims_order_judged") or 0)
+        extra["claim_choice"] = 0 if gaps else int(timing.get("claims_with_choice") or 0)
         for line in committed.get("claim_order") or ():
             duties["P5"].add([line])
         admitted = {} if gaps else (committed.get("admission_claims") or {})

@@ -59,7 +59,14 @@ SCENARIOS: dict[str, list[tuple[str, str]]] = {
     ],
     "P3": [("cancel_before_park", "cancels requested while a job ran, before its await")],
     "P4": [("drains", "SIGTERM of a worker with jobs running")],
-    "P5": [("priority_contention", "claims choosing between due jobs of two priorities")],
+    "P5": [
+        ("priority_contention", "claims choosing between due jobs of two priorities"),
+        (
+            "claim_choice",
+            "claims that left a claimable row of their priority untaken, judged by trace validation (the "
+            "order-backlog batches keep a standing backlog of one priority)",
+        ),
+    ],
     "P6": [("cron_jobs", "cron jobs inserted")],
     "P7": [("sleeps_resumed", "sleepers resumed after their durable sleep")],
     "P8": [("succeeded", "successful results")],
@@ -155,6 +162,9 @@ HINTS: dict[str, str] = {
     "drains_sampled": "no SIGTERM drain was judged: --term-every 0, or the committed history is off or has gaps "
     "(--no-history) and no lease sample was taken between 1.5 s after a SIGTERM and the node's exit",
     "priority_contention": "no claim chose between due jobs of two priorities: the batches were claimed at once",
+    "claim_choice": "no committed claim had a choice within its priority: the history is off (--no-history) or has "
+    "gaps, the run is too short for an order-backlog batch (the first comes 10 s in), or the worker claimed "
+    "every batch whole",
     "cron_jobs": "no cron job was inserted: the run is shorter than a minute, or the sweeper fires no crons",
     "sleeps_resumed": "no sleeper resumed after its durable sleep: the sleeps outlasted the run, or the worker "
     "sleeps in process instead of parking",

@@ -16,6 +16,10 @@ Each scenario exists so that a worker duty or an invariant can be *exposed* in a
     children finish, whatever the load — and the last child's terminal write must wake it;
   * priority contention (duty P5): batches of 1-step `steps` jobs at priorities 0 and 5 that become due
     at one instant, sampled every 0.25 s while workers choose between them;
+  * claim order within a priority (duty P5, issue 51): every 20 s (the first 10 s in) an order-backlog
+    batch of 120 1-step `steps` jobs pausing 0.8 s at the bulk's priority, due at one instant — more than a
+    fleet runs at once, so for seconds every claim chooses among claimable rows of one priority, and trace
+    validation (soak/commits/timing.py) judges whether it took them in §6 order;
   * lease samples (duty P2, P4, clock skew): every 0.5 s the running rows (job, attempt, node,
     lease_until), so the checker knows which node held an attempt and whether leases were renewed;
   * admission (§6, duty P18): three queues with `belay_queues` rows written before any worker starts —
@@ -66,6 +70,8 @@ class Scenarios:
         sleeper_every: float = 4.0,
         priority_every: float = 15.0,
         priority_batch: int = 60,
+        order_every: float = 20.0,
+        order_batch: int = 120,
         sample_every: float = 0.5,
         held_cancel_every: float = 15.0,
         children_park_every: float = 5.0,
@@ -79,12 +85,14 @@ class Scenarios:
             "cancel_at_park": cancel_at_park_every,
             "sleeper": sleeper_every,
             "priority": priority_every,
+            "order": order_every,
             "held_cancel": held_cancel_every,
             "children_park": children_park_every,
             "admission": admission_every,
         }
         self.child_pause_ms = child_pause_ms
         self.priority_batch = priority_batch
+        self.order_batch = order_batch
         self.sample_every = sample_every
         self.requested: dict[int, float] = {}  # awaiter cancel_at_park: job → time its cancel was requested
         self.batches: list[tuple[int, list[int], float]] = []  # (batch, ids, due epoch)
@@ -101,6 +109,7 @@ class Scenarios:
 
         now = time.monotonic()
         last.setdefault("priority", now - self.every["priority"] + 5.0)  # the first batch 5 s into the run
+        last.setdefault("order", now - self.every["order"] + 10.0)  # the first order-backlog batch at 10 s
         due = {name: now - last.setdefault(name, now) >= every for name, every in self.every.items()}
         for name in due:
             if due[name]:
@@ -163,6 +172,8 @@ class Scenarios:
             self.d.enqueue(plans)
         if due["priority"]:
             self.priority_batch_now()
+        if due["order"]:
+            self.order_batch_now()
         if due["held_cancel"]:  # a workflow whose held member the driver's follow-up cancels
             self.d.enqueue_workflow("cancel")
 
@@ -210,6 +221,19 @@ class Scenarios:
                 priorities={str(i): p.detail["priority"] for i, p in zip(ids, plans, strict=True)},
             )
             threading.Thread(target=self._sample_batch, args=(batch, ids, when.timestamp()), daemon=True).start()
+
+    def order_batch_now(self) -> None:
+        """A standing backlog of one priority (duty P5 within a priority): `order_batch` jobs due at one
+        instant, 1 s from now, at the bulk's priority — ordered among themselves by id alone (§6)."""
+        when = utc_now() + timedelta(seconds=1.0)
+        inp = {"n": 1, "raise_after": None, "pause_ms": 800}
+        plans = [
+            Plan(self._spec("steps", inp, scheduled_at=when), "steps", "succeeded", {"plan": "order_backlog"})
+            for _ in range(self.order_batch)
+        ]
+        ids = self.d.enqueue(plans)
+        if ids:
+            self.d.history.record("order_batch", ids=[min(ids), max(ids)], n=len(ids), due=when.timestamp())
 
     def _sample_batch(self, batch: int, ids: list[int], due: float) -> None:
         end = due + 30.0  # under a backlog the batch waits behind older work

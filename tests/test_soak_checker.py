@@ -82,9 +82,10 @@ class Run:
         if kind is not None:
             self.ledger.append(LedgerEntry(j.id, kind, expected, j.inserted_at, detail))
 
-    def check(self):
+    def check(self, committed=None):
         state = from_rows(self.jobs.values(), self.steps, self.events, self.signals)
-        return check(state, SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique)), self.history)
+        ledger = SoakLedger(tuple(self.ledger), tuple(self.observations), tuple(self.unique))
+        return check(state, ledger, self.history, committed)
 
 
 def baseline() -> Run:

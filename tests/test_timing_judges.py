@@ -297,3 +297,48 @@ def test_rows_only_an_untraced_transaction_could_have_held_are_counted_and_repea
     assert lines and any("with no transaction of the history able to hold it" in line for line in lines), lines
     honest = _rounds(honest=True)  # w2-1 took a row earlier than p: it may have locked p and left it
     assert honest.untraced_rows == 0 and honest.lines() == [], vars(honest)
+
+
+def test_claims_that_had_a_choice_within_their_priority_are_counted_those_that_took_the_only_row_are_not():
+    """Coverage row P5 counts the risky case itself (issue 51): a claim that left a claimable row of its
+    priority untaken — passed over (earlier in §6 order) or left for later."""
+    order = ClaimOrder(faults())
+    rows = {i: ready(i, i) for i in range(1, 4)}
+    for i, j in rows.items():
+        order.observe({i: (None, j)}, at(i), f"0/{i}")
+    # in order, with rows 2 and 3 still claimable: a choice
+    order.observe({1: (rows[1], claimed(rows[1], "w1-1", 20))}, at(20.05), "0/a", [("w1-1", "soak", at(20), False)])
+    assert order.choices == 1
+    # both remaining rows at once: no choice left
+    order.observe(
+        {2: (rows[2], claimed(rows[2], "w1-1", 22)), 3: (rows[3], claimed(rows[3], "w1-1", 22))},
+        at(22.05),
+        "0/b",
+        [("w1-1", "soak", at(22), False)],
+    )
+    assert order.choices == 1
+    # a row of another priority left untaken is no choice within the priority
+    low = ready(4, 23, priority=9)
+    high = ready(5, 23)
+    order.observe({4: (None, low), 5: (None, high)}, at(23), "0/4")
+    order.observe({5: (high, claimed(high, "w1-1", 30))}, at(30.05), "0/c", [("w1-1", "soak", at(30), False)])
+    assert order.choices == 1
+    # newest first: the claim passes an older row over — a choice (and an inversion)
+    order2 = ClaimOrder(faults())
+    run_newest_first(order2, n=3)
+    assert order2.choices == 2  # the last claim took the only row left
+
+
+def test_p5_is_unknown_when_no_claim_had_a_choice_within_its_priority():
+    from soak.checker import SoakLedger, check
+    from tests.test_soak_checker import baseline, from_rows
+
+    r = baseline()
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
+    none = check(state, ledger, r.history, {"timing": {"claims_order_judged": 40, "claims_with_choice": 0}})
+    some = check(state, ledger, r.history, {"timing": {"claims_order_judged": 40, "claims_with_choice": 7}})
+    cover = {row["row"]: row for row in some.coverage}["P5"]
+    assert {s["key"]: s["count"] for s in cover["scenarios"]}["claim_choice"] == 7
+    assert none.duties["P5"].verdict == "unknown" and "claim_choice" not in (none.duties["P5"].why_unknown or "")
+    assert "had a choice within its priority" in (none.duties["P5"].why_unknown or "")

@@ -879,6 +879,25 @@ CERTIFIER: tuple[Mutant, ...] = (
     ),
     # --- issue 51: judges of order and time, fault-aware per node (soak/commits/timing.py, P17) ---------------
     _one(
+        "cert_p5_choice_counts_every_claim",
+        "P5 coverage: every judged claim counts as one that had a choice within its priority (a run whose "
+        "claims never had one — no standing backlog — reads exercised)",
+        "§cert coverage",
+        TIMING_PY,
+        "        if rank or self._had_choice(lst, last, ids, jobs, now, t_now):\n",
+        "        if True:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
+        "cert_p5_choice_not_required",
+        "P5 coverage: the claim_choice scenario is not required (claim order unexposed reads valid)",
+        "§cert coverage",
+        CHECKER_PY,
+        '        extra["claim_choice"] = 0 if gaps else int(timing.get("claims_with_choice") or 0)\n',
+        '        extra["claim_choice"] = 1  # MUTANT\n',
+        TIMING_SUITE,
+    ),
+    _one(
         "cert_p17_counts_from_lease_until",
         "P17: an expired lease counts as overdue from its lease_until even before its claim committed",
         "§duty P17",

@@ -1576,6 +1576,7 @@ class Validator:
             "now_excused_lag_max_s": round(self.fresh.excused_lag_max, 3),
             "now_fault_free_lag_p99_s": lags[int(0.99 * (len(lags) - 1))] if lags else 0.0,
             "claims_order_judged": self.order.judged,
+            "claims_with_choice": self.order.choices,
             "claims_admission_not_judged": self.order.skipped_admission,
             "passed_over_pairs": self.order.inversions,
             "passed_over_written_concurrently": self.order.excused_written,

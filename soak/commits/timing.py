@@ -283,6 +283,8 @@ LOCKS_PER_TAKE = 2
 # machine's one clock (the node's declared offset taken off), to a millisecond, plus rounding
 BEGAN_SLACK = 0.05
 SCAN_LIMIT = 200  # candidates ahead of a claim's last taken row examined per claim
+CHOICE_SCAN = 50  # candidates after it examined for a choice the claim had (coverage only)
+INT_MAX = 1 << 62
 
 
 def order_key(priority: int, ready_at: datetime | None, job_id: int) -> tuple[int, int, float, int]:
@@ -328,6 +330,9 @@ class ClaimOrder:
         self.excused_written = 0
         self.excused_fault = 0  # pairs around a fault
         self.judged = 0  # claims judged
+        # judged claims that had a choice: a claimable row of the priority of a row they took, left untaken —
+        # the risky case of the order judge (coverage row P5): without one, no claim order is exposed
+        self.choices = 0
         self.inversions = 0  # passed-over (row, claim) pairs seen, honest or not
         self.claim_lags: list[float] = []  # fault-free claim lags (commit − now), for HOLD
         self.skipped_admission = 0
@@ -467,6 +472,30 @@ class ClaimOrder:
                 p.passing.append(me)
             else:
                 mine[6] += 1  # not followed further: counted as held by a concurrent transaction
+        if rank or self._had_choice(lst, last, ids, jobs, now, t_now):
+            self.choices += 1
+
+    def _had_choice(
+        self,
+        lst: list[tuple[tuple[int, int, float, int], int]],
+        last: tuple[int, int, float, int],
+        ids: set[int],
+        jobs: Mapping[int, Any],
+        now: datetime,
+        t_now: float,
+    ) -> bool:
+        """A claimable row of the priority of the claim's last taken row, later in §6 order, left untaken
+        (rows earlier in order, passed over, are counted by `_judge` itself)."""
+        i = bisect.bisect_right(lst, (last, INT_MAX))
+        for key, job_id in lst[i : i + CHOICE_SCAN]:
+            if key[0] != last[0]:
+                return False
+            if job_id in ids or job_id in jobs:
+                continue
+            _q, _k, _state, ready_at, written = self.rows[job_id]
+            if (ready_at is None or ready_at <= now) and written <= t_now - SNAP_SLACK:
+                return True
+        return False
 
     def _written(self, p: Passed, t: float, writer_now: float | None) -> None:
         """Row p's next write, committed at t (a claim's, begun at writer_now): a passing claim it may have
