@@ -248,10 +248,6 @@ class Timeline:
             return True
         return any(a <= t1 and b >= since for ws in self.slowed.values() for a, b in ws)
 
-    def slowed_during(self, node: str, t0: float, t1: float) -> bool:
-        """Injected latency on `node`'s slot (its route to the database) overlapped [t0, t1]."""
-        return any(a <= t1 and b >= t0 for a, b in self.slowed.get(self.slot_of.get(node), ()))
-
     def db_down_during(self, t0: float, t1: float) -> bool:
         return any(a <= t1 and b >= t0 for a, b in self.db_down)
 

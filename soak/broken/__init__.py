@@ -122,7 +122,7 @@ VARIANTS: dict[str, Variant] = {
         ("P4",), "on SIGTERM hands running jobs back (snooze to ready) and exits 0 at once", ("--term-every", "8")
     ),
     "no_call_deadlines": Variant(
-        ("P2",),
+        ("P2", "refine"),
         "no call deadline, connect_timeout or keepalives (PROTOCOL §1)",
         # conn stalls only: a SIGSTOP, kill or restart would excuse the leases a hung renewal loses
         (

@@ -4,7 +4,11 @@ connection that stops forwarding hangs until the network heals: under `--stall-c
 connection is sometimes the one the lease renewal takes, and every lease of the node expires while the
 node is up and not excused (a single stalled connection is not a partition).
 
-Expected verdict: invalid, P2 (leases of a live node expired under jobs it still held)."""
+Expected verdict: invalid, P2 (leases of a live node expired under jobs it still held), or the trace
+validation's `now` freshness (refine): a write that hung on the stalled connection commits after the stall
+with the `now` it was made at, more than 5 s old — a single stalled connection excuses no lag, because
+PROTOCOL §1 bounds every call with a client-side deadline (measured 2026-12-06 under `--stall-conn-every 2`:
+the reference's largest write lag 2.46 s, its deadline; this variant's 6.0 s, 69 writes)."""
 
 from __future__ import annotations
 
