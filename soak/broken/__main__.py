@@ -44,7 +44,9 @@ def soak(name: str, report: Path, extra: tuple[str, ...] = (), timeout: float = 
     # trace validation (soak/commits/refine.py) is the row `refine` of docs/certification.md
     refinement = (data.get("history") or {}).get("refinement") or {}
     if refinement:
-        first = (refinement.get("findings") or [None])[0]
+        # an unexplained transaction first, else the timing judges' findings (stale `now`, claim order), else why
+        why = [refinement.get("why")]
+        first = (refinement.get("findings") or refinement.get("stale_now") or refinement.get("claim_order") or why)[0]
         rows["refine"] = {"verdict": refinement.get("verdict"), "first_counterexample": first, "why_unknown": None}
         if refinement.get("verdict") == "invalid":  # the soak's own exit folds the history in (combine_exit)
             data["verdict"] = "invalid"
