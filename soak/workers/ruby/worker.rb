@@ -758,7 +758,9 @@ end
 # outcome: [:succeed, value] | [:retry, code, detail] | [:fail, code, detail] | [:cancel]
 # Returns the state the ack produced, or 'stale'.
 def ack(job, outcome)
+  tries = 0
   call("ack #{outcome[0]}") do |c|
+    tries += 1
     c.tx do
       t = now
       res = case outcome[0]
@@ -785,7 +787,9 @@ def ack(job, outcome)
             end
       row = res.first
       if row.nil?
-        'stale'
+        # A retried ack whose first try committed (its reply lost) finds its own outcome, not a stale fence.
+        r = tries > 1 && c.q('SELECT state, attempt FROM belay_jobs WHERE id = $1', [job.id]).first
+        r && r['attempt'].to_i == job.attempt && r['state'] != 'running' ? r['state'] : 'stale'
       else
         if TERMINAL.include?(row['state'])
           after_terminal(c, [[job.id, row['workflow_id'], row['parent_id']&.to_i]], t)
@@ -922,7 +926,7 @@ class Claimer
               end
         next [] if ids.empty?
         rows = c.q("UPDATE belay_jobs SET state = 'running', attempt = attempt + 1, lease_until = $3, leased_by = $4, " \
-                   'started_at = COALESCE(started_at, $2) WHERE id = ANY($1::bigint[]) ' \
+                   "started_at = COALESCE(started_at, $2) WHERE id = ANY($1::bigint[]) AND #{CLAIMABLE} " \
                    'RETURNING id, queue, worker, input, attempt, max_attempts, budget_usd_micros, budget_tokens, ' \
                    'workflow_id, parent_id',
                    ["{#{ids.join(',')}}", iso(t), iso(t + Cfg::TTL), Cfg::NODE]).to_a
