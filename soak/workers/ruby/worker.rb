@@ -351,7 +351,8 @@ end
 
 # ---------------------------------------------------------------- executions, leases, claims
 
-class Stop < StandardError; end # the execution ends without acking (stale, or a self-kill)
+class Stop < StandardError; end # the execution ends without acking (its row is gone)
+class StalePark < StandardError; end # a fenced park (an ack outcome, §7 table) found the attempt stale
 class CancelNow < StandardError; end # cooperative cancel at a boundary
 class FailNow < StandardError # non-retryable failure
   attr_reader :code
@@ -418,14 +419,16 @@ class Job
 
   def scope = "job:#{@id}"
 
-  # The boundary read: the row as it is now. Stale => Stop; cancel requested => CancelNow.
+  # The boundary read: the row as it is now. Cancel requested => CancelNow; durable spend over a budget =>
+  # budget_exceeded. A stale attempt (its lease reclaimed, e.g. after SIGSTOP/SIGCONT) is NOT stopped here:
+  # PROTOCOL.md §1 says the worker "simply continues" and its acks "MUST be discarded by the fence", so it
+  # runs on to its fenced ack, which is then stale (recorded as an `ack` observation).
   def boundary!(check_budget: true)
     r = call('boundary') do |c|
       c.q('SELECT state, attempt, cancel_requested, spent_usd_micros, spent_tokens, budget_usd_micros, budget_tokens ' \
           'FROM belay_jobs WHERE id = $1', [@id]).first
     end
     raise Stop, 'row gone' if r.nil?
-    raise Stop, 'stale' unless r['state'] == 'running' && r['attempt'].to_i == @attempt
     raise CancelNow if r['cancel_requested'] == 't'
     raise FailNow.new('budget_exceeded', 'pre-flight: durable spend exceeds the budget') if check_budget && over_budget?(r)
     r
@@ -538,7 +541,7 @@ class Job
       end
     end
     raise CancelNow if outcome == :cancel
-    raise Stop, 'stale park' if outcome == :stale
+    raise StalePark if outcome == :stale
     raise Park
   end
 
@@ -617,7 +620,7 @@ class Job
     end
     return if outcome == :done
     raise CancelNow if outcome == :cancel
-    raise Stop, 'stale park' if outcome == :stale
+    raise StalePark if outcome == :stale
     raise Park
   end
 
@@ -661,7 +664,7 @@ class Job
     end
     return if outcome == :awake
     raise CancelNow if outcome == :cancel
-    raise Stop, 'stale sleep' if outcome == :stale
+    raise StalePark if outcome == :stale
     raise Park
   end
 end
@@ -820,6 +823,10 @@ def execute(row)
   rescue RetryNow => x
     [:retry, x.code, x.message]
   rescue Park
+    nil
+  rescue StalePark
+    log "stale park discarded: job #{e.id} attempt #{e.attempt}"
+    observe(job.id, job.attempt, 'ack', { 'state' => 'stale' })
     nil
   rescue Stop => x
     log "job #{e.id} attempt #{e.attempt} stops without ack: #{x.message}"
