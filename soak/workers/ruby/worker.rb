@@ -760,12 +760,33 @@ end
 
 # outcome: [:succeed, value] | [:retry, code, detail] | [:fail, code, detail] | [:cancel]
 # Returns the state the ack produced, or 'stale'.
+# A retried ack whose fence matched nothing: did an earlier try of this same ack commit (its reply lost)?
+# Only the row's own marks of those tries count — the result of this attempt, a finished_at or an error
+# entry's `at` equal to one of the tries' `now` — never the state alone (a reclaim may have failed the row
+# at this attempt: that ack is stale).
+def own_committed_try(c, job, kind, tried)
+  arr = PG::TextEncoder::Array.new.encode(tried)
+  r = c.q('SELECT state, attempt, finished_at = ANY($2::timestamptz[]) AS mine, ' \
+          "EXISTS (SELECT 1 FROM jsonb_array_elements(errors) e WHERE e->>'attempt' = $3 AND e->>'at' = ANY($2::text[])) AS entry " \
+          'FROM belay_jobs WHERE id = $1', [job.id, arr, job.attempt.to_s]).first
+  return 'stale' if r.nil?
+  mine = r['mine'] == 't'
+  entry = r['entry'] == 't'
+  case kind
+  when :succeed then r['state'] == 'succeeded' && r['attempt'].to_i == job.attempt ? 'succeeded' : 'stale'
+  when :fail then entry ? 'failed' : 'stale'
+  when :cancel then r['state'] == 'cancelled' && mine ? 'cancelled' : 'stale'
+  when :retry then entry ? (mine && r['state'] == 'failed' ? 'failed' : 'ready') : 'stale'
+  else 'stale'
+  end
+end
+
 def ack(job, outcome)
-  tries = 0
+  tried = [] # the `now` of every try: a retried ack recognises its own committed try by it
   call("ack #{outcome[0]}") do |c|
-    tries += 1
     c.tx do
       t = now
+      tried << iso(t)
       res = case outcome[0]
             when :succeed
               c.q("UPDATE belay_jobs SET state = 'succeeded', result = $3, finished_at = $4, lease_until = NULL, " \
@@ -790,9 +811,7 @@ def ack(job, outcome)
             end
       row = res.first
       if row.nil?
-        # A retried ack whose first try committed (its reply lost) finds its own outcome, not a stale fence.
-        r = tries > 1 && c.q('SELECT state, attempt FROM belay_jobs WHERE id = $1', [job.id]).first
-        r && r['attempt'].to_i == job.attempt && r['state'] != 'running' ? r['state'] : 'stale'
+        tried.size > 1 ? own_committed_try(c, job, outcome[0], tried) : 'stale'
       else
         if TERMINAL.include?(row['state'])
           after_terminal(c, [[job.id, row['workflow_id'], row['parent_id']&.to_i]], t)
