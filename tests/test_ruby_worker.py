@@ -117,3 +117,50 @@ def test_a_default_soak_of_the_ruby_worker_is_never_invalid(tmp_path: Path):
     )
     expected = ("unknown", 2) if unknown else ("valid", 0)
     assert (results["verdict"], out.returncode) == expected, out.stdout[-4000:]
+
+
+def _own_committed_try(db_url: str, job_id: int, kind: str, tried: list[str]) -> str:
+    script = (
+        "require_relative 'worker'; job = Struct.new(:id, :attempt).new(ARGV[0].to_i, 1); "
+        "puts JSON.generate([call('t', tries: 1) { |c| own_committed_try(c, job, ARGV[1].to_sym, ARGV[2..]) }])"
+    )
+    out = subprocess.run(
+        ["ruby", "-e", script, str(job_id), kind, *tried],
+        cwd=RUBY_DIR,
+        env={**os.environ, "BELAY_DATABASE_URL": db_url, "BELAY_NODE": "t"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])[0]
+
+
+def test_a_retried_ack_claims_only_its_own_committed_try(db_url: str):
+    """A retried ack whose fence matched nothing reports its own earlier try as applied only by that try's marks
+    on the row. Regression: the network-fault soak 20261207T001654Z-96a5 was INVALID on I2 when the worker took a
+    row that a reclaim had failed at the same attempt (state alone) for its own applied ack."""
+    import psycopg
+
+    _ruby_ready()
+    t1, t2, other = "2026-12-07T00:00:01.000001Z", "2026-12-07T00:00:02.000002Z", "2026-12-07T00:00:09.000009Z"
+    with psycopg.connect(db_url, autocommit=True) as c:
+
+        def row(state: str, finished: str, errors: list[dict]) -> int:
+            got = c.execute(
+                "INSERT INTO belay_jobs (queue, worker, state, attempt, max_attempts, inserted_at, finished_at, errors) "
+                "VALUES ('soak', 'slow', %s, 1, 1, %s, %s, %s::jsonb) RETURNING id",
+                (state, finished, finished, json.dumps(errors)),
+            ).fetchone()
+            assert got is not None
+            return int(got[0])
+
+        reclaimed = row("failed", other, [{"attempt": 1, "at": other, "error": "lease_expired", "detail": None}])
+        failed_by_us = row("failed", t1, [{"attempt": 1, "at": t1, "error": "budget_exceeded", "detail": None}])
+        cancelled_by_us = row("cancelled", t2, [])
+    for kind in ("succeed", "fail", "retry", "cancel"):
+        assert _own_committed_try(db_url, reclaimed, kind, [t1, t2]) == "stale", kind
+    assert _own_committed_try(db_url, failed_by_us, "fail", [t1, t2]) == "failed"
+    assert _own_committed_try(db_url, failed_by_us, "fail", [t2]) == "stale"
+    assert _own_committed_try(db_url, cancelled_by_us, "cancel", [t1, t2]) == "cancelled"
+    assert _own_committed_try(db_url, cancelled_by_us, "cancel", [t1]) == "stale"

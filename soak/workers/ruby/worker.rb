@@ -196,6 +196,11 @@ class Conn
     raise
   end
 
+  # One statement needs no BEGIN/COMMIT: autocommit makes it its own transaction (two round trips fewer).
+  def maybe_tx(yes, &blk)
+    yes ? tx(&blk) : yield(self)
+  end
+
   def rollback!
     q('ROLLBACK')
   end
@@ -375,11 +380,29 @@ Exec = Struct.new(:id, :attempt, :queue, :lost)
 class Registry
   def initialize
     @mu = Mutex.new
+    @cv = ConditionVariable.new
+    @freed = false
     @by_id = {}
   end
 
   def add(e) = @mu.synchronize { @by_id[e.id] = e }
-  def remove(e) = @mu.synchronize { @by_id.delete(e.id) if @by_id[e.id].equal?(e) }
+
+  # An execution ended: its slot is free, so poke the claimer (a local poke, operations guide "Dispatch latency").
+  def remove(e)
+    @mu.synchronize do
+      @by_id.delete(e.id) if @by_id[e.id].equal?(e)
+      @freed = true
+      @cv.signal
+    end
+  end
+
+  # The claimer's nap: until a slot frees or `secs` pass.
+  def wait_for_slot(secs)
+    @mu.synchronize do
+      @cv.wait(@mu, secs) unless @freed
+      @freed = false
+    end
+  end
   def ids = @mu.synchronize { @by_id.keys }
   def count_queue(q) = @mu.synchronize { @by_id.values.count { |e| e.queue == q } }
   def size = @mu.synchronize { @by_id.size }
@@ -767,8 +790,8 @@ end
 def own_committed_try(c, job, kind, tried)
   arr = PG::TextEncoder::Array.new.encode(tried)
   r = c.q('SELECT state, attempt, finished_at = ANY($2::timestamptz[]) AS mine, ' \
-          "EXISTS (SELECT 1 FROM jsonb_array_elements(errors) e WHERE e->>'attempt' = $3 AND e->>'at' = ANY($2::text[])) AS entry " \
-          'FROM belay_jobs WHERE id = $1', [job.id, arr, job.attempt.to_s]).first
+          "EXISTS (SELECT 1 FROM jsonb_array_elements(errors) e WHERE e->>'attempt' = $3 AND e->>'at' = ANY($4::text[])) AS entry " \
+          'FROM belay_jobs WHERE id = $1', [job.id, arr, job.attempt.to_s, arr]).first
   return 'stale' if r.nil?
   mine = r['mine'] == 't'
   entry = r['entry'] == 't'
@@ -783,8 +806,10 @@ end
 
 def ack(job, outcome)
   tried = [] # the `now` of every try: a retried ack recognises its own committed try by it
+  # A job with neither workflow nor parent has no after-terminal duty: its ack is the fenced UPDATE alone.
+  alone = job.row['workflow_id'].nil? && job.row['parent_id'].nil?
   call("ack #{outcome[0]}") do |c|
-    c.tx do
+    c.maybe_tx(!alone) do
       t = now
       tried << iso(t)
       res = case outcome[0]
@@ -995,18 +1020,28 @@ class Claimer
         log "queue refresh failed: #{e.message}"
       end
       got = 0
+      tried = 0
       Cfg::QUEUES.each do |q|
         break if $draining
         free = @opts[q].limit - REG.count_queue(q)
         next if free <= 0
+        tried += 1
         claim(q, free).each do |row|
           got += 1
           threads << spawn_execution(row, q)
         end
       end
       threads.reject! { |t| !t.alive? }
+      # Adaptive polling (§9.1): hot while claims return work, decaying to 500 ms while the queues are empty;
+      # a full node is not idle — it naps until an execution frees a slot (or the idle ceiling passes).
       idle = got.positive? ? 0.025 : [idle * 2, 0.5].min
-      sleep idle
+      if got.positive?
+        next
+      elsif tried.zero?
+        REG.wait_for_slot(0.5)
+      else
+        REG.wait_for_slot(idle)
+      end
     end
   end
 end
