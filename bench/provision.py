@@ -64,7 +64,7 @@ def child(clones: int, crashes: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     prov = importlib.import_module("impl.provision")  # measured: a module of one file, or a package
     took: dict[str, Any] = {"import": [time.perf_counter() - t0]}
-    migrate = importlib.import_module("impl.migrate").migrate
+    migrate = importlib.import_module("impl.store.migrate").migrate
     took["file"] = prov.__file__
 
     t0 = time.perf_counter()
@@ -126,7 +126,7 @@ def _child_env(tree: Path) -> dict[str, str]:
 def warm_up(tree: Path) -> None:
     """Import once, unmeasured, so no checkout's first round pays for compiling its bytecode."""
     subprocess.run(
-        [sys.executable, "-c", "import impl.provision, impl.migrate"],
+        [sys.executable, "-c", "import impl.provision, impl.store.migrate"],
         cwd=tree,
         env=_child_env(tree),
         check=True,

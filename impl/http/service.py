@@ -1,5 +1,5 @@
 """The HTTP API's operations over the Belay tables: every write is a PgStore operation of the shared
-vocabulary, or a transaction composed from its named queries (impl/sql/*.sql, http.sql).
+vocabulary, or a transaction composed from its named queries (impl/store/sql/*.sql, http.sql).
 
 Mapping (see impl/http/__init__.py for the route table):
   queue        a belay_queues row (its optional `cleanup` policy in opts)
@@ -59,8 +59,8 @@ from impl.http.tasks import (
     headers_of,
     runs_of,
 )
-from impl.pgrows import channel_name, result_payload
 from impl.store import PgStore
+from impl.store.pgrows import channel_name, result_payload
 from model import ops
 from model import worker_ops as w
 from model.envelope import EnvelopeError, decode, encode_step_value

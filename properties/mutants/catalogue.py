@@ -31,14 +31,14 @@ from properties.mutants.kinds import (
     Mutant,
 )
 
-STORE_PY = "impl/store.py"
-WORKER_STORE_PY = "impl/worker_store.py"
-QUERIES_SQL = "impl/sql/queries.sql"
-WORKER_SQL = "impl/sql/worker.sql"
+STORE_PY = "impl/store/client_store.py"
+WORKER_STORE_PY = "impl/store/worker_store.py"
+QUERIES_SQL = "impl/store/sql/queries.sql"
+WORKER_SQL = "impl/store/sql/worker.sql"
 WORKER_PY = "impl/worker.py"
-RUNTIME_PY = "impl/runtime.py"
+RUNTIME_PY = "impl/runtime/node.py"
 CLIENT_PY = "impl/client.py"
-PGROWS_PY = "impl/pgrows.py"
+PGROWS_PY = "impl/store/pgrows.py"
 LISTENER_SUITE = ("tests/test_listener.py",)
 # The runtime's deferred jobs and acks (issue 33): the executor's and the ack group's own tests.
 DEFERRAL_SUITE = ("tests/test_executor.py", "tests/test_ack_group.py")
@@ -54,7 +54,7 @@ def _unfenced(set_line: str) -> Edit:
     return Edit(WORKER_SQL, set_line + _FENCE, set_line + _NO_FENCE)
 
 
-QUERIES_PY = "impl/queries.py"
+QUERIES_PY = "impl/store/queries.py"
 # The one-statement group commit (issue 33) has its own model comparison; the store's suite follows it.
 GROUP_COMMIT_SUITE = ("properties/test_ack_claim_solo.py", *STORE_SUITE)
 
@@ -106,7 +106,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "enqueue_solo_sends_no_poke",
-        "a single enqueue's one statement (impl.store._enqueue_solo, issue 33) inserts the job but sends no "
+        "a single enqueue's one statement (impl.store.client_store._enqueue_solo, issue 33) inserts the job but sends no "
         "poke: listening workers learn of it only at their next poll",
         "§9.2",
         (Edit(STORE_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
