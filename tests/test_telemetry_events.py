@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 
 from impl import telemetry
-from impl.telemetry import logger as telemetry_logger
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.telemetry import logger as telemetry_logger
 from impl.testing import wait_for
 from model.queues import QueueOpts
 from tests.apps import telemetry_app as app
