@@ -32,6 +32,7 @@ from properties.mutants.kinds import (
 )
 
 STORE_PY = "impl/store/client_store.py"
+INSERTS_PY = "impl/store/inserts.py"
 WORKER_STORE_PY = "impl/store/worker_store.py"
 QUERIES_SQL = "impl/store/sql/queries.sql"
 WORKER_SQL = "impl/store/sql/worker.sql"
@@ -112,7 +113,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a single enqueue's one statement (impl.store.client_store._enqueue_solo, issue 33) inserts the job but sends no "
         "poke: listening workers learn of it only at their next poll",
         "§9.2",
-        (Edit(STORE_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
+        (Edit(INSERTS_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
         ("tests/test_enqueue.py", *STORE_SUITE),
     ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
