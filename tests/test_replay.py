@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from impl.client import Client
-from impl.ops.replay import ReplayError, dry_run, dry_run_many, history
+from impl.ops.history import history
+from impl.ops.replay import ReplayError, dry_run, dry_run_many
 from impl.store import PgStore
 from impl.store.snapshot import snapshot
 from tests.apps import replay_app as app

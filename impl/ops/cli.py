@@ -18,7 +18,14 @@ from contextlib import contextmanager
 import click
 import psycopg
 
-from impl.ops.failures import EXIT_FAILURE, ToolError, check_database, debug_requested, describe_database_error
+from impl.ops.failures import (
+    EXIT_FAILURE,
+    ToolError,
+    check_database,
+    debug_requested,
+    describe_database_error,
+    wait_for_database,
+)
 from impl.ops.lifecycle import interrupt_on_signals
 from impl.provision import ClusterConfig, EmbeddedCluster, Provisioned, ProvisionError, provision, redact
 from impl.store.migrate import IncompatibleSchema, check_compat, migrate
@@ -328,7 +335,7 @@ def worker_cmd(
         **config_kwargs,
     )
     termination = Termination()
-    if not _wait_for_database(database_url, schema, termination, exit_on_unreachable):
+    if not wait_for_database(database_url, schema, termination, exit_on_unreachable):
         sys.exit(EXIT_FAILURE if not termination.received else 0)
     from impl import telemetry
 
@@ -364,48 +371,6 @@ def worker_cmd(
         telemetry.flush()  # the default logger's queued lines, before os._exit skips atexit
         logging.shutdown()
         os._exit(0)
-
-
-def _wait_for_database(url: str, schema: str, termination, give_up_after: float | None) -> bool:
-    """Block until the database answers the §1 check; one line when it does not, one when it does.
-
-    False when a signal arrived or `give_up_after` seconds passed (the reason already printed). A
-    schema of another contract major or too old a migration is not weather: it fails at once."""
-    started = time.monotonic()
-    delay, reported = 0.5, False
-    while not termination.received:
-        try:
-            check_database(url, schema=schema)
-        except ToolError as exc:
-            cause = exc.__cause__
-            # A database still being created or migrated heals by waiting (deploy order); a malformed
-            # URL or a schema of another contract major or an older migration does not.
-            not_yet_migrated = isinstance(cause, IncompatibleSchema) and "no Belay schema" in str(cause)
-            if not (isinstance(cause, psycopg.OperationalError) or not_yet_migrated):
-                raise
-            message = str(exc)
-            waited = time.monotonic() - started
-            if give_up_after is not None and waited >= give_up_after:
-                click.echo(
-                    f"belay: error: {message.splitlines()[0]}; gave up after {waited:.0f}s (--exit-on-unreachable)",
-                    err=True,
-                )
-                return False
-            if not reported:
-                click.echo(
-                    f"belay worker: waiting for the database: {message.splitlines()[0]} (retrying with backoff)",
-                    err=True,
-                )
-                reported = True
-            end = time.monotonic() + delay
-            while time.monotonic() < end and not termination.received:
-                time.sleep(0.05)
-            delay = min(delay * 2, 10.0)
-            continue
-        if reported:
-            click.echo(f"belay worker: database reachable after {time.monotonic() - started:.1f}s", err=True)
-        return True
-    return False
 
 
 def _check_port(host: str, port: int) -> None:
@@ -525,11 +490,13 @@ def serve_cmd(
         )
 
 
-# --- day-2 commands (impl/ops/cli_ops.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
+# --- day-2 commands (impl/ops/cli_ops.py, impl/ops/cli_queues.py): stats, jobs, steps, events, retry, cancel, signal, steer, queue,
 # prune, replay, mcp ---
 from impl.ops.cli_ops import register as _register_ops  # noqa: E402
+from impl.ops.cli_queues import register as _register_queues  # noqa: E402
 
 _register_ops(main)
+_register_queues(main)
 
 
 # --- belay dashboard (issue 14; impl/ops/dashboard/) ------------------------------------------------

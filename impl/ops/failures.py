@@ -5,15 +5,18 @@ says what failed, for which URL (password redacted) and what to try, and exit 1;
 A traceback is printed only when `--debug` or `BELAY_DEBUG=1` asks for one.
 
 `check_database` is the pre-flight every server-like command runs before it binds a port or starts
-work: connect with a short timeout, then (optionally) the §1 compatibility check.
+work: connect with a short timeout, then (optionally) the §1 compatibility check; `wait_for_database` is
+`belay worker`'s patient version of it (the database may come up after the worker).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
 
+import click
 import psycopg
 
 from impl.provision import ProvisionError, redact
@@ -115,3 +118,45 @@ def check_database(url: str, *, schema: str | None = "public", timeout: float = 
                 check_compat(conn, schema)
     except (psycopg.Error, IncompatibleSchema) as exc:
         raise ToolError(describe_database_error(exc, url)) from exc
+
+
+def wait_for_database(url: str, schema: str, termination, give_up_after: float | None) -> bool:
+    """Block until the database answers the §1 check; one line when it does not, one when it does.
+
+    False when a signal arrived or `give_up_after` seconds passed (the reason already printed). A
+    schema of another contract major or too old a migration is not weather: it fails at once."""
+    started = time.monotonic()
+    delay, reported = 0.5, False
+    while not termination.received:
+        try:
+            check_database(url, schema=schema)
+        except ToolError as exc:
+            cause = exc.__cause__
+            # A database still being created or migrated heals by waiting (deploy order); a malformed
+            # URL or a schema of another contract major or an older migration does not.
+            not_yet_migrated = isinstance(cause, IncompatibleSchema) and "no Belay schema" in str(cause)
+            if not (isinstance(cause, psycopg.OperationalError) or not_yet_migrated):
+                raise
+            message = str(exc)
+            waited = time.monotonic() - started
+            if give_up_after is not None and waited >= give_up_after:
+                click.echo(
+                    f"belay: error: {message.splitlines()[0]}; gave up after {waited:.0f}s (--exit-on-unreachable)",
+                    err=True,
+                )
+                return False
+            if not reported:
+                click.echo(
+                    f"belay worker: waiting for the database: {message.splitlines()[0]} (retrying with backoff)",
+                    err=True,
+                )
+                reported = True
+            end = time.monotonic() + delay
+            while time.monotonic() < end and not termination.received:
+                time.sleep(0.05)
+            delay = min(delay * 2, 10.0)
+            continue
+        if reported:
+            click.echo(f"belay worker: database reachable after {time.monotonic() - started:.1f}s", err=True)
+        return True
+    return False

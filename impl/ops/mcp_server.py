@@ -33,7 +33,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from impl.ops.operator import Operator, Refused, event_json, job_json, step_json
+from impl.ops.operator import Operator
+from impl.ops.shapes import Refused, event_json, job_json, step_json
 from model.rows import STATES
 
 Authorizer = Callable[[str, dict[str, Any]], Any]

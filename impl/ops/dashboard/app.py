@@ -20,27 +20,22 @@ Content-Security-Policy allows scripts only from /static, so even a missed escap
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
-import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import jinja2
 import psycopg
 import psycopg.errors
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -50,108 +45,41 @@ from impl.ops.dashboard import views
 from impl.ops.dashboard.audit import audit_logger, line
 from impl.ops.dashboard.queries import (
     CHART_MINUTES,
-    COUNT_CAP,
     ERROR_WINDOW,
     FILTERS,
     INDEXES,
     PAGE_SIZE,
-    TERMINAL_CAP,
     DashboardQueries,
-    JobFilter,
 )
-from impl.ops.operator import retry_refusal
+from impl.ops.dashboard.reports import report_routes
+from impl.ops.dashboard.web import (
+    BACK,
+    DESTRUCTIVE,
+    HERE,
+    MAX_JOB_ID,
+    STATUS,
+    SUCCESS,
+    TOOLS,
+    UNAVAILABLE,
+    BadInput,
+    Forbidden,
+    _when,
+    build,
+    dashboard_conninfo,
+    describe,
+    environment,
+    job_filter,
+    security_middleware,
+    short,
+    snake,
+    utc_now,
+    wants_json,
+)
+from impl.ops.shapes import retry_refusal
 from impl.store import PgStore
 from model import ops
-from model.rows import STATES, TERMINAL
 
 log = logging.getLogger("belay.dashboard")
-HERE = Path(__file__).parent
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'"
-RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
-REPORT_FILES = {"report.html", "results.json", "summary.md"}
-BACK = re.compile(r"/(jobs/[0-9]+)?")
-MAX_JOB_ID = 2**63 - 1  # belay_jobs.id is a bigint: a larger id in a path names no job
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _num(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else str(n)
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    if seconds < 120:
-        return f"{seconds:.1f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def _when(value: datetime | None) -> str:
-    return "—" if value is None else value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
-
-
-def environment() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, undefined=jinja2.StrictUndefined
-    )
-    env.filters.update(num=_num, age=_age, when=_when, usd=views.usd, pretty=views.pretty, shown=views.shown_name)
-    env.globals.update(BACKLOG_STATES=views.BACKLOG_STATES, backlog=views.backlog)
-    env.globals.update(STATES=STATES, TERMINAL=TERMINAL, COUNT_CAP=COUNT_CAP, TERMINAL_CAP=TERMINAL_CAP)
-    return env
-
-
-class Forbidden(Exception):
-    def __init__(self, message: str, status: int = 403, who: str = "anonymous") -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.who = who
-
-
-class BadInput(Exception):
-    """An action's form could not become an operation (the field it concerns, the reason)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-# The database cannot answer: a connection refused or reset, no pooled connection within the wait, a
-# statement over its timeout. Pages answer 503 (a banner, a retry), never a bare 500.
-UNAVAILABLE: tuple[type[BaseException], ...] = (psycopg.OperationalError, PoolTimeout, psycopg.errors.QueryCanceled)
-
-TOOLS = {"cancel": "cancel_job", "retry": "retry_job", "signal": "signal", "steer": "steer"}
-DESTRUCTIVE = ("cancel", "retry")  # a browser form asks for confirmation first
-SUCCESS = (ops.Cancelled, ops.CancelRequested, ops.Retried, ops.Signalled)
-STATUS = {ops.NotFound: 404, ops.NotCancellable: 409, ops.NotRetryable: 409, ops.RetryBlocked: 409, ops.DepsGone: 409}
-
-
-def snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def dashboard_conninfo(conninfo: str, *, connect_timeout: float, statement_timeout: float) -> str:
-    """The conninfo with the dashboard's short timeouts (a value the conninfo sets itself is kept):
-    libpq's connect_timeout and a per-session statement_timeout, so a page waits seconds, not minutes."""
-    given = conninfo_to_dict(conninfo)
-    extra: dict[str, Any] = {}
-    if "connect_timeout" not in given:
-        extra["connect_timeout"] = max(1, round(connect_timeout))
-    if "statement_timeout" not in str(given.get("options", "")):
-        extra["options"] = f"{given.get('options', '')} -c statement_timeout={int(statement_timeout * 1000)}".strip()
-    return make_conninfo(conninfo, **extra) if extra else conninfo
 
 
 def create_app(
@@ -187,9 +115,6 @@ def create_app(
 
     def session_of(request: Request) -> a.Session | None:
         return auth.session(request.cookies.get(a.COOKIE))
-
-    def wants_json(request: Request) -> bool:
-        return "application/json" in request.headers.get("accept", "")
 
     def render(request: Request, name: str, context: dict[str, Any], status: int = 200) -> Response:
         session = session_of(request)
@@ -280,11 +205,6 @@ def create_app(
         now = clock()
         crons = read(lambda conn: queries.crons(conn, now))
         return render(request, "crons.html", {"crons": crons, "now": now})
-
-    def job_filter(request: Request) -> tuple[JobFilter, int | None]:
-        filters = JobFilter.from_query(request.query_params)
-        before = request.query_params.get("before")
-        return filters, int(before) if before else None
 
     def jobs(request: Request, fragment: bool = False) -> Response:
         try:
@@ -385,45 +305,7 @@ def create_app(
             {"workflow_id": workflow_id, "members": members, "dag": dag, "colours": views.STATE_COLOURS},
         )
 
-    def reports_page(request: Request) -> Response:
-        runs: list[dict[str, Any]] = []
-        if reports.is_dir():
-            for d in sorted(
-                (p for p in reports.iterdir() if p.is_dir() and not p.is_symlink()), key=lambda p: p.name, reverse=True
-            ):
-                results = d / "results.json"
-                if not results.is_file() or not RUN_ID.match(d.name):
-                    continue
-                try:
-                    data = json.loads(results.read_text())
-                except (OSError, ValueError) as exc:
-                    runs.append({"run_id": d.name, "error": f"unreadable results.json: {exc}"})
-                    continue
-                meta, stats = data.get("meta") or {}, data.get("stats") or {}
-                runs.append(
-                    {
-                        "run_id": d.name,
-                        "verdict": data.get("verdict", "?"),
-                        "error": None,
-                        "duration": meta.get("elapsed_seconds", meta.get("duration")),
-                        "worker": meta.get("worker"),
-                        "workers": meta.get("workers"),
-                        "jobs": stats.get("jobs_in_database", stats.get("jobs_checked")),
-                        "faults": {k: v for k, v in (data.get("faults") or {}).items() if v},
-                        "has_html": (d / "report.html").is_file(),
-                    }
-                )
-        return render(request, "reports.html", {"runs": runs, "reports_dir": str(reports)})
-
-    def report_file(request: Request) -> Response:
-        run, name = request.path_params["run"], request.path_params["name"]
-        path = reports / run / name
-        if not RUN_ID.match(run) or name not in REPORT_FILES or not path.is_file():
-            return PlainTextResponse("no such report file", status_code=404)
-        media = {"report.html": "text/html", "results.json": "application/json", "summary.md": "text/plain"}[name]
-        response = FileResponse(path, media_type=media)
-        response.headers["Content-Security-Policy"] = REPORT_CSP
-        return response
+    reports_page, report_file = report_routes(reports, render)
 
     # --- auth ----------------------------------------------------------------------------------
 
@@ -478,36 +360,6 @@ def create_app(
         if not auth.csrf_ok(session, form.get(a.CSRF_FIELD)):
             raise Forbidden(a.BAD_CSRF, who=session.label)
         return session.label, True
-
-    def payload(text: str, what: str, field: str) -> Any:
-        try:
-            return json.loads(text) if text.strip() else None
-        except ValueError as exc:
-            raise BadInput(field, f"{what} must be JSON: {exc}") from None
-
-    def build(kind: str, request: Request, form: dict[str, str], now: datetime) -> tuple[Any, dict[str, Any]]:
-        """The operation and the authorizer's arguments (the MCP tool's)."""
-        if kind == "signal":
-            scope, name = form.get("scope", "").strip(), form.get("name", "").strip()
-            for field, text in (("scope", scope), ("name", name)):
-                if not text:
-                    raise BadInput("signal", f"a signal needs a {field}: the {field} field is empty")
-            value = payload(form.get("payload", ""), "signal payload", "signal")
-            try:
-                op = ops.DeliverSignal(now, scope, name, value)
-            except ops.InvalidInput as exc:
-                raise BadInput("signal", " ".join(str(exc).split())) from None
-            return op, {"scope": scope, "name": name, "payload": value}
-        job_id = request.path_params["job_id"]
-        try:
-            if kind == "cancel":
-                return ops.Cancel(now, job_id), {"job_id": job_id}
-            if kind == "retry":
-                return ops.Retry(now, job_id), {"job_id": job_id}
-            value = payload(form.get("payload", ""), "steer payload", "steer")
-            return ops.Steer(now, job_id, value), {"job_id": job_id, "payload": value}
-        except ops.InvalidInput as exc:
-            raise BadInput(kind, " ".join(str(exc).split())) from None
 
     def audit(
         request: Request,
@@ -615,10 +467,6 @@ def create_app(
 
     # --- the database unreachable --------------------------------------------------------------
 
-    def short(exc: BaseException) -> str:
-        text = str(exc).strip().splitlines()
-        return f"{type(exc).__name__}: {text[0] if text else ''}".strip()
-
     def down(exc: BaseException) -> None:
         if state["down_since"] is None:
             state["down_since"] = utc_now()
@@ -688,40 +536,7 @@ def create_app(
     def read_workflow(workflow_id: str) -> Any:
         return store().apply(ops.ReadWorkflow(workflow_id))
 
-    def internal_error(request: Request, exc: Exception) -> Response:
-        """Any error no handler expected: logged with its traceback under a request id, one audit line,
-        and a 500 that names the request id — never the traceback or the exception's text."""
-        rid = uuid.uuid4().hex[:12]
-        log.error("dashboard: request id %s: %s %s failed", rid, request.method, request.url.path, exc_info=exc)
-        action = getattr(request.state, "action", "page")
-        who = getattr(request.state, "who", None) or "anonymous"
-        job_id = request.path_params.get("job_id") if isinstance(request.path_params.get("job_id"), int) else None
-        audit(
-            request,
-            action,
-            job_id,
-            who,
-            500,
-            "error",
-            f"{type(exc).__name__} (request id {rid})",
-            {"path": request.url.path, "request": rid},
-        )
-        message = f"Internal error (request id {rid}): it was logged; nothing more is known here."
-        if wants_json(request) or request.url.path.startswith("/api/"):
-            return JSONResponse({"ok": False, "outcome": "error", "message": message}, status_code=500)
-        return PlainTextResponse(message, status_code=500)
-
-    async def security_headers(request: Request, call_next):
-        try:
-            response = await call_next(request)
-        except Exception as exc:  # noqa: BLE001 - the last resort: a logged 500, never a traceback
-            response = internal_error(request, exc)
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers.setdefault("Cache-Control", "no-store")
-        return response
+    security_headers = security_middleware(audit)
 
     routes = [
         Route("/", index),
@@ -750,28 +565,3 @@ def create_app(
         middleware=[Middleware(BaseHTTPMiddleware, dispatch=security_headers)],
         exception_handlers={exc: unavailable for exc in UNAVAILABLE},
     )
-
-
-def describe(kind: str, result: Any) -> str:
-    """A sentence for the flash message after an action."""
-    name = type(result).__name__
-    if isinstance(result, ops.Cancelled):
-        return f"job {result.job_id} cancelled"
-    if isinstance(result, ops.CancelRequested):
-        return f"cancel requested for running job {result.job_id} (honoured at its next step boundary)"
-    if isinstance(result, ops.NotCancellable):
-        return f"job {result.job_id} is already {result.state}: nothing to cancel"
-    if isinstance(result, ops.Retried):
-        return f"job {result.job_id} retried: now {result.state}"
-    if isinstance(result, ops.NotRetryable):
-        return f"job {result.job_id} is {result.state}: only failed or cancelled jobs can be retried"
-    if isinstance(result, ops.RetryBlocked):
-        return f"retry refused: job {result.holder_id} holds the same unique key"
-    if isinstance(result, ops.DepsGone):
-        return f"retry refused: deps {', '.join(result.missing)} were already pruned"
-    if isinstance(result, ops.NotFound):
-        return f"job {result.job_id} does not exist"
-    if isinstance(result, ops.Signalled):
-        woken = ", ".join(map(str, result.woken)) or "none"
-        return f"{'steered' if kind == 'steer' else 'signal delivered'}; woke jobs: {woken}"
-    return f"{kind}: {name}"

@@ -239,7 +239,7 @@ def workflow_dag(members: list[Job]) -> Dag:
 
 # --- the queues page at many queues (issue 53) ------------------------------------------------------
 
-from impl.ops.operator import shown_name  # noqa: E402 - one rule for the CLI's tables and the dashboard
+from impl.ops.shapes import shown_name  # noqa: E402 - one rule for the CLI's tables and the dashboard
 
 __all__ = ["shown_name"]
 BACKLOG_STATES = ("ready", "awaiting", "held", "paused")  # unfinished and not running: work waiting
