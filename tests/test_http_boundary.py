@@ -45,7 +45,7 @@ def api(db_url: str, clock: FakeClock):
 
 def worker_reclaim(db_url: str, now) -> w.Reclaimed:
     """A `belay worker`'s sweeper pass: the contract's §6 reclaim with the runtime's default backoff
-    (impl/runtime/node.py RuntimeConfig.reclaim_backoff), over every expired lease of the database."""
+    (impl/runtime/config.py WorkerConfig.reclaim_backoff), over every expired lease of the database."""
     with PgStore(db_url) as store:
         return store.apply(w.Reclaim(now, w.Backoff()))
 

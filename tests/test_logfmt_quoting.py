@@ -1,5 +1,5 @@
 """One quoting function for every logfmt line Belay writes (issue 53): the dashboard's audit log and the
-telemetry logger. Its promise (impl/ops/dashboard/audit.py, impl/telemetry/__init__.py): a value "cannot forge a field
+telemetry logger. Its promise (impl/ops/dashboard/audit.py, impl/telemetry/logfmt.py): a value "cannot forge a field
 or a line" — every line is one line and parses back to exactly its fields, whatever the text."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Telemetry (impl/telemetry/__init__.py; spec/belay-operations.txt "Telemetry") and the queue pause
+"""Telemetry (impl/telemetry/; spec/belay-operations.txt "Telemetry") and the queue pause
 extension, on real PostgreSQL with in-process Workers: the default logger's one line per job
 attempt, Prometheus metrics served over HTTP (and by `belay worker --metrics-port`), OpenTelemetry
 spans, and a paused belay_queues row stopping a node's claims without resetting its limits.

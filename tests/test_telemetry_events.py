@@ -1,5 +1,5 @@
 """Telemetry handlers that declare their events, and the default logger's log records
-(impl/telemetry/__init__.py; spec/belay-operations.txt "Telemetry"; issue 15: telemetry on costs the runtime
+(impl/telemetry/; spec/belay-operations.txt "Telemetry"; issue 15: telemetry on costs the runtime
 at most 5 % of its throughput, so nothing is built or called for an event no handler takes).
 
 Unit tests call the handlers and `dispatch` directly; one test runs a real Worker on PostgreSQL.

@@ -85,7 +85,7 @@ class WorkerConfig:
             raise ValueError(f"a queue is configured twice: {names}")
 
 
-# Telemetry: one small interface (impl/telemetry/__init__.py); `default_logger` is re-exported for callers.
+# Telemetry: one small interface (impl/telemetry/); `default_logger` is re-exported for callers.
 Telemetry = telemetry.Handler
 
 

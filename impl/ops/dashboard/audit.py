@@ -7,7 +7,7 @@ Written to the logger `belay.dashboard.audit` at INFO. `audit_logger()` makes su
 emitted: when nothing configured it (no handler of its own), it gets a stderr handler at INFO and stops
 propagating — so `belay dashboard` always prints its audit lines, and an application that configures
 the logger itself keeps full control. Values are logfmt-quoted by the telemetry logger's function
-(impl/telemetry/__init__.py logfmt_value: a value with a space, `=`, a quote, a backslash or any non-printable
+(impl/telemetry/logfmt.py logfmt_value: a value with a space, `=`, a quote, a backslash or any non-printable
 character — a final newline too — is written in double quotes with escapes), so a job's kind or a
 signal's name cannot forge a field or a line: every line parses back to its fields (`parse`,
 tests/test_logfmt_quoting.py over arbitrary text).
@@ -25,7 +25,7 @@ LOGGER = "belay.dashboard.audit"
 
 
 def quote(value: Any) -> str:
-    """One logfmt value, quoted by the telemetry logger's own function (impl/telemetry/__init__.py logfmt_value:
+    """One logfmt value, quoted by the telemetry logger's own function (impl/telemetry/logfmt.py logfmt_value:
     one quoting rule for every logfmt line Belay writes); None is the empty value."""
     return logfmt_value("" if value is None else value)
 
