@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from impl.lifecycle import interrupt_on_signals
+from impl.ops.lifecycle import interrupt_on_signals
 from impl.testing import TestDatabases, session_databases
 
 

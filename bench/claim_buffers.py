@@ -1,5 +1,5 @@
 """A scratch experiment (issue 54, target 2): buffers per claim against the jobs already claimed, for the
-claim statement as it is (impl/sql/worker.sql claim_plain, `belay_jobs_claim_order_idx`), and what bounds it.
+claim statement as it is (impl/store/sql/worker.sql claim_plain, `belay_jobs_claim_order_idx`), and what bounds it.
 
     .venv/bin/python -m bench.claim_buffers [--jobs 100000] [--take 10] [--vacuum-every 0,20000] [--json F]
 
@@ -33,7 +33,7 @@ import psycopg
 
 from bench.peers import belay_enqueue, belay_setup, drop_database, fresh_database
 from impl.provision import provision
-from impl.queries import SchemaSQL
+from impl.store.queries import SchemaSQL
 
 
 def claim_text(take: int) -> str:

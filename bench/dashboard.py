@@ -6,7 +6,7 @@ Fills belay_jobs on $BELAY_DATABASE_URL or an embedded PostgreSQL (a fresh datab
 rows in one SQL statement (not measured): 6 queues, 12 kinds, ~94 % succeeded, 3 % failed (with an
 error entry), 1 % cancelled, 1.5 % ready, 0.3 % running, 0.1 % held and awaiting, finished over the
 last week, 1 in 50 a workflow member, 1 in 100 a child. Then VACUUM ANALYZE, and measures — side by
-side in one run, first without and then with the dashboard index variants (impl/sql/dashboard_indexes.sql)
+side in one run, first without and then with the dashboard index variants (impl/store/sql/dashboard_indexes.sql)
 — the median and p95 of: the tile queries (all four, as the page runs them), the charts' query
 (the last hour per queue and minute), the crons page, the first job-list page
 unfiltered and under each filter, a deep keyset page, and the same pages through HTTP (uvicorn, in
@@ -32,11 +32,11 @@ import httpx
 import psycopg
 from psycopg import sql
 
-from impl.dashboard import create_app
-from impl.dashboard.queries import ERROR_WINDOW, DashboardQueries, JobFilter, JobsPage
 from impl.http.server import running
-from impl.migrate import migrate
+from impl.ops.dashboard import create_app
+from impl.ops.dashboard.queries import ERROR_WINDOW, DashboardQueries, JobFilter, JobsPage
 from impl.provision import TemplateDatabases, provision, redact
+from impl.store.migrate import migrate
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -23,8 +23,8 @@ import uuid
 import psycopg
 
 from impl.client import Client
-from impl.migrate import migrate
 from impl.provision import provision, redact
+from impl.store.migrate import migrate
 from model.ops import JobSpec, WorkflowMember
 
 

@@ -39,8 +39,8 @@ import httpx
 import psycopg
 
 from impl.http.server import free_port
-from impl.migrate import migrate
 from impl.provision import provision, redact
+from impl.store.migrate import migrate
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -64,7 +64,7 @@ def completed(url: str, queue: str) -> int:
 def serve(url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "impl.cli", "serve", "--database-url", url, "--port", str(port)],
+        [sys.executable, "-m", "impl.ops.cli", "serve", "--database-url", url, "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

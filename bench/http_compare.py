@@ -37,8 +37,8 @@ import psycopg
 from bench import proc_cpu_seconds
 from bench.http import CLIENTS, client_label, completed, fill, run
 from impl.http.server import free_port
-from impl.migrate import migrate
 from impl.provision import provision, redact
+from impl.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -183,7 +183,7 @@ def main() -> None:
                             cmd = [
                                 sys.executable,
                                 "-m",
-                                "impl.cli",
+                                "impl.ops.cli",
                                 "serve",
                                 "--database-url",
                                 db.url,

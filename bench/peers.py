@@ -55,8 +55,8 @@ from pathlib import Path
 import psycopg
 
 from bench import compile_sources, proc_cpu_seconds
-from impl.migrate import migrate
 from impl.provision import provision, redact
+from impl.store.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000  # jobs per enqueue call, for every system

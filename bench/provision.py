@@ -64,7 +64,10 @@ def child(clones: int, crashes: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     prov = importlib.import_module("impl.provision")  # measured: a module of one file, or a package
     took: dict[str, Any] = {"import": [time.perf_counter() - t0]}
-    migrate = importlib.import_module("impl.migrate").migrate
+    try:  # impl/ regrouped by layer (issue 55); an earlier checkout has impl/migrate.py
+        migrate = importlib.import_module("impl.store.migrate").migrate
+    except ModuleNotFoundError:
+        migrate = importlib.import_module("impl.migrate").migrate
     took["file"] = prov.__file__
 
     t0 = time.perf_counter()
@@ -123,10 +126,18 @@ def _child_env(tree: Path) -> dict[str, str]:
     return env
 
 
+_WARM_UP = """import impl.provision
+try:  # impl/ regrouped by layer (issue 55); an earlier checkout has impl/migrate.py
+    import impl.store.migrate
+except ModuleNotFoundError:
+    import impl.migrate
+"""
+
+
 def warm_up(tree: Path) -> None:
     """Import once, unmeasured, so no checkout's first round pays for compiling its bytecode."""
     subprocess.run(
-        [sys.executable, "-c", "import impl.provision, impl.migrate"],
+        [sys.executable, "-c", _WARM_UP],
         cwd=tree,
         env=_child_env(tree),
         check=True,

@@ -27,9 +27,9 @@ import psycopg
 
 from bench import compile_sources
 from impl.client import Client
-from impl.migrate import migrate
 from impl.provision import provision, redact
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.store.migrate import migrate
 from impl.worker import Registry
 from model.queues import QueueOpts
 from soak.memory import MiB, rss_bytes
@@ -438,7 +438,7 @@ def cmd_telemetry(url: str, args: argparse.Namespace) -> dict:
     logger = logging.getLogger("belay.bench")
     logger.propagate = False
     logger.setLevel(logging.INFO)
-    # The handler and format `belay worker` logs through (impl/cli.py), writing to a file; --unbatched-log
+    # The handler and format `belay worker` logs through (impl/ops/cli.py), writing to a file; --unbatched-log
     # uses the stdlib's line-at-a-time FileHandler instead, to show what batching saves.
     log_file = open(log_path, "a")  # noqa: SIM115 - closed with the handler below
     handler: logging.Handler = (

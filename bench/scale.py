@@ -111,7 +111,7 @@ while True:  # until the bench terminates the process
 BELAY_FINISHED_ANY = (
     "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'failed') FROM belay_jobs"
 )
-# claim_plain's `ready` CTE (impl/sql/worker.sql), read-only: the scan every claim starts with.
+# claim_plain's `ready` CTE (impl/store/sql/worker.sql), read-only: the scan every claim starts with.
 CLAIM_READY_SCAN = (
     "SELECT id, priority, ready_at FROM belay_jobs "
     "WHERE queue = %(queue)s AND state = 'ready' AND (ready_at IS NULL OR ready_at <= %(now)s) "

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from impl.ops.smoke import throwaway_schema
 from impl.provision import provision, redact
-from impl.smoke import throwaway_schema
 
 
 @contextmanager

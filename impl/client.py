@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 
-from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
+from impl.store.pgrows import listen_for_pokes
 from model import ops
 from model.envelope import decode
 from model.rows import Event, Job, Signal, Step

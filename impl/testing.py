@@ -14,8 +14,8 @@ from typing import Any
 
 import psycopg
 
-from impl.migrate import migrate
 from impl.provision import Provisioned, TemplateDatabases, provision
+from impl.store.migrate import migrate
 
 log = logging.getLogger(__name__)
 

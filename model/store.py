@@ -252,7 +252,7 @@ def max_attempts_after_park(max_attempts: int) -> int:
     of times keeps every retry for crashes and raised errors. At the integer column's ceiling the
     budget stays there (a wait is never refused; 2^31−1 attempts is no budget anyway).
 
-    The Postgres store applies the same arithmetic in SQL (impl/sql: park_awaiting, park_ready,
+    The Postgres store applies the same arithmetic in SQL (impl/store/sql: park_awaiting, park_ready,
     sleep_until), bound to these constants; foreign SDKs apply it in their park UPDATE."""
     return min(max_attempts + PARK_ATTEMPT_CREDIT, ops.INT4_MAX)
 

@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, multiple, precondition, rule
 
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from model import invariants as inv
 from model import ops
 from model import worker_ops as w
@@ -449,7 +449,7 @@ class BelayMachine(RuleBasedStateMachine):
         same=st.booleans(),
     )
     def chunk_refill(self, queue: str, node: str, demand: int, done: int, same: bool) -> Any:
-        """The runtime's chunk execution (impl/runtime.py Producer.refill): claim a chunk, ack the first
+        """The runtime's chunk execution (impl/runtime/producer.py _Producer.refill): claim a chunk, ack the first
         `done` of its jobs in one bulk ack (shared or distinct results), then claim as many jobs as it
         acked for the freed slots. The chunk's unacked jobs and the refill's are live claims."""
         claimed = self.both(w.Claim(self.now, queue, node, demand, timedelta(seconds=30), OPTS["plain"]))

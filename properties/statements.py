@@ -1,6 +1,6 @@
 """Which SQL statements the model comparison executes, and how often (issue 32).
 
-Every named block of impl/sql/ (`-- name --` in queries.sql, worker.sql, http.sql, ops.sql, dashboard.sql,
+Every named block of impl/store/sql/ (`-- name --` in queries.sql, worker.sql, http.sql, ops.sql, dashboard.sql,
 dashboard_indexes.sql) and every statement built in Python (`BUILT`) is either executed by
 `properties.stateful.BelayMachine` while the model and PostgreSQL run side by side — at least its floor
 (`FLOORS`) times in the `ci` profile — or listed in `ELSEWHERE` with the reason it cannot be and the test
@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-SQL_DIR = ROOT / "impl" / "sql"
+SQL_DIR = ROOT / "impl" / "store" / "sql"
 SQL_FILES = ("queries.sql", "worker.sql", "ops.sql", "http.sql", "dashboard.sql", "dashboard_indexes.sql")
 _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 
-# Statements built in Python rather than named in impl/sql/ (name → where it is built).
+# Statements built in Python rather than named in impl/store/sql/ (name → where it is built).
 BUILT = {
-    "store.compact_insert": "impl/store.py _compact_insert (§5.1's insert, one text per pattern of varying columns)",
-    "store.enqueue_solo": "impl/store.py _enqueue_solo (§5.1's insert of one job and its poke, one statement)",
+    "store.compact_insert": "impl/store/client_store.py _compact_insert (§5.1's insert, one text per pattern of varying columns)",
+    "store.enqueue_solo": "impl/store/client_store.py _enqueue_solo (§5.1's insert of one job and its poke, one statement)",
     "http.expired_http": "impl/http/sql.py expired_http (the HTTP sweeper's §6 reclaim selection)",
     "http.tasks_page": "impl/http/sql.py tasks_page (listTasks)",
 }
@@ -142,9 +142,9 @@ FLOORS: dict[str, int] = {  # measured in the ci profile (docs/statements.md), f
 #
 # (name → (reason, covering test as "path::test_name")). The gate checks the test exists.
 _HTTP = "the HTTP service's own SQL (impl/http/): the machine drives PgStore's vocabulary, not the HTTP routes"
-_DASH = "a dashboard read (impl/dashboard/queries.py): read-only, no operation of the vocabulary runs it"
-_IDX = "dashboard index DDL (impl/dashboard): created by `belay dashboard --create-indexes`, changes no row"
-_OPS = "an operator read or command (impl/operator.py, belay CLI/MCP): outside the store's vocabulary"
+_DASH = "a dashboard read (impl/ops/dashboard/queries.py): read-only, no operation of the vocabulary runs it"
+_IDX = "dashboard index DDL (impl/ops/dashboard): created by `belay dashboard --create-indexes`, changes no row"
+_OPS = "an operator read or command (impl/ops/operator.py, belay CLI/MCP): outside the store's vocabulary"
 _API = "tests/test_http_api.py::"
 _HOT = "tests/test_http_hot_routes.py::"
 _DT = "tests/test_dashboard.py::"
@@ -161,7 +161,7 @@ def _covered(reason: str, test: str, *statements: str) -> dict[str, tuple[str, s
 
 
 ELSEWHERE: dict[str, tuple[str, str]] = {
-    # --- impl/sql/http.sql ---
+    # --- impl/store/sql/http.sql ---
     **_covered(
         _HTTP,
         _API + "test_queue_is_a_belay_queues_row_and_a_duplicate_is_409",
@@ -214,7 +214,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
     **_covered(
         _HTTP, _API + "test_tasks_listing_filters_by_queue_and_status_and_pages_with_a_cursor", "http.tasks_page"
     ),
-    # --- impl/sql/ops.sql ---
+    # --- impl/store/sql/ops.sql ---
     **_covered(_OPS, _CLI + "test_stats_counts_jobs_per_queue_and_state", "ops_stats"),
     **_covered(_OPS, _CLI + "test_jobs_list_filters_and_pages_newest_first_by_keyset", "ops_jobs_page"),
     **_covered(
@@ -241,7 +241,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         "ops_cron_last_fired",
         "ops_delete_cron",
     ),
-    # --- impl/sql/dashboard.sql, dashboard_indexes.sql ---
+    # --- impl/store/sql/dashboard.sql, dashboard_indexes.sql ---
     **_covered(
         _DASH,
         _DT + "test_no_job_list_query_under_any_filters_uses_offset",
@@ -299,7 +299,7 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
         for name in ("prune_steps", "prune_events")
     },
     "held_leases": (
-        "a read of the runtime's claim recovery (impl/runtime.py recover_claims): changes no row, and the "
+        "a read of the runtime's claim recovery (impl/runtime/node.py recover_claims): changes no row, and the "
         "machine runs one operation at a time, so no claim's commit is ever in doubt",
         "tests/test_claim_recovery.py::test_jobs_claimed_by_a_commit_the_node_could_not_confirm_run_on_that_node_first_attempt",
     ),
@@ -336,8 +336,8 @@ def recording() -> Iterator[Counter[str]]:
     """Count every named statement the store fetches (and the compact insert it builds) in this block, from
     zero: the counter is process-wide, and an earlier run in this process (the model comparison, in an xdist
     worker that ran it first) must not leak into the block's counts."""
-    import impl.store as store_module
-    from impl.queries import SchemaSQL
+    import impl.store.client_store as store_module
+    from impl.store.queries import SchemaSQL
 
     rec = RECORDER
     rec.counts.clear()
@@ -418,8 +418,8 @@ def run_machine(db_url: str, profile: str, stateful: Any) -> Run:
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from impl.pgrows import configure_connection
     from impl.store import PgStore
+    from impl.store.pgrows import configure_connection
 
     machine_steps: list[int] = []
 

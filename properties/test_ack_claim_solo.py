@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from model import ops
 from model import worker_ops as w
 from model.ops import JobSpec, WorkflowMember

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from impl.client import Client
-from impl.pgrows import channel_name
+from impl.store.pgrows import channel_name
 from model.ops import JobSpec, WorkflowMember
 
 EXAMPLES = int(os.environ.get("BELAY_CLIENT_TX_EXAMPLES", "30"))

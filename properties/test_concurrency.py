@@ -32,9 +32,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from impl.migrate import migrate
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.migrate import migrate
+from impl.store.snapshot import snapshot
 from model import ops
 from model import worker_ops as w
 from model.ops import JobSpec

@@ -264,7 +264,7 @@ class ApiVersusModel(RuleBasedStateMachine):
     @rule()
     def worker_sweep(self):
         """A `belay worker` on the same database reclaims expired leases: the contract's §6 reclaim with
-        the runtime's backoff (impl/runtime.py reclaim_backoff), over every job (issue 53)."""
+        the runtime's backoff (impl/runtime/node.py reclaim_backoff), over every job (issue 53)."""
         backoff = w.Backoff()
         done = self.api.belay.store.apply(w.Reclaim(self.now(), backoff))
         assert not [i for i in done.failed if i in self.model.tasks], "a worker's reclaim failed an HTTP task"

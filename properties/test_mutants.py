@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from impl.queries import _BLOCK
+from impl.store.queries import _BLOCK
 from properties.mutants import BY_NAME, CATALOGUE, Edit, Mutant
 from properties.mutants.catalogue import TIERS
 from properties.mutants.runner import (
@@ -130,13 +130,13 @@ def test_a_patch_whose_old_text_is_gone_or_ambiguous_fails_loudly_and_writes_not
 
 def test_the_copy_leaves_out_vcs_and_caches_and_imports_impl_from_itself(tmp_path):
     root = copy_tree(ROOT, tmp_path / "repo")
-    assert (root / "impl" / "store.py").is_file() and (root / "properties" / "mutants").is_dir()
+    assert (root / "impl" / "store" / "client_store.py").is_file() and (root / "properties" / "mutants").is_dir()
     assert not (root / ".git").exists() and not list(root.rglob("__pycache__"))
     assert import_check(root) == ""
     apply_edits(root, BY_NAME["retry_keeps_cancel_requested"].edits)
-    retry_job = (root / "impl/sql/queries.sql").read_text().split("-- retry_job --")[1].split("\n\n")[0]
+    retry_job = (root / "impl/store/sql/queries.sql").read_text().split("-- retry_job --")[1].split("\n\n")[0]
     assert "cancel_requested = false" not in retry_job
-    assert "cancel_requested = false" in (ROOT / "impl/sql/queries.sql").read_text(), "the checkout is untouched"
+    assert "cancel_requested = false" in (ROOT / "impl/store/sql/queries.sql").read_text(), "the checkout is untouched"
     apply_edits(root, BY_NAME["cert_i7_window_mode_admissions_not_counted"].edits)  # the certifier tier: soak/
     assert 'a.mode == "always":  # MUTANT' in (root / "soak/checker.py").read_text()
     assert 'a.mode == "always":  # MUTANT' not in (ROOT / "soak/checker.py").read_text()

@@ -35,8 +35,8 @@ def test_the_split_spawn_agrees_step_by_step(db_url):
     from hypothesis import settings
     from hypothesis.stateful import run_state_machine_as_test
 
-    from impl.pgrows import configure_connection
     from impl.store import PgStore
+    from impl.store.pgrows import configure_connection
 
     with psycopg.connect(db_url, autocommit=True) as conn, PgStore(db_url, pool_size=2) as store:
         configure_connection(conn)

@@ -1,4 +1,4 @@
-"""The gate on what the model comparison reaches (issue 32): every statement of impl/sql/ (and every
+"""The gate on what the model comparison reaches (issue 32): every statement of impl/store/sql/ (and every
 statement built in Python) is executed by the stateful machine at least its floor times, or is listed in
 properties.statements.ELSEWHERE with its reason and the test that covers it instead.
 

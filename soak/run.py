@@ -25,11 +25,11 @@ from pathlib import Path
 
 import psycopg
 
-from impl.failures import debug_requested, describe_database_error
-from impl.lifecycle import interrupt_on_signals
-from impl.migrate import migrate
+from impl.ops.failures import debug_requested, describe_database_error
+from impl.ops.lifecycle import interrupt_on_signals
 from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, redact
-from impl.snapshot import snapshot_streamed
+from impl.store.migrate import migrate
+from impl.store.snapshot import snapshot_streamed
 from model.ops import IncompatibleSchema
 from soak import (
     interrupted,

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
+from impl.store.migrate import migrate
 
 
 @pytest.fixture(scope="module", name="cluster")

@@ -24,9 +24,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from impl.failpoints import Pause
-from impl.queries import SchemaSQL
 from impl.store import PgStore
+from impl.store.failpoints import Pause
+from impl.store.queries import SchemaSQL
 from model import ops
 from model import worker_ops as w
 from model.queues import QueueOpts

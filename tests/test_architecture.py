@@ -18,7 +18,7 @@ import inspect
 import typing
 from pathlib import Path
 
-from impl import store as pg_store
+from impl.store import client_store as pg_store
 from model import ops
 from model import store as model_store
 from model import worker_ops as w
@@ -143,7 +143,7 @@ def test_every_operation_has_a_model_handler_a_store_handler_a_conformance_case_
             what
             for what, ok in (
                 ("model handler (model/store.py HANDLERS)", op in model_store.HANDLERS),
-                ("store handler (impl/store.py _HANDLERS)", op in pg_store._HANDLERS),
+                ("store handler (impl/store/client_store.py _HANDLERS)", op in pg_store._HANDLERS),
                 ("conformance case (properties/conformance/)", op in covered_by_cases),
                 ("stateful rule (properties/stateful.py)", op.__name__ in covered_by_rules),
             )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from bench import run
-from impl.migrate import migrate
+from impl.store.migrate import migrate
 
 
 def test_the_runtime_drains_in_a_process_of_its_own_and_the_clock_starts_at_its_first_claim(db_url):

@@ -22,8 +22,8 @@ import psycopg
 import pytest
 
 from impl.client import Client
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from model import worker_ops as w
 from soak.commits.capture import Capture, parse_lsn, read_transactions
 from soak.commits.replay import replay

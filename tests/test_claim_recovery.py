@@ -1,4 +1,4 @@
-"""Claim recovery (impl/runtime.py Worker.recover_claims; issue 27).
+"""Claim recovery (impl/runtime/node.py Worker.recover_claims; issue 27).
 
 A claim whose commit the node cannot confirm — the connection broke after the server committed, the call
 timed out on its client-side deadline, and it was retried — has leased jobs to the node that no execution

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
 from impl.client import Client
+from impl.ops.cli import main
 from impl.store import PgStore
 from model import worker_ops as w
 from model.ops import JobSpec, WorkflowMember
@@ -105,7 +105,7 @@ def test_an_error_class_is_printed_once_in_jobs_show(db_url):
 @pytest.mark.parametrize("checked", [True, False], ids=["checked first", "uvicorn's own failure"])
 def test_a_busy_port_exits_1_with_a_message_not_replays_code_3(db_url, command, checked, monkeypatch):
     if not checked:  # the bind lost to a race after the check: uvicorn's startup failure (exit 3) maps to 1
-        monkeypatch.setattr("impl.cli._check_port", lambda host, port: None)
+        monkeypatch.setattr("impl.ops.cli._check_port", lambda host, port: None)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

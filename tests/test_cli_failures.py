@@ -26,9 +26,9 @@ import click
 import psycopg
 import pytest
 
-from impl.cli import main as belay_main
-from impl.failures import describe_database_error
 from impl.http.server import free_port
+from impl.ops.cli import main as belay_main
+from impl.ops.failures import describe_database_error
 from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +98,7 @@ def reaped(argv: list[str], tmp_path: Path, *, timeout: float = 60, env: dict[st
 
 
 def belay(*args: str) -> list[str]:
-    return [sys.executable, "-m", "impl.cli", *args]
+    return [sys.executable, "-m", "impl.ops.cli", *args]
 
 
 def assert_clean_failure(run: Run, rc: int, *patterns: str) -> None:
@@ -274,8 +274,8 @@ def test_worker_gives_up_only_when_asked_and_says_so_once(tmp_path):
 def test_worker_rides_out_a_database_outage_logging_each_change_once(tmp_path):
     """Started before its database exists, the worker waits; the database crashes under it and comes
     back: one line for each change, no traceback, and SIGTERM still stops it cleanly."""
-    from impl.migrate import migrate
     from impl.provision import ClusterConfig, EmbeddedCluster
+    from impl.store.migrate import migrate
 
     cluster = EmbeddedCluster(ClusterConfig())
     cluster.start()

@@ -1,4 +1,4 @@
-"""The `belay` day-2 commands (impl/cli_ops.py over impl/operator.py) on real PostgreSQL: each command,
+"""The `belay` day-2 commands (impl/ops/cli_ops.py over impl/ops/operator.py) on real PostgreSQL: each command,
 its --json output, and its refusal paths — unknown ids, retrying a non-terminal job, bad JSON — with a
 clear message, the documented exit code (1 refused, 2 usage) and nothing changed (a whole-database
 snapshot compared before and after).
@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
 from impl.client import Client
-from impl.snapshot import snapshot
+from impl.ops.cli import main
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from model import worker_ops as w
 from model.ops import JobSpec, WorkflowMember
 from tests.apps import replay_app as app

@@ -8,8 +8,8 @@ from __future__ import annotations
 import psycopg
 from click.testing import CliRunner
 
-from impl.cli import main
-from impl.snapshot import snapshot
+from impl.ops.cli import main
+from impl.store.snapshot import snapshot
 
 
 def _schemas(url: str) -> set[str]:

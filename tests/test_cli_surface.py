@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
+from impl.ops.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 OPSAPP = """
@@ -40,7 +40,7 @@ def test_worker_app_loads_a_module_from_the_working_directory(db_url, tmp_path):
     (tmp_path / "opsapp.py").write_text(OPSAPP)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "impl.cli", "worker", "--app", "opsapp", "--database-url", db_url],
+        [sys.executable, "-P", "-m", "impl.ops.cli", "worker", "--app", "opsapp", "--database-url", db_url],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -78,7 +78,7 @@ def test_a_port_out_of_range_is_a_usage_error(args, db_url):
     """A subprocess with a timeout: before the fix the dashboard and the server announced the port and
     went on serving elsewhere (this call would hang)."""
     r = subprocess.run(
-        [sys.executable, "-m", "impl.cli", *args],
+        [sys.executable, "-m", "impl.ops.cli", *args],
         cwd=ROOT,
         env={**os.environ, "BELAY_DATABASE_URL": db_url},
         capture_output=True,
@@ -109,7 +109,7 @@ def test_a_replay_without_the_app_says_it_could_not_judge_rather_than_unclean(db
     was re-executed, so `clean` is null (unknown), not false (a divergence)."""
     from datetime import UTC, datetime
 
-    from impl.replay import dry_run
+    from impl.ops.replay import dry_run
     from impl.store import PgStore
     from model import ops
 

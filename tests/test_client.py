@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
 from impl.client import Client, result_value
-from impl.migrate import IncompatibleSchema
-from impl.pgrows import result_payload
+from impl.ops.cli import main
 from impl.store import channel_name
+from impl.store.migrate import IncompatibleSchema
+from impl.store.pgrows import result_payload
 from impl.testing import wait_for
 from model.envelope import encode
 from tests.test_listener import listener_statement
@@ -142,7 +142,7 @@ def test_cli_never_prints_a_password(blank_db_url):
 
 
 def test_smoke_scenario_passes_against_a_given_database(blank_db_url, monkeypatch):
-    from impl.smoke import run
+    from impl.ops.smoke import run
 
     monkeypatch.setenv("BELAY_DATABASE_URL", blank_db_url)
     lines: list[str] = []
@@ -156,7 +156,7 @@ def test_cli_db_starts_an_embedded_cluster_prints_its_url_and_stops_on_sigterm()
     import sys
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "impl.cli", "db"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "impl.ops.cli", "db"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     try:
         ready = proc.stdout.readline()

@@ -22,11 +22,12 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
-from impl.dashboard import audit, create_app
-from impl.dashboard.audit import LOGGER
-from impl.dashboard.auth import Auth, BindRefused, Sessions, check_bind
-from impl.dashboard.queries import (
+from impl.http.server import free_port, running
+from impl.ops.cli import main
+from impl.ops.dashboard import audit, create_app
+from impl.ops.dashboard.audit import LOGGER
+from impl.ops.dashboard.auth import Auth, BindRefused, Sessions, check_bind
+from impl.ops.dashboard.queries import (
     FILTERS,
     INDEXES,
     DashboardQueries,
@@ -35,7 +36,6 @@ from impl.dashboard.queries import (
     index_blocks,
     like_pattern,
 )
-from impl.http.server import free_port, running
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
@@ -383,7 +383,7 @@ def test_error_text_search_matches_literally():
 
 
 def test_a_custom_schema_is_read_and_indexed_in_that_schema(db_url):
-    from impl.migrate import migrate
+    from impl.store.migrate import migrate
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         migrate(conn, "tenant_a")
@@ -555,7 +555,7 @@ def test_every_action_is_one_parseable_audit_line_naming_who_what_which_job_and_
 
 def test_belay_dashboard_emits_its_audit_lines_and_takes_an_authorizer(db_url, world, tmp_path):
     port = free_port("127.0.0.1")
-    cmd = [sys.executable, "-m", "impl.cli", "dashboard", "--database-url", db_url, "--port", str(port)]
+    cmd = [sys.executable, "-m", "impl.ops.cli", "dashboard", "--database-url", db_url, "--port", str(port)]
     cmd += ["--authorizer", "tests.dashboard_world:authorizer"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
     env.pop("BELAY_DASHBOARD_TOKEN", None)

@@ -22,10 +22,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from impl.dashboard import create_app
-from impl.dashboard.queries import DashboardQueries
-from impl.dashboard.views import STATE_COLOURS
 from impl.http.server import running
+from impl.ops.dashboard import create_app
+from impl.ops.dashboard.queries import DashboardQueries
+from impl.ops.dashboard.views import STATE_COLOURS
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w

@@ -1,6 +1,6 @@
 """The dashboard under bad input and unexpected errors (issue 53): no bare 500 with a traceback, every
 refusal one clear line, every attempt one audit line; and its retry shares the Client SDK's refusal of a
-doomed workflow member (impl/operator.py decides it, for the CLI, the MCP server and the dashboard)."""
+doomed workflow member (impl/ops/operator.py decides it, for the CLI, the MCP server and the dashboard)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import httpx
 import psycopg
 import pytest
 
-from impl.dashboard import audit
-from impl.dashboard.queries import DashboardQueries
+from impl.ops.dashboard import audit
+from impl.ops.dashboard.queries import DashboardQueries
 from impl.store import PgStore
 from tests import dashboard_world
 from tests.test_dashboard import SEEDED, TOKEN, Captured, served

@@ -17,7 +17,8 @@ import psycopg
 import pytest
 
 from impl.flag import Flag
-from impl.pgrows import (
+from impl.store import PgStore
+from impl.store.pgrows import (
     FastJsonbBinaryLoader,
     FastJsonbLoader,
     channel_name,
@@ -27,7 +28,6 @@ from impl.pgrows import (
     poked_queue,
     result_payload,
 )
-from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
 from model.envelope import decode

@@ -386,7 +386,7 @@ def _batch(shape: str, n: int, now) -> list[JobSpec]:
 
 @pytest.mark.parametrize("shape", ["constant", "few-varying", "many-varying"])
 def test_a_bulk_batch_stores_every_column_as_the_model_does_whatever_varies(store, conn, now, shape):
-    from impl.snapshot import snapshot
+    from impl.store.snapshot import snapshot
     from model.store import ModelStore
 
     model = ModelStore()
@@ -397,9 +397,9 @@ def test_a_bulk_batch_stores_every_column_as_the_model_does_whatever_varies(stor
 
 def test_a_single_enqueue_is_one_statement_that_pokes_its_queue_once(db_url, store, now, monkeypatch):
     """Issue 33: one job with no unique key or cron slot goes in as one autocommit statement
-    (impl.store._enqueue_solo), its poke sent from that statement, as the transaction path sends it (a
+    (impl.store.client_store._enqueue_solo), its poke sent from that statement, as the transaction path sends it (a
     scheduled job's row is `ready` too, and pokes); the ids follow the sequence as that path's do."""
-    import impl.store as store_module
+    import impl.store.client_store as store_module
 
     executed = []
     real = store_module._enqueue_solo

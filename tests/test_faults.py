@@ -1,4 +1,4 @@
-"""Transient-fault classification and retry with backoff (impl/faults.py).
+"""Transient-fault classification and retry with backoff (impl/runtime/faults.py).
 
 Faults are real where that is cheap: errors raised by the server with the SQLSTATE in question, a
 backend terminated under its client, a port nobody listens on. `with_retries` runs on an injected
@@ -15,7 +15,7 @@ import pytest
 from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from impl.faults import RetryPolicy, is_transient, with_retries
+from impl.runtime.faults import RetryPolicy, is_transient, with_retries
 from model.ops import InvalidInput
 
 

@@ -1,6 +1,6 @@
 """Forced interleavings on PostgreSQL: every counterexample the race explorer (model/explorer/) prints,
 replayed statement by statement on a real database — threads, one connection each, failpoints
-(impl/failpoints.py) to stop a transaction between two statements, and pg_stat_activity to see when a
+(impl/store/failpoints.py) to stop a transaction between two statements, and pg_stat_activity to see when a
 connection is waiting on a lock (never a sleep standing in for "it must be blocked by now").
 
 Each reproduction runs one schedule against a variant and returns an `Outcome`: whether the contract's
@@ -14,7 +14,7 @@ variant fails is what shows the schedule actually reaches the race.
     park_wake   await park vs signal delivery; scope lock or not
     lock_order  two acks of workflow children; one path taking the scope lock first (broken)
     settlement  operator retry of a doomed dependent; straight to ready (broken) or re-held (§8.6)
-    cancel_ack  a finding: Cancel of a running workflow member racing its ack deadlocks in impl/store.py
+    cancel_ack  a finding: Cancel of a running workflow member racing its ack deadlocks in impl/store/client_store.py
 
 The notebooks (notebooks/*.ipynb) import this module to show the same reproductions next to the
 explorer's traces.
@@ -34,10 +34,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from impl.failpoints import Pause, armed_points, failpoint
-from impl.queries import SchemaSQL
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.failpoints import Pause, armed_points, failpoint
+from impl.store.queries import SchemaSQL
+from impl.store.snapshot import snapshot
 from impl.testing import wait_for
 from model import ops
 from model import worker_ops as w
@@ -346,7 +346,7 @@ def reproduce_r1(url: str, variant: str) -> Outcome:
 
 
 R2_VARIANTS = {
-    "real": ("impl", True),  # impl/worker_store.py _await_children; the sweeper's reconciler pass
+    "real": ("impl", True),  # impl/store/worker_store.py _await_children; the sweeper's reconciler pass
     "broken": ("text", False),  # §8.4 in the text's order, step by step; no reconciler
     "text_with_reconciler": ("text", True),  # the same SDK, rescued by the backstop
 }
@@ -685,7 +685,7 @@ def test_cancel_taking_the_workflow_lock_before_a_running_row_deadlocks_with_its
 
 
 def test_a_paused_thread_that_is_never_released_fails_instead_of_hanging():
-    from impl.failpoints import FailpointTimeout
+    from impl.store.failpoints import FailpointTimeout
 
     with (
         Pause("nowhere", timeout=0.05) as pause,

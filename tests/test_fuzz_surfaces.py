@@ -27,10 +27,10 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from impl.cli import main
-from impl.dashboard import create_app
 from impl.http.server import running
 from impl.http.testing import serve_api
+from impl.ops.cli import main
+from impl.ops.dashboard import create_app
 from impl.store import PgStore
 from model import ops
 
@@ -301,7 +301,7 @@ def test_fuzz_the_cli(db_url):
 def test_fuzz_the_mcp_tools(db_url, tmp_path):
     from mcp.server.fastmcp.exceptions import ToolError
 
-    from impl.mcp_server import build_server
+    from impl.ops.mcp_server import build_server
 
     counts: Counter = Counter()
     server = build_server(db_url, allow_mutations=True, reports=tmp_path)

@@ -15,10 +15,10 @@ import psycopg
 import pytest
 
 from impl.client import Client
-from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.migrate import migrate
+from impl.store.snapshot import snapshot
 from impl.testing import wait_for
 from model import worker_ops as w
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions

@@ -16,12 +16,12 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from impl.cli import main
 from impl.client import Client
 from impl.http.errors import iso
 from impl.http.server import BindRefused, check_bind
 from impl.http.tasks import ROW_MAX_ATTEMPTS
 from impl.http.testing import serve_api
+from impl.ops.cli import main
 from tests.http_support import claim_tasks, http_api, http_clock, job  # noqa: F401  (fixtures: api, clock)
 
 

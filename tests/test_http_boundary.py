@@ -45,7 +45,7 @@ def api(db_url: str, clock: FakeClock):
 
 def worker_reclaim(db_url: str, now) -> w.Reclaimed:
     """A `belay worker`'s sweeper pass: the contract's §6 reclaim with the runtime's default backoff
-    (impl/runtime.py RuntimeConfig.reclaim_backoff), over every expired lease of the database."""
+    (impl/runtime/config.py WorkerConfig.reclaim_backoff), over every expired lease of the database."""
     with PgStore(db_url) as store:
         return store.apply(w.Reclaim(now, w.Backoff()))
 
@@ -150,7 +150,7 @@ def _wait(predicate, seconds: float, what: str) -> None:
 
 WORKERS = {
     "belay-worker": (
-        [sys.executable, "-m", "impl.cli", "worker", "--app", "tests.apps.runtime_app", "--database-url", "{url}"],
+        [sys.executable, "-m", "impl.ops.cli", "worker", "--app", "tests.apps.runtime_app", "--database-url", "{url}"],
         {},
     ),
     "soak-reference-worker": (  # soak/PROTOCOL.md §1: the certifier's worker, its own queue (no HTTP queue)

@@ -13,7 +13,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 
 from impl.http.fastpath import CompletionBatcher
-from impl.pgrows import result_payload
+from impl.store.pgrows import result_payload
 from model.envelope import decode
 from tests.http_support import claim_tasks, http_api, http_clock, job, make_tasks  # noqa: F401  (fixtures: api, clock)
 

@@ -203,7 +203,7 @@ class HttpVersusModel(RuleBasedStateMachine):
 
     @rule()
     def worker_reclaim(self):
-        """A `belay worker`'s sweeper pass (impl/runtime.py: w.Reclaim with its reclaim_backoff) over the
+        """A `belay worker`'s sweeper pass (impl/runtime/node.py: w.Reclaim with its reclaim_backoff) over the
         whole database: HTTP tasks and ordinary jobs alike, as any contract-following SDK does."""
         op = w.Reclaim(self.now(), w.Backoff())
         real = self.api.belay.store.apply(op)

@@ -1,4 +1,4 @@
-"""The pg_notify accelerator's listener (impl.pgrows.listen_for_pokes) stops listening while nothing could
+"""The pg_notify accelerator's listener (impl.store.pgrows.listen_for_pokes) stops listening while nothing could
 use a poke, and polls when it listens again (issue 33: a busy node received every job's result notification
 on the channel pokes share, 10-15 µs of its CPU per job).
 
@@ -12,8 +12,8 @@ import threading
 import psycopg
 
 from impl.client import Client
-from impl.pgrows import channel_name, listen_for_pokes
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.store.pgrows import channel_name, listen_for_pokes
 from impl.testing import wait_for
 from impl.worker import Registry
 from model.queues import QueueOpts

@@ -1,5 +1,5 @@
 """One quoting function for every logfmt line Belay writes (issue 53): the dashboard's audit log and the
-telemetry logger. Its promise (impl/dashboard/audit.py, impl/telemetry.py): a value "cannot forge a field
+telemetry logger. Its promise (impl/ops/dashboard/audit.py, impl/telemetry/logfmt.py): a value "cannot forge a field
 or a line" — every line is one line and parses back to exactly its fields, whatever the text."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from impl import telemetry
-from impl.dashboard import audit
+from impl.ops.dashboard import audit
 
 TEXT = st.text(st.characters(codec=None, exclude_categories=["Cs"]), max_size=40)
 

@@ -1,4 +1,4 @@
-"""The MCP server (impl/mcp_server.py) through the official `mcp` SDK's own client over stdio: the
+"""The MCP server (impl/ops/mcp_server.py) through the official `mcp` SDK's own client over stdio: the
 tools are listed and called against real PostgreSQL; mutations are refused (a tool error, nothing
 changed) unless the server runs with --allow-mutations or an --authorizer that allows the call.
 """
@@ -17,8 +17,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from impl.client import Client
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from model import worker_ops as w
 from tests.apps import replay_app as app
 
@@ -43,7 +43,7 @@ def session(url: str, *flags: str, calls) -> list:
     """Start `belay mcp` over stdio, run `calls(session)` (async), return what it returns."""
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "impl.cli", "mcp", "--database-url", url, *flags],
+        args=["-m", "impl.ops.cli", "mcp", "--database-url", url, *flags],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )
@@ -243,7 +243,7 @@ def test_the_server_reports_belays_version_not_the_mcp_sdks(db_url):
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "impl.cli", "mcp", "--database-url", db_url],
+        args=["-m", "impl.ops.cli", "mcp", "--database-url", db_url],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=str(ROOT),
     )

@@ -1,5 +1,5 @@
 """The peers' bugs as named regressions (issue 13): real bugs of other PostgreSQL job queues, each replayed
-against Belay on a real database with the failpoints / forced-schedule harness (impl/failpoints.py,
+against Belay on a real database with the failpoints / forced-schedule harness (impl/store/failpoints.py,
 tests/test_forced_interleavings.py) — §6 leases and reclaim, §7 fenced acks, §8.5 cron slots.
 
 Every test runs twice: on Belay (`PgStore`), where it must pass, and on a test-local broken variant that
@@ -23,8 +23,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from impl.failpoints import Pause, failpoint
 from impl.store import PgStore
+from impl.store.failpoints import Pause, failpoint
 from model import ops
 from model import worker_ops as w
 from model.cron import cron_job, cron_plan

@@ -1,4 +1,4 @@
-"""Replay dry-run (impl/replay.py; spec/belay-operations.txt "Day-2 tooling": Replay.dry_run).
+"""Replay dry-run (impl/ops/replay.py; spec/belay-operations.txt "Day-2 tooling": Replay.dry_run).
 
 Jobs run with tests/apps/replay_app.py's v1 code in-process on real PostgreSQL; then the code is
 changed (a step renamed, a step inserted, a spawn removed, ...) and the dry-run must name the first
@@ -15,9 +15,10 @@ import psycopg
 import pytest
 
 from impl.client import Client
-from impl.replay import ReplayError, dry_run, dry_run_many, history
-from impl.snapshot import snapshot
+from impl.ops.history import history
+from impl.ops.replay import ReplayError, dry_run, dry_run_many
 from impl.store import PgStore
+from impl.store.snapshot import snapshot
 from tests.apps import replay_app as app
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -30,11 +30,11 @@ import pytest
 from psycopg.rows import dict_row
 
 from impl.client import Client, result_value
-from impl.faults import RetryPolicy
-from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.runtime import QueueConfig, Worker, WorkerConfig, default_logger, utc_now
+from impl.runtime.faults import RetryPolicy
 from impl.store import PgStore
+from impl.store.migrate import migrate
 from impl.testing import wait_for
 from impl.worker import Registry
 from model import ops
@@ -262,7 +262,7 @@ def test_a_reclaim_of_many_expired_leases_is_a_fixed_number_of_statements(db, no
         assert out == w.Reclaimed(tuple(sorted(set(ids) - last)), tuple(sorted(last)))
         assert counts["expired_leases"] == 1 and counts["reclaim_many"] == 1, counts
         assert sum(counts.values()) <= 4, f"a statement per row: {dict(counts)}"
-    from impl.snapshot import snapshot
+    from impl.store.snapshot import snapshot
 
     with psycopg.connect(db) as conn:
         jobs = snapshot(conn).jobs

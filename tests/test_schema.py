@@ -10,8 +10,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from impl.migrate import IncompatibleSchema, check_compat, migrate
-from impl.queries import SchemaSQL
+from impl.store.migrate import IncompatibleSchema, check_compat, migrate
+from impl.store.queries import SchemaSQL
 from model.ops import InvalidInput
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,7 +203,7 @@ _SQL_WORDS = re.compile(r"\b(SELECT|UPDATE|INSERT|DELETE|CREATE|ALTER|WITH)\b")
 
 def _sql_texts():
     """Every .sql file, plus every string literal in Python under impl/ that looks like SQL."""
-    for path in sorted((ROOT / "impl" / "sql").glob("*.sql")):
+    for path in sorted((ROOT / "impl" / "store" / "sql").glob("*.sql")):
         yield path, path.read_text()
     for path in sorted(ROOT.glob("impl/**/*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -237,7 +237,7 @@ def test_the_claim_order_has_an_index_variant_with_nulls_first(conn):
 
 
 def test_a_claim_over_a_deep_backlog_walks_the_index_instead_of_sorting(conn, now):
-    from impl.queries import SchemaSQL
+    from impl.store.queries import SchemaSQL
 
     conn.execute(
         "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at) "
@@ -262,7 +262,7 @@ def test_reporting_the_holders_of_skipped_unique_keys_probes_the_partial_unique_
     """§5.2 duplicate reporting: each skipped row's holder is found through the unique index its mode
     conflicts with. A CASE around both predicates hid them from the planner, so every skipped row of a
     bulk enqueue scanned the table (bench.enqueue: 854 duplicate rows/s on a table of ~40,000 rows)."""
-    from impl.queries import SchemaSQL
+    from impl.store.queries import SchemaSQL
 
     conn.execute(
         "INSERT INTO belay_jobs (queue, worker, state, ready_at, inserted_at, unique_key, unique_mode) "

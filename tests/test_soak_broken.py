@@ -39,11 +39,14 @@ def _impl_classes() -> dict[str, dict[str, object]]:
     """Every attribute of every class in impl/'s worker-side modules (what a variant could patch)."""
     import inspect
 
-    from impl import client, runtime, store, worker, worker_store
+    from impl import client, worker
+    from impl.runtime import ack_group, config, executor, node, producer, termination, watchdog
+    from impl.store import client_store, worker_store
 
+    modules = (ack_group, config, executor, node, producer, termination, watchdog, client_store, worker_store)
     return {
         f"{m.__name__}.{name}": dict(vars(cls))
-        for m in (runtime, store, worker_store, worker, client)
+        for m in (*modules, worker, client)
         for name, cls in inspect.getmembers(m, inspect.isclass)
         if cls.__module__ == m.__name__
     }

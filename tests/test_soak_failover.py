@@ -21,10 +21,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.migrate import migrate
+from impl.store.snapshot import snapshot
 from model import ops
 from model import worker_ops as w
 from soak.failover import Replication, check_durability, primary_settings

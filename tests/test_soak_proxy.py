@@ -1,4 +1,4 @@
-"""The soak's fault-injecting proxy (soak/proxy.py) and the client-side call deadline (impl/deadline.py)
+"""The soak's fault-injecting proxy (soak/proxy.py) and the client-side call deadline (impl/store/deadline.py)
 on a real PostgreSQL: partition, stall, single-connection stall, latency, heal, retarget — and a worker
 whose renewal connection stalls keeps its other leases (spec/belay-operations.txt §6, issue 13)."""
 
@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from impl.deadline import Watchdog, connection_defaults
 from impl.store import PgStore
+from impl.store.deadline import Watchdog, connection_defaults
 from model import ops
 from model import worker_ops as w
 from soak.proxy import Proxy
@@ -181,7 +181,7 @@ def test_a_stalled_connection_does_not_freeze_lease_renewal(proxy, db_url, now, 
         result: list = []
 
         def renew() -> None:
-            from impl.faults import with_retries
+            from impl.runtime.faults import with_retries
 
             result.append(
                 with_retries(
@@ -233,7 +233,7 @@ def test_a_transaction_stalled_while_holding_a_job_row_does_not_block_the_nodes_
         result: list = []
 
         def renew() -> None:
-            from impl.faults import with_retries
+            from impl.runtime.faults import with_retries
 
             op = w.Renew(now + timedelta(seconds=3), "n1", tuple(ids), now + timedelta(seconds=13))
             result.append(with_retries(lambda: store.apply(op), what="renew"))

@@ -180,7 +180,7 @@ def test_a_saved_state_reads_back_equal_with_its_big_tables_on_disk(tmp_path):
 def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):
     import psycopg
 
-    from impl.snapshot import snapshot, snapshot_streamed
+    from impl.store.snapshot import snapshot, snapshot_streamed
     from soak.commits.spill import DiskTable, disk_table
 
     _shapes(url)

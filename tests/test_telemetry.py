@@ -1,4 +1,4 @@
-"""Telemetry (impl/telemetry.py; spec/belay-operations.txt "Telemetry") and the queue pause
+"""Telemetry (impl/telemetry/; spec/belay-operations.txt "Telemetry") and the queue pause
 extension, on real PostgreSQL with in-process Workers: the default logger's one line per job
 attempt, Prometheus metrics served over HTTP (and by `belay worker --metrics-port`), OpenTelemetry
 spans, and a paused belay_queues row stopping a node's claims without resetting its limits.
@@ -21,7 +21,7 @@ import pytest
 
 from impl import telemetry
 from impl.client import Client
-from impl.operator import Operator, stats_reader
+from impl.ops.operator import Operator, stats_reader
 from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.testing import wait_for
 from model.queues import QueueOpts, merge_opts
@@ -207,7 +207,7 @@ def test_belay_worker_serves_metrics_and_logs_a_line_per_job(db_url, tmp_path):
             [
                 sys.executable,
                 "-m",
-                "impl.cli",
+                "impl.ops.cli",
                 "worker",
                 "--app",
                 "tests.apps.telemetry_app",

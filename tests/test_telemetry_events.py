@@ -1,5 +1,5 @@
 """Telemetry handlers that declare their events, and the default logger's log records
-(impl/telemetry.py; spec/belay-operations.txt "Telemetry"; issue 15: telemetry on costs the runtime
+(impl/telemetry/; spec/belay-operations.txt "Telemetry"; issue 15: telemetry on costs the runtime
 at most 5 % of its throughput, so nothing is built or called for an event no handler takes).
 
 Unit tests call the handlers and `dispatch` directly; one test runs a real Worker on PostgreSQL.
@@ -23,6 +23,7 @@ import pytest
 from impl import telemetry
 from impl.client import Client
 from impl.runtime import QueueConfig, Worker, WorkerConfig
+from impl.telemetry import logger as telemetry_logger
 from impl.testing import wait_for
 from model.queues import QueueOpts
 from tests.apps import telemetry_app as app
@@ -194,8 +195,8 @@ def test_a_default_logger_record_reaches_a_root_handler_with_its_level_name_mess
         (logging.INFO, "belay queue=ai limit=8"),
     ]
     record = mine[0]
-    assert record.levelname == "INFO" and record.filename == "telemetry.py" and record.funcName == "__call__"
-    assert record.module == "telemetry" and record.lineno > 0 and record.exc_info is None
+    assert record.levelname == "INFO" and record.filename == "logger.py" and record.funcName == "__call__"
+    assert record.module == "logger" and record.lineno > 0 and record.exc_info is None
     assert logging.Formatter("%(name)s %(levelname)s %(message)s").format(record) == (
         "belay.test.events.records INFO " + record.getMessage()
     )
@@ -285,7 +286,7 @@ def test_a_background_line_is_handled_later_with_the_time_and_thread_of_its_even
     assert times[0] <= record.created <= times[1]
     assert record.msecs == int((record.created - int(record.created)) * 1000)
     assert abs(record.relativeCreated - (record.created - logging._startTime) * 1000) < 1e-3
-    assert record.funcName == "__call__" and record.filename == "telemetry.py" and record.levelno == logging.INFO
+    assert record.funcName == "__call__" and record.filename == "logger.py" and record.levelno == logging.INFO
 
 
 def test_a_background_record_has_the_attributes_make_record_gives_and_honours_a_record_factory(on_root):
@@ -552,7 +553,7 @@ def test_the_background_threads_hand_the_gil_on_after_holding_it_a_while_and_onl
     """A background drain or fold calls time.sleep(0) whenever it has run `_YIELD_AFTER` seconds since it
     last did (here 0: before every item after the first check), and never when not yielding (a flush)."""
     slept: list[float] = []
-    monkeypatch.setattr(telemetry.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(telemetry_logger.time, "sleep", lambda s: slept.append(s))
     logger = logging.getLogger("belay.test.yield")
     logger.propagate = False
     logger.addHandler(logging.NullHandler())
@@ -563,7 +564,7 @@ def test_the_background_threads_hand_the_gil_on_after_holding_it_a_while_and_onl
         for _ in range(5):
             handler._pending.append((logging.INFO, *telemetry.job_line(line), time.time(), 1, "t"))
             metrics("job.stop", line)
-        monkeypatch.setattr(telemetry, "_YIELD_AFTER", 3600.0)
+        monkeypatch.setattr(telemetry_logger, "_YIELD_AFTER", 3600.0)
         with handler._flushing:
             handler._drain(yielding=True)
         metrics.fold(yielding=True)
@@ -571,7 +572,7 @@ def test_the_background_threads_hand_the_gil_on_after_holding_it_a_while_and_onl
         for _ in range(5):
             handler._pending.append((logging.INFO, *telemetry.job_line(line), time.time(), 1, "t"))
             metrics("job.stop", line)
-        monkeypatch.setattr(telemetry, "_YIELD_AFTER", 0.0)
+        monkeypatch.setattr(telemetry_logger, "_YIELD_AFTER", 0.0)
         handler.flush()
         metrics.fold()
         assert slept == []  # a flush on the caller's thread never hands on
@@ -593,8 +594,8 @@ def test_the_log_flusher_hands_the_gil_on_while_it_formats_a_batch(monkeypatch):
     stream = io.StringIO()
     out = telemetry.BatchingStreamHandler(stream, interval=3600, capacity=10_000)
     out.setFormatter(logging.Formatter("%(message)s"))
-    monkeypatch.setattr(telemetry.time, "sleep", lambda s: slept.append(s))
-    monkeypatch.setattr(telemetry, "_YIELD_AFTER", 0.0)
+    monkeypatch.setattr(telemetry_logger.time, "sleep", lambda s: slept.append(s))
+    monkeypatch.setattr(telemetry_logger, "_YIELD_AFTER", 0.0)
     try:
         for i in range(4):
             out.handle(logging.LogRecord("belay", logging.INFO, __file__, 1, "line %d", (i,), None))

@@ -1,6 +1,6 @@
 """Telemetry of a job whose code raised and was scheduled for a retry (issue 32).
 
-impl/telemetry.py: `job.exception` is "the job code raised; state says what the ack made of it" — also
+impl/telemetry/: `job.exception` is "the job code raised; state says what the ack made of it" — also
 when the ack made it `ready` again (a retry). tests/test_telemetry.py looks at final failures only (a
 `Fail` is never retried), so a runtime that reported a retried attempt as a plain `job.stop` went
 unnoticed. Both execution paths: one job per invocation (`Worker.execute`) and a chunk kind

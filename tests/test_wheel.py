@@ -104,7 +104,7 @@ def test_the_wheel_holds_the_four_packages_and_the_sql_and_yaml_package_data(ins
     names = zipfile.ZipFile(installed["wheel"]).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
     assert tops == set(PACKAGES), f"unexpected top-level names in the wheel: {sorted(tops)}"
-    for data in [*(ROOT / "impl" / "sql").glob("*.sql"), *(ROOT / "impl" / "http").glob("*.yaml")]:
+    for data in [*(ROOT / "impl" / "store" / "sql").glob("*.sql"), *(ROOT / "impl" / "http").glob("*.yaml")]:
         assert data.relative_to(ROOT).as_posix() in names, f"{data.name} is missing from the wheel"
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import psycopg
 from click.testing import CliRunner
 
-from impl.cli import main
 from impl.client import Client
+from impl.ops.cli import main
 from impl.testing import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def test_belay_worker_queues_slow_claims_only_from_slow_and_fires_only_its_crons
         client.put_cron("tick_fast", "* * * * *", "fast_job", opts={"queue": "fast"})
     log = tmp_path / "worker.log"
     env = {k: v for k, v in os.environ.items() if k != "BELAY_QUEUES"}
-    argv = [sys.executable, "-m", "impl.cli", "worker", "--app", "tests.apps.queues_app", "--queues", "slow"]
+    argv = [sys.executable, "-m", "impl.ops.cli", "worker", "--app", "tests.apps.queues_app", "--queues", "slow"]
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [*argv, "--database-url", db_url, "--limit", "3"],

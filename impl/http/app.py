@@ -28,8 +28,9 @@ from starlette.routing import Route
 from impl.http import errors as e
 from impl.http import fastpath as fast
 from impl.http import hot
+from impl.http.base import DEFAULT_PAGE, RUN_STATUSES, TASK_STATES, TASK_STATUSES
 from impl.http.errors import ApiError
-from impl.http.service import DEFAULT_PAGE, RUN_STATUSES, TASK_STATES, TASK_STATUSES, HttpService
+from impl.http.service import HttpService
 from impl.http.state import Belay
 from model import ops
 

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from impl.pgrows import job_from_row
+from impl.store.pgrows import job_from_row
 from model.store import claim_order
 
 

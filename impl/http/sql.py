@@ -1,4 +1,4 @@
-"""The HTTP service's own statements over the Belay tables (the ones impl/sql/http.sql does not have),
+"""The HTTP service's own statements over the Belay tables (the ones impl/store/sql/http.sql does not have),
 composed per schema like the named queries (`psycopg.sql.Identifier` table names, `now` always a
 parameter). Kept here because the run semantics they implement are the API's, not the contract's.
 
@@ -6,7 +6,7 @@ parameter). Kept here because the run semantics they implement are the API's, no
                       expired_leases (running AND lease_until <= now, FOR UPDATE SKIP LOCKED) of the
                       jobs created through the API (their `$http:task` step) or leased by this server's
                       node (a job another client enqueued, handed out as a run). The outcomes are the
-                      contract's own (impl/sql/worker.sql reclaim_many): an HTTP task's row keeps
+                      contract's own (impl/store/sql/worker.sql reclaim_many): an HTTP task's row keeps
                       max_attempts out of its claims' reach (impl/http/tasks.py ROW_MAX_ATTEMPTS), so
                       the reclaim — this one or any other node's — re-queues it, spending no attempt.
                       A job of another client the server never leased is never touched (issue 53).

@@ -18,8 +18,8 @@ from psycopg_pool import AsyncConnectionPool
 from impl.http import fastpath as fast
 from impl.http.openapi import served_document
 from impl.http.service import HttpService
-from impl.pgrows import listen_for_pokes
 from impl.store import PgStore
+from impl.store.pgrows import listen_for_pokes
 from model import ops
 
 log = logging.getLogger("belay.http")

@@ -1,7 +1,7 @@
 """The race explorer: every interleaving of the contract's SQL statements, searched exhaustively.
 
 Concurrent actors (workers, operators, sweepers) run small programs whose steps are the statements of
-a contract operation — in the order impl/store.py and impl/worker_store.py issue them — against a tiny
+a contract operation — in the order impl/store/client_store.py and impl/store/worker_store.py issue them — against a tiny
 database with READ COMMITTED visibility, row locks, advisory transaction locks and commit points
 (model/explorer/db.py). A breadth-first search with visited-state hashing (model/explorer/search.py)
 checks named safety invariants in every reachable state, deadlock freedom in every state, and liveness

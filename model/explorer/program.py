@@ -31,7 +31,7 @@ START, END = "start", "end"
 class Statement:
     """One interleaving point: a SQL statement of the modelled operation."""
 
-    name: str  # the named query in impl/sql it models (`ack_succeed`, `lock_scope`, …) or `commit`
+    name: str  # the named query in impl/store/sql it models (`ack_succeed`, `lock_scope`, …) or `commit`
     sql: str  # the statement as a reader recognises it, with the scenario's ids filled in
     run: Callable[[Tx], str | None] = field(repr=False, compare=False)  # its effect; the next label or None
 

@@ -1,8 +1,8 @@
 """The implementation's statements over a scenario's tiny database, one interleaving point each.
 
 `Db` declares a scenario's rows and advisory locks; `Sql(db)` appends statements to a `Program`, each
-named after the query in impl/sql/queries.sql or impl/sql/worker.sql it models, in the order
-impl/store.py and impl/worker_store.py issue them:
+named after the query in impl/store/sql/queries.sql or impl/store/sql/worker.sql it models, in the order
+impl/store/client_store.py and impl/store/worker_store.py issue them:
 
     §7 ack            ack_succeed | ack_succeed_many      (row locks on the jobs, held to COMMIT)
     §7 after-terminal lock_workflow → workflow_members → release_held/doom_held (§8.3), then

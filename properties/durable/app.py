@@ -1,4 +1,4 @@
-"""The job kinds that run model/durable.py programs on the real runtime (impl/runtime.py, impl/worker.py).
+"""The job kinds that run model/durable.py programs on the real runtime (impl/runtime/, impl/worker.py).
 
 `dx_program` interprets a program (its job input) with the Worker SDK exactly as a job author would:
 `ctx.step`, `ctx.sleep`, `ctx.await_signal`, `ctx.spawn`, `ctx.await_children`, `ctx.emit`, raising

@@ -31,10 +31,10 @@ import psycopg
 
 from impl import testing
 from impl.client import Client
-from impl.faults import RetryPolicy
-from impl.migrate import migrate
 from impl.provision import ClusterConfig, EmbeddedCluster
 from impl.runtime import Worker, WorkerConfig, utc_now
+from impl.runtime.faults import RetryPolicy
+from impl.store.migrate import migrate
 from impl.worker import Registry
 from model.durable import NO_BACKOFF, PROGRAM_KIND, QUEUE, normalize_journal_value, signal_scope
 from model.envelope import decode

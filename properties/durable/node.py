@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from impl.faults import RetryPolicy
 from impl.runtime import QueueConfig, Termination, Worker, WorkerConfig
+from impl.runtime.faults import RetryPolicy
 from model.durable import CHILD_QUEUE, NO_BACKOFF, QUEUE
 from model.queues import QueueOpts
 from properties.durable.app import registry

@@ -14,7 +14,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from impl.lifecycle import interrupt_on_signals
+from impl.ops.lifecycle import interrupt_on_signals
 from properties.mutants.catalogue import BY_NAME, CATALOGUE, TIERS
 from properties.mutants.runner import DEFAULT_TIMEOUT, ROOT, Verdict, matrix, run_catalogue
 

@@ -31,14 +31,18 @@ from properties.mutants.kinds import (
     Mutant,
 )
 
-STORE_PY = "impl/store.py"
-WORKER_STORE_PY = "impl/worker_store.py"
-QUERIES_SQL = "impl/sql/queries.sql"
-WORKER_SQL = "impl/sql/worker.sql"
+STORE_PY = "impl/store/client_store.py"
+INSERTS_PY = "impl/store/inserts.py"
+WORKER_STORE_PY = "impl/store/worker_store.py"
+QUERIES_SQL = "impl/store/sql/queries.sql"
+WORKER_SQL = "impl/store/sql/worker.sql"
 WORKER_PY = "impl/worker.py"
-RUNTIME_PY = "impl/runtime.py"
+RUNTIME_PY = "impl/runtime/node.py"  # the Worker
+PRODUCER_PY = "impl/runtime/producer.py"
+EXECUTOR_PY = "impl/runtime/executor.py"
+ACK_GROUP_PY = "impl/runtime/ack_group.py"
 CLIENT_PY = "impl/client.py"
-PGROWS_PY = "impl/pgrows.py"
+PGROWS_PY = "impl/store/pgrows.py"
 LISTENER_SUITE = ("tests/test_listener.py",)
 # The runtime's deferred jobs and acks (issue 33): the executor's and the ack group's own tests.
 DEFERRAL_SUITE = ("tests/test_executor.py", "tests/test_ack_group.py")
@@ -54,7 +58,7 @@ def _unfenced(set_line: str) -> Edit:
     return Edit(WORKER_SQL, set_line + _FENCE, set_line + _NO_FENCE)
 
 
-QUERIES_PY = "impl/queries.py"
+QUERIES_PY = "impl/store/queries.py"
 # The one-statement group commit (issue 33) has its own model comparison; the store's suite follows it.
 GROUP_COMMIT_SUITE = ("properties/test_ack_claim_solo.py", *STORE_SUITE)
 
@@ -106,10 +110,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "enqueue_solo_sends_no_poke",
-        "a single enqueue's one statement (impl.store._enqueue_solo, issue 33) inserts the job but sends no "
+        "a single enqueue's one statement (impl.store.client_store._enqueue_solo, issue 33) inserts the job but sends no "
         "poke: listening workers learn of it only at their next poll",
         "§9.2",
-        (Edit(STORE_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
+        (Edit(INSERTS_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
         ("tests/test_enqueue.py", *STORE_SUITE),
     ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
@@ -509,7 +513,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "            if self.running.get(ctx.id) is ctx:\n",
                 "            if ctx.id in self.running:  # MUTANT: any attempt of the job\n",
             ),
@@ -581,7 +585,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "        take = self.refill_slots(contexts)\n        if not take:\n            return None",
                 "        take = self.refill_slots(contexts) and len(contexts) * 2\n        if not take:\n            return None",
             ),
@@ -594,7 +598,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "gather_s = min(kind.gather_ms / 1000, self.worker.config.lease_ttl / 2)",
                 "gather_s = kind.gather_ms / 1000  # MUTANT: no clamp to ttl/2",
             ),
@@ -605,7 +609,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "adaptive_limit_doubled_past_max",
         "saturated rounds double a queue's limit without clamping it to its max (adaptive concurrency)",
         "§6",
-        (Edit(RUNTIME_PY, "new = min(self.limit * 2, hi)", "new = self.limit * 2  # MUTANT: no clamp to max"),),
+        (Edit(PRODUCER_PY, "new = min(self.limit * 2, hi)", "new = self.limit * 2  # MUTANT: no clamp to max"),),
         suite=DURABLE_SUITE,
     ),
     Mutant(
@@ -637,7 +641,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§9.2",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "        return self.opts.paused or len(self.running) >= self.limit\n",
                 "        return False  # MUTANT: never saturated\n",
             ),
@@ -651,7 +655,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                EXECUTOR_PY,
                 "            self.submit(task[1], *task[2])\n",
                 "            self._deferred.appendleft(task)  # MUTANT: never handed off\n            return True\n",
             ),
@@ -665,7 +669,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§7",
         (
             Edit(
-                RUNTIME_PY,
+                ACK_GROUP_PY,
                 "            if time.monotonic() - since < older_than:\n                return True\n",
                 "            if True:  # MUTANT: a deferred ack is never stale\n                return True\n",
             ),
@@ -685,7 +689,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "                    zombie.lost.set()  # the renewer",
                 "                    pass  # MUTANT: zombie.lost.set() — the renewer",
             ),
@@ -713,7 +717,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "interval = min(interval * 2, self.worker.config.poll_interval)",
                 "interval = interval * 2  # MUTANT: no idle ceiling",
             ),
@@ -726,7 +730,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                RUNTIME_PY,
+                PRODUCER_PY,
                 "                interval = self.worker.config.busy_poll\n                if claimed == demand:",
                 "                interval = self.worker.config.poll_interval  # MUTANT: no busy cadence\n"
                 "                if claimed == demand:",

@@ -17,8 +17,8 @@ from typing import Any
 
 import psycopg
 
-from impl.pgrows import configure_connection
 from impl.store import PgStore
+from impl.store.pgrows import configure_connection
 from properties.conformance import DEFAULT_NOW, NotApplicable, select
 from properties.conformance.core import Case, Selector, _describe
 from properties.sdk.harness import AdapterProcess, SubprocessStore, reset

@@ -1,6 +1,6 @@
 """The Hypothesis state machine (properties/stateful.py) with an adapter in place of impl/: every
 operation goes to the model and to the SDK; results and the full database snapshot (read by the
-harness itself, impl/snapshot.py) must agree after every step, and the §11 predicates and the §4
+harness itself, impl/store/snapshot.py) must agree after every step, and the §11 predicates and the §4
 transition judge run on every step, as in the in-process comparison.
 
 A failure is shrunk by Hypothesis; the report gives the shortest program twice — as the operations
@@ -28,9 +28,9 @@ from hypothesis import strategies as st
 from hypothesis.internal.conjecture import engine
 from hypothesis.stateful import precondition, rule, run_state_machine_as_test
 
-from impl.pgrows import configure_connection
-from impl.snapshot import snapshot
 from impl.store import PgStore
+from impl.store.pgrows import configure_connection
+from impl.store.snapshot import snapshot
 from model import ops
 from model import worker_ops as w
 from model.ops import WorkflowMember

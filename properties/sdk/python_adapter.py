@@ -1,4 +1,4 @@
-"""The reference adapter: the project's own SDK (impl/store.py's PgStore, worker level) behind the
+"""The reference adapter: the project's own SDK (impl/store/client_store.py's PgStore, worker level) behind the
 SDK adapter protocol (docs/sdk-adapter.md), so CI proves the protocol end to end.
 
     python -m properties.sdk.python_adapter

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from impl.queries import raw_queries
 from impl.store import PgStore
+from impl.store.queries import raw_queries
 from model import worker_ops as w
 from model.rows import TERMINAL
 from soak.reference_worker import main

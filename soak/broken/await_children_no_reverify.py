@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 
 from impl.store import PgStore
-from impl.worker_store import _Rollback
+from impl.store.worker_store import _Rollback
 from model import worker_ops as w
 from soak.reference_worker import main
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from impl.queries import raw_queries
 from impl.store import PgStore
+from impl.store.queries import raw_queries
 
 
 def patched_queries(**edits: tuple[str, str]) -> type[PgStore]:

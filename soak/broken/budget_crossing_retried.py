@@ -10,8 +10,8 @@ Expected verdict: invalid, P19 (the crossing attempt acked a retry)."""
 
 from __future__ import annotations
 
-from impl import runtime
 from impl import worker as sdk
+from impl.runtime import node as runtime
 from model import worker_ops as w
 from soak.reference_worker import main
 

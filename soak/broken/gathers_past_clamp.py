@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from impl import runtime
 from impl.runtime import Worker
+from impl.runtime import producer as runtime
 from impl.worker import JobContext
 from soak.reference_worker import _with_chunked_echo, main, registry
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from psycopg import sql
 
 from impl.store import PgStore
-from impl.tx import Tx
+from impl.store.tx import Tx
 from model import ops
 from soak.reference_worker import main
 

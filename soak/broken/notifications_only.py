@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from impl import runtime
+from impl.runtime import producer as runtime
 from soak.reference_worker import main
 
 

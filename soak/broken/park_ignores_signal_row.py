@@ -27,7 +27,7 @@ def await_signal(self, name, *, scope=None, timeout=None):
 
 class NoParkRuleStore(PgStore):
     def _park(self, tx, job_id, attempt, scope, name, deadline):
-        from impl.worker_store import PARK_BUDGET
+        from impl.store.worker_store import PARK_BUDGET
 
         params = {"id": job_id, "attempt": attempt, "scope": scope, "name": name, "deadline": deadline}
         parked = tx.one("park_awaiting", {**params, "now": tx.now, **PARK_BUDGET})  # BUG: no scope lock, no check

@@ -7,7 +7,7 @@ its parks)."""
 
 from __future__ import annotations
 
-from impl import worker_store
+from impl.store import worker_store
 from soak.reference_worker import main
 
 if __name__ == "__main__":

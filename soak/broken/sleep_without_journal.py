@@ -8,7 +8,7 @@ contract (sleep once) is broken."""
 from __future__ import annotations
 
 from impl.store import PgStore
-from impl.worker_store import PARK_BUDGET
+from impl.store.worker_store import PARK_BUDGET
 from model import worker_ops as w
 from soak.reference_worker import main
 

@@ -7,7 +7,7 @@ Expected verdict: invalid, I4 (spent_usd_micros differs from the sum of the jour
 from __future__ import annotations
 
 from impl.store import PgStore
-from impl.worker_store import _over_budget
+from impl.store.worker_store import _over_budget
 from model import worker_ops as w
 from model.envelope import encode_step_value
 from soak.reference_worker import main

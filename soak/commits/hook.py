@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psycopg
 
-from impl.snapshot import snapshot, snapshot_streamed
+from impl.store.snapshot import snapshot, snapshot_streamed
 from soak.commits.capture import Capture, CaptureUnavailable, read_transactions, slot_name
 from soak.commits.refine import RefinementResult, validate
 from soak.commits.replay import HistoryResult, replay, save_state

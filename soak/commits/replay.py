@@ -50,7 +50,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from impl.pgrows import job_from_row
+from impl.store.pgrows import job_from_row
 from model import invariants as inv
 from model import transitions as tr
 from model.rows import CronRow, Event, Job, QueueRow, RateWindow, Signal, Step

@@ -57,7 +57,7 @@ def upstream_dir(*needs: str) -> tuple[Path | None, str]:
 def belay_serve(db_url: str, *, sweep_interval: float = 0.2) -> Iterator[str]:
     """`belay serve` on a free loopback port against db_url; yields http://127.0.0.1:PORT."""
     port = free_port()
-    argv = [sys.executable, "-m", "impl.cli", "serve", "--database-url", db_url, "--port", str(port)]
+    argv = [sys.executable, "-m", "impl.ops.cli", "serve", "--database-url", db_url, "--port", str(port)]
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(
             [*argv, "--sweep-interval", str(sweep_interval)],

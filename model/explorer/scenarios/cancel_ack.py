@@ -1,21 +1,21 @@
 """Operator cancel of a running workflow member vs that member's own ack (contract §7 lock order,
-§8.6 cancel) — a deadlock this explorer found in impl/store.py, fixed there since.
+§8.6 cancel) — a deadlock this explorer found in impl/store/client_store.py, fixed there since.
 
 The lock order the implementation documents is workflow lock → job row locks → scope lock, with one
 exception it relies on: an ack locks its running row (the fenced UPDATE) *before* settlement takes the
 workflow lock, which is safe only if "nothing that holds a workflow lock ever waits on a running row"
-(impl/worker_store.py). `PgStore._cancel` used to take the workflow lock and then `SELECT … FOR
+(impl/store/worker_store.py). `PgStore._cancel` used to take the workflow lock and then `SELECT … FOR
 UPDATE` on the job row whatever its state — including a running one.
 
 Variants:
-  broken Cancel(C1) as impl/store.py issued it before the fix: job_header → lock_workflow → lock_job (FOR UPDATE) →
+  broken Cancel(C1) as impl/store/client_store.py issued it before the fix: job_header → lock_workflow → lock_job (FOR UPDATE) →
          request_cancel, racing the worker's ack of C1: ack_succeed → lock_workflow → settlement.
          The ack holds C1's row lock and waits for the workflow lock; the cancel holds the workflow lock
          and waits for C1's row: a deadlock (PostgreSQL aborts one side with 40P01). Retry of a running
          member goes through the same `_lock_job` and has the same cycle.
   correct the cancel first tries `request_cancel` (UPDATE … WHERE state='running', row lock only, no
          workflow lock) and takes the workflow lock only when the job is not running — so no one holds
-         the workflow lock while waiting on a running row. (impl/store.py now does this, and takes the
+         the workflow lock while waiting on a running row. (impl/store/client_store.py now does this, and takes the
          row with SKIP LOCKED after the workflow lock, retrying while it is busy.)
 """
 

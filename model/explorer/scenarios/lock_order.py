@@ -9,7 +9,7 @@ after-terminal steps (§7) settle the workflow under the workflow lock (which ma
 
 Variants:
   correct  every chunk settles first, then signals: row locks → workflow lock → scope lock
-           (impl/store.py `_after_terminal`).
+           (impl/store/client_store.py `_after_terminal`).
   broken   the last chunk's after-terminal path signals the parent first and settles afterwards
            (scope lock, then workflow lock). One chunk holds the workflow lock waiting for the scope
            lock while the other holds the scope lock waiting for the workflow lock: a deadlock, which

@@ -6,7 +6,7 @@ the signal row, then wake every job awaiting it.
 
 Variants:
   correct  both sides take pg_advisory_xact_lock(hashtext('belay_sig:' || scope)) first
-           (impl/worker_store.py `_park`, impl/store.py `_deliver`).
+           (impl/store/worker_store.py `_park`, impl/store/client_store.py `_deliver`).
   broken   neither takes the scope lock. The park's check runs before the delivery commits (signal
            absent), the delivery's wake runs before the park commits (the row is still 'running' in its
            view, so it does not match and is not even waited for): the waiter parks awaiting beside a

@@ -6,8 +6,8 @@ then the `$children` delivery under the scope lock, then COMMIT.
 
 Variants:
   correct      every child signals unconditionally; the woken parent re-verifies (children_states)
-               and parks again if a child is still incomplete — impl/store.py `_after_terminal` and
-               impl/worker_store.py `_await_children`.
+               and parks again if a child is still incomplete — impl/store/client_store.py `_after_terminal` and
+               impl/store/worker_store.py `_await_children`.
   broken       a child signals only when it counts no incomplete sibling ("I am the last"). Under READ
                COMMITTED the last two children each see the other's ack uncommitted, count 1, and
                neither signals: the parent is stranded.
@@ -43,7 +43,7 @@ def parent(s: Sql, children: list[str], *, reverify: bool) -> Actor:
     p = Program()
     p.label("wake")
     s.claim(p, "P")
-    if reverify:  # impl/worker_store.py _await_children
+    if reverify:  # impl/store/worker_store.py _await_children
         s.children_states(p, "P", children, if_done="done")
         s.lock_scope(p, SCOPE)
         s.clear_signal(p, SIGNAL)

@@ -15,7 +15,7 @@ Variants:
   correct      the same protocol with the §8.4 reconciler backstop (`reconcile_children`, a sweeper
                looping forever): the strand costs latency, not liveness.
   impl_order   no reconciler, but one transaction that takes the scope lock before the clear, as
-               impl/worker_store.py `_await_children` does: no child's ack can commit between the
+               impl/store/worker_store.py `_await_children` does: no child's ack can commit between the
                re-verify and the park, so this ordering cannot strand even without the backstop.
   text_one_tx  §8.4's steps in the text's order inside the park transaction (no reconciler needed to
                show it): the DELETE of the stale signal takes the signal row's lock *before* the scope
@@ -40,7 +40,7 @@ HYPOTHESES = {
     "broken": """Without the reconciler, the await-children protocol as the contract orders it can strand
         the parent: a child signals between the parent's last re-verify and its park, the prune deletes
         that signal, and the parent parks awaiting with every child terminal.""",
-    "impl_order": """Taking the scope lock before the clear and the re-verify (impl/worker_store.py) closes
+    "impl_order": """Taking the scope lock before the clear and the re-verify (impl/store/worker_store.py) closes
         the window: no child's ack can commit between the re-verify and the park, so the parent cannot
         be stranded even without the backstop.""",
     "text_one_tx": """Running the clear before the scope lock inside the park transaction inverts the
@@ -53,7 +53,7 @@ def parent(s: Sql, children: list[str], *, variant: str) -> Actor:
     """P: await-children (§8.4), parked until woken and claimed, then await-children again."""
     p = Program()
     p.label("await")
-    if variant == "impl_order":  # impl/worker_store.py _await_children: one transaction, scope lock first
+    if variant == "impl_order":  # impl/store/worker_store.py _await_children: one transaction, scope lock first
         s.children_states(p, "P", children, if_done="done")
         s.lock_scope(p, SCOPE)
         s.clear_signal(p, SIGNAL)

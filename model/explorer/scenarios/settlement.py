@@ -7,7 +7,7 @@ runs D whenever D is ready.
 Variants:
   correct  §8.6: a dep-bearing member is retried to *held*, then settled under the workflow lock in the
            same transaction — re-doomed if A is still failed, left held if A is pending (A's own
-           settlement releases it later), released if A already succeeded (impl/store.py `_retry`).
+           settlement releases it later), released if A already succeeded (impl/store/client_store.py `_retry`).
   broken   retry sends D straight to ready without the re-hold and the settlement: D is claimed and
            runs beside its failed dependency.
 """
@@ -32,7 +32,7 @@ HYPOTHESES = {
 
 
 def retry(s: Sql, job: str, *, rehold: bool, actor: str) -> Actor:
-    """Operator Retry(job), as impl/store.py `_retry` issues it (`rehold` False: the pre-§8.6 bug)."""
+    """Operator Retry(job), as impl/store/client_store.py `_retry` issues it (`rehold` False: the pre-§8.6 bug)."""
     p = Program()
     s.job_header(p, job)
     s.lock_workflow(p, WF)
