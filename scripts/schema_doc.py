@@ -1,7 +1,7 @@
 """Write docs/schema.md: the schema's DDL as the migrations create it in schema `public`.
 
 The contract (§1, §3) names "the @migrations list in the reference" as the authoritative DDL; in this
-repository that list is the migration files the reference applies (`impl.queries.MIGRATIONS`). This
+repository that list is the migration files the reference applies (`impl.store.queries.MIGRATIONS`). This
 renders them for schema `public`, so an SDK author reads the exact tables, types, defaults, checks and
 indexes without running anything. `tests/test_schema_doc.py` fails when the file and the migrations
 disagree; `python scripts/schema_doc.py` rewrites it.
@@ -18,7 +18,7 @@ DOC = ROOT / "docs" / "schema.md"
 HEAD = """# The schema (contract §3): the DDL of every migration
 
 The wire contract says "Authoritative DDL: the @migrations list in the reference". In this repository
-that list is the migrations the reference applies (`belay migrate`, or `impl.migrate.migrate(conn)`),
+that list is the migrations the reference applies (`belay migrate`, or `impl.store.migrate.migrate(conn)`),
 rendered here for schema `public` — tables, column types, defaults, checks and indexes exactly as a
 migrated database has them. An SDK in another language may create the same schema itself or run
 `belay migrate`; either way `belay_meta` must end at the version below (contract §1).
@@ -31,7 +31,7 @@ when this page and the migrations disagree. What the columns mean: [decisions.md
 
 def render() -> str:
     sys.path.insert(0, str(ROOT))
-    from impl.queries import MIGRATIONS, SchemaSQL
+    from impl.store.queries import MIGRATIONS, SchemaSQL
 
     q = SchemaSQL("public")
     parts = [HEAD, f"Schema version after every migration: **{len(MIGRATIONS)}** (contract major 1).\n"]
