@@ -684,10 +684,12 @@ CERTIFIER: tuple[Mutant, ...] = (
         REPLAY_REPLAYER_PY,
         "                if not j.legal:\n                    new_findings.append(\n                        Finding(\n"
         '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
-        "                            j.rule,\n                            job_id,\n",
+        '                            cast("str", j.rule),  # an illegal judgement names its rule\n'
+        "                            job_id,\n",
         "                if False:  # MUTANT: not j.legal\n                    new_findings.append(\n                        Finding(\n"
         '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
-        "                            j.rule,\n                            job_id,\n",
+        '                            cast("str", j.rule),  # an illegal judgement names its rule\n'
+        "                            job_id,\n",
         REPLAY_SUITE,
     ),
     _one(

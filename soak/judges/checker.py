@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from model.state import State
+from soak.judges.duties.evidence import Evidence
 from soak.judges.inputs import INVARIANTS as INVARIANTS
 from soak.judges.inputs import RESULT_TOKENS as RESULT_TOKENS
 from soak.judges.inputs import CheckResult as CheckResult
@@ -73,7 +74,13 @@ def _ttl(history: Sequence[Mapping[str, Any]]) -> float:
     return float(run.get("lease_ttl", 10))
 
 
-def _check(state, ledger, history, committed, ev) -> CheckResult:
+def _check(
+    state: State,
+    ledger: SoakLedger,
+    history: Sequence[Mapping[str, Any]],
+    committed: Mapping[str, Any] | None,
+    ev: Evidence,
+) -> CheckResult:
     results = {name: InvariantResult(name) for name in INVARIANTS}
     timeline = Timeline(history)
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
@@ -107,7 +114,7 @@ def _check(state, ledger, history, committed, ev) -> CheckResult:
     cov.finish_table(coverage, {**results, **duties})
     verdicts = {r.verdict for r in (*results.values(), *duties.values())}
     verdict = "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"
-    kinds = defaultdict(int)
+    kinds: defaultdict[str, int] = defaultdict(int)
     for e in ledger.entries:
         kinds[e.kind] += 1
     mismatched = [
@@ -150,7 +157,16 @@ def _exits(ledger: SoakLedger, history: Sequence[Mapping[str, Any]]) -> dict[str
     return {"deliberate": deliberate, "other": other}
 
 
-def _duties_and_coverage(results, state, ledger, ev, timeline, by_id, steps, committed=None):
+def _duties_and_coverage(
+    results: dict[str, InvariantResult],
+    state: State,
+    ledger: SoakLedger,
+    ev: Evidence,
+    timeline: Timeline,
+    by_id: Mapping[int, LedgerEntry],
+    steps: StepsByJob,
+    committed: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, InvariantResult], list[dict[str, Any]]]:
     """The worker duties (soak/judges/duties/) and the scenario coverage (soak/judges/coverage.py) of every row."""
     from soak.judges import coverage as cov
     from soak.judges import duties as d

@@ -323,7 +323,7 @@ def last_attempt_reclaims(state: Any) -> int:
 def scenario_counts(state: Any, ledger: Any, ev: Any, extra: Mapping[str, int]) -> dict[str, int]:
     """How often each scenario happened, from the history, the snapshot and the ledger."""
     t = ev.by_type
-    cancels = Counter()
+    cancels: Counter[str] = Counter()
     for e in t["cancel"]:
         if e.get("result") not in ("Cancelled", "CancelRequested"):
             continue

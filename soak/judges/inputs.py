@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from model import invariants as inv
 from soak.judges.verdicts import InvariantResult
@@ -172,13 +172,14 @@ class Timeline:
         self.ended: dict[str, float] = {}
         self.stopped: dict[str, list[list[float]]] = defaultdict(list)
         self.db_down: list[list[float]] = []
-        self.slot_of: dict[str, int] = {}  # issue 13: network faults isolate a worker *slot* (all incarnations)
-        self.isolated: dict[int, list[list[float]]] = defaultdict(list)
-        self.slowed: dict[int, list[list[float]]] = defaultdict(list)  # injected latency, per slot
+        self.slot_of: dict[str, int | None] = {}  # issue 13: network faults isolate a worker *slot* (all incarnations)
+        self.isolated: dict[int | None, list[list[float]]] = defaultdict(list)
+        self.slowed: dict[int | None, list[list[float]]] = defaultdict(list)  # injected latency, per slot
         self.cuts: list[list[Any]] = []
         self.end = max((float(e["t"]) for e in history), default=0.0)
         for e in sorted(history, key=lambda e: float(e["t"])):
-            t, kind, node = float(e["t"]), e.get("type"), e.get("node")
+            t, kind = float(e["t"]), e.get("type")
+            node = cast("str", e.get("node"))  # every worker_* event names its node
             if kind == "worker_start":
                 self.started[node] = t
                 self.slot_of[node] = e.get("slot")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
 
 from model import invariants as inv
-from model.state import in_key_order
-from soak.judges.inputs import RESULT_TOKENS, _ts
-from soak.judges.verdicts import _digest, _last_error, _result, _value
+from model.state import State, in_key_order
+from soak.judges.duties.evidence import Evidence
+from soak.judges.inputs import RESULT_TOKENS, LedgerEntry, SoakLedger, StepsByJob, Timeline, _ts
+from soak.judges.verdicts import InvariantResult, _digest, _last_error, _result, _value
 
 # --- I1 -------------------------------------------------------------------------------------------------
 
@@ -19,7 +22,9 @@ from soak.judges.verdicts import _digest, _last_error, _result, _value
 IDLE_S = 10.0  # the reference's idle poll ceiling is 0.5 s (§9.1): twenty of them without a claim
 
 
-def _idle_end_of_drain(history, timeline, ev=None) -> tuple[float, list[str]] | None:
+def _idle_end_of_drain(
+    history: Sequence[Mapping[str, Any]], timeline: Timeline, ev: Evidence | None = None
+) -> tuple[float, list[str]] | None:
     """(window start, nodes that ran) when the drain ended unfinished and every lease sample of its last
     IDLE_S seconds (at least 5 of them) saw no running row, with a worker running and the database up."""
     drain = next((e for e in reversed(history) if e.get("type") == "drain_end"), None)
@@ -37,9 +42,21 @@ def _idle_end_of_drain(history, timeline, ev=None) -> tuple[float, list[str]] | 
     return (t0, ran) if ran else None
 
 
-def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, history=(), ev=None) -> None:
+def _i1(
+    r: InvariantResult,
+    state: State,
+    ledger: SoakLedger,
+    by_id: Mapping[int, LedgerEntry],
+    steps: StepsByJob,
+    timeline: Timeline,
+    drained: bool,
+    snapshot_t: float,
+    ttl: float,
+    history: Sequence[Mapping[str, Any]] = (),
+    ev: Evidence | None = None,
+) -> None:
     expected = set(by_id)
-    declared = set()
+    declared: set[int] = set()
     for (_, name), s in state.steps.items():
         if name.startswith(inv.SPAWN_STEP):
             ids = _value(s)
@@ -54,7 +71,10 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
         job = state.jobs.get(job_id)
         if job is None or job.terminal:
             continue
-        due = lambda t: t is None or t.timestamp() <= snapshot_t  # noqa: E731
+
+        def due(t: datetime | None) -> bool:
+            return t is None or t.timestamp() <= snapshot_t
+
         if (
             (job.state == "ready" and not due(job.ready_at))
             or (job.state == "running" and not due(job.lease_until))
@@ -100,7 +120,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
         )
     unknown = []
     if left:
-        states = defaultdict(int)
+        states: defaultdict[str, int] = defaultdict(int)
         for job in left:
             states[job.state] += 1
         unknown.append(
@@ -119,14 +139,14 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
         r.notes.append("the drain did not report completion, but every expected job is terminal in the snapshot")
     # Lease renewal (§6): a `slow` attempt must not lose its lease while its node was alive, running and the
     # database up — otherwise live work is taken away and, attempts exhausted, lost.
-    for (job_id, _seq), ev in state.events.items():
-        p = ev.payload
+    for (job_id, _seq), event in state.events.items():
+        p = event.payload
         if not (isinstance(p, Mapping) and p.get("phase") == "start"):
             continue
         job = state.jobs.get(job_id)
         if job is None:
             continue
-        t0 = ev.inserted_at.timestamp()
+        t0 = event.inserted_at.timestamp()
         for e in job.errors:
             if isinstance(e, Mapping) and e.get("error") == "lease_expired" and e.get("attempt") == p.get("attempt"):
                 t1 = _ts(e["at"])
@@ -160,7 +180,7 @@ def _i1(r, state, ledger, by_id, steps, timeline, drained, snapshot_t, ttl, hist
 # --- I2 -------------------------------------------------------------------------------------------------
 
 
-def _i2(r, state, ledger) -> None:
+def _i2(r: InvariantResult, state: State, ledger: SoakLedger) -> None:
     missing_attempt = 0
     for job in in_key_order(state.jobs):
         attempts = [e.get("attempt") for e in job.errors if isinstance(e, Mapping)]
@@ -250,7 +270,7 @@ def _i2(r, state, ledger) -> None:
 # --- I3 -------------------------------------------------------------------------------------------------
 
 
-def _i3(r, state, history, steps) -> None:
+def _i3(r: InvariantResult, state: State, history: Sequence[Mapping[str, Any]], steps: StepsByJob) -> None:
     r.add(inv.i3_one_row_per_step(state.steps.values()))
     r.add(inv.i3_steps_immutable([state]))
     r.checks += len(state.steps)
@@ -368,7 +388,7 @@ def _i3(r, state, history, steps) -> None:
 # --- I4 -------------------------------------------------------------------------------------------------
 
 
-def _i4(r, state, by_id, steps) -> None:
+def _i4(r: InvariantResult, state: State, by_id: Mapping[int, LedgerEntry], steps: StepsByJob) -> None:
     r.add(inv.i4_budget_fails_on_crossing_step(state))
     crossed = 0
     for job in state.jobs.values():

@@ -7,18 +7,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from model import invariants as inv
 from model.rows import Job
-from model.state import in_key_order
-from soak.judges.inputs import Timeline, UniqueAttempt
-from soak.judges.verdicts import _last_error, _result, _value
+from model.state import State, in_key_order
+from soak.judges.inputs import LedgerEntry, SoakLedger, StepsByJob, Timeline, UniqueAttempt
+from soak.judges.verdicts import InvariantResult, _last_error, _result, _value
+
+
+def _all_known(deps: list[Job | None]) -> TypeGuard[list[Job]]:
+    return all(d is not None for d in deps)
+
 
 # --- I5 -------------------------------------------------------------------------------------------------
 
 
-def _i5(r, state, by_id) -> None:
+def _i5(r: InvariantResult, state: State, by_id: Mapping[int, LedgerEntry]) -> None:
     r.add(inv.i5_settlement_consistent(state, retried=frozenset()))
     workflows: dict[str, dict[str, Job]] = defaultdict(dict)
     for job in state.jobs.values():
@@ -31,7 +36,7 @@ def _i5(r, state, by_id) -> None:
                 continue
             r.checks += 1
             deps = [members.get(d) for d in job.wf_deps]
-            if any(d is None or not d.terminal for d in deps):
+            if not _all_known(deps) or any(not d.terminal for d in deps):
                 continue
             ignore = set(job.wf_ignore or ())
             satisfied = all(d.state == "succeeded" or d.state in ignore for d in deps)
@@ -96,7 +101,7 @@ def expected_cron_slots(
     return slots
 
 
-def _i6(r, state, history, timeline) -> None:
+def _i6(r: InvariantResult, state: State, history: Sequence[Mapping[str, Any]], timeline: Timeline) -> None:
     slots = expected_cron_slots(history, timeline)
     r.add(inv.i6_cron_slots_once(state, slots))
     r.checks += len(slots) + sum(1 for j in state.jobs.values() if j.cron_name is not None)
@@ -108,10 +113,10 @@ def _i6(r, state, history, timeline) -> None:
 # --- I7 -------------------------------------------------------------------------------------------------
 
 
-def _i7(r, state, ledger) -> None:
+def _i7(r: InvariantResult, state: State, ledger: SoakLedger) -> None:
     r.add(inv.i7_unique_keys(state))
     groups: dict[int, list[UniqueAttempt]] = defaultdict(list)
-    ever: dict[tuple[str, str], list[int]] = defaultdict(list)
+    ever: dict[tuple[str, str | None], list[int]] = defaultdict(list)
     for a in ledger.unique:
         groups[a.grp].append(a)
         if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):
@@ -145,7 +150,9 @@ def _i7(r, state, ledger) -> None:
 # --- I8 -------------------------------------------------------------------------------------------------
 
 
-def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
+def _i8(
+    r: InvariantResult, state: State, by_id: Mapping[int, LedgerEntry], steps: StepsByJob, skew: float = 0.0
+) -> None:
     r.add(inv.i8_children_as_declared(state))
     kids: dict[int, list[Job]] = defaultdict(list)
     for j in state.jobs.values():
@@ -202,7 +209,7 @@ def _i8(r, state, by_id, steps, skew: float = 0.0) -> None:
 # --- I9 -------------------------------------------------------------------------------------------------
 
 
-def _i9(r, state, by_id, drained) -> None:
+def _i9(r: InvariantResult, state: State, by_id: Mapping[int, LedgerEntry], drained: bool) -> None:
     r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))
     r.checks += sum(1 for j in state.jobs.values() if j.state == "awaiting") + len(state.signals)
     ran = 0

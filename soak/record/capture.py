@@ -50,7 +50,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+from typing import Any, BinaryIO, cast
 
 import psycopg
 from psycopg import sql
@@ -91,7 +93,7 @@ class Transaction:
     messages: tuple[bytes, ...]
 
     @property
-    def commit_time(self):
+    def commit_time(self) -> datetime:
         from datetime import timedelta
 
         return PG_EPOCH + timedelta(microseconds=self.commit_us)
@@ -118,12 +120,12 @@ def encode_transaction(tx: Transaction) -> bytes:
     return b"".join(parts)
 
 
-def write_transaction(out, tx: Transaction) -> None:
+def write_transaction(out: BinaryIO, tx: Transaction) -> None:
     """One uncompressed record (the pre-issue-27 format, still read; tests build files with it)."""
     out.write(encode_transaction(tx))
 
 
-def write_frame(out, txs: list[Transaction], fsync: bool = True) -> int:
+def write_frame(out: BinaryIO, txs: list[Transaction], fsync: bool = True) -> int:
     """Append one gzip member holding `txs` and make it durable; returns the bytes written."""
     frame = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
     data = frame.compress(b"".join(encode_transaction(t) for t in txs)) + frame.flush()
@@ -149,7 +151,7 @@ class TransactionReader:
         self.frames = 0
         self.compressed: bool | None = None
 
-    def _chunks(self, f) -> Iterator[bytes]:
+    def _chunks(self, f: BinaryIO) -> Iterator[bytes]:
         head = f.read(2)
         f.seek(0)
         self.compressed = head == GZIP_MAGIC
@@ -271,7 +273,7 @@ class Capture:
         self.last_lsn = 0  # commit LSN of the last transaction written (redelivery dedupe)
         self.acked = 0  # the position we advanced the slot to (peek mode)
         self.written_end = 0  # end LSN of the last poll whose transactions are durable in the file
-        self.stats: dict = {
+        self.stats: dict[str, Any] = {
             "consume_mode": consume_mode,
             "transactions": 0,
             "messages": 0,
@@ -304,7 +306,7 @@ class Capture:
     # --- set-up and tear-down --------------------------------------------------------------------
 
     @classmethod
-    def open(cls, url: str, path: Path, slot: str, **kw) -> Capture:
+    def open(cls, url: str, path: Path, slot: str, **kw: Any) -> Capture:
         """Prepare the database and create the slot; raise CaptureUnavailable when the server won't."""
         cap = cls(url, path, slot, **kw)
         with psycopg.connect(url, autocommit=True) as c:
@@ -402,7 +404,7 @@ class Capture:
     def __enter__(self) -> Capture:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # --- polling -----------------------------------------------------------------------------------
@@ -511,7 +513,9 @@ class Capture:
                 self.dropped += new
                 new = []
             if new:
-                self.stats["file_bytes"] += write_frame(self._out, new, self.fsync)
+                self.stats["file_bytes"] += write_frame(
+                    cast("BinaryIO", self._out), new, self.fsync
+                )  # open while polling
                 self.stats["frames"] += 1
                 for tx in new:
                     self.stats["transactions"] += 1

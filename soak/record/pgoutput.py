@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -121,9 +122,9 @@ class Decoder:
     relations: dict[int, Relation] = field(default_factory=dict)
     lazy_old: bool = False  # leave an update's old row undecoded (old_raw only; `load(old_raw, rel)` on demand)
     _loaders: dict[int, Any] = field(default_factory=dict)
-    _by_relation: dict[int, list] = field(default_factory=dict)
+    _by_relation: dict[int, list[tuple[str, Callable[[bytes], Any]]]] = field(default_factory=dict)
 
-    def _loader(self, oid: int):
+    def _loader(self, oid: int) -> Callable[[bytes], Any]:
         loader = self._loaders.get(oid)
         if loader is None:
             if oid in (114, 3802):  # json, jsonb: json.loads on str skips the encoding detection of bytes
@@ -135,7 +136,7 @@ class Decoder:
             loader = self._loaders[oid] = cls(oid, None).load
         return loader
 
-    def _column_loaders(self, rel: Relation) -> list:
+    def _column_loaders(self, rel: Relation) -> list[tuple[str, Callable[[bytes], Any]]]:
         loaders = self._by_relation.get(rel.oid)
         if loaders is None:
             loaders = self._by_relation[rel.oid] = [(c.name, self._loader(c.type_oid)) for c in rel.columns]

@@ -53,7 +53,7 @@ class _Scratch:
         self._db = db
         return db
 
-    def _stream(self, db: sqlite3.Connection, sql: str, args: tuple = ()) -> Iterator[tuple[Any, ...]]:
+    def _stream(self, db: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         """The rows of one query, fetched a thousand at a time."""
         cur = db.execute(sql, args)
         while rows := cur.fetchmany(1000):
@@ -411,7 +411,7 @@ class TimeSeries(_Scratch):
     def __bool__(self) -> bool:
         return self._n > 0
 
-    def _rows(self, sql: str, args: tuple = ()) -> Iterator[tuple[float, Any]]:
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> Iterator[tuple[float, Any]]:
         for at, v in self._stream(self._conn(), sql, args):
             yield at, pickle.loads(v)
 

@@ -129,16 +129,20 @@ class AttemptFacts(_Scratch):
         return None if rec is None else rec[i]
 
     def node(self, key: Key) -> str | None:
-        return self._field(key, 0)
+        node: str | None = self._field(key, 0)
+        return node
 
     def first_at(self, key: Key) -> float | None:
-        return self._field(key, 2)
+        at: float | None = self._field(key, 2)
+        return at
 
     def first_until(self, key: Key) -> float | None:
-        return self._field(key, 4)
+        until: float | None = self._field(key, 4)
+        return until
 
     def last_until(self, key: Key) -> float | None:
-        return self._field(key, 5)
+        until: float | None = self._field(key, 5)
+        return until
 
     def of_node(self, node: str) -> Iterator[tuple[float, Key, float | None, str]]:
         """(first seen, (job, attempt), first lease_until, kind) of the node's attempts, by first seen."""
@@ -151,7 +155,8 @@ class AttemptFacts(_Scratch):
                 yield at, (job, attempt), until, kind
 
     def renewed(self) -> int:
-        return self._conn().execute("SELECT count(*) FROM att WHERE renewed = 1").fetchone()[0]
+        n: int = self._conn().execute("SELECT count(*) FROM att WHERE renewed = 1").fetchone()[0]
+        return n
 
     def longer_than(self, seconds: float) -> list[Key]:
         rows = self._conn().execute(
@@ -160,7 +165,8 @@ class AttemptFacts(_Scratch):
         return [(j, a) for j, a in rows]
 
     def __len__(self) -> int:
-        return self._conn().execute("SELECT count(*) FROM att").fetchone()[0] + len(self._live)
+        n: int = self._conn().execute("SELECT count(*) FROM att").fetchone()[0]
+        return n + len(self._live)
 
 
 class Evidence:
@@ -172,8 +178,8 @@ class Evidence:
         self, history: Sequence[Mapping[str, Any]], ttl: float, samples: Iterable[Mapping[str, Any]] = ()
     ) -> None:
         self.ttl = ttl
-        self.by_type: dict[str, Any] = defaultdict(list)
-        self.series = {t: TimeSeries() for t in SAMPLE_TYPES}
+        self.by_type: dict[str | None, Any] = defaultdict(list)  # event type → its events
+        self.series: dict[str | None, TimeSeries] = {t: TimeSeries() for t in SAMPLE_TYPES}
         t0 = float("inf")
         for e in itertools.chain(history, samples):
             t0 = min(t0, float(e["t"]))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from model.state import in_key_order
 from soak.judges.duties.evidence import (
@@ -63,7 +63,7 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
         for e in job.errors:
             if not (isinstance(e, Mapping) and e.get("error") == "lease_expired"):
                 continue
-            attempt = e.get("attempt")
+            attempt = cast("int", e.get("attempt"))  # every lease_expired entry names its attempt (§7)
             node = ev.attempts.node((job.id, attempt))
             if node is None:
                 continue

@@ -367,7 +367,7 @@ def _free_since(timeline: Any, node: str, t0: float, t1: float) -> float | None:
         *timeline.db_down,
         *([a, b] for n, a, b in timeline.cuts if n is None or n == node),
     ]
-    since = max(t0, started)
+    since: float = max(t0, started)
     for a, b in windows:
         if a <= t1 and b >= since:
             if b >= t1:

@@ -85,8 +85,8 @@ class Recovery:
         head: list[tuple[str, Any]] = []  # (kind, op) applied first: config, inserts, journal, signals
         tail: list[tuple[str, Any]] = []
         choices: list[list[list[tuple[str, Any]]]] = []  # alternatives, one list chosen from each
-        claimed: dict[tuple, list[Job]] = defaultdict(list)
-        renewed: dict[tuple, list[int]] = defaultdict(list)
+        claimed: dict[tuple[Any, ...], list[Job]] = defaultdict(list)
+        renewed: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         reclaimed: list[tuple[Job, Job]] = []
         acks: list[tuple[Job, Job]] = []
         parks: list[tuple[Job, Job]] = []
@@ -560,7 +560,7 @@ class Recovery:
     def _key_holder(self, key: str) -> Job | None:
         """The row holding a spawn child's `always` key (§5.2: "dedupes forever"), if any."""
         for i in sorted(self.world.by_ukey.get(key, ())):
-            j = self.world.jobs.get(i)
+            j: Job | None = self.world.jobs.get(i)
             if j is not None and j.unique_mode in ("window", "always"):
                 return j
         return None

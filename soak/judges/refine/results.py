@@ -76,7 +76,7 @@ class RefinementResult:
     transactions: int = 0  # transactions read
     validated: int = 0  # explained by an operation of the model
     empty: int = 0  # no change to a Belay table (e.g. belay_meta, soak tables only)
-    by_kind: Counter = field(default_factory=Counter)  # explained operations by kind
+    by_kind: Counter[str] = field(default_factory=Counter)  # explained operations by kind
     findings: list[Finding] = field(default_factory=list)
     unexplained: int = 0
     unexplained_hard: int = 0  # of which on rows without a capture gap: these make the verdict invalid
@@ -90,7 +90,7 @@ class RefinementResult:
     # duty P11 judged from the committed claims (operations guide "Shutdown": producers stop claiming first)
     drains_judged: int = 0  # SIGTERMed nodes whose claims the history holds
     claims_after_term: list[str] = field(default_factory=list)  # one line per offending node
-    admission_claims: Counter = field(default_factory=Counter)  # queue → explained claims under §6 admission
+    admission_claims: Counter[str] = field(default_factory=Counter)  # queue → explained claims under §6 admission
     # issue 51: judges of order and time (soak/judges/timing/)
     stale_now: list[str] = field(default_factory=list)  # `now` freshness findings (make the verdict invalid)
     claim_order: list[str] = field(default_factory=list)  # duty P5 from the committed claims
@@ -109,7 +109,7 @@ class RefinementResult:
             s += f" ({self.why})"
         return s
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "why": self.why,

@@ -43,7 +43,7 @@ class HarnessLedger:
             return cls()
         if isinstance(source, HarnessLedger):
             return source
-        records: Iterable[dict]
+        records: Iterable[dict[str, Any]]
         if isinstance(source, (str, Path)):
             from soak.record.history import events_path, read_events
 
@@ -322,7 +322,8 @@ def _same(column: str, x: Any, y: Any) -> bool:
         return True
     if column in ("result", "value") and isinstance(x, bytes) and isinstance(y, bytes):
         try:
-            return decode(x) == decode(y)
+            same: bool = decode(x) == decode(y)
+            return same
         except Exception:  # noqa: BLE001 - undecodable: the bytes differ
             return False
     if column == "errors" and isinstance(x, list) and isinstance(y, list) and len(x) == len(y):
@@ -399,7 +400,7 @@ class Candidate:
     label: str
     ops: list[Any]  # model operations, or (callable, description) harness writes, applied in order
     kinds: list[str]
-    mask: dict[str, set] = field(default_factory=dict)  # table → keys the operation must not take
+    mask: dict[str, set[Any]] = field(default_factory=dict)  # table → keys the operation must not take
     mask_for: dict[int, str] = field(default_factory=dict)  # op index → what masking applies ("claim" …)
 
 

@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from model.state import State
 from soak.judges.replay.findings import CONVERT as CONVERT
@@ -60,7 +61,7 @@ def replay(
     transactions: Iterable[Transaction],
     initial: State | None = None,
     final: State | None = None,
-    capture_stats: dict | None = None,
+    capture_stats: dict[str, Any] | None = None,
     timeline_jobs: int = 8,
     hot: int = HOT,
 ) -> HistoryResult:
@@ -77,7 +78,7 @@ def _replay(
     rp: Replayer,
     transactions: Iterable[Transaction],
     final: State | None,
-    capture_stats: dict | None,
+    capture_stats: dict[str, Any] | None,
     timeline_jobs: int,
 ) -> HistoryResult:
     t0, c0 = time.perf_counter(), time.process_time()
@@ -165,7 +166,7 @@ def select_timelines(rp: Replayer, r: HistoryResult, n: int) -> dict[int, list[T
             chosen.append(f.job_id)
     if len(chosen) < n:
 
-        def interest(item):
+        def interest(item: tuple[int, list[Transition]]) -> tuple[int, int]:
             _job_id, ts = item
             return (len({t.node for t in ts if t.node}), len(ts))
 

@@ -4,6 +4,7 @@ history's verdict (`HistoryResult`), the column conversions from pgoutput text t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -13,19 +14,21 @@ from model.rows import CronRow, Event, QueueRow, RateWindow, Signal, Step
 from soak.record.pgoutput import lsn_str
 
 KEEP_TRANSITIONS = 12  # per job, for "preceding transitions" and the timeline
+Row = dict[str, Any]  # a decoded pgoutput row: column → value
 
 
-def _pick(cls, row: dict) -> Any:
+def _pick(cls: type[Any], row: Row) -> Any:
     return cls(**{f.name: row[f.name] for f in fields(cls)})
 
 
-def _step(row: dict) -> Step:
+def _step(row: Row) -> Step:
     values = {f.name: row[f.name] for f in fields(Step)}
     values["value"] = bytes(values["value"])
     return Step(**values)
 
 
-CONVERT = {
+# table → (the row type from a decoded row, the row's key)
+CONVERT: dict[str, tuple[Callable[[Row], Any], Callable[[Any], Any]]] = {
     "belay_jobs": (job_from_row, lambda r: r.id),
     "belay_steps": (_step, lambda r: (r.job_id, r.name)),
     "belay_events": (lambda r: _pick(Event, r), lambda r: (r.job_id, r.seq)),
@@ -88,8 +91,8 @@ class Finding:
     node: str | None = None
     attempt: int | None = None
     # jobs and non-job rows related to the finding when it was found (gap suppression)
-    related_jobs: frozenset = field(default=frozenset(), repr=False, compare=False)
-    related_rows: frozenset = field(default=frozenset(), repr=False, compare=False)
+    related_jobs: frozenset[int] = field(default=frozenset(), repr=False, compare=False)
+    related_rows: frozenset[tuple[str, Any]] = field(default=frozenset(), repr=False, compare=False)
     # a belay_jobs change judged from the server's own old row (or an insert): exactly what the server
     # wrote in one committed change, whatever the replay missed around it — never suppressed
     self_contained: bool = field(default=False, repr=False, compare=False)
@@ -117,8 +120,8 @@ class HistoryResult:
     states: int = 0  # committed states the §11 predicates ran on
     findings: list[Finding] = field(default_factory=list)
     by_rule: dict[str, int] = field(default_factory=dict)
-    first: dict | None = None  # the first violating transaction, detailed
-    capture: dict = field(default_factory=dict)
+    first: dict[str, Any] | None = None  # the first violating transaction, detailed
+    capture: dict[str, Any] = field(default_factory=dict)
     matches_snapshot: bool | None = None
     snapshot_diff: list[str] = field(default_factory=list)
     seconds: float = 0.0  # wall time of the replay
@@ -128,10 +131,10 @@ class HistoryResult:
     suppressed: int = 0  # findings about tainted jobs (or rows related to them), not reported
     # trace validation (soak/judges/refine/), set by soak.hook.merge: the soak's verdict
     rules_verdict: str | None = None  # this replay's own verdict before the merge
-    refinement: dict | None = None
+    refinement: dict[str, Any] | None = None
     refinement_line: str = ""
     refinement_findings: list[str] = field(default_factory=list)
-    spill: dict = field(default_factory=dict)  # per map: entries in memory / on disk at the end (spill.py)
+    spill: dict[str, Any] = field(default_factory=dict)  # per map: entries in memory / on disk at the end (spill.py)
 
     def line(self) -> str:
         base = (
@@ -154,7 +157,7 @@ class HistoryResult:
             base += f" ({self.why})"
         return base
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "why": self.why,

@@ -6,11 +6,12 @@ evaluated on the rows it touched, old rows compared with the replayed ones, gaps
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from datetime import datetime
+from typing import Any, cast
 
 from model import invariants as inv
 from model import transitions as tr
-from model.rows import Job, Signal
+from model.rows import CronRow, Job, QueueRow, RateWindow, Signal
 from model.state import State, from_rows
 from soak.judges.replay.findings import (
     CONVERT,
@@ -37,9 +38,9 @@ class Replayer:
         self.steps: SpillDict = SpillDict(s.steps.items(), hot=hot)
         self.events: SpillDict = SpillDict(s.events.items(), hot=hot)
         self.signals: dict[tuple[str, str], Signal] = dict(s.signals)
-        self.rate: dict = dict(s.rate)
-        self.queues: dict = dict(s.queues)
-        self.crons: dict = dict(s.crons)
+        self.rate: dict[tuple[str, datetime], RateWindow] = dict(s.rate)
+        self.queues: dict[str, QueueRow] = dict(s.queues)
+        self.crons: dict[str, CronRow] = dict(s.crons)
         self.meta = (s.version, s.contract_major)
         self.decoder = Decoder(lazy_old=True)
         self.raw: SpillDict = SpillDict(hot=hot)  # (table, key) → the TupleData of the row's last version
@@ -48,7 +49,7 @@ class Replayer:
             self.steps_by_job[j][n] = st
         self.wf: dict[str, set[int]] = defaultdict(set)
         self.ukey: dict[str, set[int]] = defaultdict(set)
-        self.cron: dict[tuple, set[int]] = defaultdict(set)
+        self.cron: dict[tuple[str, datetime | None], set[int]] = defaultdict(set)
         self.spawn: dict[int, set[int]] = defaultdict(set)  # parent → keyed children
         self.awaits: dict[tuple[str, str], set[int]] = defaultdict(set)
         for j in self.jobs.values():
@@ -64,13 +65,13 @@ class Replayer:
         self.tainted: set[int] = set()
         self.tainted_rows: set[tuple[str, Any]] = set()  # non-job rows (signals, rate windows, queues, crons)
         self.suppressed_now = 0
-        self.first_candidates: list[tuple[list[Finding], dict]] = []
+        self.first_candidates: list[tuple[list[Finding], dict[str, Any]]] = []
         self.result = HistoryResult("valid")
 
     # --- indexes -------------------------------------------------------------------------------
 
     def _index(self, j: Job, add: bool) -> None:
-        keys = []
+        keys: list[tuple[dict[Any, set[int]], Any]] = []
         if j.workflow_id is not None:
             keys.append((self.wf, j.workflow_id))
         if j.unique_key is not None:
@@ -119,14 +120,15 @@ class Replayer:
             if isinstance(c, Truncate):
                 continue
             if c.table == "belay_steps" and c.kind == "insert":
-                u, t = costs.get(c.new["job_id"], (0, 0))
-                costs[c.new["job_id"]] = (u + c.new["usd_micros"], t + c.new["tokens"])
+                inserted = cast("dict[str, Any]", c.new)  # an insert carries its new row
+                u, t = costs.get(inserted["job_id"], (0, 0))
+                costs[inserted["job_id"]] = (u + inserted["usd_micros"], t + inserted["tokens"])
             elif c.table == "belay_jobs" and c.kind == "delete":
-                deleted.add(c.old["id"])
+                deleted.add(cast("dict[str, Any]", c.old)["id"])  # REPLICA IDENTITY FULL: a delete carries its old row
         ctx = tr.TxContext(at, costs, frozenset(deleted))
         touched_jobs: set[int] = set()
         touched_signals: set[tuple[str, str]] = set()
-        changed_rows: list[str] = []
+        changed_rows: list[Transition | tuple[str, Any, str]] = []
         new_findings: list[Finding] = []
         for c in changes:
             if isinstance(c, Truncate):
@@ -141,7 +143,7 @@ class Replayer:
             if conv is None:
                 continue
             make, key_of = conv
-            table: dict = getattr(self, TABLE_ATTR[c.table])
+            table: dict[Any, Any] = getattr(self, TABLE_ATTR[c.table])
             newrow = c.new
             if newrow is not None and any(v is UNCHANGED for v in newrow.values()):  # unchanged TOAST values
                 oldrow = c.old or (self.decoder.load(c.old_raw, c.relation) if c.old_raw is not None else None)
@@ -189,7 +191,7 @@ class Replayer:
                 j = tr.judge_job(before, new, ctx)
                 job_id = key
                 touched_jobs.add(job_id)
-                t = Transition(
+                transition = Transition(
                     tx.commit_lsn,
                     at,
                     job_id,
@@ -201,10 +203,10 @@ class Replayer:
                     j.rule,
                     j.why if not j.legal else "",
                 )
-                self.history[job_id].append(t)
+                self.history[job_id].append(transition)
                 if not self.keep_all and len(self.history[job_id]) > 4 * KEEP_TRANSITIONS:
                     del self.history[job_id][:-KEEP_TRANSITIONS]
-                changed_rows.append(t)
+                changed_rows.append(transition)
                 if j.writer == "retry":
                     self.retried.add(job_id)
                 if c.kind == "delete":
@@ -215,7 +217,7 @@ class Replayer:
                             "transition",
                             tx.commit_lsn,
                             at,
-                            j.rule,
+                            cast("str", j.rule),  # an illegal judgement names its rule
                             job_id,
                             f"job {job_id}: illegal transition [{j.rule}] {j.why}",
                             j.node,
@@ -258,7 +260,7 @@ class Replayer:
                             "transition",
                             tx.commit_lsn,
                             at,
-                            j.rule,
+                            cast("str", j.rule),  # an illegal judgement names its rule
                             job,
                             f"{c.table} {key}: illegal change [{j.rule}] {j.why}",
                             related_rows=frozenset({(c.table, key)}),
@@ -333,7 +335,9 @@ class Replayer:
             return True
         return bool(f.related_jobs & self.tainted) or bool(f.related_rows & self.tainted_rows)
 
-    def _report(self, tx: Transaction, findings: list[Finding], changed_rows: list) -> None:
+    def _report(
+        self, tx: Transaction, findings: list[Finding], changed_rows: list[Transition | tuple[str, Any, str]]
+    ) -> None:
         r = self.result
         r.findings.extend(findings)
         if len(self.first_candidates) < 50:
@@ -361,7 +365,7 @@ class Replayer:
 
     # --- per-commit predicates ------------------------------------------------------------------------
 
-    def _neighbourhood(self, touched: set[int], signals: set[tuple[str, str]]) -> tuple[set[int], set]:
+    def _neighbourhood(self, touched: set[int], signals: set[tuple[str, str]]) -> tuple[set[int], set[tuple[str, Any]]]:
         ids = {j for j in touched if j in self.jobs}
         for key in signals:
             ids |= self.awaits.get(key, set())

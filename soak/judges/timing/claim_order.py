@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from model.rows import Job
 from soak.judges.timing.nodes import INF, NodeFaults
 
 # --- claim order ------------------------------------------------------------------------------------
@@ -179,7 +180,15 @@ class ClaimOrder:
                 self._put(a, t)
 
     def _judge(
-        self, node: str, queue: str, now: datetime, t_now: float, t: float, lsn: str, taken: list, jobs: Mapping
+        self,
+        node: str,
+        queue: str,
+        now: datetime,
+        t_now: float,
+        t: float,
+        lsn: str,
+        taken: list[Job],
+        jobs: Mapping[int, tuple[Any, Any]],
     ) -> None:
         last = max(order_key(a.priority, a.ready_at, a.id) for a in taken)
         ids = {a.id for a in taken}
@@ -190,7 +199,7 @@ class ClaimOrder:
         can_hold = LOCKS_PER_TAKE * self.max_take * self.faults.freezes(t_now - CLAIM_HOLD_MIN, t)
         rank = 0
         me = len(self.judged_claims)
-        mine = [queue, t_now, t, lsn, node, 0, 0, max(ids), None, 0]
+        mine: list[Any] = [queue, t_now, t, lsn, node, 0, 0, max(ids), None, 0]  # a judged_claims record
         self.judged_claims.append(mine)
         lst = self.index.get(queue, [])
         for key, job_id in lst[: min(len(lst), SCAN_LIMIT)]:
