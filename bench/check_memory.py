@@ -4,7 +4,7 @@
 
 Each configuration runs in a fresh process: it builds a finished run of N `echo` jobs (each in the ledger,
 succeeded on attempt 1) with lease samples every 0.5 s over the run's length (20 jobs/s, as a default
-soak: 30 running rows each), then runs `soak.checker.check` — once with the snapshot in dicts and the
+soak: 30 running rows each), then runs `soak.judges.checker.check` — once with the snapshot in dicts and the
 samples in the history list (the check as it was), once with the snapshot and the ledger in DiskTables
 and the samples streamed (`--disk-tables-over`, what the soak does from 10,000 rows on). It prints the process's peak RSS
 (VmHWM, read from /proc after the check) and the check's wall time, and the bytes per job between the
@@ -29,9 +29,9 @@ def _one(n: int, disk: bool) -> dict:
     from model.envelope import encode
     from model.rows import Job
     from model.state import from_rows
-    from soak.checker import LedgerEntry, LedgerRows, SoakLedger, check
-    from soak.commits.spill import DiskTable
-    from soak.memory import peak_rss_bytes
+    from soak.judges.checker import LedgerEntry, LedgerRows, SoakLedger, check
+    from soak.record.spill import DiskTable
+    from soak.report.memory import peak_rss_bytes
 
     e0 = T0.timestamp()
     empty = {
@@ -90,7 +90,7 @@ def _one(n: int, disk: bool) -> dict:
     def entries():
         return (LedgerEntry(i, "echo", "succeeded", T0 + timedelta(seconds=i / RATE), {}) for i in range(1, n + 1))
 
-    if disk:  # the ledger streamed into a disk table as soak/ledger.py reads a long run's (LedgerRows)
+    if disk:  # the ledger streamed into a disk table as soak/workload/ledger.py reads a long run's (LedgerRows)
         ledger = SoakLedger(LedgerRows(DiskTable.build((e.job_id, e) for e in entries())))
         jobs = DiskTable.build((i, job(i)) for i in range(1, n + 1))
         base = from_rows((), next_id=n + 1)

@@ -91,8 +91,8 @@ def cost(args: argparse.Namespace) -> None:
 
 
 def replay_time(args: argparse.Namespace) -> None:
-    from soak.commits.capture import read_transactions
-    from soak.commits.replay import load_state, replay
+    from soak.judges.replay import load_state, replay
+    from soak.record.capture import read_transactions
 
     d = args.run_dir
     t0, c0 = time.perf_counter(), time.process_time()

@@ -32,7 +32,7 @@ from impl.runtime import QueueConfig, Worker, WorkerConfig
 from impl.store.migrate import migrate
 from impl.worker import Registry
 from model.queues import QueueOpts
-from soak.memory import MiB, rss_bytes
+from soak.report.memory import MiB, rss_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 

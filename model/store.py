@@ -134,7 +134,7 @@ def _insert(t: Tables, rows: Sequence[Callable[..., Job]]) -> list[ops.Inserted 
     """One id per row from the sequence (skipped rows consume theirs); the statement inserts row by
     row, then duplicates are reported against what the whole statement left behind."""
     ids: Sequence[int]
-    if t.id_supply is not None:  # ids a real sequence handed out (soak/commits/refine.py)
+    if t.id_supply is not None:  # ids a real sequence handed out (soak/judges/refine/)
         ids = [next(t.id_supply) for _ in rows]
         t.next_id = max([t.next_id, *(i + 1 for i in ids)])
     else:

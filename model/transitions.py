@@ -2,7 +2,7 @@
 
 One definition serves three callers: the model (every transition `model.store` makes is one of these —
 checked by the stateful test's per-step check), the stateful test, and the soak's history checker
-(soak/commits/replay.py), which judges every committed row change of a real database.
+(soak/judges/replay/), which judges every committed row change of a real database.
 
 A *row change* is one row version replaced by the next: (before, after) with None for "no row"
 (insert / delete). `judge_job` names the legal writer that explains a belay_jobs change, or the rule it

@@ -4,7 +4,7 @@
 # ([tool.ruff*], [tool.mypy]). Runs every check, then exits non-zero if any of them found something.
 #   ruff check          pyflakes, pycodestyle, isort, pyupgrade, bugbear, simplify, RUF, bandit (impl/)
 #   ruff format --check the formatter
-#   mypy                model/ strict, impl/ check_untyped_defs, soak/ and properties/ default mode
+#   mypy                model/ and soak/judges/ strict, impl/ check_untyped_defs, the rest of soak/ and properties/ default mode
 # Uses .venv/bin/ tools if present (as scripts/setup.sh creates them), else those on PATH.
 set -uo pipefail
 cd "$(dirname "$0")/.."

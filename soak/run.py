@@ -6,7 +6,7 @@ Phases (Jepsen style — generator, nemesis and checker kept apart):
   2. heal   — no more faults, every worker running, load continues;
   3. drain  — no new work, crons paused, follow-ups (signals, cancels) continue until every job is
      terminal (or the drain times out);
-  4. check  — one snapshot + the ledger + the fault log go to soak.checker.check; the report is
+  4. check  — one snapshot + the ledger + the fault log go to soak.judges.checker.check; the report is
      written to <report>/<run-id>/ and <report>/latest points at it.
 Exit 0 valid, 1 invalid, 2 unknown (3: the harness itself failed).
 """
@@ -31,22 +31,20 @@ from impl.provision import ClusterConfig, EmbeddedCluster, ProvisionError, redac
 from impl.store.migrate import migrate
 from impl.store.snapshot import snapshot_streamed
 from model.ops import IncompatibleSchema
-from soak import (
-    interrupted,
-    netfaults,  # issue 13: network faults and failover
-    report,
-)
-from soak import ledger as soak_ledger
-from soak.checker import check
-from soak.commits.hook import HistoryCheck, final_verdict  # issue 12: committed-history checking
-from soak.commits.spill import disk_table
-from soak.driver import Driver, DriverConfig
-from soak.duties import SAMPLE_TYPES
-from soak.history import History
-from soak.memory import MemorySampler, add_check_peak, check_phase, dir_size
-from soak.memory import describe as describe_memory
-from soak.nemesis import Nemesis, Workers, fault_rates
-from soak.scenarios import ADMISSION_QUEUES
+from soak.faults import netfaults  # issue 13: network faults and failover
+from soak.faults.nemesis import Nemesis, Workers, fault_rates
+from soak.hook import HistoryCheck, final_verdict  # issue 12: committed-history checking
+from soak.judges.checker import check
+from soak.judges.duties import SAMPLE_TYPES
+from soak.record.history import History
+from soak.record.spill import disk_table
+from soak.report import artifacts as report
+from soak.report import interrupted
+from soak.report.memory import MemorySampler, add_check_peak, check_phase, dir_size
+from soak.report.memory import describe as describe_memory
+from soak.workload import ledger as soak_ledger
+from soak.workload.driver import Driver, DriverConfig
+from soak.workload.scenarios import ADMISSION_QUEUES
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_WORKER = "soak/reference-worker"
@@ -110,7 +108,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-history",
         action="store_true",
         help="do not capture and check the committed history "
-        "(logical replication; soak/commits/) — e.g. to measure its cost",
+        "(logical replication; soak/record/capture.py) — e.g. to measure its cost",
     )
     p.add_argument(
         "--disk-tables-over",
@@ -339,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
         term_every=args.term_every or None,
         phase_seconds=args.duration,
     )
-    nemesis.exits_paused = driver.exits_paused  # zombie holds pause the self-exiting kinds (soak/zombies.py)
+    nemesis.exits_paused = driver.exits_paused  # zombie holds pause the self-exiting kinds (soak/faults/zombies.py)
     progress = Progress(harness_url, args.no_progress)
     meta = {
         "run_id": run_id,
@@ -482,7 +480,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(detail.splitlines()[:40]), flush=True)
         if hist_result.verdict == "invalid" and result.exit_code != 1:
             print(f"verdict INVALID by the committed history → exit {code} (the report says so too)", flush=True)
-    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP through impl.lifecycle (issue 19)
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM / SIGHUP through impl.ops.lifecycle (issue 19)
         reason = str(exc) or "SIGINT"
         print(f"\nsoak interrupted ({reason}): stopping the driver, the workers and PostgreSQL", flush=True)
         progress.close()
@@ -545,7 +543,7 @@ def print_verdict(result, results: dict, run_dir: Path, final: tuple[str, int] |
     console.print(c)
     s = result.stats
     console.print(f"jobs checked {s['jobs_checked']} (ledger {s['ledger_jobs']}), drained {s['drained']}")
-    from soak.report import describe_faults
+    from soak.report.artifacts import describe_faults
 
     console.print(describe_faults(results["fault_rates"], results["exits"]), highlight=False)
     console.print(f"verdict [{colour[verdict]}]{verdict}[/] → exit {code}; report {run_dir}/report.html")

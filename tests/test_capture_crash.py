@@ -25,8 +25,8 @@ from impl.client import Client
 from impl.store import PgStore
 from impl.store.snapshot import snapshot
 from model import worker_ops as w
-from soak.commits.capture import Capture, parse_lsn, read_transactions
-from soak.commits.replay import replay
+from soak.judges.replay import replay
+from soak.record.capture import Capture, parse_lsn, read_transactions
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 

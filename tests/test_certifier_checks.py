@@ -1,7 +1,7 @@
 """The certifier's rules where the mutant catalogue's certifier tier found them untested (issue 32).
 
-`python -m properties.mutants --tier certifier` weakens one rule of soak/checker.py, soak/duties.py,
-soak/coverage.py or soak/verdicts.py at a time; each test here is the evidence that the weakened rule
+`python -m properties.mutants --tier certifier` weakens one rule of soak/judges/checker.py, soak/judges/duties/,
+soak/judges/coverage.py or soak/judges/verdicts.py at a time; each test here is the evidence that the weakened rule
 would have passed — a hand-built snapshot, ledger and fault log (tests/test_soak_checker.py's baseline
 run, broken in one place) that the rule must fail, or a run whose scenario did not happen that it must
 not call valid. Pure and fast: no database.
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from model.envelope import encode
-from soak.checker import UniqueAttempt
-from soak.verdicts import InvariantResult
+from soak.judges.checker import UniqueAttempt
+from soak.judges.verdicts import InvariantResult
 from tests.test_soak_checker import E0, at, baseline, err, job
 
 
@@ -26,7 +26,7 @@ def coverage_count(result, row: str, key: str) -> int:
     return {s["key"]: s["count"] for s in entry["scenarios"]}[key]
 
 
-# --- soak/verdicts.py: how a rule's findings become its verdict ------------------------------------------
+# --- soak/judges/verdicts.py: how a rule's findings become its verdict ------------------------------------------
 
 
 def test_a_rule_that_held_but_was_never_exercised_is_unknown_not_valid():
@@ -280,10 +280,10 @@ def test_p1_a_node_that_wrote_observations_but_no_exit_one_has_not_asked_to_exit
 
 
 def test_p11_claims_after_sigterm_found_in_the_committed_history_make_the_duty_invalid():
-    """The trace validation's P11 findings (soak/commits/refine.py `claims_after_term`) are the duty's
+    """The trace validation's P11 findings (soak/judges/refine/ `claims_after_term`) are the duty's
     counterexamples: a drain the lease samples never saw is still judged from the committed claims."""
     from model.state import from_rows
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
 
     r = baseline()
     r.history += [
@@ -301,7 +301,7 @@ def test_p11_claims_after_sigterm_found_in_the_committed_history_make_the_duty_i
     assert clean.verdict == "valid", clean.to_json()
 
 
-# --- D1 (soak/failover.py): committed work survives a failover -----------------------------------------
+# --- D1 (soak/judges/durability.py): committed work survives a failover --------------------------------------
 
 
 def _watch(rows):
@@ -352,7 +352,7 @@ def test_p18_a_queue_that_never_reached_its_global_limit_leaves_the_duty_unknown
 
 def _committed_check(r, committed):
     from model.state import from_rows
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
 
     state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
     ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
@@ -386,9 +386,9 @@ def test_p11_and_p18_are_not_exercised_by_a_committed_history_with_capture_gaps(
 
 
 def test_refine_counts_no_drain_judged_when_the_capture_had_a_gap():
-    """soak/commits/refine.py `finish_duties`: with a capture gap no SIGTERMed node's claims are all known."""
-    from soak.commits import refine
-    from soak.commits.timing import ClaimOrder, Freshness
+    """soak/judges/refine/ `finish_duties`: with a capture gap no SIGTERMed node's claims are all known."""
+    from soak.judges import refine
+    from soak.judges.timing import ClaimOrder, Freshness
 
     v = object.__new__(refine.Validator)
     v.result = refine.RefinementResult("valid")

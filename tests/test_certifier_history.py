@@ -1,6 +1,6 @@
 """The committed-history judges where the certifier tier of the mutant catalogue found them untested
-(issue 32): the trace validation (soak/commits/refine.py) and the per-commit replay
-(soak/commits/replay.py), each fed a small history captured from a real PostgreSQL in the test, with one
+(issue 32): the trace validation (soak/judges/refine/) and the per-commit replay
+(soak/judges/replay/), each fed a small history captured from a real PostgreSQL in the test, with one
 planted write the judge must fail — or a capture that is incomplete, which it must not call valid.
 
 Runs its own embedded cluster with wal_level = logical (like tests/test_refine.py).
@@ -14,8 +14,8 @@ from impl.client import Client
 from impl.store import PgStore
 from model import worker_ops as w
 from soak.broken.base import patched_queries
-from soak.commits.capture import read_transactions
-from soak.commits.replay import load_state, replay
+from soak.judges.replay import load_state, replay
+from soak.record.capture import read_transactions
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url, as test_refine.py)
 from tests.test_refine import TTL, Captured, first, now
 
@@ -42,7 +42,7 @@ def test_a_claim_of_a_row_not_yet_due_is_unexplained_and_named_not_claimable(url
 def test_a_replay_that_does_not_end_in_the_final_snapshot_is_unknown_not_valid(url, tmp_path):
     """Every captured transaction legal, but the final snapshot holds a row the capture never showed
     written (here: the last transaction left out): the replay is incomplete, its verdict unknown."""
-    from soak.commits.hook import HistoryCheck
+    from soak.hook import HistoryCheck
 
     hist = HistoryCheck.begin(url, tmp_path, "tail")
     try:
@@ -64,7 +64,7 @@ def test_a_replay_that_does_not_end_in_the_final_snapshot_is_unknown_not_valid(u
 def test_a_cancel_request_of_a_running_job_the_harness_never_sent_is_unexplained(url, tmp_path):
     """With the soak's ledger every client write must be the harness's: a cancel request of a running job
     (and the cancel of a parked one) that history.jsonl does not record is nobody's write."""
-    from soak.commits.refine import HarnessLedger
+    from soak.judges.refine import HarnessLedger
 
     with Captured(url, tmp_path, "cancels") as cap:
         with PgStore(url) as store, Client(url) as client:
@@ -94,7 +94,7 @@ def test_the_saved_states_are_compressed_and_read_back_equal_old_plain_pickles_t
 
     from model import ops
     from model.store import ModelStore
-    from soak.commits.replay import save_state
+    from soak.judges.replay import save_state
 
     store = ModelStore()
     store.apply(ops.Enqueue(now(), (ops.JobSpec("q", "k", {"v": "x" * 2000}),) * 5))
@@ -119,9 +119,9 @@ def test_a_driver_write_that_commits_as_its_connection_breaks_is_still_attested(
 
     import psycopg
 
-    from soak.commits.refine import HarnessLedger
-    from soak.driver import Driver
-    from soak.history import History
+    from soak.judges.refine import HarnessLedger
+    from soak.record.history import History
+    from soak.workload.driver import Driver
 
     history = History()
     driver = Driver(url, history, random.Random(1))

@@ -39,7 +39,7 @@ from impl.ops.dashboard.queries import (
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from soak.proxy import Proxy
+from soak.faults.proxy import Proxy
 from tests import dashboard_world
 
 SEEDED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

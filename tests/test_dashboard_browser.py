@@ -7,7 +7,7 @@ what the database holds. Screenshots of each page go to reports/screenshots/dash
 like every run's artifacts; override with $BELAY_SCREENSHOTS); tests/artifacts/dashboard/ holds the
 screenshots of one run, committed for reference (BELAY_SCREENSHOTS=tests/artifacts/dashboard).
 Issue 29 adds: the job page and the job list updating live, the charts (bars and latency points
-against the database), the banner when the database is unreachable (through soak/proxy.py's TCP
+against the database), the banner when the database is unreachable (through soak/faults/proxy.py's TCP
 proxy, partitioned and healed), the confirmation before cancel, long names, the crons page.
 """
 
@@ -29,7 +29,7 @@ from impl.ops.dashboard.views import STATE_COLOURS
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from soak.proxy import Proxy
+from soak.faults.proxy import Proxy
 from tests import dashboard_world
 from tests.dashboard_world import XSS_ERROR, XSS_INPUT
 

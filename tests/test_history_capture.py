@@ -1,4 +1,4 @@
-"""soak/commits: capturing the committed history through a logical replication slot, replaying it into
+"""soak/record + soak/judges/replay: capturing the committed history through a logical replication slot, replaying it into
 the model's State, surviving a PostgreSQL crash mid-capture, and always dropping the slot.
 
 Runs its own embedded cluster with wal_level = logical (the session's server may not allow capture)."""
@@ -21,10 +21,10 @@ from impl.store.migrate import migrate
 from impl.store.snapshot import snapshot
 from impl.testing import wait_for
 from model import worker_ops as w
-from soak.commits.capture import Capture, CaptureUnavailable, read_transactions
-from soak.commits.hook import HistoryCheck
-from soak.commits.pgoutput import UNCHANGED, Change, Decoder
-from soak.commits.replay import replay
+from soak.hook import HistoryCheck
+from soak.judges.replay import replay
+from soak.record.capture import Capture, CaptureUnavailable, read_transactions
+from soak.record.pgoutput import UNCHANGED, Change, Decoder
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 
@@ -161,7 +161,7 @@ def test_the_slot_is_dropped_after_a_failure_inside_the_run(url, tmp_path):
 def test_the_soak_drops_its_slot_when_the_run_itself_fails(cluster, tmp_path, monkeypatch, capsys):
     """soak.run against --database-url: the driver blows up at start; the run's finally drops the slot."""
     from soak import run as soak_run
-    from soak.driver import Driver
+    from soak.workload.driver import Driver
 
     def boom(self):
         raise RuntimeError("driver failed to start")
@@ -452,7 +452,7 @@ def _fake_transactions(n: int, size: int, start: int = 1):
     bytes (incompressible)."""
     import struct
 
-    from soak.commits.capture import Transaction
+    from soak.record.capture import Transaction
 
     def tx(i: int) -> Transaction:
         lsn, us = 1000 * i, 10**15 + i
@@ -464,7 +464,7 @@ def _fake_transactions(n: int, size: int, start: int = 1):
 
 
 def test_a_history_file_torn_mid_frame_reads_up_to_the_last_complete_transaction(tmp_path):
-    from soak.commits.capture import write_frame
+    from soak.record.capture import write_frame
 
     path = tmp_path / "h.bin"
     frames = [_fake_transactions(5, 300, 1 + 5 * k) for k in range(3)]
@@ -489,7 +489,7 @@ def test_reading_a_history_streams_it(tmp_path):
     """Memory bounded by a frame, not the file: an 8 MiB history is read with a peak far below its size."""
     import tracemalloc
 
-    from soak.commits.capture import write_frame
+    from soak.record.capture import write_frame
 
     path = tmp_path / "h.bin"
     with open(path, "wb") as out:
@@ -505,7 +505,7 @@ def test_reading_a_history_streams_it(tmp_path):
 
 
 def test_a_history_in_the_uncompressed_format_of_older_reports_still_reads(tmp_path):
-    from soak.commits.capture import write_transaction
+    from soak.record.capture import write_transaction
 
     path = tmp_path / "old.bin"
     txs = _fake_transactions(4, 100)

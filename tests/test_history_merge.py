@@ -1,13 +1,13 @@
-"""soak/commits/hook.merge: the committed-history verdict of a soak is the trace validation's, made
+"""soak/hook.merge: the committed-history verdict of a soak is the trace validation's, made
 invalid by a finding of the rule replay — valid only when both are (issue 30)."""
 
 from __future__ import annotations
 
 import pytest
 
-from soak.commits.hook import combine_exit, merge
-from soak.commits.refine import RefinementResult
-from soak.commits.replay import HistoryResult
+from soak.hook import combine_exit, merge
+from soak.judges.refine import RefinementResult
+from soak.judges.replay import HistoryResult
 
 
 @pytest.mark.parametrize(

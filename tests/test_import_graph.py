@@ -26,8 +26,8 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("model", "impl", "properties", "soak", "bench", "tests")
 MAX_LINES = 600
-# The packages whose every module has at most MAX_LINES lines (issue 55). soak/ joins after its restructure.
-SIZE_CHECKED = ("impl",)
+# The packages whose every module has at most MAX_LINES lines (issue 55).
+SIZE_CHECKED = ("impl", "soak")
 # impl/'s layers, bottom to top, each with its entries in impl/ (a package `name/` or a module `name.py`).
 IMPL_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("provision", ("provision/",)),
@@ -38,6 +38,16 @@ IMPL_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("http", ("http/",)),
     ("ops", ("ops/",)),
     ("testing", ("testing.py",)),
+)
+# soak/'s parts, bottom to top (docs/architecture.md "soak/ by part"): the history recorder, the judges, the
+# fault injectors, the workload (driver, scenarios), the report, then the entry points at the top.
+SOAK_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("record", ("record/",)),
+    ("judges", ("judges/",)),
+    ("faults", ("faults/",)),
+    ("workload", ("workload/",)),
+    ("report", ("report/",)),
+    ("top", ("run.py", "hook.py", "reference_worker.py", "refine_planted.py", "broken/")),
 )
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
@@ -162,36 +172,65 @@ def test_the_size_rule_names_a_module_of_601_lines(tmp_path):
 # --- impl/'s layers: imports point down -----------------------------------------------------------------
 
 
-def module_prefix(entry: str) -> str:
+def module_prefix(entry: str, package: str = "impl") -> str:
     """The dotted module (or package) an entry of impl/ names: `store/` -> impl.store, `client.py` -> impl.client."""
-    return "impl." + entry.removesuffix("/").removesuffix(".py")
+    return f"{package}." + entry.removesuffix("/").removesuffix(".py")
 
 
-def layer_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS) -> int | None:
+def layer_of(
+    module: str, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS, package: str = "impl"
+) -> int | None:
     """The index (0 = bottom) of the layer holding `module`, None when no layer does."""
     for i, (_, entries) in enumerate(layers):
         for entry in entries:
-            prefix = module_prefix(entry)
+            prefix = module_prefix(entry, package)
             if module == prefix or module.startswith(prefix + "."):
                 return i
     return None
 
 
 def upward_imports(
-    graph: nx.DiGraph, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS
+    graph: nx.DiGraph, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS, package: str = "impl"
 ) -> list[tuple[str, str]]:
-    """Every import edge between impl/'s layers that points up (from a lower layer to a higher one)."""
+    """Every import edge between a package's layers that points up (from a lower layer to a higher one)."""
     out = []
     for a, b in graph.edges:
-        la, lb = layer_of(a, layers), layer_of(b, layers)
+        la, lb = layer_of(a, layers, package), layer_of(b, layers, package)
         if la is not None and lb is not None and lb > la:
             out.append((a, b))
     return sorted(out)
 
 
-def unlayered(modules, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS) -> list[str]:
-    """The modules of impl (other than the package itself) that belong to no layer."""
-    return sorted(m for m in modules if m.startswith("impl.") and layer_of(m, layers) is None)
+def unlayered(
+    modules, layers: tuple[tuple[str, tuple[str, ...]], ...] = IMPL_LAYERS, package: str = "impl"
+) -> list[str]:
+    """The modules of a package (other than the package itself) that belong to no layer."""
+    return sorted(m for m in modules if m.startswith(package + ".") and layer_of(m, layers, package) is None)
+
+
+def test_imports_between_soak_parts_point_one_way():
+    """soak/ by part (issue 55): record → judges → faults → workload → report → entry points; a judge never
+    imports the harness that drives or faults the run (Jepsen's checker is separate from its nemesis)."""
+    graph = project_graph()
+    assert not unlayered(graph.nodes, SOAK_LAYERS, "soak"), unlayered(graph.nodes, SOAK_LAYERS, "soak")
+    up = upward_imports(graph, SOAK_LAYERS, "soak")
+    assert not up, "imports pointing up soak/'s parts:\n" + "\n".join(f"{a} -> {b}" for a, b in up)
+    assert graph.has_edge("soak.run", "soak.hook") and {layer_of(m, SOAK_LAYERS, "soak") for m in graph.nodes} >= set(
+        range(len(SOAK_LAYERS))
+    )
+
+
+def test_a_judge_importing_a_fault_injector_is_named():
+    sources = {
+        "soak": "",
+        "soak.judges": "",
+        "soak.judges.checker": "def f():\n    from soak.faults.proxy import Proxy\n",
+        "soak.faults": "",
+        "soak.faults.proxy": "class Proxy: ...\n",
+    }
+    graph = import_graph(sources)
+    assert upward_imports(graph, SOAK_LAYERS, "soak") == [("soak.judges.checker", "soak.faults.proxy")]
+    assert unlayered(["soak.extra.x"], SOAK_LAYERS, "soak") == ["soak.extra.x"]
 
 
 def test_imports_between_impl_layers_point_down():

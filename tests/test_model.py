@@ -1651,7 +1651,7 @@ def test_an_unknown_operation_is_a_type_error_and_changes_nothing():
 
 
 def test_an_id_supply_gives_an_insert_the_ids_a_real_sequence_handed_out():
-    """The trace validation's Tables.id_supply (soak/commits/refine.py): a concurrent insert can take ids
+    """The trace validation's Tables.id_supply (soak/judges/refine/): a concurrent insert can take ids
     between one statement's rows — the spawn's children get the supplied ids, journaled as such, and
     next_id moves past the highest."""
     from model import store as model_store

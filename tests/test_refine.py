@@ -1,4 +1,4 @@
-"""soak/commits/refine.py: trace validation — every committed transaction of a captured history must be
+"""soak/judges/refine/: trace validation — every committed transaction of a captured history must be
 explained by an operation of model/ applied to the state before it.
 
 Real histories: an embedded PostgreSQL with wal_level = logical, the operations run through impl/ (or a
@@ -20,10 +20,10 @@ from model import ops
 from model import worker_ops as w
 from model.queues import QueueOpts
 from soak.broken.base import patched_queries
-from soak.commits.capture import read_transactions
-from soak.commits.hook import HistoryCheck
-from soak.commits.refine import SKEW, HarnessLedger, RefinementResult, validate
-from soak.commits.replay import load_state
+from soak.hook import HistoryCheck
+from soak.judges.refine import SKEW, HarnessLedger, RefinementResult, validate
+from soak.judges.replay import load_state
+from soak.record.capture import read_transactions
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 TTL = timedelta(seconds=30)

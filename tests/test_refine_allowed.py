@@ -26,10 +26,10 @@ from impl.client import Client
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from soak.commits.capture import read_transactions
-from soak.commits.hook import HistoryCheck
-from soak.commits.refine import RefinementResult, validate
-from soak.commits.replay import load_state
+from soak.hook import HistoryCheck
+from soak.judges.refine import RefinementResult, validate
+from soak.judges.replay import load_state
+from soak.record.capture import read_transactions
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 
 TTL = timedelta(seconds=30)

@@ -144,11 +144,10 @@ def judge_ids(judge: str) -> list[str]:
 
 
 def known_judges() -> set[str]:
-    from soak import coverage, duties
-    from soak.checker import INVARIANTS
-    from soak.commits import refine
+    from soak.judges import coverage, duties, refine
+    from soak.judges.checker import INVARIANTS
 
-    assert callable(getattr(refine, "validate", None)), "the refinement check (soak/commits/refine.py) is gone"
+    assert callable(getattr(refine, "validate", None)), "the refinement check (soak/judges/refine/) is gone"
     return {"refine", "D1", *INVARIANTS, *duties.DUTIES, *coverage.SCENARIOS}
 
 
@@ -188,7 +187,7 @@ def test_every_inventory_row_names_an_existing_judge_and_every_breakable_row_a_v
 
 
 def test_every_duty_and_invariant_of_the_checker_has_an_inventory_row():
-    from soak import duties
+    from soak.judges import duties
 
     judged = {j for r in inventory_rows() if not r["judge"].startswith("none:") for j in judge_ids(r["judge"])}
     assert set(duties.DUTIES) <= judged, sorted(set(duties.DUTIES) - judged)
@@ -293,8 +292,8 @@ def _drain_history(rows_at: float | None = None, drained: bool = False, db_crash
 
 
 def test_an_idle_end_of_an_unfinished_drain_is_found_only_when_nothing_ran_and_the_database_was_up():
-    from soak.checker import IDLE_S, Timeline, _idle_end_of_drain
-    from soak.duties import Evidence
+    from soak.judges.checker import IDLE_S, Timeline, _idle_end_of_drain
+    from soak.judges.duties import Evidence
 
     h = _drain_history()
     assert _idle_end_of_drain(h, Timeline(h)) == (30.0 - IDLE_S, ["w1-1"])

@@ -1,4 +1,4 @@
-"""The soak checker (soak/checker.py) on hand-built snapshots: a consistent run is valid, and each
+"""The soak checker (soak/judges/checker.py) on hand-built snapshots: a consistent run is valid, and each
 invariant flags its own violation (and only reports `valid` when its scenario was exercised).
 
 Pure and fast: no database. The baseline `Run` holds one job of every soak kind, a workflow, a cron,
@@ -21,7 +21,7 @@ import pytest
 from model.envelope import encode
 from model.rows import Event, Job, Signal, Step
 from model.state import from_rows
-from soak.checker import LedgerEntry, Observation, SoakLedger, UniqueAttempt, check
+from soak.judges.checker import LedgerEntry, Observation, SoakLedger, UniqueAttempt, check
 from tests.jobrows import EMPTY
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
@@ -589,7 +589,7 @@ def test_a_mini_soak_of_the_reference_worker_finds_no_violation(tmp_path: Path):
 
 
 def test_workflow_expectations_follow_settlement_semantics():
-    from soak.driver import WORKFLOW_SHAPES, workflow_outcomes
+    from soak.workload.driver import WORKFLOW_SHAPES, workflow_outcomes
 
     assert workflow_outcomes(WORKFLOW_SHAPES["chain"]) == {
         "a": "failed",
@@ -613,7 +613,7 @@ def test_workflow_expectations_follow_settlement_semantics():
 
 
 def test_every_workflow_shape_exercises_a_doom_or_an_ignore_flag_except_the_plain_one():
-    from soak.driver import WORKFLOW_SHAPES, workflow_outcomes
+    from soak.workload.driver import WORKFLOW_SHAPES, workflow_outcomes
 
     for name, members in WORKFLOW_SHAPES.items():
         outcomes = workflow_outcomes(members)
@@ -622,7 +622,7 @@ def test_every_workflow_shape_exercises_a_doom_or_an_ignore_flag_except_the_plai
 
 
 def test_reports_never_contain_a_password(tmp_path: Path):
-    from soak import report
+    from soak.report import artifacts as report
 
     r = baseline()
     result = r.check()

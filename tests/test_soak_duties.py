@@ -1,4 +1,4 @@
-"""Worker duties P1–P10 (soak/duties.py) and scenario coverage (soak/coverage.py) on hand-built runs:
+"""Worker duties P1–P10 (soak/judges/duties/) and scenario coverage (soak/judges/coverage.py) on hand-built runs:
 each duty flags its own violation, and a duty whose scenario did not occur is `unknown`, never `valid`.
 
 Pure and fast (no database): the baseline run of tests/test_soak_checker.py plus fault-log evidence."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from model.envelope import encode
-from soak.checker import Observation
+from soak.judges.checker import Observation
 from tests.test_soak_checker import E0, at, baseline, err, job
 
 
@@ -237,7 +237,7 @@ def test_p6_a_cron_job_in_another_queue_than_its_row_says_is_flagged():
     state = replace(
         state, crons={"soak_cron": CronRow("soak_cron", "* * * * *", "echo", {}, {"queue": "soak"}, False, at(0))}
     )
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
 
     result = check(state, SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique)), r.history)
     assert duty(result, "P6").verdict == "invalid" and "'default'" in duty(result, "P6").counterexamples[0]
@@ -617,7 +617,7 @@ def test_p17_counts_from_when_the_row_became_running_not_from_its_lease():
 
 
 def test_p17_counts_from_the_claims_commit_when_the_committed_history_has_it():
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
     from tests.test_soak_checker import from_rows
 
     r = baseline()
@@ -764,7 +764,7 @@ def test_attempt_facts_keep_what_the_lease_samples_said_of_each_attempt_on_disk(
     """Evidence's per-attempt facts (issue 27: on disk but for the latest sample's attempts): first and last
     seen, first and latest lease_until, a renewal (lease_until moved on), an attempt that left the samples
     and came back read back from disk, the attempts of a node by first seen."""
-    from soak.duties import AttemptFacts
+    from soak.judges.duties import AttemptFacts
 
     f = AttemptFacts()
     try:

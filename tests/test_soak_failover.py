@@ -1,5 +1,5 @@
-"""Failover of the soak's embedded cluster to a streaming standby (soak/failover.py, issue 13), and the
-network + failover nemesis in a reduced soak of the reference worker (soak/netfaults.py).
+"""Failover of the soak's embedded cluster to a streaming standby (soak/faults/failover.py, issue 13), and the
+network + failover nemesis in a reduced soak of the reference worker (soak/faults/netfaults.py).
 
 CI runs: the focused asynchronous failover (committed work is lost and check D1 names it) and a 16 s
 soak with partitions, stalls, a connection stall, SIGSTOP and synchronous failovers that must not be
@@ -27,9 +27,10 @@ from impl.store.migrate import migrate
 from impl.store.snapshot import snapshot
 from model import ops
 from model import worker_ops as w
-from soak.failover import Replication, check_durability, primary_settings
-from soak.history import History, events_path, read_events
-from soak.proxy import Proxy
+from soak.faults.failover import Replication, primary_settings
+from soak.faults.proxy import Proxy
+from soak.judges.durability import check_durability
+from soak.record.history import History, events_path, read_events
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Faults at the rate asked (issue 27 item 4): soak/nemesis.py's FaultSchedule on a fake clock.
+"""Faults at the rate asked (issue 27 item 4): soak/faults/nemesis.py's FaultSchedule on a fake clock.
 
 The old loop waited `every × U(0.75, 1.25)` *after* each fault ended and dropped a fault that found no
 target: a kill -9 skipped during a zombie stop's hold, a SIGSTOP that lasts longer than its period, a
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from soak import nemesis
-from soak.nemesis import FaultSchedule, Nemesis, fault_rates, run_schedule
+from soak.faults import nemesis
+from soak.faults.nemesis import FaultSchedule, Nemesis, fault_rates, run_schedule
 
 
 class FakeClock:

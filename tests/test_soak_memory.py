@@ -1,4 +1,4 @@
-"""soak/memory.py: the long soak's RSS and report-size figures (issue 13) come from real /proc readings."""
+"""soak/report/memory.py: the long soak's RSS and report-size figures (issue 13) come from real /proc readings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from soak.memory import MemorySampler, describe, dir_size, rss_bytes
+from soak.report.memory import MemorySampler, describe, dir_size, rss_bytes
 
 
 @dataclass
@@ -57,7 +57,7 @@ def test_sampler_follows_a_worker_that_grows_and_names_the_longest_lived_incarna
 
 
 def test_history_keeps_nothing_in_memory_and_reads_every_event_back(tmp_path) -> None:
-    from soak.history import History
+    from soak.record.history import History
 
     h = History(tmp_path / "history.jsonl")
     h.record("run_start", lease_ttl=10)
@@ -86,8 +86,8 @@ def test_an_event_log_cut_short_is_read_up_to_its_last_whole_line(tmp_path) -> N
     a partial .gz beside it; an offline re-check reads what was whole (issue 27)."""
     import gzip
 
-    from soak.commits.refine import HarnessLedger
-    from soak.history import History, events_path, read_events
+    from soak.judges.refine import HarnessLedger
+    from soak.record.history import History, events_path, read_events
 
     h = History(tmp_path / "history.jsonl")
     for i in range(50):
@@ -106,7 +106,7 @@ def test_an_event_log_cut_short_is_read_up_to_its_last_whole_line(tmp_path) -> N
 
 
 def test_history_without_a_file_keeps_everything() -> None:
-    from soak.history import History
+    from soak.record.history import History
 
     h = History()
     h.record("lease_sample", rows=[])
@@ -116,7 +116,7 @@ def test_history_without_a_file_keeps_everything() -> None:
 def test_the_check_phase_peak_and_the_ten_minute_figure_are_reported() -> None:
     """The samples stop before the end-of-run check; the harness's lifetime peak (VmHWM) is read after it
     and said apart, with the sample at 10 minutes (issue 27: RSS at the end against RSS at 10 min)."""
-    from soak.memory import add_check_peak, peak_rss_bytes
+    from soak.report.memory import add_check_peak, peak_rss_bytes
 
     s = MemorySampler(every=30.0)
     for t in (0.0, 300.0, 600.0, 900.0):

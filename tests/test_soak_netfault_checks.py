@@ -1,6 +1,6 @@
 """The checker's hooks for network faults and failover (issue 13): a partitioned or stalled worker slot is
 excused from lease renewal like a SIGSTOPped worker, a single-connection stall is not, a failover is a
-database outage; check D1 (soak/failover.py) names lost enqueues and lost acks. Pure: synthetic runs."""
+database outage; check D1 (soak/judges/durability.py) names lost enqueues and lost acks. Pure: synthetic runs."""
 
 from __future__ import annotations
 

@@ -2,15 +2,15 @@
 
 Pure and fast (no database): tests/test_soak_checker.py's baseline run, changed in one place.
 - I9's "signals racing the park" counts deliveries that committed inside an awaiter's claim→park
-  window (soak/coverage.py signal_races), not the deliveries the driver's plan called races;
-- P16 needs a reclaim that fell on a last attempt (soak/coverage.py last_attempt_reclaims).
+  window (soak/judges/coverage.py signal_races), not the deliveries the driver's plan called races;
+- P16 needs a reclaim that fell on a last attempt (soak/judges/coverage.py last_attempt_reclaims).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from soak.coverage import last_attempt_reclaims
+from soak.judges.coverage import last_attempt_reclaims
 from tests.test_certifier_checks import coverage_count, duty
 from tests.test_soak_checker import E0, baseline, err, job
 from tests.test_soak_duties import lease_sample

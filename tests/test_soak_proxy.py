@@ -1,4 +1,4 @@
-"""The soak's fault-injecting proxy (soak/proxy.py) and the client-side call deadline (impl/store/deadline.py)
+"""The soak's fault-injecting proxy (soak/faults/proxy.py) and the client-side call deadline (impl/store/deadline.py)
 on a real PostgreSQL: partition, stall, single-connection stall, latency, heal, retarget — and a worker
 whose renewal connection stalls keeps its other leases (spec/belay-operations.txt §6, issue 13)."""
 
@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from impl.store import PgStore
 from impl.store.deadline import Watchdog, connection_defaults
+from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from soak.proxy import Proxy
+from soak.faults.proxy import Proxy
 
 WAIT = 20.0
 

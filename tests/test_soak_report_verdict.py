@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from model.state import from_rows
-from soak.commits.hook import HistoryCheck, final_verdict
-from soak.commits.refine import RefinementResult
-from soak.commits.replay import HistoryResult
+from soak.hook import HistoryCheck, final_verdict
+from soak.judges.refine import RefinementResult
+from soak.judges.replay import HistoryResult
 from soak.run import write_artifacts
 from tests.test_soak_checker import baseline
 
@@ -55,7 +55,7 @@ def _stated(run_dir: Path) -> tuple[str, int, str, str]:
 
 
 def _invalid_history() -> HistoryResult:
-    from soak.commits.hook import merge
+    from soak.hook import merge
 
     return merge(HistoryResult("valid"), RefinementResult("invalid", why="1 transaction(s) no operation explains"))
 

@@ -1,9 +1,9 @@
-"""Zombie stops (soak/zombies.py): when the nemesis may SIGCONT a node that froze `slow` attempts in their
+"""Zombie stops (soak/faults/zombies.py): when the nemesis may SIGCONT a node that froze `slow` attempts in their
 paid step, and which nodes it spares meanwhile. Pure: rows as the nemesis reads them."""
 
 from __future__ import annotations
 
-from soak.zombies import later_nodes, settled
+from soak.faults.zombies import later_nodes, settled
 
 HELD = [(7, 1), (9, 2)]
 
@@ -37,7 +37,7 @@ def test_while_a_zombie_stop_holds_the_driver_plans_no_job_that_kills_its_worker
     import random
     import threading
 
-    from soak.driver import Driver, DriverConfig
+    from soak.workload.driver import Driver, DriverConfig
 
     d = object.__new__(Driver)  # the planners only need their rng, config and the pause
     d.rng, d.cfg, d.exits_paused = random.Random(3), DriverConfig(), threading.Event()
@@ -54,7 +54,7 @@ def test_crashes_at_the_crossing_drawn_during_a_hold_are_owed_not_dropped():
     import random
     import threading
 
-    from soak.driver import Driver, DriverConfig
+    from soak.workload.driver import Driver, DriverConfig
 
     def crashes(pause_every: int) -> int:
         d = object.__new__(Driver)

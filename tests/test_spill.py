@@ -1,4 +1,4 @@
-"""soak/commits/spill.py: the history checks hold the rows in use in memory and the rest on disk (issue 27,
+"""soak/record/spill.py: the history checks hold the rows in use in memory and the rest on disk (issue 27,
 item 3), and nothing they decide depends on where a row was.
 
 - SpillDict behaves as a dict (and as a defaultdict) under any sequence of operations and spills.
@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from impl.client import Client
 from impl.store import PgStore
 from model import worker_ops as w
-from soak.commits.capture import read_transactions
-from soak.commits.refine import validate
-from soak.commits.replay import load_state, replay
-from soak.commits.spill import HOT, SpillDict
+from soak.judges.refine import validate
+from soak.judges.replay import load_state, replay
+from soak.record.capture import read_transactions
+from soak.record.spill import HOT, SpillDict
 from tests.logical import logical_cluster, logical_url  # noqa: F401  (fixtures: cluster, url)
 from tests.test_refine import TTL, Captured, now
 
@@ -139,7 +139,7 @@ def test_the_history_checks_decide_the_same_with_one_row_in_memory_as_with_all(u
 
 
 def test_a_disk_table_is_the_mapping_it_was_built_from_in_key_order():
-    from soak.commits.spill import DiskTable
+    from soak.record.spill import DiskTable
 
     rows = {i: {"v": i} for i in (5, 1, 9, 3)}
     steps = {(1, "b"): 2, (1, "a"): 1, (0, "z"): 0}
@@ -161,8 +161,8 @@ def test_a_disk_table_is_the_mapping_it_was_built_from_in_key_order():
 def test_a_saved_state_reads_back_equal_with_its_big_tables_on_disk(tmp_path):
     from model.rows import Step
     from model.state import from_rows, in_key_order
-    from soak.commits.replay import save_state
-    from soak.commits.spill import DiskTable, disk_table
+    from soak.judges.replay import save_state
+    from soak.record.spill import DiskTable, disk_table
     from tests.test_soak_checker import at, job
 
     jobs = [job(i) for i in range(1, 5001)]
@@ -181,7 +181,7 @@ def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):
     import psycopg
 
     from impl.store.snapshot import snapshot, snapshot_streamed
-    from soak.commits.spill import DiskTable, disk_table
+    from soak.record.spill import DiskTable, disk_table
 
     _shapes(url)
     with PgStore(url) as store, Client(url) as client:  # a running job with steps and events (not pruned)
@@ -206,13 +206,13 @@ def test_a_streamed_snapshot_equals_the_plain_one(url, tmp_path):
 
 
 def test_a_ledger_read_into_a_disk_table_equals_the_tuple(url):
-    """soak/ledger.py `read` with `big`: a ledger of big_over entries or more is streamed into the disk
+    """soak/workload/ledger.py `read` with `big`: a ledger of big_over entries or more is streamed into the disk
     table (LedgerRows), iterated in job-id order and looked up by id like the tuple and its dict."""
     import psycopg
 
-    from soak import ledger as soak_ledger
-    from soak.checker import LedgerRows
-    from soak.commits.spill import DiskTable, disk_table
+    from soak.judges.checker import LedgerRows
+    from soak.record.spill import DiskTable, disk_table
+    from soak.workload import ledger as soak_ledger
 
     with psycopg.connect(url, autocommit=True) as c:
         soak_ledger.install(c)
@@ -244,26 +244,26 @@ def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_t
     import tests.test_soak_checker as tsc
     import tests.test_soak_duties as tsd
     from model.state import from_rows
-    from soak.checker import LedgerRows, SoakLedger, check
-    from soak.commits.spill import DiskTable, on_disk
-    from soak.duties import SAMPLE_TYPES
+    from soak.judges.checker import LedgerRows, SoakLedger, check
+    from soak.judges.duties import SAMPLE_TYPES
+    from soak.record.spill import DiskTable, on_disk
 
     compared = []
 
-    def both(self):
+    def both(self, committed=None):  # the signature of tests/test_soak_checker.py Run.check
         state = from_rows(
             sorted(self.jobs.values(), key=lambda j: j.id),
             sorted(self.steps, key=lambda s: (s.job_id, s.seq)),
             sorted(self.events, key=lambda e: (e.job_id, e.seq)),
             self.signals,
         )
-        entries = tuple(sorted(self.ledger, key=lambda e: e.job_id))  # as soak/ledger.py reads it
+        entries = tuple(sorted(self.ledger, key=lambda e: e.job_id))  # as soak/workload/ledger.py reads it
         ledger = SoakLedger(entries, tuple(self.observations), tuple(self.unique))
-        plain = check(state, ledger, self.history)
+        plain = check(state, ledger, self.history, committed)
         rest = [e for e in self.history if e.get("type") not in SAMPLE_TYPES]
         streamed = (e for e in self.history if e.get("type") in SAMPLE_TYPES)
         on_disk_ledger = replace(ledger, entries=LedgerRows(DiskTable.build(((e.job_id, e) for e in entries), cache=1)))
-        disk = check(on_disk(state, cache=1), on_disk_ledger, rest, samples=streamed)
+        disk = check(on_disk(state, cache=1), on_disk_ledger, rest, committed, samples=streamed)
         assert json.dumps(disk.to_json(), default=str) == json.dumps(plain.to_json(), default=str)
         compared.append(plain.verdict)
         return plain

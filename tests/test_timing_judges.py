@@ -1,4 +1,4 @@
-"""Issue 51: the judges of order and time over the committed history (soak/commits/timing.py), on
+"""Issue 51: the judges of order and time over the committed history (soak/judges/timing/), on
 hand-built transactions and fault logs. Pure and fast (no database). Each judge is seen failing on its
 planted pattern and passing on the honest one next to it."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from soak.commits.timing import CLAIM_HOLD_MIN, NOW_BASE, ClaimOrder, Freshness, NodeFaults, load_faults
+from soak.judges.timing import CLAIM_HOLD_MIN, NOW_BASE, ClaimOrder, Freshness, NodeFaults, load_faults
 from tests.test_soak_checker import E0, at, job
 
 
@@ -242,7 +242,7 @@ def test_hold_is_the_runs_longest_fault_free_claim_at_least_the_floor():
 
 
 def test_claim_order_findings_of_the_committed_history_make_p5_invalid():
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
     from tests.test_soak_checker import baseline, from_rows
 
     r = baseline()
@@ -255,7 +255,7 @@ def test_claim_order_findings_of_the_committed_history_make_p5_invalid():
 
 
 def test_stale_writes_make_the_trace_validation_invalid(monkeypatch):
-    from soak.commits import refine, timing
+    from soak.judges import refine, timing
 
     line = "now freshness: 2 write(s) stamped more than 5 s before their commit"
     monkeypatch.setattr(timing.Freshness, "lines", lambda self: [line])
@@ -330,7 +330,7 @@ def test_claims_that_had_a_choice_within_their_priority_are_counted_those_that_t
 
 
 def test_p5_is_unknown_when_no_claim_had_a_choice_within_its_priority():
-    from soak.checker import SoakLedger, check
+    from soak.judges.checker import SoakLedger, check
     from tests.test_soak_checker import baseline, from_rows
 
     r = baseline()

@@ -11,7 +11,7 @@ comes from", step 3; the soak's crash nemesis and failover build on it).
 * `stop()` is a fast shutdown; `crash()` SIGKILLs the postmaster (and, by default, every backend) and
   waits until all those processes are really gone (impl/provision/processes.py); `restart()` starts
   again on the same data dir and port, crash recovery running if needed.
-* `_prepare()`, `_chown()` and `_run()` are also used by soak/failover.py to build a streaming standby
+* `_prepare()`, `_chown()` and `_run()` are also used by soak/faults/failover.py to build a streaming standby
   with ``pg_basebackup`` into a cluster's data dir before `start()`.
 * Clusters still running at normal interpreter exit are stopped (and throwaway ones removed).
 """

@@ -82,7 +82,7 @@ def _reads(conn: psycopg.Connection, q: SchemaSQL) -> dict[str, psycopg.Cursor[A
 
 
 # A long soak's end-of-run snapshot: the big tables streamed into a mapping of the caller's (a disk-backed
-# table: soak/commits/spill.py DiskTable), so memory does not grow with the run (issue 27, item 3).
+# table: soak/record/spill.py DiskTable), so memory does not grow with the run (issue 27, item 3).
 BigTable = Callable[[Iterator[tuple[Any, Any]]], Mapping[Any, Any]]
 
 

@@ -1,9 +1,10 @@
 """The certifier tier (issue 32): mutants of the soak's own judges, `python -m properties.mutants --tier certifier`.
 
-The certifier is code under test too: a rule of soak/checker.py (the §11 invariants), soak/duties.py (the
-worker duties P1–P20), soak/coverage.py (which scenarios a row needs before it may say `valid`), soak/failover.py (D1),
-soak/verdicts.py (how a rule's findings become a verdict), soak/commits/refine.py (the trace validation of
-the committed history) or soak/commits/replay.py (the per-commit replay of the captured history) that is
+The certifier is code under test too: a rule of soak/judges/ — the §11 invariants (checker.py, inputs.py,
+invariants_jobs.py, invariants_links.py), the worker duties P1–P20 (duties/), which scenarios a row needs before it
+may say `valid` (coverage.py), D1 (durability.py), how a rule's findings become a verdict (verdicts.py), the trace
+validation of the committed history (refine/), the per-commit replay of the captured history (replay/), the judges
+of order and time (timing/) — or the report's verdict line (soak/report/artifacts.py) that is
 weakened must make some test fail. Each mutant here is one small weakening — a predicate that always
 passes, a comparison off by one, a skipped row, a scenario counted too generously, refinement accepting
 any candidate, the taint set swallowing every finding — that makes the certifier pass a run it must fail
@@ -21,14 +22,26 @@ from __future__ import annotations
 
 from properties.mutants.kinds import Edit, Mutant
 
-CHECKER_PY = "soak/checker.py"
-DUTIES_PY = "soak/duties.py"
-COVERAGE_PY = "soak/coverage.py"
-VERDICTS_PY = "soak/verdicts.py"
-FAILOVER_PY = "soak/failover.py"
-REFINE_PY = "soak/commits/refine.py"
-REPLAY_PY = "soak/commits/replay.py"
-TIMING_PY = "soak/commits/timing.py"  # issue 51: now freshness and claim order
+# soak/judges/ (docs/architecture.md "soak/ by part"); the constant names the module each patch's text is in
+CHECKER_PY = "soak/judges/checker.py"
+COVERAGE_PY = "soak/judges/coverage.py"
+VERDICTS_PY = "soak/judges/verdicts.py"
+DURABILITY_PY = "soak/judges/durability.py"
+INVARIANTS_JOBS_PY = "soak/judges/invariants_jobs.py"
+INVARIANTS_LINKS_PY = "soak/judges/invariants_links.py"
+DUTIES_RUNNING_PY = "soak/judges/duties/running.py"
+DUTIES_OUTCOMES_PY = "soak/judges/duties/outcomes.py"
+INPUTS_PY = "soak/judges/inputs.py"
+DUTIES_TIMING_PY = "soak/judges/duties/timing.py"
+DUTIES_EVIDENCE_PY = "soak/judges/duties/evidence.py"
+REFINE_VALIDATOR_PY = "soak/judges/refine/validator.py"
+REFINE_RECOVERY_PY = "soak/judges/refine/recovery.py"
+REFINE_PY = "soak/judges/refine/__init__.py"
+REPLAY_REPLAYER_PY = "soak/judges/replay/replayer.py"
+CLAIM_ORDER_PY = "soak/judges/timing/claim_order.py"
+NODE_FAULTS_PY = "soak/judges/timing/nodes.py"
+FRESHNESS_PY = "soak/judges/timing/freshness.py"
+REPLAY_PY = "soak/judges/replay/__init__.py"
 
 # the suites, fastest first (the runner stops at the first failure): pure checks of hand-built evidence
 CHECKER_SUITE = (
@@ -40,7 +53,7 @@ CHECKER_SUITE = (
 REFINE_SUITE = ("tests/test_refine.py", "tests/test_certifier_history.py")
 # issue 51: the outcome obligations (P19, P4's hand-back rule) and the risky-case coverage (I9, P16)
 OUTCOMES_SUITE = ("tests/test_soak_outcomes.py", *CHECKER_SUITE)
-REPORT_PY = "soak/report.py"
+REPORT_PY = "soak/report/artifacts.py"
 REPORT_SUITE = ("tests/test_soak_report_verdict.py",)
 REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
 TIMING_SUITE = ("tests/test_timing_judges.py", "tests/test_soak_duties.py")  # issue 51, pure
@@ -53,7 +66,7 @@ def _one(
 
 
 CERTIFIER: tuple[Mutant, ...] = (
-    # --- soak/verdicts.py and the overall verdict -----------------------------------------------------------
+    # --- soak/judges/verdicts.py and the overall verdict -----------------------------------------------------------
     _one(
         "cert_unexercised_rule_is_valid",
         "a rule whose scenario never happened (exercised False, no reason given) finishes valid, not unknown",
@@ -78,12 +91,12 @@ CERTIFIER: tuple[Mutant, ...] = (
         '    verdict = "invalid" if "invalid" in verdicts else "unknown" if "unknown" in verdicts else "valid"\n',
         '    verdict = "unknown" if "unknown" in verdicts else "invalid" if "invalid" in verdicts else "valid"  # MUTANT\n',
     ),
-    # --- soak/checker.py: the §11 invariants ----------------------------------------------------------------
+    # --- soak/judges/checker.py: the §11 invariants ----------------------------------------------------------------
     _one(
         "cert_i1_lost_jobs_not_checked",
         "I1: the model's no-job-lost predicate is not applied (a ledger job gone from the database passes)",
         "§11 I1",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "    r.add(inv.i1_no_job_lost(state, expected, drained=False))\n",
         "    r.add([])  # MUTANT: inv.i1_no_job_lost not applied\n",
     ),
@@ -91,7 +104,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i1_stuck_after_a_drain_not_flagged",
         "I1: a due job left non-terminal after a drain that completed is not a violation",
         "§11 I1",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "    stuck = stuck if drained else []\n",
         "    stuck = []  # MUTANT\n",
     ),
@@ -99,7 +112,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i1_lease_loss_blamed_only_after_two_ttls",
         "I1: a lost lease is blamed on the worker only when its node held it for two ttls (not half a ttl)",
         "§11 I1",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "                    and t1 - t0 >= ttl / 2\n",
         "                    and t1 - t0 >= ttl * 2  # MUTANT\n",
     ),
@@ -107,7 +120,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i2_older_attempts_result_accepted",
         "I2: a succeeded row carrying an older attempt's result passes (only a newer attempt's is flagged)",
         "§11 I2",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         '        if result["attempt"] != job.attempt:\n',
         '        if result["attempt"] > job.attempt:  # MUTANT\n',
     ),
@@ -115,7 +128,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i2_attempt_ending_twice_accepted",
         "I2: the error entries' attempts need only not decrease: one attempt ending twice passes",
         "§11 I2",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "            if not (isinstance(a, int) and isinstance(b, int) and b > a):\n",
         "            if not (isinstance(a, int) and isinstance(b, int) and b >= a):  # MUTANT\n",
     ),
@@ -123,7 +136,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i2_pre_ack_compares_state_only",
         "I2: a pre-ack observation of a running row counts as current whatever attempt it saw",
         "§11 I2",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         '        if seen.get("state") == "running" and seen.get("attempt") == o.attempt:\n',
         '        if seen.get("state") == "running":  # MUTANT: the attempt is not compared\n',
     ),
@@ -131,7 +144,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i3_result_token_compared_with_itself",
         "I3: a result's step token is compared with itself instead of the journaled value (re-execution passes)",
         "§11 I3",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         '            stored = value.get("token") if isinstance(value, Mapping) else value\n',
         "            stored = tok  # MUTANT\n",
     ),
@@ -141,12 +154,12 @@ CERTIFIER: tuple[Mutant, ...] = (
         "§11 I3",
         (
             Edit(
-                CHECKER_PY,
+                INVARIANTS_JOBS_PY,
                 "            if key in first and first[key] != (seq, digest):\n",
                 "            if key in first and first[key][0] != seq:  # MUTANT\n",
             ),
             Edit(
-                CHECKER_PY,
+                INVARIANTS_JOBS_PY,
                 "        elif (s.seq, _digest(s.value)) != (seq, digest):\n",
                 "        elif s.seq != seq:  # MUTANT\n",
             ),
@@ -157,7 +170,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i3_late_journal_compared_by_day",
         "I3: a step journaled after its job finished is flagged only when it is a day later",
         "§11 I3",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "            elif job.finished_at is not None and s.inserted_at > job.finished_at:\n",
         "            elif job.finished_at is not None and s.inserted_at.date() > job.finished_at.date():  # MUTANT\n",
     ),
@@ -165,7 +178,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i3_unjournaled_step_skipped",
         "I3: a result naming a step the journal does not hold is skipped instead of flagged",
         "§11 I3",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "            if s is None:\n                r.add(\n",
         "            if s is None:\n                continue  # MUTANT\n                r.add(\n",
     ),
@@ -173,7 +186,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i4_budget_predicate_dropped",
         "I4: the model's budget predicate (fail on the crossing step, no step past it) is not applied",
         "§11 I4",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "    r.add(inv.i4_budget_fails_on_crossing_step(state))\n",
         "    r.add([])  # MUTANT\n",
     ),
@@ -181,7 +194,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i4_crossing_step_judged_only_with_two_steps",
         "I4: the step a budget failure came after is compared with the crossing step only when two were journaled",
         "§11 I4",
-        CHECKER_PY,
+        INVARIANTS_JOBS_PY,
         "            if names and names[-1] != want:\n",
         "            if len(names) > 1 and names[-1] != want:  # MUTANT\n",
     ),
@@ -189,7 +202,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i5_settlement_predicate_dropped",
         "I5: the model's settlement predicate (no missed doom, no early release) is not applied",
         "§11 I5",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "    r.add(inv.i5_settlement_consistent(state, retried=frozenset()))\n",
         "    r.add([])  # MUTANT\n",
     ),
@@ -197,7 +210,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i5_first_attempt_beside_failed_dep_accepted",
         "I5: a member that ran beside an unsatisfied dep is flagged only from its second attempt (off by one)",
         "§11 I5",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "            if job.attempt > 0 and not satisfied:\n",
         "            if job.attempt > 1 and not satisfied:  # MUTANT\n",
     ),
@@ -205,7 +218,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i6_due_slots_not_expected",
         "I6: the due cron slots are not passed to the predicate: a slot missed while workers ran passes",
         "§11 I6",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "    r.add(inv.i6_cron_slots_once(state, slots))\n",
         "    r.add(inv.i6_cron_slots_once(state, set()))  # MUTANT\n",
     ),
@@ -213,7 +226,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i7_window_mode_admissions_not_counted",
         "I7: admissions per unique key are counted for the always mode only: window-mode duplicates pass",
         "§11 I7",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         '        if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):\n',
         '        if a.outcome == "inserted" and a.job_id is not None and a.mode == "always":  # MUTANT\n',
     ),
@@ -221,7 +234,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i7_always_mode_admissions_not_counted",
         "I7: admissions per unique key are counted for the window mode only: always-mode duplicates pass",
         "§11 I7",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         '        if a.outcome == "inserted" and a.job_id is not None and a.mode in ("always", "window"):\n',
         '        if a.outcome == "inserted" and a.job_id is not None and a.mode == "window":  # MUTANT\n',
     ),
@@ -229,7 +242,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i7_incomplete_group_allows_two_holders",
         "I7: a concurrent insert group of an incomplete-mode key may admit two live holders (off by one)",
         "§11 I7",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         '        if attempts[0].mode == "incomplete" and len(inserted) > 1:\n',
         '        if attempts[0].mode == "incomplete" and len(inserted) > 2:  # MUTANT\n',
     ),
@@ -237,7 +250,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i8_children_compared_by_count",
         "I8: a parent's children are compared with its declared spawn by count, not by id",
         "§11 I8",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "        if actual != sorted(declared):\n",
         "        if len(actual) != len(declared):  # MUTANT\n",
     ),
@@ -245,7 +258,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i8_children_finishing_after_the_parent_accepted",
         "I8: a child that finished after its succeeded parent passes (a minute of slack instead of the skew)",
         "§11 I8",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "c.finished_at.timestamp() > job.finished_at.timestamp() + skew\n",
         "c.finished_at.timestamp() > job.finished_at.timestamp() + skew + 60  # MUTANT\n",
     ),
@@ -253,7 +266,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i9_payload_not_compared",
         "I9: an awaiter that ran with another payload than its delivered signal passes",
         "§11 I9",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         '            if isinstance(result, Mapping) and result.get("payload") != signal.payload:\n',
         '            if isinstance(result, Mapping) and result.get("payload") is None:  # MUTANT\n',
     ),
@@ -261,7 +274,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i9_only_failed_awaiters_flagged",
         "I9: an awaiter left non-terminal despite its delivered signal passes (only failed ones are flagged)",
         "§11 I9",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         '        elif not (job.state == "failed" and _last_error(job) == "lease_expired"):\n',
         '        elif job.state == "failed" and _last_error(job) != "lease_expired":  # MUTANT\n',
     ),
@@ -269,16 +282,16 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_i9_awaiting_predicate_not_quiescent",
         "I9: the model's awaiter predicate runs as if the snapshot were mid-run (no lost wake-up after the drain)",
         "§11 I9",
-        CHECKER_PY,
+        INVARIANTS_LINKS_PY,
         "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=True))\n",
         "    r.add(inv.i9_awaiters_eventually_run(state, quiescent=False))  # MUTANT\n",
     ),
-    # --- soak/failover.py: D1, committed work survives a failover ------------------------------------------
+    # --- soak/judges/durability.py: D1, committed work survives a failover ---------------------------------------
     _one(
         "cert_d1_lost_acks_not_compared",
         "D1: an ack committed on the old primary before a failover and missing after it is not lost work",
         "§11 D1",
-        FAILOVER_PY,
+        DURABILITY_PY,
         "            elif st in TERMINAL and (\n",
         "            elif False and st in TERMINAL and (  # MUTANT\n",
     ),
@@ -286,16 +299,16 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_d1_enqueue_identity_not_compared",
         "D1: a watched job whose id now holds another enqueue (other inserted_at) counts as surviving",
         "§11 D1",
-        FAILOVER_PY,
+        DURABILITY_PY,
         "            if job is None or job.inserted_at != datetime.fromisoformat(inserted):\n",
         "            if job is None:  # MUTANT: the row's identity (inserted_at) is not compared\n",
     ),
-    # --- soak/duties.py: the worker duties ----------------------------------------------------------------
+    # --- soak/judges/duties/: the worker duties ----------------------------------------------------------------
     _one(
         "cert_p1_any_observation_makes_an_exit_deliberate",
         "P1: a node that wrote any observation (not an `exit` one) may exit by itself",
         "§duty P1",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '    deliberate = {o.node for o in ledger.observations if o.phase == "exit"}\n    for e in ev.by_type["worker_unstable"]:',
         '    deliberate = {o.node for o in ledger.observations}  # MUTANT\n    for e in ev.by_type["worker_unstable"]:',
     ),
@@ -303,7 +316,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p1_unstable_worker_not_reported",
         "P1: a worker that cannot stay up (the harness's worker_unstable) is not a violation",
         "§duty P1",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "        r.add([f\"P1 {e['message']}\"])\n",
         "        pass  # MUTANT: r.add([f\"P1 {e['message']}\"])\n",
     ),
@@ -311,7 +324,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p2_renewal_due_only_after_two_ttls",
         "P2: a lost lease is blamed only when the attempt was seen holding it for two ttls",
         "§duty P2",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "            if first_seen > t1 - ttl / 2:\n",
         "            if first_seen > t1 - ttl * 2:  # MUTANT\n",
     ),
@@ -319,7 +332,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p3_only_failures_after_a_cancel_flagged",
         "P3: a job that succeeded after a cancel requested before its await passes (only failed ones flagged)",
         "§duty P3",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '        if job.terminal and job.state != "cancelled":\n',
         '        if job.terminal and job.state == "failed":  # MUTANT\n',
     ),
@@ -327,7 +340,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_tempfail_exit_is_a_drain",
         "P4: a worker exiting with status 75 (EX_TEMPFAIL) after SIGTERM is taken as drained",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '        elif d.get("code") != 0:\n',
         '        elif d.get("code") not in (0, 75):  # MUTANT\n',
     ),
@@ -335,7 +348,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_short_grace_accepted",
         "P4: a worker exiting a second after SIGTERM, its running job left to lease expiry, is not flagged",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "            if isinstance(lived, int | float) and lived < GRACE_MIN - 0.5:\n",
         "            if isinstance(lived, int | float) and lived < 0.5:  # MUTANT\n",
     ),
@@ -343,7 +356,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_abandoned_jobs_not_flagged",
         "P4: a job a SIGTERMed worker left to lease expiry is only flagged when no sample attributed it",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '            elif (job_id, attempt) in listed and kind != "slow":\n',
         '            elif (job_id, attempt) in listed and kind != "slow" and False:  # MUTANT\n',
     ),
@@ -351,7 +364,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p5_priority_compared_below_zero",
         "P5: only a waiting job of a negative priority counts as passed over (priority 0 waits unjudged)",
         "§duty P5",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         "        waiting_low = sorted(i for i in ready_a & ready_b if prio[i] == 0)\n",
         "        waiting_low = sorted(i for i in ready_a & ready_b if prio[i] < 0)  # MUTANT\n",
     ),
@@ -359,7 +372,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p5_claim_begun_any_time_excuses_a_wait",
         "P5: a waiting priority-0 job counts as held by a claim in flight whenever its claim began (even after the wait)",
         "§duty P5",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         "            waiting_low = [i for i in waiting_low if (c := began[i]) is None or c > tb + ev.max_skew]\n",
         "            waiting_low = [i for i in waiting_low if began[i] is None]  # MUTANT\n",
     ),
@@ -367,7 +380,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p5_a_node_frozen_before_the_batch_excuses_its_waits",
         "P5: a node SIGSTOPped or cut off before the batch was due counts as holding its rows",
         "§duty P5",
-        CHECKER_PY,
+        INPUTS_PY,
         "        if any(since <= a <= t1 and b >= t0 for a, b in frozen):\n",
         "        if any(a <= t1 and b >= t0 for a, b in frozen):  # MUTANT\n",
     ),
@@ -375,7 +388,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p6_cron_queue_not_compared",
         "P6: a cron job's queue is not compared with its belay_crons row",
         "§duty P6",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         "        if job.queue != want_queue or job.worker != row.worker or job.input != row.input:\n",
         "        if job.worker != row.worker or job.input != row.input:  # MUTANT\n",
     ),
@@ -383,7 +396,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p7_first_resume_not_judged",
         "P7: a sleeper resumed once without a journaled `$sleep:` step passes (judged from two resumes)",
         "§duty P7",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         '        if resumes >= 1 and sleep_step is None and job.state != "cancelled":\n',
         '        if resumes >= 2 and sleep_step is None and job.state != "cancelled":  # MUTANT\n',
     ),
@@ -391,7 +404,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p8_result_attempt_not_required",
         "P8: any mapping result passes, with or without the attempt that produced it",
         "§duty P8",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         '        if not (isinstance(result, Mapping) and isinstance(result.get("attempt"), int)):\n'
         "            r.add(\n                [\n                    f'P8",
         "        if not isinstance(result, Mapping):  # MUTANT\n            r.add(\n                [\n                    f'P8",
@@ -400,7 +413,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p9_any_terminal_outcome_accepted",
         "P9: every terminal job matches its kind's prescribed outcome (the predicate always passes)",
         "§duty P9",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         "        if _matches(e.expected, job):\n",
         "        if True:  # MUTANT: _matches(e.expected, job)\n",
     ),
@@ -408,7 +421,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p10_stranded_parents_skipped",
         "P10: a parent seen parked with all its children terminal is skipped instead of flagged",
         "§duty P10",
-        DUTIES_PY,
+        DUTIES_OUTCOMES_PY,
         "            if pid in flagged or timeline.db_down_during(at - 2, at + 1):\n",
         "            if pid not in flagged or timeline.db_down_during(at - 2, at + 1):  # MUTANT\n",
     ),
@@ -416,7 +429,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p11_every_sampled_attempt_counts_as_seen",
         "P11: every attempt of any later sample counts as already seen: no claim after SIGTERM is found",
         "§duty P11",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        seen = {k for k, v in settled[1].items() if v[0] == node}\n",
         "        seen = {key for _at, key, _until, _kind in ev.attempts.of_node(node)}  # MUTANT\n",
     ),
@@ -432,7 +445,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p12_early_slots_allowed_a_minute",
         "P12: a cron slot inserted up to a minute before it was due passes",
         "§duty P12",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if early > STAMP_SLACK:\n",
         "        if early > 60:  # MUTANT\n",
     ),
@@ -440,7 +453,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p12_paused_rows_allowed_two_minutes",
         "P12: a slot due up to two minutes after its cron row was paused passes",
         "§duty P12",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if t_paused is not None and slot > t_paused + ev.max_skew + 1.0:\n",
         "        if t_paused is not None and slot > t_paused + ev.max_skew + 120.0:  # MUTANT\n",
     ),
@@ -448,7 +461,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p13_two_steps_after_a_cancel_allowed",
         "P13: two steps journaled after a pending cancel pass (the rule allows the step in flight only)",
         "§duty P13",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if len(after) >= 2:\n",
         "        if len(after) >= 3:  # MUTANT\n",
     ),
@@ -456,7 +469,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p14_one_late_renewal_needs_a_whole_ttl",
         "P14: one renewal interval is late only a whole ttl past its limit (not one missed renewal, ttl/3)",
         "§duty P14",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 2):\n",
         "        if not slow or (slow[0][0] <= slow[0][1] + ev.ttl and len(slow) < 2):  # MUTANT\n",
     ),
@@ -464,7 +477,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p14_slow_renewals_need_three",
         "P14: two renewal intervals above their limit on a node pass (three are needed)",
         "§duty P14",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 2):\n",
         "        if not slow or (slow[0][0] <= slow[0][1] + period and len(slow) < 3):  # MUTANT\n",
     ),
@@ -472,7 +485,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p14_latency_anywhere_excuses",
         "P14: injected latency on any worker's route excuses every node's late renewal (not only that node's)",
         "§duty P14",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "    out += [*timeline.isolated.get(slot, ()), *timeline.slowed.get(slot, ())]\n",
         "    out += [*timeline.isolated.get(slot, ()), *(w for ws in timeline.slowed.values() for w in ws)]  # MUTANT\n",
     ),
@@ -480,7 +493,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p15_only_lowered_budgets_flagged",
         "P15: a park that spent an attempt passes as long as max_attempts did not drop below its enqueued value",
         "§duty P15",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if job.max_attempts != m0 + parks:\n",
         "        if job.max_attempts < m0:  # MUTANT\n",
     ),
@@ -488,7 +501,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p16_one_attempt_past_the_budget_allowed",
         "P16: a job may run one attempt past its max_attempts (off by one)",
         "§duty P16",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "        if job.attempt > job.max_attempts:\n",
         "        if job.attempt > job.max_attempts + 1:  # MUTANT\n",
     ),
@@ -496,7 +509,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p17_expired_leases_allowed_a_minute",
         "P17: a lease may stay expired for a minute while workers run before it counts as unreclaimed",
         "§duty P17",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            if until is None or at - until <= RECLAIM_OVERDUE or key in flagged:\n",
         "            if until is None or at - until <= 60 or key in flagged:  # MUTANT\n",
     ),
@@ -504,7 +517,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p18_global_limit_off_by_one",
         "P18 (global_limit admission): one live lease over a queue's global_limit passes (off by one)",
         "§duty P18",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            if n > limit and n > worst.get(q, (0, 0.0))[0]:\n",
         "            if n > limit + 1 and n > worst.get(q, (0, 0.0))[0]:  # MUTANT\n",
     ),
@@ -512,7 +525,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p18_partition_keys_not_judged",
         "P18 (partitioned admission): the live leases per partition key are not compared with its limit",
         "§duty P18",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            if q not in per_key:\n                continue\n",
         "            if True:  # MUTANT: q not in per_key\n                continue\n",
     ),
@@ -520,11 +533,11 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p18_one_below_the_limit_counts_as_contention",
         "P18 coverage: a queue one lease below its global_limit counts as one whose limit was binding",
         "§cov P18",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            if n >= limit:\n                at_limit += 1\n",
         "            if n >= limit - 1:  # MUTANT\n                at_limit += 1\n",
     ),
-    # --- soak/coverage.py: what a row needs before it may say valid ------------------------------------------
+    # --- soak/judges/coverage.py: what a row needs before it may say valid ------------------------------------------
     _one(
         "cert_cov_every_sigterm_counts_as_a_drain",
         "P4 coverage: every SIGTERM counts as a drain, also one that found no job running",
@@ -569,7 +582,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_cov_every_lease_is_long",
         "P2/P14 coverage: every sampled attempt counts as one that held its lease longer than the ttl",
         "§cov P2",
-        DUTIES_PY,
+        DUTIES_EVIDENCE_PY,
         "        return self.attempts.longer_than(self.ttl)\n",
         "        return self.attempts.longer_than(-1.0)  # MUTANT\n",
     ),
@@ -581,12 +594,12 @@ CERTIFIER: tuple[Mutant, ...] = (
         '        if kind == "awaiter" and before == "awaiting":\n',
         '        if kind == "awaiter":  # MUTANT\n',
     ),
-    # --- soak/commits/refine.py: the trace validation ---------------------------------------------------------
+    # --- soak/judges/refine/: the trace validation ---------------------------------------------------------
     _one(
         "cert_refine_any_candidate_explains",
         "refine: the first candidate explains the transaction whatever the model's rows say",
         "§refine",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "            if why is None:\n                explained = cand\n",
         "            if True:  # MUTANT: why is None\n                explained = cand\n",
         REFINE_SUITE,
@@ -595,7 +608,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_rows_the_model_changed_ignored",
         "refine: rows the model writes and the transaction does not are not compared (one-way comparison)",
         "§refine",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "            for k, v in model_rows.items():\n                if was.get(k) is not v:\n                    keys.add(k)\n",
         "            for k, v in ():  # MUTANT: model_rows.items()\n                if was.get(k) is not v:\n                    keys.add(k)\n",
         REFINE_SUITE,
@@ -604,7 +617,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_taken_rows_not_checked_claimable",
         "refine: a claim's taken rows need not be claimable under the model's predicate (a future row is claimed)",
         "§refine",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "                if taken is None or not model_store.claimable(taken, op.now):\n",
         "                if taken is None:  # MUTANT\n",
         REFINE_SUITE,
@@ -613,7 +626,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_taint_swallows_everything",
         "refine: every unexplained transaction counts as one on rows with a capture gap (unknown, never invalid)",
         "§refine",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "            tainted = bool(involved & self.taint) or bool(rows.gap)\n",
         "            tainted = True  # MUTANT\n",
         REFINE_SUITE,
@@ -622,7 +635,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_now_skew_unbounded",
         "refine: an operation's `now` may run any time ahead of its commit (the clock tolerance is not applied)",
         "§refine",
-        REFINE_PY,
+        REFINE_RECOVERY_PY,
         "        if now > at + SKEW:\n",
         "        if now > at + SKEW * 1000:  # MUTANT\n",
         REFINE_SUITE,
@@ -640,7 +653,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_client_writes_not_attested",
         "refine: a client cancel need not be one the harness ledger recorded",
         "§refine",
-        REFINE_PY,
+        REFINE_RECOVERY_PY,
         "            if self.ledger.strict and a.id not in self.ledger.cancels:\n",
         "            if False:  # MUTANT: self.ledger.strict and a.id not in self.ledger.cancels\n",
         REFINE_SUITE,
@@ -649,7 +662,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_queue_options_ignored",
         "refine P18 (rate and global_limit admission): claims are judged with default options, not the queue's row",
         "§refine P18",
-        REFINE_PY,
+        REFINE_RECOVERY_PY,
         "                qopts = QueueOpts.parse(qrow.opts) if qrow is not None else QueueOpts()\n",
         "                qopts = QueueOpts()  # MUTANT: the belay_queues row is ignored\n",
         REFINE_SUITE,
@@ -658,30 +671,32 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_refine_late_claims_need_a_minute",
         "refine P11: a committed claim counts as after its node's SIGTERM only when its `now` is a minute later",
         "§refine P11",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "        if at > t + CLAIM_SETTLE and now > t + NOW_SLACK:\n",
         "        if at > t + CLAIM_SETTLE and now > t + NOW_SLACK + 60:  # MUTANT\n",
         REFINE_SUITE,
     ),
-    # --- soak/commits/replay.py: the per-commit replay ---------------------------------------------------------
+    # --- soak/judges/replay/: the per-commit replay ---------------------------------------------------------
     _one(
         "cert_replay_illegal_transitions_ignored",
         "replay: an illegal belay_jobs transition is not a finding",
         "§replay",
-        REPLAY_PY,
+        REPLAY_REPLAYER_PY,
         "                if not j.legal:\n                    new_findings.append(\n                        Finding(\n"
         '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
-        "                            j.rule,\n                            job_id,\n",
+        '                            cast("str", j.rule),  # an illegal judgement names its rule\n'
+        "                            job_id,\n",
         "                if False:  # MUTANT: not j.legal\n                    new_findings.append(\n                        Finding(\n"
         '                            "transition",\n                            tx.commit_lsn,\n                            at,\n'
-        "                            j.rule,\n                            job_id,\n",
+        '                            cast("str", j.rule),  # an illegal judgement names its rule\n'
+        "                            job_id,\n",
         REPLAY_SUITE,
     ),
     _one(
         "cert_replay_state_predicates_skipped",
         "replay: the §11 state predicates are not evaluated on the committed states",
         "§replay",
-        REPLAY_PY,
+        REPLAY_REPLAYER_PY,
         "            for v in self._predicates(touched_jobs, touched_signals):\n",
         "            for v in ():  # MUTANT: self._predicates(touched_jobs, touched_signals)\n",
         REPLAY_SUITE,
@@ -690,7 +705,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_replay_taint_swallows_everything",
         "replay: every finding counts as related to a capture gap and is suppressed",
         "§replay",
-        REPLAY_PY,
+        REPLAY_REPLAYER_PY,
         "        return bool(f.related_jobs & self.tainted) or bool(f.related_rows & self.tainted_rows)\n",
         "        return True  # MUTANT\n",
         REPLAY_SUITE,
@@ -739,7 +754,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P20: an attempt known only from its pre_ack observation is not judged (the start event is looked for "
         "only where a begin step names the attempt)",
         "§duty P20",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "    missing = sorted(key for key in ran if key not in started)\n",
         '    missing = sorted(k for k in ran if k not in started and ran[k] != "wrote a pre_ack observation")  # MUTANT\n',
         OUTCOMES_SUITE,
@@ -748,7 +763,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_cov_p20_exercised_without_a_slow_attempt",
         "P20 coverage: a run in which no slow attempt ran reads as exercised",
         "§cov P20",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "    return len(ran)\n",
         "    return len(ran) or 1  # MUTANT\n",
         OUTCOMES_SUITE,
@@ -758,7 +773,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P19: a crossing attempt passes when the job ended failed budget_exceeded, whichever attempt failed it "
         "(the crossing acked as a retry, the next pre-flight failed it)",
         "§duty P19",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '        if job.attempt == attempt and job.state == "failed" and errors[-1:] == ["budget_exceeded"]:\n',
         '        if job.state == "failed" and [x.get("error") for x in job.errors][-1:] == ["budget_exceeded"]:  # MUTANT\n',
         OUTCOMES_SUITE,
@@ -768,7 +783,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P19: a crossing attempt with an error entry and a later attempt is taken for one that never acked (a "
         "crash), whatever the entry says",
         "§duty P19",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '        if "lease_expired" in errors:\n            continue  # never acked',
         '        if "lease_expired" in errors or (errors and job.attempt > attempt):  # MUTANT\n            continue  # never acked',
         OUTCOMES_SUITE,
@@ -777,7 +792,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p19_unacked_crossings_exercise_the_duty",
         "P19 coverage: a crossing attempt that never acked (killed after the step) counts as the scenario",
         "§cov P19",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "        r.checks += 1\n        entries = [e for e in job.errors if isinstance(e, Mapping) and "
         'e.get("attempt") == attempt]\n        errors = [e.get("error") for e in entries]\n'
         '        if "lease_expired" in errors:\n',
@@ -790,7 +805,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_hand_back_not_judged",
         "P4: jobs a SIGTERMed worker handed back (acked to ready) are not judged: only lease expiries are",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "        handed_back(r, state, node, e)\n",
         "        pass  # MUTANT: handed_back(r, state, node, e)\n",
         OUTCOMES_SUITE,
@@ -799,7 +814,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_hand_back_excused_by_any_error",
         "P4: a handed-back attempt with any error entry passes as the job's own failure (a made-up retry too)",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         '        if "lease_expired" in errors or any(x in KIND_ERRORS.get(str(kind), ()) for x in errors):\n',
         "        if errors:  # MUTANT\n",
         OUTCOMES_SUITE,
@@ -808,7 +823,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p4_hand_back_every_kind_may_park",
         "P4: every kind but `slow` is taken for one that may park, so no handed-back job is judged but slow ones",
         "§duty P4",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "        if job is None or job.attempt <= attempt or kind in PARKING_KINDS:\n",
         '        if job is None or job.attempt <= attempt or kind != "slow":  # MUTANT\n',
         OUTCOMES_SUITE,
@@ -827,7 +842,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "refine: a committed history with a capture gap still judges every SIGTERMed node's claims (P11 "
         "certified valid through the gap)",
         "§refine P11",
-        REFINE_PY,
+        REFINE_VALIDATOR_PY,
         "        r.drains_judged = 0 if r.capture_gaps else len(self.ledger.terms)",
         "        r.drains_judged = len(self.ledger.terms)  # MUTANT",
     ),
@@ -853,7 +868,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_replay_old_rows_not_compared",
         "replay: an update's old row is not compared with the replayed one (a missed commit is no gap)",
         "§replay",
-        REPLAY_PY,
+        REPLAY_REPLAYER_PY,
         "                if old != current:\n",
         "                if old != current and False:  # MUTANT\n",
         REPLAY_SUITE,
@@ -877,13 +892,13 @@ CERTIFIER: tuple[Mutant, ...] = (
         ),
         REPLAY_SUITE,
     ),
-    # --- issue 51: judges of order and time, fault-aware per node (soak/commits/timing.py, P17) ---------------
+    # --- issue 51: judges of order and time, fault-aware per node (soak/judges/timing/, P17) ---------------
     _one(
         "cert_p5_choice_counts_every_claim",
         "P5 coverage: every judged claim counts as one that had a choice within its priority (a run whose "
         "claims never had one — no standing backlog — reads exercised)",
         "§cert coverage",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "        if rank or self._had_choice(lst, last, ids, jobs, now, t_now):\n",
         "        if True:  # MUTANT\n",
         TIMING_SUITE,
@@ -901,7 +916,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p17_counts_from_lease_until",
         "P17: an expired lease counts as overdue from its lease_until even before its claim committed",
         "§duty P17",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            start = max(until, began)\n",
         "            start = until  # MUTANT\n",
         TIMING_SUITE,
@@ -910,7 +925,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p17_any_outage_excuses_the_whole_window",
         "P17: any fault inside the expiry window excuses all of it, not only its own duration",
         "§duty P17",
-        DUTIES_PY,
+        DUTIES_TIMING_PY,
         "            since = max(since, b)\n",
         "            return None  # MUTANT\n",
         TIMING_SUITE,
@@ -919,7 +934,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_now_any_nodes_sigstop_excuses",
         "now freshness: a SIGSTOP of any node excuses a write's lag, not only its own node's",
         "§refine",
-        TIMING_PY,
+        NODE_FAULTS_PY,
         '        out = [(a, b, "SIGSTOP") for a, b in self.stopped.get(node, ())]\n',
         '        out = [(a, b, "SIGSTOP") for ws in self.stopped.values() for a, b in ws]  # MUTANT\n',
         TIMING_SUITE,
@@ -928,7 +943,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_now_fault_excuses_beyond_its_duration",
         "now freshness: a fault of the node excuses any lag, not only the fault's duration plus the base",
         "§refine",
-        TIMING_PY,
+        FRESHNESS_PY,
         "        if lag <= NOW_BASE + excused:\n",
         "        if excused or lag <= NOW_BASE:  # MUTANT\n",
         TIMING_SUITE,
@@ -946,7 +961,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_claim_order_repeat_never_proves",
         "claim order (P5): a row passed over again long after the first claim is still an honest race",
         "§duty P5",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "            if p.gap > hold:\n",
         "            if False:  # MUTANT\n",
         TIMING_SUITE,
@@ -955,7 +970,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_claim_order_capacity_never_proves",
         "claim order (P5): a claim passing over more free rows than all in flight could hold is an honest race",
         "§duty P5",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "                if passed - held > untraced + c[9]:\n",
         "                if False:  # MUTANT\n",
         TIMING_SUITE,
@@ -964,7 +979,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_claim_order_freeze_excuses_every_row",
         "claim order (P5): a freeze excuses every row a claim passed over, not only what a frozen claim holds",
         "§duty P5",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "            if rank <= can_hold and self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):\n",
         "            if self.faults.froze_holding(written, t_now - CLAIM_HOLD_MIN, t):  # MUTANT\n",
         TIMING_SUITE,
@@ -975,12 +990,12 @@ CERTIFIER: tuple[Mutant, ...] = (
         "§duty P5",
         (
             Edit(
-                TIMING_PY,
+                NODE_FAULTS_PY,
                 "        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)\n",
                 "        return any(written - 1.0 <= a <= t1 for a, b in frozen)  # MUTANT\n",
             ),
             Edit(
-                TIMING_PY,
+                NODE_FAULTS_PY,
                 "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1 and min(b, self.end) >= t0)\n",
                 "        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1)  # MUTANT\n",
             ),
@@ -1000,7 +1015,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_claim_order_untraced_never_proves",
         "claim order (P5): free rows only an untraced transaction could have held never make P5 invalid",
         "§duty P5",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "        if self.aborts_needed >= OVER_MIN and self.aborts_needed >= UNTRACED_SHARE * self.judged:\n",
         "        if False:  # MUTANT\n",
         TIMING_SUITE,
@@ -1009,7 +1024,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_claim_order_any_concurrent_claim_holds",
         "claim order (P5): any claim in flight could have held a passed-over row, whatever rows it took",
         "§duty P5",
-        TIMING_PY,
+        CLAIM_ORDER_PY,
         "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t) and last < key:\n",
         "            if c_now <= t + BEGAN_SLACK and not (c_now == t_now and c_at == t):  # MUTANT\n",
         TIMING_SUITE,
@@ -1018,7 +1033,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p2_renewal_needs_a_whole_free_ttl",
         "P2: a lost lease is blamed only when its node was free of faults for a whole ttl, not for one renewal",
         "§duty P2",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "                n > ttl / 3 + SAMPLE_EVERY + CALL_S + (RETRY_BACKOFF_S if after else 0.0) for n, after in stretches\n",
         "                n > ttl for n, after in stretches  # MUTANT\n",
         TIMING_SUITE,
@@ -1027,7 +1042,7 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p2_window_ends_at_the_reclaim",
         "P2: the ttl judged ends at the reclaim, not at the lease's own expiry (an outage after it excuses)",
         "§duty P2",
-        DUTIES_PY,
+        DUTIES_RUNNING_PY,
         "            expiry = (float(last) - offset) if last is not None else t1\n",
         "            expiry = t1  # MUTANT\n",
         TIMING_SUITE,

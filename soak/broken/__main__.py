@@ -41,7 +41,7 @@ def soak(name: str, report: Path, extra: tuple[str, ...] = (), timeout: float = 
         }
     data = json.loads(results.read_text())
     rows = {**data["invariants"], **data.get("duties", {})}
-    # trace validation (soak/commits/refine.py) is the row `refine` of docs/certification.md
+    # trace validation (soak/judges/refine/) is the row `refine` of docs/certification.md
     refinement = (data.get("history") or {}).get("refinement") or {}
     if refinement:
         # an unexplained transaction first, else the timing judges' findings (stale `now`, claim order), else why

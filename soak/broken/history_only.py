@@ -68,7 +68,7 @@ def soak(variant: str, duration: float, report: Path, extra: list[str], seed: in
         "first": (hist.get("first_violations") or [None])[0],
         "exit": proc.returncode,
         "history_counts": {k: hist.get(k) for k in ("transitions", "transactions", "states", "violations")},
-        # trace validation (soak/commits/refine.py) on its own: the history verdict's main judge
+        # trace validation (soak/judges/refine/) on its own: the history verdict's main judge
         "refinement": (hist.get("refinement") or {}).get("verdict"),
         "refinement_first": ((hist.get("refinement") or {}).get("findings") or [None])[0],
         "report": str((report / variant / "latest").resolve()),

@@ -1,0 +1,149 @@
+"""Each node's faults from the fault log, as the time judges (soak/judges/timing/) excuse them: SIGSTOPs,
+its route's partitions, stalls, cuts and latency, database crash-restarts and failovers, machine stalls.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# --- the fault log, per node -------------------------------------------------------------------------
+
+INF = float("inf")
+SAMPLE_EVERY = 0.5  # s: the harness's lease-sample interval (soak/workload/scenarios.py)
+STALL_GAP = 2 * SAMPLE_EVERY  # a sample this late (one missed) is a stall of the machine, not jitter
+FREEZES = ("stop", "isolated", "slowed", "cut", "db")  # faults that can hold a node's transaction open
+
+
+@dataclass
+class NodeFaults:
+    """The fault windows of each node (harness clock, epoch seconds) from the run's history.jsonl: SIGSTOP
+    windows by node; partitions, stalls and latency by slot (issue 13: all incarnations of a slot share a
+    route); cuts of one node or of all; PostgreSQL crash-restarts and failovers (every node's connection).
+    Windows still open at the end of the log last until `end`."""
+
+    offset: dict[str, float] = field(default_factory=dict)  # node → BELAY_CLOCK_OFFSET (s, ahead)
+    slot_of: dict[str, int] = field(default_factory=dict)
+    stopped: dict[str, list[list[float]]] = field(default_factory=lambda: defaultdict(list))
+    isolated: dict[int, list[list[float]]] = field(default_factory=lambda: defaultdict(list))
+    slowed: dict[int, list[list[float]]] = field(default_factory=lambda: defaultdict(list))
+    cuts: list[list[Any]] = field(default_factory=list)
+    db_down: list[list[float]] = field(default_factory=list)
+    # The machine's own stalls, seen by the harness: its lease sampler runs every SAMPLE_EVERY s; a gap of
+    # more than STALL_GAP between two samples means the harness was starved (the 2-core machine is shared)
+    # or its read waited, and every process on the machine — every node — may have been held alike.
+    stalls: list[list[float]] = field(default_factory=list)
+    last_sample: float | None = None
+    end: float = 0.0
+    events: int = 0
+
+    def feed(self, e: Mapping[str, Any]) -> None:
+        t, kind, node = float(e.get("t", 0.0)), e.get("type"), e.get("node")
+        self.end = max(self.end, t)
+        if kind == "lease_sample":
+            at = float(e.get("at", t))
+            if self.last_sample is not None and at - self.last_sample > STALL_GAP:
+                self.stalls.append([self.last_sample + SAMPLE_EVERY, at])
+            self.last_sample = at
+            return
+        if kind == "worker_start" and node is not None:
+            self.slot_of[node] = e.get("slot")  # type: ignore[assignment]
+            if e.get("clock_skew"):
+                self.offset[node] = float(e["clock_skew"])
+        elif kind == "worker_stop" and node is not None:
+            self.stopped[node].append([t, INF])
+        elif kind == "worker_cont" and node is not None and self.stopped.get(node):
+            self.stopped[node][-1][1] = t
+        elif kind in ("db_crash", "failover_begin"):
+            self.db_down.append([t, INF])
+        elif kind in ("db_restarted", "standby_ready") and self.db_down and self.db_down[-1][1] == INF:
+            self.db_down[-1][1] = t
+        elif kind in ("net_partition", "net_stall"):
+            self.isolated[e["slot"]].append([t, INF])
+        elif kind == "net_latency":
+            self.slowed[e["slot"]].append([t, INF])
+        elif kind == "net_heal":
+            by = self.isolated if e.get("fault") in ("partition", "stall") else self.slowed
+            if e.get("fault") in ("partition", "stall", "latency") and by.get(e["slot"]):
+                by[e["slot"]][-1][1] = t
+        elif kind == "cut_start":
+            self.cuts.append([node, t, INF])
+        elif kind == "cut_end":
+            for c in reversed(self.cuts):
+                if c[0] == node and c[2] == INF:
+                    c[2] = t
+                    break
+        else:
+            return
+        self.events += 1
+
+    def windows(self, node: str) -> list[tuple[float, float, str]]:
+        """Every fault window that can delay `node`'s writes or hold its transactions open."""
+        slot = self.slot_of.get(node)
+        out = [(a, b, "SIGSTOP") for a, b in self.stopped.get(node, ())]
+        out += [(a, b, "partition/stall") for a, b in self.isolated.get(slot, ())] if slot is not None else []
+        out += [(a, b, "latency") for a, b in self.slowed.get(slot, ())] if slot is not None else []
+        out += [(a, b, "cut") for n, a, b in self.cuts if n is None or n == node]
+        out += [(a, b, "database crash-restart/failover") for a, b in self.db_down]
+        out += [(a, b, "machine-wide stall (harness samples late)") for a, b in self.stalls]
+        return [(a, min(b, self.end), what) for a, b, what in out]
+
+    def excuse(self, node: str, t0: float, t1: float) -> tuple[float, list[str]]:
+        """Seconds of [t0, t1] covered by `node`'s own faults (overlaps merged), and what they were."""
+        spans = sorted((max(a, t0), min(b, t1), what) for a, b, what in self.windows(node) if a <= t1 and b >= t0)
+        total, reach, names = 0.0, t0, []
+        for a, b, what in spans:
+            if b > reach:
+                total += b - max(a, reach)
+                reach = b
+            names.append(what)
+        return total, sorted(set(names))
+
+    def froze_holding(self, written: float, t0: float, t1: float) -> bool:
+        """Could a transaction frozen by a fault hold a row written at `written` locked during [t0, t1]?
+        It locked the row after that write and before its node froze (a SIGSTOP, a partition, stall, cut
+        or latency of its route: a fault beginning after `written`), and holds it until the fault ends
+        (then commits or aborts): the fault began by t1 and lasted until t0 or later."""
+        frozen = [w for ws in self.stopped.values() for w in ws]
+        frozen += [w for ws in self.isolated.values() for w in ws] + [w for ws in self.slowed.values() for w in ws]
+        frozen += [[a, b] for _n, a, b in self.cuts] + self.stalls
+        return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)
+
+    def freezes(self, t0: float, t1: float) -> int:
+        """How many transactions faults could have frozen over [t0, t1]: one per window of a node or
+        route (SIGSTOP, partition, stall, latency, a cut of one node) overlapping it, one per known slot for
+        a cut of every node."""
+        n = sum(1 for ws in self.stopped.values() for a, b in ws if a <= t1 and min(b, self.end) >= t0)
+        n += sum(
+            1
+            for ws in (*self.isolated.values(), *self.slowed.values())
+            for a, b in ws
+            if a <= t1 and min(b, self.end) >= t0
+        )
+        slots = max(1, len(set(self.slot_of.values())))
+        n += sum(1 if node is not None else slots for node, a, b in self.cuts if a <= t1 and min(b, self.end) >= t0)
+        return n
+
+    def any_freeze(self, t0: float, t1: float) -> str | None:
+        """A fault of any node (or of the database) overlapping [t0, t1] that can keep a transaction open
+        (and so hold row locks): its description, else None."""
+        for node, ws in self.stopped.items():
+            if any(a <= t1 and min(b, self.end) >= t0 for a, b in ws):
+                return f"SIGSTOP of {node}"
+        for what, by in (("partition/stall", self.isolated), ("latency", self.slowed)):
+            for slot, ws in by.items():
+                if any(a <= t1 and min(b, self.end) >= t0 for a, b in ws):
+                    return f"{what} of slot {slot}"
+        for n, a, b in self.cuts:
+            if a <= t1 and min(b, self.end) >= t0:
+                return f"cut of {n or 'every node'}"
+        return None
+
+
+def load_faults(records: Iterable[Mapping[str, Any]]) -> NodeFaults:
+    f = NodeFaults()
+    for r in records:
+        f.feed(r)
+    return f
