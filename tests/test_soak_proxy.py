@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from impl.store.deadline import Watchdog, connection_defaults
 from impl.store import PgStore
+from impl.store.deadline import Watchdog, connection_defaults
 from model import ops
 from model import worker_ops as w
 from soak.faults.proxy import Proxy
