@@ -30,7 +30,8 @@ Every `--sample-seconds` (60), read by the bench's own connection (never inside 
                autovacuum_count, autoanalyze_count
   claim        buffers per claim index scan over the interval, as bench.scale measures it (Δidx_blks of
                belay_jobs_claim_order_idx + belay_jobs_claim_idx ÷ Δidx_scan)
-  xmin age     age(backend_xmin) of the oldest backend of the database (the held transaction shows here)
+  xmin age     age(backend_xmin) of the oldest backend of the database (the held transaction shows here),
+               and the next xid (pg_snapshot_xmax of the probe's snapshot)
   worker CPU   /proc user + system seconds of the worker process over the interval
 
 `--hold-tx-at A --hold-tx-for B` (minutes from the start of the load): a separate connection opens a
@@ -199,8 +200,8 @@ SELECT pg_relation_size('belay_jobs'), pg_indexes_size('belay_jobs'),
 FROM pg_stat_user_tables WHERE relname = 'belay_jobs'
 """
 XMIN_SQL = """
-SELECT coalesce(max(age(backend_xmin)), 0) FROM pg_stat_activity
-WHERE datname = current_database() AND pid <> pg_backend_pid()
+SELECT coalesce(max(age(backend_xmin)), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint
+FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
 """
 
 
@@ -211,6 +212,7 @@ def sample(probe: psycopg.Connection, t0: datetime, t1: datetime, minute: float,
     probe.execute("SELECT pg_stat_clear_snapshot()")
     heap, idx, claim_idx, live, dead, deleted, av, aa, manual = one(probe, STATS_SQL)
     io = statio(probe, "belay_jobs")
+    xmin_age, next_xid = one(probe, XMIN_SQL)
     seconds = (t1 - t0).total_seconds()
     s: dict[str, Any] = {
         "minute": round(minute, 3),
@@ -231,7 +233,8 @@ def sample(probe: psycopg.Connection, t0: datetime, t1: datetime, minute: float,
         "autovacuum_count": av,
         "autoanalyze_count": aa,
         "vacuum_count": manual,
-        "oldest_xmin_age": one(probe, XMIN_SQL)[0],
+        "oldest_xmin_age": xmin_age,
+        "next_xid": next_xid,
         "claim_blks": io["claim_blks"],
         "claim_scans": io["claim_scans"],
         "buffers_per_claim_scan": None,

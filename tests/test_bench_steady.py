@@ -50,7 +50,11 @@ def test_the_quick_steady_run_writes_every_sample_the_hold_and_the_plots(tmp_pat
     assert {"began_minute", "ended_minute", "xid", "recovery"} <= set(hold)
     assert hold["ended_minute"] - hold["began_minute"] == pytest.approx(0.5, abs=0.1)
     inside = [s for s in samples if hold["began_minute"] < s["minute"] < hold["ended_minute"]]
-    assert inside and all(s["oldest_xmin_age"] > 0 for s in inside)  # the snapshot was really held
+    # the snapshot was really held: some backend's xmin is as old as the held xid (the xids since then)
+    assert inside
+    for s in inside:
+        assert s["next_xid"] - hold["xid"] > 100  # traffic: claims, acks and inserts take xids
+        assert s["oldest_xmin_age"] >= s["next_xid"] - hold["xid"] - 5
     assert {"pre_hold", "level", "recovery_minutes", "back_at_minute"} <= set(hold["recovery"])
     fl = result["first_vs_last"]
     assert fl["first"]["samples"] > 0 and fl["last"]["samples"] > 0
