@@ -1,4 +1,4 @@
-"""Migrations 1–3 and the §1 compatibility check.
+"""Migrations 1–4 and the §1 compatibility check.
 
 `migrate(conn)` applies, in one transaction under an advisory lock, every migration newer than
 belay_meta.version: applying twice is a no-op, and a concurrent second migrator waits on the lock and
@@ -16,7 +16,7 @@ from impl.queries import MIGRATIONS, SchemaSQL
 from model.ops import Compatible, IncompatibleSchema, check_versions
 
 CONTRACT_MAJOR = 1
-SCHEMA_VERSION = len(MIGRATIONS)  # 3
+SCHEMA_VERSION = len(MIGRATIONS)  # 4
 MIN_VERSION = 3  # the oldest revision this SDK can run against
 
 

@@ -18,7 +18,7 @@ from model.ops import validate_schema_name
 from model.rows import JOB_COLUMNS
 
 TABLES = ("jobs", "steps", "events", "signals", "rate", "queues", "crons", "meta")
-MIGRATIONS = ("001_core.sql", "002_signals.sql", "003_uniqueness.sql")
+MIGRATIONS = ("001_core.sql", "002_signals.sql", "003_uniqueness.sql", "004_autovacuum.sql")
 _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 
 

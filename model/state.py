@@ -31,7 +31,7 @@ class State:
     )  # belay_rate by (bucket, window_start) (§6)
     queues: Mapping[str, QueueRow] = field(default_factory=_empty)  # belay_queues by name
     crons: Mapping[str, CronRow] = field(default_factory=_empty)  # belay_crons by name (§8.5)
-    version: int = 3  # belay_meta.version (§1)
+    version: int = 4  # belay_meta.version (§1)
     contract_major: int = 1  # belay_meta.contract_major (§1)
     next_id: int = 1  # the next value of belay_jobs_id_seq (ids consumed by skipped rows too)
 

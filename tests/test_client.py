@@ -114,13 +114,13 @@ def test_cli_migrate_is_idempotent_and_status_reports_versions(blank_db_url):
     runner = CliRunner()
     first = runner.invoke(main, ["migrate", "--database-url", blank_db_url])
     assert first.exit_code == 0, first.output
-    assert "applied 1, 2, 3; version 3, contract major 1" in first.output
+    assert "applied 1, 2, 3, 4; version 4, contract major 1" in first.output
     again = runner.invoke(main, ["migrate", "--database-url", blank_db_url])
     assert "already current" in again.output
     status = runner.invoke(main, ["status", "--database-url", blank_db_url])
     assert status.exit_code == 0, status.output
     assert "provisioning: env" in status.output
-    assert "migration version 3, contract major 1" in status.output
+    assert "migration version 4, contract major 1" in status.output
 
 
 def test_cli_status_on_an_unmigrated_database_says_what_to_do(blank_db_url):
@@ -163,7 +163,7 @@ def test_cli_db_starts_an_embedded_cluster_prints_its_url_and_stops_on_sigterm()
         assert "embedded PostgreSQL ready" in ready, ready + proc.stderr.read()
         url = proc.stdout.readline().strip()
         with psycopg.connect(url, autocommit=True) as c:
-            assert c.execute("SELECT version FROM belay_meta").fetchone() == (3,)
+            assert c.execute("SELECT version FROM belay_meta").fetchone() == (4,)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         with pytest.raises(psycopg.OperationalError):

@@ -266,7 +266,7 @@ def test_the_index_variants_are_additive_idempotent_and_used_by_the_tiles(db_url
         assert sorted(q.ensure_indexes(conn)) == sorted(INDEXES)
         assert q.ensure_indexes(conn) == []
         conn.execute("ANALYZE belay_jobs")
-        assert conn.execute("SELECT version FROM belay_meta").fetchone()[0] == 3
+        assert conn.execute("SELECT version FROM belay_meta").fetchone()[0] == 4
         plan = "\n".join(
             r[0]
             for r in conn.execute(

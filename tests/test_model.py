@@ -1558,7 +1558,7 @@ def test_reads_return_rows_and_not_found_without_changing_anything():
 
 
 def test_check_compat_accepts_newer_migrations_and_refuses_a_newer_major_or_an_older_migration():
-    assert ModelStore().apply(CheckCompat()) == Compatible(3, 1)
+    assert ModelStore().apply(CheckCompat()) == Compatible(4, 1)
     assert ModelStore(from_rows(version=7)).apply(CheckCompat()) == Compatible(7, 1)
     with pytest.raises(IncompatibleSchema, match="major 2"):
         ModelStore(from_rows(contract_major=2)).apply(CheckCompat())

@@ -1,4 +1,4 @@
-"""Migrations 1–3, the normative index names and predicates, and the §1 compatibility rules."""
+"""Migrations 1–4, the normative index names and predicates, and the §1 compatibility rules."""
 
 from __future__ import annotations
 
@@ -70,8 +70,57 @@ def test_every_normative_index_exists_with_its_name_and_predicate(conn, name):
     assert f"USING btree {columns} WHERE {predicate}" in indexdef, indexdef
 
 
-def test_meta_ends_at_version_3_contract_major_1(conn):
-    assert conn.execute("SELECT version, contract_major FROM belay_meta").fetchall() == [(3, 1)]
+def test_meta_ends_at_version_4_contract_major_1(conn):
+    assert conn.execute("SELECT version, contract_major FROM belay_meta").fetchall() == [(4, 1)]
+
+
+AUTOVACUUM = ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=5000", "autovacuum_vacuum_cost_delay=0"]
+
+
+def _reloptions(c: psycopg.Connection, schema: str = "public") -> list[str] | None:
+    return c.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f"{schema}.belay_jobs",)
+    ).fetchone()[0]
+
+
+def _shape(c: psycopg.Connection) -> tuple[list, list]:
+    """Every column (name, type, default, nullability) and every index definition of the belay_ tables."""
+    columns = c.execute(
+        "SELECT table_name, column_name, data_type, column_default, is_nullable FROM information_schema.columns "
+        "WHERE table_name LIKE 'belay\\_%' ORDER BY 1, 2"
+    ).fetchall()
+    indexes = c.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'belay\\_%' ORDER BY 1"
+    ).fetchall()
+    return columns, indexes
+
+
+def test_migration_4_sets_only_autovacuum_storage_parameters_on_belay_jobs(blank_db_url):
+    """Issue 54: a revision-3 database migrates to 4 with belay_jobs' autovacuum storage parameters set and
+    its tables, columns and indexes exactly as before (contract §1: additive only; §3: names normative)."""
+    q = SchemaSQL()
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        with c.transaction():  # what an SDK of revision 3 applied
+            for index in range(3):
+                c.execute(q.migration(index))
+        assert c.execute("SELECT version FROM belay_meta").fetchone() == (3,)
+        assert _reloptions(c) is None
+        before = _shape(c)
+        assert migrate(c) == [4]
+        assert sorted(_reloptions(c) or []) == sorted(AUTOVACUUM)
+        assert _shape(c) == before
+        assert c.execute("SELECT version, contract_major FROM belay_meta").fetchone() == (4, 1)
+        # applied once: an operator's own setting afterwards is never overwritten by a later migrate
+        c.execute("ALTER TABLE belay_jobs SET (autovacuum_vacuum_threshold = 20000)")
+        assert migrate(c) == []
+        assert "autovacuum_vacuum_threshold=20000" in (_reloptions(c) or [])
+
+
+def test_a_custom_schemas_jobs_table_gets_the_storage_parameters(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, "tenant_b")
+        assert sorted(_reloptions(c, "tenant_b") or []) == sorted(AUTOVACUUM)
+        assert c.execute("SELECT to_regclass('public.belay_jobs')").fetchone()[0] is None
 
 
 def test_applying_migrations_twice_is_a_no_op(conn):
@@ -82,9 +131,9 @@ def test_applying_migrations_twice_is_a_no_op(conn):
     assert conn.execute("SELECT count(*) FROM belay_meta").fetchone()[0] == 1
 
 
-def test_a_fresh_database_migrates_1_2_3_in_order(blank_db_url):
+def test_a_fresh_database_migrates_1_2_3_4_in_order(blank_db_url):
     with psycopg.connect(blank_db_url, autocommit=True) as c:
-        assert migrate(c) == [1, 2, 3]
+        assert migrate(c) == [1, 2, 3, 4]
         assert migrate(c) == []
 
 
@@ -107,7 +156,7 @@ def test_concurrent_migrators_one_migrates_the_other_waits_then_no_ops(blank_db_
     for t in threads:
         t.join()
     assert failures == []
-    assert sorted(results) == [[], [], [], [1, 2, 3]]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4]]
 
 
 def test_a_database_at_an_older_revision_is_migrated_forward_additively(blank_db_url):
@@ -120,7 +169,7 @@ def test_a_database_at_an_older_revision_is_migrated_forward_additively(blank_db
         assert c.execute("SELECT version FROM belay_meta").fetchone()[0] == 1
         with pytest.raises(IncompatibleSchema, match="run `belay migrate`"):
             check_compat(c)
-        assert migrate(c) == [2, 3]
+        assert migrate(c) == [2, 3, 4]
         row = c.execute("SELECT queue, spent_usd_micros, unique_key FROM belay_jobs").fetchone()
         assert row == ("q", 0, None)
 
@@ -157,7 +206,7 @@ def test_unknown_columns_from_a_newer_migration_are_tolerated(db_url, now):
         c.execute("ALTER TABLE belay_jobs ADD COLUMN zz_future jsonb NOT NULL DEFAULT '{\"x\": 1}'")
         c.execute("ALTER TABLE belay_steps ADD COLUMN zz_note text")
         c.execute("ALTER TABLE belay_signals ADD COLUMN zz_note text")
-        c.execute("UPDATE belay_meta SET version = 4")
+        c.execute("UPDATE belay_meta SET version = 5")
     with Client(db_url, clock=lambda: now) as client:
         inserted = client.enqueue("q", "w", {"a": 1})
         job = client.job(inserted.id)
@@ -170,7 +219,7 @@ def test_a_custom_schema_is_migrated_and_used(blank_db_url, now):
     from impl.client import Client
 
     with psycopg.connect(blank_db_url, autocommit=True) as c:
-        assert migrate(c, "tenant_a") == [1, 2, 3]
+        assert migrate(c, "tenant_a") == [1, 2, 3, 4]
     with Client(blank_db_url, schema="tenant_a", clock=lambda: now) as client:
         job_id = client.enqueue("q", "w").id
         assert client.job(job_id).queue == "q"

@@ -1,0 +1,16 @@
+-- Migration 4: autovacuum on a queue's cadence (issue 54; docs/decisions.md, docs/benchmarks.md "Scale").
+-- Storage parameters only: no table, column, index or name changes (§1: additive; §3's names untouched).
+-- A claim moves its row out of the partial claim indexes (state 'ready' → 'running'), but the old entry
+-- stays in the index until VACUUM, and every claim walks the entries of the jobs claimed since the last
+-- one: about one leaf page per 165 jobs. PostgreSQL's default trigger (50 + 20 % of the table's rows dead)
+-- waits longer the more rows the table keeps — retained finished jobs included — so the claim's cost grew
+-- with the table. An absolute threshold vacuums the jobs table at every autovacuum round (the server's
+-- autovacuum_naptime, 1 min by default) once 5,000 row versions are dead, whatever its size, unthrottled.
+-- Applied once: an operator's later ALTER TABLE belay_jobs SET (...)/RESET (...) is never overwritten.
+ALTER TABLE {jobs} SET (
+    autovacuum_vacuum_scale_factor = 0,
+    autovacuum_vacuum_threshold = 5000,
+    autovacuum_vacuum_cost_delay = 0
+);
+
+UPDATE {meta} SET version = 4 WHERE version < 4;
