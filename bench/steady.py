@@ -6,6 +6,7 @@ defaults, sampled every minute from outside the worker; optionally with a transa
         [--hold-tx-at MIN --hold-tx-for MIN] [--out reports/steady-<ts>/]
     .venv/bin/python -m bench.steady --calibrate-only --out DIR     # only the max-rate drain, printed and saved
     .venv/bin/python -m bench.steady --quick --out /tmp/x           # a smoke run (tests/test_bench_steady.py)
+    .venv/bin/python -m bench.steady --markdown A/steady.json,B/steady.json   # runs side by side, per minute
 
 One embedded PostgreSQL per run (impl.provision, autovacuum at PostgreSQL's defaults: nothing is set), a
 fresh database (bench.peers.fresh_database), the Belay schema by its migrations. Two processes, each its
@@ -451,6 +452,33 @@ def steady(admin_url: str, args: argparse.Namespace, rate: float, out: Path) -> 
     return result
 
 
+def markdown(files: list[Path]) -> str:
+    """The per-minute table of one or more runs side by side (docs/benchmarks.md, "Steady state")."""
+    runs = [json.loads(f.read_text()) for f in files]
+    cols = ("jobs/s", "p50 s", "p99 s", "backlog", "dead tup", "heap MB", "idx MB", "buf/claim", "xmin age")
+    keys = ("throughput_per_s", "p50_s", "p99_s", "backlog_ready", "n_dead_tup", "heap_bytes", "indexes_bytes")
+    keys += ("buffers_per_claim_scan", "oldest_xmin_age")
+    head = "| min | " + " | ".join(f"{c} ({chr(65 + i)})" for i in range(len(runs)) for c in cols) + " |"
+    lines = [head, "|" + "---:|" * (1 + len(cols) * len(runs))]
+    by_minute = [{round(s["minute"]): s for s in r["samples"]} for r in runs]
+    for minute in sorted(set().union(*by_minute)):
+        cells = []
+        for run in by_minute:
+            s = run.get(minute)
+            for key in keys:
+                v = None if s is None else s[key]
+                if v is None:
+                    cells.append("—")
+                elif key.endswith("_bytes"):
+                    cells.append(f"{v / 1e6:.0f}")
+                elif isinstance(v, float) and key.endswith("_s"):
+                    cells.append(f"{v:.3f}" if v < 10 else f"{v:.1f}")
+                else:
+                    cells.append(f"{v:,.0f}" if isinstance(v, int) or v >= 100 else f"{v:.1f}")
+        lines.append(f"| {minute} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.steady", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=60.0)
@@ -466,7 +494,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-quick-rate", type=float, default=40.0, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="smoke: 2 minutes, 15 s samples, small rate and backlog")
+    p.add_argument("--markdown", default="", help="comma list of steady.json files: print their per-minute table")
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown([Path(x) for x in args.markdown.split(",") if x.strip()]))
+        return 0
     if args.quick:
         args.minutes, args.sample_seconds, args.retention_s = 2.0, 15.0, 40
         args.calibrate_backlog, args.calibrate_seconds = 2000, 10.0

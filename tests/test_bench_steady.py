@@ -31,7 +31,7 @@ SAMPLE_KEYS = {
 }
 
 
-def test_the_quick_steady_run_writes_every_sample_the_hold_and_the_plots(tmp_path):
+def test_the_quick_steady_run_writes_every_sample_the_hold_and_the_plots(tmp_path, capsys):
     out = tmp_path / "steady"
     assert steady.main(["--quick", "--hold-tx-at", "0.5", "--hold-tx-for", "0.5", "--out", str(out)]) == 0
     result = json.loads((out / "steady.json").read_text())
@@ -68,6 +68,10 @@ def test_the_quick_steady_run_writes_every_sample_the_hold_and_the_plots(tmp_pat
     }
     for name in result["plots"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    capsys.readouterr()
+    assert steady.main(["--markdown", str(out / "steady.json")]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("| min | jobs/s (A)") and len(table) >= 4  # header, rule, a row per minute
 
 
 def _s(minute: float, backlog: int, p99: float | None) -> dict:
