@@ -6,7 +6,8 @@ defaults, sampled every minute from outside the worker; optionally with a transa
         [--hold-tx-at MIN --hold-tx-for MIN] [--out reports/steady-<ts>/]
     .venv/bin/python -m bench.steady --calibrate-only --out DIR     # only the max-rate drain, printed and saved
     .venv/bin/python -m bench.steady --quick --out /tmp/x           # a smoke run (tests/test_bench_steady.py)
-    .venv/bin/python -m bench.steady --markdown A/steady.json,B/steady.json   # runs side by side, per minute
+    .venv/bin/python -m bench.steady --markdown A/steady.json       # the run's per-minute table
+    .venv/bin/python -m bench.steady --overlay A/steady.json,B/steady.json --out DIR   # curves overlaid
 
 One embedded PostgreSQL per run (impl.provision, autovacuum at PostgreSQL's defaults: nothing is set), a
 fresh database (bench.peers.fresh_database), the Belay schema by its migrations. Two processes, each its
@@ -452,6 +453,44 @@ def steady(admin_url: str, args: argparse.Namespace, rate: float, out: Path) -> 
     return result
 
 
+def overlay(files: list[Path], out: Path) -> list[str]:
+    """Runs' curves on one chart each (e.g. without and with the held transaction), the holds shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = [(f.parent.name, json.loads(f.read_text())) for f in files]
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, ylabel, logy in (
+        ("throughput_per_s", "completed jobs/s", False),
+        ("p99_s", "insert → result p99 (s)", True),
+        ("backlog_ready", "ready jobs", False),
+        ("buffers_per_claim_scan", "buffers per claim index scan", False),
+        ("n_dead_tup", "n_dead_tup", False),
+        ("heap_bytes", "belay_jobs heap (MB)", False),
+    ):
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for name, run in runs:
+            pts = [(s["minute"], s[key]) for s in run["samples"] if s[key] is not None]
+            ax.plot([p[0] for p in pts], [p[1] / (1e6 if key == "heap_bytes" else 1) for p in pts], label=name)
+            if run["hold"]:
+                ax.axvspan(run["hold"]["began_minute"], run["hold"]["ended_minute"], color="red", alpha=0.1)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel("minutes of steady load (shaded: transaction held)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        name = f"overlay-{key.replace('_', '-')}.png"
+        fig.savefig(out / name, dpi=70)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
 def markdown(files: list[Path]) -> str:
     """The per-minute table of one or more runs side by side (docs/benchmarks.md, "Steady state")."""
     runs = [json.loads(f.read_text()) for f in files]
@@ -494,8 +533,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-quick-rate", type=float, default=40.0, help=argparse.SUPPRESS)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--quick", action="store_true", help="smoke: 2 minutes, 15 s samples, small rate and backlog")
+    p.add_argument("--overlay", default="", help="comma list of steady.json files: their curves overlaid in --out")
     p.add_argument("--markdown", default="", help="comma list of steady.json files: print their per-minute table")
     args = p.parse_args(argv)
+    if args.overlay:
+        if args.out is None:
+            p.error("--overlay needs --out")
+        print(overlay([Path(x) for x in args.overlay.split(",") if x.strip()], args.out))
+        return 0
     if args.markdown:
         print(markdown([Path(x) for x in args.markdown.split(",") if x.strip()]))
         return 0

@@ -72,6 +72,10 @@ def test_the_quick_steady_run_writes_every_sample_the_hold_and_the_plots(tmp_pat
     assert steady.main(["--markdown", str(out / "steady.json")]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].startswith("| min | jobs/s (A)") and len(table) >= 4  # header, rule, a row per minute
+    both = f"{out / 'steady.json'},{out / 'steady.json'}"
+    assert steady.main(["--overlay", both, "--out", str(tmp_path / "overlay")]) == 0
+    overlays = sorted((tmp_path / "overlay").glob("overlay-*.png"))
+    assert len(overlays) == 6 and all(f.read_bytes()[:4] == b"\x89PNG" for f in overlays)
 
 
 def _s(minute: float, backlog: int, p99: float | None) -> dict:
