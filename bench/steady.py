@@ -460,7 +460,7 @@ def overlay(files: list[Path], out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [(f.parent.name, json.loads(f.read_text())) for f in files]
+    runs = [(f.parent.name if f.name == "steady.json" else f.stem, json.loads(f.read_text())) for f in files]
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for key, ylabel, logy in (
