@@ -49,7 +49,7 @@ def databases() -> TestDatabases:
 
 @pytest.fixture
 def db_url(databases: TestDatabases) -> str:
-    """A fresh database with migrations 1–3 applied."""
+    """A fresh database with migrations 1–4 applied."""
     with databases.fresh() as url:
         yield url
 
