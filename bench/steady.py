@@ -275,7 +275,7 @@ def window(samples: list[dict], lo: float, hi: float) -> dict[str, Any]:
 
 def first_last(samples: list[dict], minutes: float) -> dict[str, Any]:
     span = min(WINDOW_MINUTES, minutes / 2)
-    first, last = window(samples, 0.0, span), window(samples, minutes - span, minutes + 1)
+    first, last = window(samples, 0.0, span + 0.5), window(samples, minutes - span + 0.5, minutes + 1)
     ratio = {}
     for key in ("throughput_per_s", "p50_s", "p99_s", "n_dead_tup", "buffers_per_claim_scan"):
         a, b = first[key], last[key]
