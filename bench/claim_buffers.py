@@ -1,7 +1,8 @@
 """A scratch experiment (issue 54, target 2): buffers per claim against the jobs already claimed, for the
 claim statement as it is (impl/store/sql/worker.sql claim_plain, `belay_jobs_claim_order_idx`), and what bounds it.
 
-    .venv/bin/python -m bench.claim_buffers [--jobs 100000] [--take 10] [--vacuum-every 0,20000] [--json F]
+    .venv/bin/python -m bench.claim_buffers [--jobs 100000] [--take 10] [--vacuum-every 0,20000]
+        [--storage 'autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000' ...] [--json F]
 
 One process, one connection, no worker: the backlog is enqueued with Client.enqueue_many, ANALYZE, then
 claimed `take` at a time by running claim_plain itself (qb_take's text, as the worker runs it) under
@@ -11,7 +12,11 @@ marked succeeded as an ack does (state 'running' → 'succeeded'). Buffer counts
 machine load does not change them. Variants (--vacuum-every K > 0): `VACUUM belay_jobs` after every K
 jobs claimed, what autovacuum would do with autovacuum_vacuum_threshold = K and scale factor 0 on the
 table — timed, since that is its price. Autovacuum itself stays as the cluster runs it (its runs during
-the experiment are counted).
+the experiment are counted). Variants (--storage R, repeatable): no manual VACUUM, but
+`ALTER TABLE belay_jobs SET (R)` before the enqueue — per-table autovacuum storage parameters, so that
+autovacuum itself vacuums the table on a queue's cadence. --retained N first fills the table with N
+succeeded rows (what retention keeps: they count in autovacuum's scale-factor threshold, never in the
+claim's scan); --naptime S runs the cluster at autovacuum_naptime = S (a server setting, not a table's).
 
 Also `generic`: the claim prepared (plan_cache_mode = force_generic_plan) while the table is empty and
 never analyzed, then run against the backlog — the plan the issue warns "can sequential-scan it until
@@ -32,8 +37,15 @@ from typing import Any
 import psycopg
 
 from bench.peers import belay_enqueue, belay_setup, drop_database, fresh_database
-from impl.provision import provision
+from impl.provision import ClusterConfig, provision
 from impl.store.queries import SchemaSQL
+
+# Finished jobs kept by retention: rows the claim never reads (not in its partial index), but that count in
+# autovacuum's threshold (autovacuum_vacuum_scale_factor × reltuples).
+RETAINED = (
+    "INSERT INTO belay_jobs (queue, worker, state, inserted_at, finished_at) "
+    "SELECT 'retained', 'noop', 'succeeded', now(), now() FROM generate_series(1, %(n)s)"
+)
 
 
 def claim_text(take: int) -> str:
@@ -129,17 +141,25 @@ def drain(url: str, n: int, take: int, vacuum_every: int) -> dict[str, Any]:
     }
 
 
-def generic(url: str, n: int, take: int) -> dict[str, Any]:
-    """The claim's generic plan made on an empty, never analyzed table, then run on a backlog of n."""
+def generic(url: str, n: int, take: int, mode: str = "plain") -> dict[str, Any]:
+    """The claim's generic plan made on an empty table, then run on a backlog of n. mode: `plain` — never
+    analyzed, plan_cache_mode = force_generic_plan; `analyzed` — the same after an ANALYZE of the empty
+    table (what a migration-time ANALYZE would leave); `auto` — never analyzed, plan_cache_mode auto (the
+    server's default, as the worker's psycopg-prepared claim gets it), executed 6 times on the empty table
+    (5 custom plans, then the server's choice)."""
     text = claim_text(take).replace("%(take)s", str(take))  # above INLINE_TAKE_MAX qb_take leaves it a parameter
     for i, name in enumerate(("queue", "now", "node", "lease_until")):
         text = text.replace(f"%({name})s", f"${i + 1}")
     out: dict[str, Any] = {}
     with psycopg.connect(url, autocommit=True) as c:
-        c.execute("SET plan_cache_mode = force_generic_plan")
+        if mode == "analyzed":
+            c.execute("ANALYZE belay_jobs")
+        if mode != "auto":
+            c.execute("SET plan_cache_mode = force_generic_plan")
         c.execute(f"PREPARE claim(text, timestamptz, text, timestamptz) AS {text}")
         run = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE claim('bench', now(), 'x', now() + interval '30 s')"
-        c.execute("EXECUTE claim('bench', now(), 'x', now() + interval '30 s')")  # cached on the empty table
+        for _ in range(6 if mode == "auto" else 1):  # cached on the empty table
+            c.execute("EXECUTE claim('bench', now(), 'x', now() + interval '30 s')")
         belay_enqueue(url, n)
         for when in ("before ANALYZE", "after ANALYZE"):
             if when == "after ANALYZE":
@@ -166,27 +186,42 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs", type=int, default=100000)
     p.add_argument("--take", type=int, default=10)
     p.add_argument("--vacuum-every", default="0,10000", help="comma list; '' runs only the generic-plan check")
+    p.add_argument("--storage", action="append", default=[], help="reloptions for ALTER TABLE belay_jobs SET (...)")
+    p.add_argument(
+        "--generic", default="plain", help="comma list of generic-plan checks: plain, analyzed, auto; '' none"
+    )
+    p.add_argument("--retained", type=int, default=0, help="succeeded rows in the table before the backlog")
+    p.add_argument("--naptime", default="", help="the cluster's autovacuum_naptime (e.g. 5s); default PostgreSQL's")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "runs": []}
-    db = provision()
+    config = ClusterConfig(extra_settings={"autovacuum_naptime": args.naptime}) if args.naptime else None
+    db = provision(cluster_config=config)
     try:
         with psycopg.connect(db.url, autocommit=True) as c:
             results["autovacuum"] = [
                 c.execute(f"SHOW {s}").fetchone()[0]  # type: ignore[index]
                 for s in ("autovacuum", "autovacuum_naptime", "autovacuum_vacuum_scale_factor")
             ]
-        for every in [int(x) for x in args.vacuum_every.split(",") if x.strip()]:
+        variants = [(int(x), "") for x in args.vacuum_every.split(",") if x.strip()]
+        variants += [(0, storage) for storage in args.storage]
+        for every, storage in variants:
             url = fresh_database(db.url)
             try:
-                belay_setup(url)
+                belay_setup(url, pg_autovacuum_defaults=True)  # the baseline: PostgreSQL's defaults
+                if storage:
+                    with psycopg.connect(url, autocommit=True) as c:
+                        c.execute(f"ALTER TABLE belay_jobs SET ({storage})")
+                with psycopg.connect(url, autocommit=True) as c:
+                    c.execute(RETAINED, {"n": args.retained})
                 belay_enqueue(url, args.jobs)
                 with psycopg.connect(url, autocommit=True) as c:
-                    c.execute("ANALYZE")
+                    c.execute("VACUUM ANALYZE" if args.retained else "ANALYZE")
                 r = drain(url, args.jobs, args.take, every)
+                r.update(storage=storage or None, retained=args.retained, naptime=args.naptime or "default")
                 results["runs"].append(r)
                 print(
-                    f"vacuum every {every or 'never'}: claim index buffers first {r['claim_index_buffers_first']} "
+                    f"vacuum every {every or 'never'}, storage ({storage or 'none'}): claim index buffers first {r['claim_index_buffers_first']} "
                     f"last {r['claim_index_buffers_last']}; statement buffers mean {r['statement_buffers_mean']} "
                     f"max {r['statement_buffers_max']}; {r['vacuums']} vacuums, {r['vacuum_seconds_total']} s; "
                     f"autovacuum runs {r['autovacuum_runs']}; plans {r['plans']}",
@@ -199,13 +234,15 @@ def main(argv: list[str] | None = None) -> int:
                     )
             finally:
                 drop_database(db.url, url)
-        url = fresh_database(db.url)
-        try:
-            belay_setup(url)
-            results["generic"] = generic(url, args.jobs, args.take)
-            print(f"generic plan made on the empty table: {results['generic']}", flush=True)
-        finally:
-            drop_database(db.url, url)
+        for mode in [m.strip() for m in args.generic.split(",") if m.strip()]:
+            url = fresh_database(db.url)
+            try:
+                belay_setup(url)
+                key = "generic" if mode == "plain" else f"generic_{mode}"
+                results[key] = generic(url, args.jobs, args.take, mode)
+                print(f"{key}: plan made on the empty table: {results[key]}", flush=True)
+            finally:
+                drop_database(db.url, url)
     finally:
         db.close()
     if args.json:

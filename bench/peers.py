@@ -215,9 +215,16 @@ def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> f
 # Belay ------------------------------------------------------------------------------------------------
 
 
-def belay_setup(url: str) -> None:
+AUTOVACUUM_PARAMS = ("autovacuum_vacuum_scale_factor", "autovacuum_vacuum_threshold", "autovacuum_vacuum_cost_delay")
+
+
+def belay_setup(url: str, pg_autovacuum_defaults: bool = False) -> None:
+    """Migrate. `migrate` also sets belay_jobs' autovacuum storage parameters (docs/decisions.md); with
+    `pg_autovacuum_defaults` they are reset, so the table vacuums on PostgreSQL's defaults (a baseline)."""
     with psycopg.connect(url, autocommit=True) as c:
         migrate(c)
+        if pg_autovacuum_defaults:
+            c.execute(f"ALTER TABLE belay_jobs RESET ({', '.join(AUTOVACUUM_PARAMS)})")
 
 
 def belay_enqueue(url: str, n: int) -> float:

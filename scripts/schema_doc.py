@@ -31,7 +31,7 @@ when this page and the migrations disagree. What the columns mean: [decisions.md
 
 def render() -> str:
     sys.path.insert(0, str(ROOT))
-    from impl.store.queries import MIGRATIONS, SchemaSQL
+    from impl.store.queries import MIGRATIONS, TUNING, SchemaSQL
 
     q = SchemaSQL("public")
     parts = [HEAD, f"Schema version after every migration: **{len(MIGRATIONS)}** (contract major 1).\n"]
@@ -47,6 +47,14 @@ def render() -> str:
         )
         body = "\n".join(lines[1:] if lines and lines[0].startswith("--") else lines).strip("\n")
         parts.append(f"## {title}\n\n```sql\n{body}\n```\n")
+    tuning = q.tuning().as_string(None).strip("\n")
+    parts.append(
+        f"## After the migrations: the jobs table's autovacuum parameters (`{TUNING}`, not a revision)\n\n"
+        "`migrate` applies this while `belay_jobs` has no `autovacuum_*` storage parameter of its own "
+        '(docs/decisions.md, "Autovacuum storage parameters on belay_jobs"). It changes no name, column or '
+        "index, and `belay_meta.version` stays at the revision above.\n\n"
+        f"```sql\n{tuning}\n```\n"
+    )
     return "\n".join(parts)
 
 

@@ -1,4 +1,4 @@
-"""Migrations 1–3, the normative index names and predicates, and the §1 compatibility rules."""
+"""Migrations 1–3, the jobs table's autovacuum parameters, the normative index names and predicates, and the §1 compatibility rules."""
 
 from __future__ import annotations
 
@@ -72,6 +72,57 @@ def test_every_normative_index_exists_with_its_name_and_predicate(conn, name):
 
 def test_meta_ends_at_version_3_contract_major_1(conn):
     assert conn.execute("SELECT version, contract_major FROM belay_meta").fetchall() == [(3, 1)]
+
+
+AUTOVACUUM = ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=5000", "autovacuum_vacuum_cost_delay=0"]
+
+
+def _reloptions(c: psycopg.Connection, schema: str = "public") -> list[str] | None:
+    return c.execute(
+        "SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)", (f"{schema}.belay_jobs",)
+    ).fetchone()[0]
+
+
+def _shape(c: psycopg.Connection) -> tuple[list, list]:
+    """Every column (name, type, default, nullability) and every index definition of the belay_ tables."""
+    columns = c.execute(
+        "SELECT table_name, column_name, data_type, column_default, is_nullable FROM information_schema.columns "
+        "WHERE table_name LIKE 'belay\\_%' ORDER BY 1, 2"
+    ).fetchall()
+    indexes = c.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename LIKE 'belay\\_%' ORDER BY 1"
+    ).fetchall()
+    return columns, indexes
+
+
+def test_migrate_sets_only_autovacuum_storage_parameters_on_belay_jobs_and_no_revision(blank_db_url):
+    """Issue 54: a revision-3 database gets belay_jobs' autovacuum storage parameters from `migrate`, its
+    tables, columns and indexes exactly as before (contract §1: additive only; §3: names normative) and its
+    revision still 3 (storage parameters are not a schema revision; the numbers belong to the contract)."""
+    q = SchemaSQL()
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        with c.transaction():  # what an SDK of revision 3 applied
+            for index in range(3):
+                c.execute(q.migration(index))
+        assert c.execute("SELECT version FROM belay_meta").fetchone() == (3,)
+        assert _reloptions(c) is None
+        before = _shape(c)
+        assert migrate(c) == []
+        assert sorted(_reloptions(c) or []) == sorted(AUTOVACUUM)
+        assert _shape(c) == before
+        assert c.execute("SELECT version, contract_major FROM belay_meta").fetchone() == (3, 1)
+        # an operator's own setting afterwards is never overwritten by a later migrate
+        c.execute("ALTER TABLE belay_jobs RESET (autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay)")
+        c.execute("ALTER TABLE belay_jobs SET (autovacuum_vacuum_scale_factor = 0.2)")
+        assert migrate(c) == []
+        assert _reloptions(c) == ["autovacuum_vacuum_scale_factor=0.2"]
+
+
+def test_a_custom_schemas_jobs_table_gets_the_storage_parameters(blank_db_url):
+    with psycopg.connect(blank_db_url, autocommit=True) as c:
+        migrate(c, "tenant_b")
+        assert sorted(_reloptions(c, "tenant_b") or []) == sorted(AUTOVACUUM)
+        assert c.execute("SELECT to_regclass('public.belay_jobs')").fetchone()[0] is None
 
 
 def test_applying_migrations_twice_is_a_no_op(conn):

@@ -141,7 +141,7 @@ def _echo_json(data: object) -> None:
 @click.option("--schema", default="public", show_default=True, callback=lambda c, p, v: _schema(v))
 @JSON_OPTION
 def migrate_cmd(database_url: str, schema: str, as_json: bool) -> None:
-    """Apply migrations 1–3 (idempotent; safe to run from several nodes at once)."""
+    """Apply migrations 1–3, then the jobs table's autovacuum parameters (idempotent; safe from several nodes)."""
     with psycopg.connect(database_url, autocommit=True, connect_timeout=5) as conn:
         applied = migrate(conn, schema)
         compat = check_compat(conn, schema)

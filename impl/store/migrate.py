@@ -1,4 +1,4 @@
-"""Migrations 1–3 and the §1 compatibility check.
+"""Migrations 1–3, the jobs table's autovacuum storage parameters, and the §1 compatibility check.
 
 `migrate(conn)` applies, in one transaction under an advisory lock, every migration newer than
 belay_meta.version: applying twice is a no-op, and a concurrent second migrator waits on the lock and
@@ -16,7 +16,7 @@ from impl.store.queries import MIGRATIONS, SchemaSQL
 from model.ops import Compatible, IncompatibleSchema, check_versions
 
 CONTRACT_MAJOR = 1
-SCHEMA_VERSION = len(MIGRATIONS)  # 3
+SCHEMA_VERSION = len(MIGRATIONS)  # 4
 MIN_VERSION = 3  # the oldest revision this SDK can run against
 
 
@@ -39,7 +39,19 @@ def migrate(conn: psycopg.Connection, schema: str = "public") -> list[int]:
         for index in range(version, SCHEMA_VERSION):
             conn.execute(q.migration(index))
             applied.append(index + 1)
+        if version <= SCHEMA_VERSION and not _has_autovacuum_options(conn, q):
+            conn.execute(q.tuning())
     return applied
+
+
+def _has_autovacuum_options(conn: psycopg.Connection, q: SchemaSQL) -> bool:
+    """Does belay_jobs carry an autovacuum_* storage parameter already (ours, or an operator's own)?"""
+    row = conn.execute(
+        "SELECT coalesce(bool_or(o LIKE 'autovacuum%%'), false) FROM pg_class, unnest(reloptions) AS o "
+        "WHERE pg_class.oid = to_regclass(%s)",
+        (f'"{q.schema}".belay_jobs',),
+    ).fetchone()
+    return bool(row and row[0])
 
 
 __all__ = ["CONTRACT_MAJOR", "MIN_VERSION", "SCHEMA_VERSION", "IncompatibleSchema", "check_compat", "migrate"]

@@ -19,6 +19,7 @@ from model.rows import JOB_COLUMNS
 
 TABLES = ("jobs", "steps", "events", "signals", "rate", "queues", "crons", "meta")
 MIGRATIONS = ("001_core.sql", "002_signals.sql", "003_uniqueness.sql")
+TUNING = "autovacuum.sql"  # applied by impl/store/migrate.py after the migrations: not a revision
 _BLOCK = re.compile(r"^-- ([a-z_]+) --\n", re.MULTILINE)
 
 
@@ -98,6 +99,10 @@ class SchemaSQL:
     def migration(self, index: int) -> sql.Composed:
         """Migration number index+1, composed for this schema."""
         return sql.SQL(_read(MIGRATIONS[index])).format(**self.names)
+
+    def tuning(self) -> sql.Composed:
+        """The jobs table's autovacuum storage parameters (sql/autovacuum.sql), composed for this schema."""
+        return sql.SQL(_read(TUNING)).format(**self.names)
 
 
 def _ack_claim_solo(q: SchemaSQL) -> sql.Composed | None:
