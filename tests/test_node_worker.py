@@ -12,11 +12,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+
+from tests.foreign_soak import soak_is_never_invalid
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE_DIR = ROOT / "soak" / "workers" / "node"
@@ -108,45 +109,4 @@ def test_the_rate_window_rounds_halves_up_as_trace_validation_requires():
 def test_a_default_soak_of_the_node_worker_with_every_legal_alternative_is_never_invalid(tmp_path: Path):
     _node_worker_ready()
     alts = os.environ.get("BELAY_NODE_TEST_ALT", ",".join(LEGAL_ALTS))
-    env = {**os.environ, "BELAY_ALT": alts}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "soak.run",
-            "--worker",
-            WORKER,
-            "--report",
-            str(tmp_path),
-            "--seed",
-            "51",
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode != 3, out.stdout[-4000:] + out.stderr[-4000:]
-    results = json.loads((tmp_path / "latest" / "results.json").read_text())
-    rows = {**results["invariants"], **results["duties"]}
-    invalid = {k: v.get("first_counterexample") for k, v in rows.items() if v["verdict"] == "invalid"}
-    assert not invalid, invalid
-    # A row is UNKNOWN only when its risky scenario did not happen in this one minute (e.g. no zombie stop
-    # froze a `slow` attempt in its paid step): the run's luck, not the worker's. Anything else is a failure.
-    unknown = {k: v.get("why_unknown") or "" for k, v in rows.items() if v["verdict"] == "unknown"}
-    not_coverage = {k: why for k, why in unknown.items() if "did not occur" not in why}
-    assert not not_coverage, not_coverage
-    if unknown:
-        print(f"coverage left unknown in this run (scenarios that did not occur): {sorted(unknown)}")
-    history = results.get("history") or {}
-    refinement = history.get("refinement") or {}
-    assert history.get("verdict") == "valid", (
-        alts,
-        history.get("why"),
-        refinement.get("unexplained"),
-        (refinement.get("findings") or [])[:3],
-    )
-    expected = ("unknown", 2) if unknown else ("valid", 0)
-    assert (results["verdict"], out.returncode) == expected, out.stdout[-4000:]
+    soak_is_never_invalid(WORKER, tmp_path, {**os.environ, "BELAY_ALT": alts}, label=alts)

@@ -10,10 +10,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.foreign_soak import soak_is_never_invalid
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBY_DIR = ROOT / "soak" / "workers" / "ruby"
@@ -79,44 +80,7 @@ def test_the_rate_window_rounds_halves_up():
 
 def test_a_default_soak_of_the_ruby_worker_is_never_invalid(tmp_path: Path):
     _ruby_ready()
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "soak.run",
-            "--worker",
-            WORKER,
-            "--report",
-            str(tmp_path),
-            "--seed",
-            "51",
-            "--no-progress",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert out.returncode != 3, out.stdout[-4000:] + out.stderr[-4000:]
-    results = json.loads((tmp_path / "latest" / "results.json").read_text())
-    rows = {**results["invariants"], **results["duties"]}
-    invalid = {k: v.get("first_counterexample") for k, v in rows.items() if v["verdict"] == "invalid"}
-    assert not invalid, invalid
-    # UNKNOWN only when a risky scenario did not happen in this one minute (the run's luck, not the worker's).
-    unknown = {k: v.get("why_unknown") or "" for k, v in rows.items() if v["verdict"] == "unknown"}
-    not_coverage = {k: why for k, why in unknown.items() if "did not occur" not in why}
-    assert not not_coverage, not_coverage
-    if unknown:
-        print(f"coverage left unknown in this run (scenarios that did not occur): {sorted(unknown)}")
-    history = results.get("history") or {}
-    refinement = history.get("refinement") or {}
-    assert history.get("verdict") == "valid", (
-        history.get("why"),
-        refinement.get("unexplained"),
-        (refinement.get("findings") or [])[:3],
-    )
-    expected = ("unknown", 2) if unknown else ("valid", 0)
-    assert (results["verdict"], out.returncode) == expected, out.stdout[-4000:]
+    soak_is_never_invalid(WORKER, tmp_path)
 
 
 def _own_committed_try(db_url: str, job_id: int, kind: str, tried: list[str]) -> str:
