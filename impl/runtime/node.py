@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Container, Iterator
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from impl import telemetry
@@ -447,8 +448,21 @@ class Worker:
             for producer in self.producers.values():
                 producer.poke()
         self.call(lambda: self.store.apply(w.FireCrons(now, since, self.crons, self.cron_queues)), "cron")
-        self.call(lambda: self.store.apply(w.Prune(now, dict(self.config.retention), self.config.signal_ttl)), "prune")
+        self.prune(now)
         return now
+
+    def prune(self, now: datetime) -> int:
+        """Retention (§8.7) in batches of w.Prune's limit, repeated while a batch comes back full (at most
+        `prune_batches`); returns the jobs deleted."""
+        retention = dict(self.config.retention)
+        deleted = 0
+        for _ in range(max(self.config.prune_batches, 1)):
+            op = w.Prune(now, retention, self.config.signal_ttl)
+            pruned: w.Pruned = self.call(partial(self.store.apply, op), "prune")
+            deleted += len(pruned.jobs)
+            if len(pruned.jobs) < op.limit or self.stopped.is_set():
+                break
+        return deleted
 
     def _sweep_loop(self) -> None:
         since = self.clock() - timedelta(minutes=1)
