@@ -602,8 +602,11 @@ def _quoted_late_claim(r):
     the past; w2-1 reclaims it 0.32 s after the commit."""
     r.history += [
         {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
+        {"t": E0 - 1, "type": "worker_start", "node": "w2-1"},  # the sweeper, free all along
         {"t": E0 + 40, "type": "worker_stop", "node": "w4-1"},
         {"t": E0 + 66.5, "type": "worker_cont", "node": "w4-1"},
+        # the harness sampled every 0.5 s all along (no sampler lateness to excuse anything)
+        *(lease_sample(40 + i / 2, []) for i in range(53)),
         lease_sample(66.8, [[1, 2, "w4-1", E0 + 49.9, "echo"]]),
         lease_sample(67.3, []),
     ]
