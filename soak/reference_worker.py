@@ -304,7 +304,7 @@ def main(
         flush=True,
     )
     if not drained:
-        # As `belay worker` does (impl/cli.py): jobs that outlived the grace are abandoned to lease expiry,
+        # As `belay worker` does (impl/ops/cli.py): jobs that outlived the grace are abandoned to lease expiry,
         # and their executor threads cannot be interrupted — interpreter exit would join them. Seed 2032's
         # two-hour soak: a node under injected latency printed this at +15 s and exited at +17.3 s, after
         # its last jobs' acks failed (P4: exit within 15 s of SIGTERM).

@@ -1,4 +1,4 @@
-"""Helpers for broken variants: a store whose named queries (impl/sql/*.sql) are edited."""
+"""Helpers for broken variants: a store whose named queries (impl/store/sql/*.sql) are edited."""
 
 from __future__ import annotations
 

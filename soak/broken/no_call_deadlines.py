@@ -1,5 +1,5 @@
 """Broken: the worker's connections have no client-side call deadline, no connect_timeout and no TCP
-keepalives (PROTOCOL §1 "survive the network"; impl/deadline.py is what the reference adds). A call on a
+keepalives (PROTOCOL §1 "survive the network"; impl/store/deadline.py is what the reference adds). A call on a
 connection that stops forwarding hangs until the network heals: under `--stall-conn-every` the stalled
 connection is sometimes the one the lease renewal takes, and every lease of the node expires while the
 node is up and not excused (a single stalled connection is not a partition).

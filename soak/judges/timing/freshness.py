@@ -14,7 +14,7 @@ from soak.judges.timing.nodes import NodeFaults
 
 # Base tolerance of a write's lag (commit − now) on a node with no fault of its own in between: one call
 # of the reference SDK under the soak's load. The reference gives each call a 2.5 s deadline and retries a
-# call that outlives it (impl/runtime.py `call`), so an honest write may commit up to one deadline plus a
+# call that outlives it (impl/runtime/node.py `call`), so an honest write may commit up to one deadline plus a
 # retry's round trip after its `now`; CPU starvation on the shared 2-core machine stretches both. Measured
 # (docs/certification.md "now freshness"): the reference's largest fault-free lag over the soaks run for
 # issue 51 was well under this bound. A worker that stamps writes with an instant read seconds earlier
