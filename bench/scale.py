@@ -103,7 +103,8 @@ for i, q in enumerate(names):
         reg.kind(kind, queue=q)(lambda ctx, _input: None)
         opts = QueueOpts(10, 10) if k == 1 else QueueOpts(10, 10, global_limit=40)
     queues.append(QueueConfig(q, opts))
-config = WorkerConfig(queues=tuple(queues), notify=True, sweep_interval=3600)
+upkeep = {} if os.environ.get("BENCH_UPKEEP", "on") == "on" else {"vacuum_dead_rows": 0, "analyze_rows": 0}
+config = WorkerConfig(queues=tuple(queues), notify=True, sweep_interval=3600, **upkeep)
 worker = Worker(url, reg, config).start()
 while True:  # until the bench terminates the process
     time.sleep(3600)
@@ -157,6 +158,29 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "enqueue": belay_enqueue_queues,
         "code": BELAY_DRAIN,
         "env": {"BENCH_MODE": "batched"},
+        "finished": BELAY_FINISHED_ANY,
+        "take": 100,
+        "queues_ok": True,
+    },
+    # The same kinds with the node's table upkeep off (impl/runtime/upkeep.py): what it changes.
+    "belay-no-upkeep": {
+        "label": "Belay default kind, table upkeep off",
+        "table": "belay_jobs",
+        "setup": belay_setup,
+        "enqueue": belay_enqueue_queues,
+        "code": BELAY_DRAIN,
+        "env": {"BENCH_MODE": "unbatched", "BENCH_UPKEEP": "off"},
+        "finished": BELAY_FINISHED_ANY,
+        "take": 10,
+        "queues_ok": True,
+    },
+    "belay-batched-no-upkeep": {
+        "label": "Belay batched, table upkeep off",
+        "table": "belay_jobs",
+        "setup": belay_setup,
+        "enqueue": belay_enqueue_queues,
+        "code": BELAY_DRAIN,
+        "env": {"BENCH_MODE": "batched", "BENCH_UPKEEP": "off"},
         "finished": BELAY_FINISHED_ANY,
         "take": 100,
         "queues_ok": True,
@@ -255,6 +279,9 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
     explains: list[dict[str, Any]] = []
     samples: list[tuple[float, int, dict[str, float]]] = []
     lock_waiters: list[int] = []
+    # CPU of the workers and their backends when the first job is seen done: what came before is start-up
+    # (imports, connections, the first plans), the same for every system and paid once per process.
+    first: dict[str, Any] | None = None
     with psycopg.connect(url, autocommit=True) as probe:
         if belay:
             explains.append({"at": 0.0, "done": 0, **explain_claim(probe, system["take"], queues)})
@@ -282,6 +309,13 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
                     cpu_workers = [proc_cpu_seconds(p.pid) for p in workers]
                     cpu_pg = _backends_cpu(probe)
                     break
+                if first is None and ok > 0:
+                    first = {
+                        "done": ok,
+                        "seconds": now,
+                        "cpu_workers": [proc_cpu_seconds(p.pid) for p in workers],
+                        "cpu_pg": _backends_cpu(probe),
+                    }
                 samples.append((now, ok, statio(probe, system["table"])))
                 lock_waiters.append(
                     one(
@@ -318,6 +352,7 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
         "lock_waiters": lock_waiters,
         "cpu_workers": cpu_workers,
         "cpu_pg": cpu_pg,
+        "first": first,
     }
 
 
@@ -361,6 +396,7 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
         io0, io1 = d["start_io"], d["end_io"]
         scans = io1["claim_scans"] - io0["claim_scans"]
         cpu_w = None if any(x is None for x in d["cpu_workers"]) else sum(d["cpu_workers"])
+        steady = _after_first(d, n)
         return {
             "system": key,
             "jobs": n,
@@ -372,6 +408,8 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
                 "worker": None if cpu_w is None else round(cpu_w / n * 1e6, 1),
                 "postgresql": None if d["cpu_pg"] is None else round(d["cpu_pg"] / n * 1e6, 1),
             },
+            # the same from the first job seen done to the last (start-up excluded): the per-job cost
+            "cpu_us_per_job_after_first": steady,
             "db_per_job": per_job(before, after, n),
             "rollbacks_total": rollbacks,
             "table_buffers_per_job": round((io1["table_blks"] - io0["table_blks"]) / n, 2),
@@ -387,12 +425,76 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
         drop_database(admin_url, url)
 
 
+def _after_first(d: dict[str, Any], n: int) -> dict[str, float | None] | None:
+    """CPU µs per job from the first job seen done to the end, workers and PostgreSQL apart."""
+    f = d["first"]
+    if f is None or n - f["done"] <= 0:
+        return None
+    jobs = n - f["done"]
+
+    def delta(end: float | None, start: float | None) -> float | None:
+        return None if end is None or start is None else round((end - start) / jobs * 1e6, 1)
+
+    workers = (
+        None
+        if any(x is None for x in [*d["cpu_workers"], *f["cpu_workers"]])
+        else delta(sum(d["cpu_workers"]), sum(f["cpu_workers"]))
+    )
+    return {"worker": workers, "postgresql": delta(d["cpu_pg"], f["cpu_pg"]), "jobs": jobs}
+
+
 # --- summary and plots ------------------------------------------------------------------------------
 
 
 def _median(values: list[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None
+
+
+def _sum_cpu(c: dict[str, Any] | None) -> float | None:
+    return None if c is None or c["worker"] is None or c["postgresql"] is None else c["worker"] + c["postgresql"]
+
+
+# Belay's kind against the peer at the same settings (issue 54, target 4: ≥ 1.5× in the median, never behind).
+PAIRS = (("belay", "pgqueuer"), ("belay-batched", "pgqueuer-100"))
+
+
+def ratios(rounds: list[dict]) -> list[dict]:
+    """Per sweep point and pair: the drain-rate ratio in each round both ran, their median and minimum."""
+    by = {(r["sweep"], r["system"], r["jobs"], r["processes"], r["queues"], r["round"]): r for r in rounds}
+    points = sorted({(r["sweep"], r["jobs"], r["processes"], r["queues"]) for r in rounds})
+    out = []
+    for ours, peer in PAIRS:
+        for sweep, jobs, procs, queues in points:
+            per_round = []
+            for rnd in sorted({r["round"] for r in rounds}):
+                a = by.get((sweep, ours, jobs, procs, queues, rnd))
+                b = by.get((sweep, peer, jobs, procs, queues, rnd))
+                if a and b:
+                    per_round.append(round(a["drain_per_s"] / b["drain_per_s"], 3))
+            if per_round:
+                out.append(
+                    {
+                        "sweep": sweep,
+                        "ours": ours,
+                        "peer": peer,
+                        "jobs": jobs,
+                        "processes": procs,
+                        "queues": queues,
+                        "per_round": per_round,
+                        "median": statistics.median(per_round),
+                        "min": min(per_round),
+                    }
+                )
+    return out
+
+
+def print_ratios(table: list[dict]) -> None:
+    for x in table:
+        print(
+            f"{x['sweep']:<8} {x['ours']:>14} / {x['peer']:<13} jobs {x['jobs']:>9,} procs {x['processes']} "
+            f"queues {x['queues']}: median {x['median']:.2f}×, min {x['min']:.2f}×, rounds {x['per_round']}"
+        )
 
 
 def summarise(rounds: list[dict]) -> list[dict]:
@@ -418,6 +520,7 @@ def summarise(rounds: list[dict]) -> list[dict]:
                         for r in rs
                     ]
                 ),
+                "cpu_us_per_job_after_first": _median([_sum_cpu(r.get("cpu_us_per_job_after_first")) for r in rs]),
                 "table_buffers_per_job": _median([r["table_buffers_per_job"] for r in rs]),
                 "buffers_per_claim_scan": _median([r["buffers_per_claim_scan"] for r in rs]),
                 "first_to_last_fifth_rate": _median(
@@ -492,6 +595,7 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
     for name, field, ylabel in (
         ("fleet-rate.png", "drain_per_s", "aggregate drain jobs/s"),
         ("fleet-cpu.png", "cpu_us_per_job", "CPU µs per job (workers + PostgreSQL)"),
+        ("fleet-cpu-after-first.png", "cpu_us_per_job_after_first", "CPU µs per job after the first job done"),
     ):
         fig, ax = plt.subplots(figsize=(6, 4))
         for system, queues in sorted({(s["system"], s["queues"]) for s in fleet}):
@@ -515,7 +619,7 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
 def print_summary(summary: list[dict]) -> None:
     print(
         f"{'sweep':<8} {'system':<14} {'jobs':>9} {'procs':>5} {'queues':>6} {'drain/s':>9} {'CPU µs/job':>10} "
-        f"{'tbl buf/job':>11} {'buf/claim':>9} {'last/first 5th':>14} {'lock wait':>9} {'rollb/job':>9}"
+        f"{'after 1st':>9} {'tbl buf/job':>11} {'buf/claim':>9} {'last/first 5th':>14} {'lock wait':>9} {'rollb/job':>9}"
     )
     for s in summary:
 
@@ -525,6 +629,7 @@ def print_summary(summary: list[dict]) -> None:
         print(
             f"{s['sweep']:<8} {s['system']:<14} {s['jobs']:>9,} {s['processes']:>5} {s['queues']:>6} "
             f"{f(s['drain_per_s'], ',.0f'):>9} {f(s['cpu_us_per_job'], '.0f'):>10} "
+            f"{f(s['cpu_us_per_job_after_first'], '.0f'):>9} "
             f"{f(s['table_buffers_per_job'], '.2f'):>11} {f(s['buffers_per_claim_scan'], '.1f'):>9} "
             f"{f(s['first_to_last_fifth_rate'], '.2f'):>14} {f(s['lock_waiters_mean'], '.2f'):>9} "
             f"{f(s['rollbacks_per_job'], '.4f'):>9}"
@@ -538,6 +643,7 @@ def merge(files: list[Path], out: Path) -> int:
     summary = summarise(rounds)
     out.mkdir(parents=True, exist_ok=True)
     print_summary(summary)
+    print_ratios(ratios(rounds))
     written = plots(summary, rounds, out)
     merged = {
         "merged_from": [
@@ -550,6 +656,7 @@ def merge(files: list[Path], out: Path) -> int:
         },
         "versions": runs[0]["versions"],
         "summary": summary,
+        "ratios": ratios(rounds),
         "rounds": rounds,
         "not_run": {k: v for run in runs for k, v in run["not_run"].items()},
         "plots": [p.name for p in written],
@@ -630,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarise(rounds)
     print()
     print_summary(summary)
+    print_ratios(ratios(rounds))
     written = plots(summary, rounds, out)
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -640,6 +748,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": package_versions(),
         "args": {k: str(v) for k, v in vars(args).items()},
         "summary": summary,
+        "ratios": ratios(rounds),
         "rounds": rounds,
         "not_run": not_run,
         "plots": [p.name for p in written],

@@ -56,6 +56,14 @@ class WorkerConfig:
     # a batch comes back full, up to this many batches — so retention keeps up with a queue finishing
     # more than 500 jobs per pass (issue 54: the steady hour at ~1,000 jobs/s grew its table 4.3× with one).
     prune_batches: int = 20
+    # Table upkeep (impl/runtime/upkeep.py, issue 54): every `upkeep_interval` seconds the node reads
+    # belay_jobs' statistics and runs VACUUM once `vacuum_dead_rows` row versions are dead (bounding the
+    # claim's walk over claimed rows' index entries at any claim rate), ANALYZE once `analyze_rows` rows are
+    # live and the planner believes fewer than half of them exist (a claim planned on an empty table
+    # seq-scans). 0 turns a rule off; `upkeep_interval` 0 turns upkeep off.
+    vacuum_dead_rows: int = 20_000
+    analyze_rows: int = 1_000
+    upkeep_interval: float = 2.0
     queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
     reclaim_backoff: w.Backoff = w.Backoff()  # retry delay of a job whose lease expired (by attempt)
     retry: RetryPolicy = RetryPolicy()
@@ -84,6 +92,8 @@ class WorkerConfig:
             raise ValueError("defer_handoff must be between 0 and 1 s")
         if self.lease_ttl <= 0 or self.shutdown_grace < 0 or self.busy_poll <= 0 or self.poll_interval <= 0:
             raise ValueError("lease_ttl, busy_poll and poll_interval must be positive; shutdown_grace >= 0")
+        if self.vacuum_dead_rows < 0 or self.analyze_rows < 0 or self.upkeep_interval < 0:
+            raise ValueError("vacuum_dead_rows, analyze_rows and upkeep_interval must not be negative")
         names = [q.name for q in self.queues]
         if len(set(names)) != len(names):
             raise ValueError(f"a queue is configured twice: {names}")

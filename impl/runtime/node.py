@@ -15,6 +15,7 @@ One `Worker` is one node:
 - a renewer extends every local lease each ttl/3 in one statement and flags executions whose lease
   was lost, which stop at their next step boundary;
 - a sweeper reclaims expired leases, runs the `$children` reconciler, fires crons and prunes;
+- table upkeep vacuums and analyzes belay_jobs when its statistics say the claim needs it (upkeep.py);
 - adaptive concurrency doubles a queue's limit toward max on saturated rounds and decays it to min;
 - SIGTERM (or `stop()`): stop claiming, give running jobs `shutdown_grace`, then return;
 - transient database faults (restart, lost connection, deadlock) degrade and retry with backoff.
@@ -39,6 +40,7 @@ from impl.runtime.ack_group import _Waiter
 from impl.runtime.config import QueueConfig, Telemetry, WorkerConfig, utc_now
 from impl.runtime.faults import Connectivity, with_retries
 from impl.runtime.producer import _Producer
+from impl.runtime.upkeep import TableUpkeep
 from impl.store import PgStore
 from impl.store.pgrows import listen_for_pokes
 from impl.worker import JobContext, Kind, Registry, UnknownKind, outcome_for
@@ -81,6 +83,7 @@ class Worker:
             conninfo, schema=schema, pool_size=pool_size, notify=config.notify, call_timeout=call_timeout or None
         )
         self.producers = {name: _Producer(self, q) for name, q in queues.items()}
+        self.upkeep = TableUpkeep(conninfo, self.store.schema, config.vacuum_dead_rows, config.analyze_rows)
         self.stopping = threading.Event()  # no new claims
         self.stopped = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -472,6 +475,9 @@ class Worker:
             except Exception as exc:  # noqa: BLE001
                 log.error("belay sweeper pass failed: %s", exc)
 
+    def _upkeep_loop(self) -> None:
+        self.upkeep.loop(self.stopped, self.config.upkeep_interval)
+
     def refresh_queues(self) -> None:
         """Merge belay_queues rows over static options (runtime CRUD reconciled by every node)."""
         rows = self.call(lambda: self._queue_rows(), "queue refresh")
@@ -534,6 +540,8 @@ class Worker:
         loops = [self._renew_loop, self._sweep_loop, self._refresh_queues_loop]
         if self.config.notify:
             loops.append(self._listen_loop)
+        if self.upkeep.enabled and self.config.upkeep_interval > 0:
+            loops.append(self._upkeep_loop)
         for loop in loops:
             t = threading.Thread(target=loop, name=f"belay{loop.__name__}", daemon=True)
             t.start()
