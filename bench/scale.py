@@ -103,7 +103,11 @@ for i, q in enumerate(names):
         reg.kind(kind, queue=q)(lambda ctx, _input: None)
         opts = QueueOpts(10, 10) if k == 1 else QueueOpts(10, 10, global_limit=40)
     queues.append(QueueConfig(q, opts))
-upkeep = {} if os.environ.get("BENCH_UPKEEP", "on") == "on" else {"vacuum_dead_rows": 0, "analyze_rows": 0}
+upkeep_env = os.environ.get("BENCH_UPKEEP", "on")  # on: the defaults; off; or a vacuum_dead_rows value
+if upkeep_env == "off":
+    upkeep = {"vacuum_dead_rows": 0, "analyze_rows": 0}
+else:
+    upkeep = {} if upkeep_env == "on" else {"vacuum_dead_rows": int(upkeep_env)}
 config = WorkerConfig(queues=tuple(queues), notify=True, sweep_interval=3600, **upkeep)
 worker = Worker(url, reg, config).start()
 while True:  # until the bench terminates the process

@@ -118,9 +118,7 @@ def test_vacuums_once_enough_row_versions_are_dead(db_url):
 
 
 def _claim_plan(c: psycopg.Connection) -> set[str]:
-    row = c.execute(
-        "EXPLAIN (FORMAT JSON) EXECUTE claim('q', now(), 'node-x', now() + interval '30 s')"
-    ).fetchone()
+    row = c.execute("EXPLAIN (FORMAT JSON) EXECUTE claim('q', now(), 'node-x', now() + interval '30 s')").fetchone()
     assert row is not None
     found: set[str] = set()
 

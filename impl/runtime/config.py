@@ -61,7 +61,7 @@ class WorkerConfig:
     # claim's walk over claimed rows' index entries at any claim rate), ANALYZE once `analyze_rows` rows are
     # live and the planner believes fewer than half of them exist (a claim planned on an empty table
     # seq-scans). 0 turns a rule off; `upkeep_interval` 0 turns upkeep off.
-    vacuum_dead_rows: int = 20_000
+    vacuum_dead_rows: int = 50_000
     analyze_rows: int = 1_000
     upkeep_interval: float = 2.0
     queue_refresh: float = 5.0  # seconds between reads of belay_queues rows
