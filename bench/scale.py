@@ -46,6 +46,7 @@ import itertools
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -383,7 +384,47 @@ def fifths(samples: list[tuple[float, int, dict[str, float]]], n: int) -> list[d
     return out
 
 
-def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict[str, Any]:
+# Claim latency, read from the server's log (--claim-latency): PostgreSQL logs a sample of the round's
+# statements with their duration (log_min_duration_sample = 0, log_statement_sample_rate), and the claims
+# are the logged statements that take rows with FOR UPDATE SKIP LOCKED — every system's dequeue (Belay's
+# claim, alone or in one statement with acks; pgqueuer's dequeue). Server-side execution time: no network,
+# no client. Only with an embedded cluster (the bench reads its log file).
+LATENCY_SAMPLE_RATE = 0.25
+_LOG_ENTRY = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.\d]* \w+ \[\d+\] ")
+_DURATION = re.compile(r"LOG:  duration: ([\d.]+) ms  (?:statement|execute [^:]*): ")
+
+
+def claim_durations(log_text: str) -> list[float]:
+    """The durations (ms) of the logged claim statements in a piece of the server's log."""
+    entries: list[list[str]] = []
+    for line in log_text.splitlines():
+        if _LOG_ENTRY.match(line) or not entries:
+            entries.append([line])
+        else:
+            entries[-1].append(line)
+    out = []
+    for entry in entries:
+        m = _DURATION.search(entry[0])
+        if m and "SKIP LOCKED" in " ".join(entry).upper():
+            out.append(float(m.group(1)))
+    return out
+
+
+def latency_summary(durations: list[float]) -> dict[str, float | int | None]:
+    if not durations:
+        return {"sampled_claims": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
+    q = statistics.quantiles(durations, n=100, method="inclusive") if len(durations) > 1 else durations * 99
+    return {
+        "sampled_claims": len(durations),
+        "p50_ms": round(q[49], 3),
+        "p99_ms": round(q[98], 3),
+        "max_ms": round(max(durations), 3),
+    }
+
+
+def run_round(
+    admin_url: str, key: str, n: int, procs: int, queues: int, server_log: Path | None = None
+) -> dict[str, Any]:
     system = SYSTEMS[key]
     url = fresh_database(admin_url)
     try:
@@ -391,7 +432,19 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
         enqueue_s = system["enqueue"](url, n, queues)
         settle(url)
         before = settled_counters(admin_url, url)
+        offset = 0
+        if server_log is not None:
+            name = url.rsplit("/", 1)[1]
+            with psycopg.connect(admin_url, autocommit=True) as c:  # the workers' new sessions take these
+                c.execute(f'ALTER DATABASE "{name}" SET log_min_duration_sample = 0')
+                c.execute(f'ALTER DATABASE "{name}" SET log_statement_sample_rate = {LATENCY_SAMPLE_RATE}')
+            offset = server_log.stat().st_size
         d = drain(system, url, n, procs, queues, timeout=max(600.0, n / 200))
+        latency = None
+        if server_log is not None:
+            with open(server_log, "rb") as f:
+                f.seek(offset)
+                latency = latency_summary(claim_durations(f.read().decode("utf-8", "replace")))
         after = settled_counters(admin_url, url)
         with psycopg.connect(admin_url, autocommit=True) as c:
             rollbacks = one(
@@ -423,6 +476,7 @@ def run_round(admin_url: str, key: str, n: int, procs: int, queues: int) -> dict
             "explains": d["explains"],
             "lock_waiters_mean": round(statistics.mean(d["lock_waiters"]), 3) if d["lock_waiters"] else 0.0,
             "lock_waiters_max": max(d["lock_waiters"], default=0),
+            "claim_latency": latency,
             "load_average": load_average(),
         }
     finally:
@@ -537,6 +591,8 @@ def summarise(rounds: list[dict]) -> list[dict]:
                 ),
                 "lock_waiters_mean": _median([r["lock_waiters_mean"] for r in rs]),
                 "rollbacks_per_job": _median([r["rollbacks_total"] / r["jobs"] for r in rs]),
+                "claim_p99_ms": _median([(r.get("claim_latency") or {}).get("p99_ms") for r in rs]),
+                "claim_p50_ms": _median([(r.get("claim_latency") or {}).get("p50_ms") for r in rs]),
             }
         )
     return out
@@ -623,7 +679,8 @@ def plots(summary: list[dict], rounds: list[dict], out: Path) -> list[Path]:
 def print_summary(summary: list[dict]) -> None:
     print(
         f"{'sweep':<8} {'system':<14} {'jobs':>9} {'procs':>5} {'queues':>6} {'drain/s':>9} {'CPU µs/job':>10} "
-        f"{'after 1st':>9} {'tbl buf/job':>11} {'buf/claim':>9} {'last/first 5th':>14} {'lock wait':>9} {'rollb/job':>9}"
+        f"{'after 1st':>9} {'tbl buf/job':>11} {'buf/claim':>9} {'last/first 5th':>14} {'lock wait':>9} {'rollb/job':>9} "
+        f"{'claim p50/p99 ms':>16}"
     )
     for s in summary:
 
@@ -636,7 +693,8 @@ def print_summary(summary: list[dict]) -> None:
             f"{f(s['cpu_us_per_job_after_first'], '.0f'):>9} "
             f"{f(s['table_buffers_per_job'], '.2f'):>11} {f(s['buffers_per_claim_scan'], '.1f'):>9} "
             f"{f(s['first_to_last_fifth_rate'], '.2f'):>14} {f(s['lock_waiters_mean'], '.2f'):>9} "
-            f"{f(s['rollbacks_per_job'], '.4f'):>9}"
+            f"{f(s['rollbacks_per_job'], '.4f'):>9} "
+            f"{f(s.get('claim_p50_ms'), '.2f') + ' / ' + f(s.get('claim_p99_ms'), '.2f'):>16}"
         )
 
 
@@ -683,6 +741,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--systems", default="belay,belay-batched,pgqueuer", help=f"comma list of {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument(
+        "--claim-latency",
+        action="store_true",
+        help="log a sample of the statements (embedded cluster) and report claim p50/p99 — costs throughput",
+    )
     p.add_argument("--quick", action="store_true", help="a smoke run: backlog 200,400, fleet 1,2 of 200 jobs")
     p.add_argument(
         "--merge",
@@ -715,6 +778,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with psycopg.connect(db.url, autocommit=True) as c:
             server = one(c, "SHOW server_version")[0]
+        server_log = None
+        if args.claim_latency:
+            if db.cluster is None:
+                p.error("--claim-latency reads the embedded cluster's log: unset BELAY_DATABASE_URL")
+            server_log = db.cluster.log_path
         print(f"database: {db.kind} PostgreSQL {server} {redact(db.url)}; load average {load_before}", flush=True)
         for r in range(args.rounds):
             for i, (sweep, n, procs, k) in enumerate(plan):
@@ -723,7 +791,7 @@ def main(argv: list[str] | None = None) -> int:
                 for key in order:
                     tag = f"{sweep}-{key}-n{n}-p{procs}-q{k}-r{r + 1}"
                     try:
-                        res = run_round(db.url, key, n, procs, k)
+                        res = run_round(db.url, key, n, procs, k, server_log)
                     except Exception as exc:  # noqa: BLE001 — reported, never dropped
                         not_run[tag] = f"{type(exc).__name__}: {str(exc).strip()[-600:]}"
                         print(f"{tag}: failed: {not_run[tag]}", flush=True)

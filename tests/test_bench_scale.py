@@ -65,3 +65,29 @@ def test_an_unknown_system_is_a_usage_error():
     with pytest.raises(SystemExit) as exc:
         scale.main(["--systems", "nope"])
     assert exc.value.code == 2
+
+
+LOG = """\
+2026-12-07 02:50:01.123 UTC [4242] LOG:  duration: 0.812 ms  execute _pg3_1: WITH ready AS (
+\t  SELECT id FROM belay_jobs WHERE queue = $1 AND state = 'ready'
+\t  ORDER BY priority, ready_at NULLS FIRST, id LIMIT 10 FOR UPDATE SKIP LOCKED)
+\tUPDATE belay_jobs SET state = 'running' FROM ready WHERE belay_jobs.id = ready.id
+2026-12-07 02:50:01.124 UTC [4242] DETAIL:  Parameters: $1 = 'bench'
+2026-12-07 02:50:01.125 UTC [4243] LOG:  duration: 0.050 ms  parse <unnamed>: SELECT 1 FOR UPDATE SKIP LOCKED
+2026-12-07 02:50:01.126 UTC [4243] LOG:  duration: 0.020 ms  bind <unnamed>: SELECT 1 FOR UPDATE SKIP LOCKED
+2026-12-07 02:50:01.127 UTC [4243] LOG:  duration: 2.500 ms  execute __asyncpg_stmt_3__: WITH next_job AS (
+\tSELECT id FROM pgqueuer WHERE status = 'queued' for update skip locked) SELECT 1
+2026-12-07 02:50:01.128 UTC [4244] LOG:  duration: 9.000 ms  statement: UPDATE belay_jobs SET state = 'succeeded'
+2026-12-07 02:50:01.129 UTC [4244] LOG:  duration: 1.000 ms  statement: SELECT * FROM belay_jobs FOR UPDATE SKIP LOCKED
+"""
+
+
+def test_claim_latency_reads_only_the_executions_of_statements_that_take_rows():
+    # the claim (multi-line), pgqueuer's dequeue (lower case), a simple-protocol claim; not the parse and
+    # bind phases, not the ack, not the DETAIL line
+    assert scale.claim_durations(LOG) == [0.812, 2.5, 1.0]
+    summary = scale.latency_summary([float(x) for x in range(1, 101)])
+    assert summary["sampled_claims"] == 100
+    assert summary["p50_ms"] == pytest.approx(50.5)
+    assert summary["p99_ms"] == pytest.approx(99.01)
+    assert scale.latency_summary([])["p99_ms"] is None
