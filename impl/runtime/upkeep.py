@@ -10,7 +10,9 @@ more leaf page per ~165 jobs claimed since the last vacuum. `migrate` sets the t
 parameters (a vacuum once 5,000 row versions are dead, whatever the table's size), but autovacuum visits
 a database at most once per `autovacuum_naptime` (a server setting, 1 min by default), so at 2,000 jobs/s
 the claim walks up to ~700 dead pages before each reset. A node that runs `VACUUM` itself once
-`vacuum_dead_rows` row versions are dead bounds that walk by vacuum_dead_rows / 165 pages at any rate.
+`vacuum_dead_rows` row versions are dead bounds that walk by vacuum_dead_rows / 330 pages at any rate (two
+dead versions per job: the claim's and the ack's); above a million rows the threshold grows with the square
+root of the table (`vacuum_threshold`), because each VACUUM costs more there.
 
 The second rule closes the generic-plan window: a claim prepared while the table was empty or never
 analyzed plans a sequential scan of the table (measured: 1,639 buffers, 34–49 ms per claim on a
@@ -26,6 +28,7 @@ that may not vacuum the table gets PostgreSQL's warning, which is not an error.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -61,10 +64,26 @@ class Upkeep:
     analyze: bool
 
 
+# The table size up to which `vacuum_dead_rows` is the threshold as given; above it the threshold grows with
+# the square root of the table. A VACUUM's index passes read every index of the table, so its price grows
+# with the table's rows N; the claim's walk it saves grows with the jobs claimed between two vacuums, K. Per
+# job that is a·N/K + b·K, least at K ∝ √N.
+VACUUM_SCALE_FROM_ROWS = 1_000_000
+
+
+def vacuum_threshold(vacuum_dead_rows: int, reltuples: float) -> int:
+    """Dead row versions that call for a VACUUM: `vacuum_dead_rows`, times √(rows / 1,000,000) above a
+    million rows."""
+    rows = max(reltuples, 0.0)
+    if rows <= VACUUM_SCALE_FROM_ROWS:
+        return vacuum_dead_rows
+    return int(vacuum_dead_rows * math.sqrt(rows / VACUUM_SCALE_FROM_ROWS))
+
+
 def decide(stats: TableStats, vacuum_dead_rows: int, analyze_rows: int) -> Upkeep:
-    """The rule (pure): vacuum once `vacuum_dead_rows` row versions are dead; analyze once at least
+    """The rule (pure): vacuum once `vacuum_threshold` row versions are dead; analyze once at least
     `analyze_rows` rows are live and the planner believes fewer than half of them exist. 0 turns a rule off."""
-    vacuum = vacuum_dead_rows > 0 and stats.dead >= vacuum_dead_rows
+    vacuum = vacuum_dead_rows > 0 and stats.dead >= vacuum_threshold(vacuum_dead_rows, stats.reltuples)
     analyze = analyze_rows > 0 and stats.live >= analyze_rows and max(stats.reltuples, 0.0) * 2 < stats.live
     return Upkeep(vacuum, analyze)
 
@@ -73,7 +92,10 @@ def statement(schema: str, what: Upkeep) -> sql.Composed | None:
     """The one statement carrying out a decision (None for neither)."""
     table = sql.Identifier(schema, "belay_jobs")
     if what.vacuum:
-        options = sql.SQL("SKIP_LOCKED, ANALYZE") if what.analyze else sql.SQL("SKIP_LOCKED")
+        # INDEX_CLEANUP ON: with the default (AUTO) a VACUUM skips the index passes when under 2 % of the
+        # heap's pages hold dead items — on a large table the very passes that remove the claim index's
+        # entries of claimed rows.
+        options = sql.SQL("SKIP_LOCKED, INDEX_CLEANUP ON" + (", ANALYZE" if what.analyze else ""))
         return sql.SQL("VACUUM ({}) {}").format(options, table)
     if what.analyze:
         return sql.SQL("ANALYZE (SKIP_LOCKED) {}").format(table)
