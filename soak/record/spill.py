@@ -222,6 +222,10 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         return v
 
     def __getitem__(self, key: Any) -> Any:
+        hot = self._hot
+        if key in hot:  # _find's first case inlined: the hot path of every lookup
+            hot.move_to_end(key)
+            return hot[key]
         v = self._find(key)
         if v is _MISSING:
             if self._default is None:
@@ -230,6 +234,10 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         return v
 
     def get(self, key: Any, default: Any = None) -> Any:
+        hot = self._hot
+        if key in hot:
+            hot.move_to_end(key)
+            return hot[key]
         v = self._find(key)
         return default if v is _MISSING else v
 
