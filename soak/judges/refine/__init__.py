@@ -1,6 +1,7 @@
 """Trace validation: every committed transaction explained by the model (issue 30 item 1).
 
     python -m soak.judges.refine <run-dir>     # validate a soak's captured history (history.bin)
+    python -m soak.judges.refine <run-dir> --inline   # … decoding in this process (default: a second one)
 
 A refinement check in the sense of TLA+ trace validation (Cirstea, Kuppe, Merz et al., 2024): the
 captured history must be a behaviour of the specification. For each committed transaction, in commit
@@ -62,6 +63,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable
@@ -163,8 +165,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("run_dir", type=Path, help="a soak report folder holding history.bin")
     p.add_argument("--no-ledger", action="store_true", help="do not require client cancels/signals to be recorded")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument(
+        "--inline",
+        action="store_true",
+        help="decode the capture in this process (default with more than one CPU: a second process decodes "
+        "ahead of the validation; the result is the same)",
+    )
     args = p.parse_args(argv)
-    result = validate_run_dir(args.run_dir, ledger=not args.no_ledger)
+    ahead = not args.inline and (os.cpu_count() or 1) > 1
+    result = validate_run_dir(args.run_dir, ledger=not args.no_ledger, decode_ahead=ahead)
     if args.json:
         print(json.dumps(result.to_json(), indent=2))
     else:
