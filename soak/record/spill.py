@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import os
 import pickle
-from array import array
 import sqlite3
 import tempfile
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any

@@ -14,6 +14,7 @@ from model import store as model_store
 from model import worker_ops as w
 from model.rows import TERMINAL, Job
 from model.state import State, Tables
+from soak.judges.refine.feed import Decoded, decode_tx
 from soak.judges.refine.recovery import Recovery
 from soak.judges.refine.results import (
     ATTR,
@@ -45,7 +46,6 @@ from soak.judges.refine.world import (
 from soak.judges.replay import CONVERT
 from soak.judges.timing import ClaimOrder, Freshness
 from soak.record.capture import Transaction
-from soak.judges.refine.feed import Decoded, decode_tx
 from soak.record.pgoutput import UNCHANGED, Decoder, lsn_str
 from soak.record.spill import HOT, SpillDict
 
