@@ -277,7 +277,7 @@ class Validator(Recovery):
                 if was.get(k) is not v:
                     keys.add(k)
             keys |= was.keys() - model_rows.keys()
-            for k in sorted(keys, key=repr):
+            for k in sorted(keys, key=repr) if len(keys) > 1 else keys:  # (the first difference named: by key)
                 expected = written[k][1] if k in written else was.get(k)
                 got = model_rows.get(k)
                 if _rows_equal(expected, got):
