@@ -38,8 +38,12 @@ class NodeFaults:
     last_sample: float | None = None
     end: float = 0.0
     events: int = 0
+    # windows(node) as last built: the log is read before the judging starts, so each node's list is built
+    # once, not once per claim (a long run's windows are many; issue 54 target 5). Cleared by every feed.
+    _windows: dict[str, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False, compare=False)
 
     def feed(self, e: Mapping[str, Any]) -> None:
+        self._windows.clear()
         t, kind, node = float(e.get("t", 0.0)), e.get("type"), e.get("node")
         self.end = max(self.end, t)
         if kind == "lease_sample":
@@ -81,6 +85,12 @@ class NodeFaults:
 
     def windows(self, node: str) -> list[tuple[float, float, str]]:
         """Every fault window that can delay `node`'s writes or hold its transactions open."""
+        got = self._windows.get(node)
+        if got is None:
+            got = self._windows[node] = self._build_windows(node)
+        return got
+
+    def _build_windows(self, node: str) -> list[tuple[float, float, str]]:
         slot = self.slot_of.get(node)
         out = [(a, b, "SIGSTOP") for a, b in self.stopped.get(node, ())]
         out += [(a, b, "partition/stall") for a, b in self.isolated.get(slot, ())] if slot is not None else []
