@@ -12,12 +12,15 @@ history both ways and compares the results).
 
 from __future__ import annotations
 
-import multiprocessing
+import os
 import pickle
+import struct
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from soak.judges.replay import CONVERT
 from soak.record.capture import Transaction, read_transactions
@@ -71,51 +74,70 @@ def decoded(transactions: Iterable[Transaction]) -> Iterator[Decoded]:
         yield decode_tx(decoder, tx)
 
 
-def _produce(path: str, conn: Any) -> None:
-    """The second process: decode the capture file and send batches of Decoded; b"" ends, an exception is
-    sent as ("error", exc)."""
+_LEN = struct.Struct(">Q")
+ROOT = Path(__file__).resolve().parents[3]  # the repository: the second process imports this code, not another copy
+
+
+def _send(out: BinaryIO, data: bytes) -> None:
+    out.write(_LEN.pack(len(data)))
+    out.write(data)
+
+
+def produce(path: Path, out: BinaryIO) -> None:
+    """The second process: decode the capture file and write batches of Decoded (a length, then a pickle);
+    a zero length ends the stream, an exception is sent as ("error", exc) after the batch before it."""
     batch: list[Decoded] = []
     try:
         decoder = Decoder(lazy_old=True)
-        for tx in read_transactions(Path(path)):
+        for tx in read_transactions(path):
             batch.append(decode_tx(decoder, tx))
             if len(batch) >= BATCH:
-                conn.send_bytes(pickle.dumps(batch, protocol=5))
+                _send(out, pickle.dumps(batch, protocol=5))
                 batch = []
         if batch:
-            conn.send_bytes(pickle.dumps(batch, protocol=5))
-        conn.send_bytes(b"")
-    except BaseException as exc:  # noqa: BLE001 - handed to the validator, which raises it
-        try:  # the transactions before the failing one first, as the validator would have seen them
-            if batch:
-                conn.send_bytes(pickle.dumps(batch, protocol=5))
-            conn.send_bytes(pickle.dumps(("error", exc), protocol=5))
+            _send(out, pickle.dumps(batch, protocol=5))
+        _send(out, b"")
+    except Exception as exc:  # noqa: BLE001 - handed to the validator, which raises it
+        if batch:  # the transactions before the failing one first, as the validator would have seen them
+            _send(out, pickle.dumps(batch, protocol=5))
+        try:
+            _send(out, pickle.dumps(("error", exc), protocol=5))
         except Exception:  # noqa: BLE001 - the exception itself may not pickle
-            conn.send_bytes(pickle.dumps(("error", RuntimeError(repr(exc))), protocol=5))
-    finally:
-        conn.close()
+            _send(out, pickle.dumps(("error", RuntimeError(repr(exc))), protocol=5))
+    out.flush()
+
+
+def _read(stream: BinaryIO, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise EOFError(f"the decoding process ended early ({len(data)} of {n} bytes)")
+    return data
 
 
 def decode_ahead(path: Path) -> Iterator[Decoded]:
-    """The transactions of capture file `path`, decoded by a second process (spawned, so safe in a process
-    with threads) while the caller validates the ones before."""
-    ctx = multiprocessing.get_context("spawn")
-    ours, theirs = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_produce, args=(str(path), theirs), daemon=True, name="belay-refine-decode")
-    proc.start()
-    theirs.close()
+    """The transactions of capture file `path`, decoded by a second process (`python -m
+    soak.judges.refine.ahead`, started fresh: safe whatever the calling process is — threads, a script
+    without a __main__ guard) while the caller validates the ones before."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "soak.judges.refine.ahead", str(Path(path).resolve())],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stdout is not None
     try:
         while True:
-            data = ours.recv_bytes()
-            if not data:
+            (n,) = _LEN.unpack(_read(proc.stdout, _LEN.size))
+            if not n:
                 break
-            got = pickle.loads(data)
+            got = pickle.loads(_read(proc.stdout, n))
             if isinstance(got, tuple) and got and got[0] == "error":
                 raise got[1]
             yield from got
-        proc.join()
+        proc.wait()
     finally:
-        ours.close()
-        if proc.is_alive():
+        proc.stdout.close()
+        if proc.poll() is None:
             proc.kill()
-            proc.join()
+            proc.wait()
