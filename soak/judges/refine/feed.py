@@ -20,7 +20,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from soak.judges.replay import CONVERT
 from soak.record.capture import Transaction, read_transactions
@@ -78,12 +78,12 @@ _LEN = struct.Struct(">Q")
 ROOT = Path(__file__).resolve().parents[3]  # the repository: the second process imports this code, not another copy
 
 
-def _send(out: BinaryIO, data: bytes) -> None:
+def _send(out: IO[bytes], data: bytes) -> None:
     out.write(_LEN.pack(len(data)))
     out.write(data)
 
 
-def produce(path: Path, out: BinaryIO) -> None:
+def produce(path: Path, out: IO[bytes]) -> None:
     """The second process: decode the capture file and write batches of Decoded (a length, then a pickle);
     a zero length ends the stream, an exception is sent as ("error", exc) after the batch before it."""
     batch: list[Decoded] = []
@@ -107,7 +107,7 @@ def produce(path: Path, out: BinaryIO) -> None:
     out.flush()
 
 
-def _read(stream: BinaryIO, n: int) -> bytes:
+def _read(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
         raise EOFError(f"the decoding process ended early ({len(data)} of {n} bytes)")
