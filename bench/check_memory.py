@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 RATE = 20.0  # jobs per second of run
@@ -117,6 +118,7 @@ def _one(n: int, disk: bool) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.check_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--jobs", type=int, nargs="+", default=[20_000, 80_000, 320_000])
+    p.add_argument("--json", help="also write every configuration's figures to this file")
     p.add_argument("--one", nargs=2, metavar=("JOBS", "DISK"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one:
@@ -139,11 +141,15 @@ def main() -> None:
                 flush=True,
             )
     lo, hi = min(args.jobs), max(args.jobs)
+    slopes = {}
     for disk in (False, True):
         a = next(r for r in rows if r["jobs"] == lo and r["disk"] == disk)
         b = next(r for r in rows if r["jobs"] == hi and r["disk"] == disk)
-        per_job = (b["peak_rss_mib"] - a["peak_rss_mib"]) * 2**20 / (hi - lo)
+        per_job = (b["peak_rss_mib"] - a["peak_rss_mib"]) * 2**20 / (hi - lo) if hi > lo else 0.0
+        slopes["disk" if disk else "dicts"] = round(per_job)
         print(f"{'disk' if disk else 'dicts'}: {per_job:.0f} bytes of peak RSS per job between {lo} and {hi} jobs")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"configurations": rows, "bytes_per_job": slopes}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1665,3 +1665,25 @@ def test_an_id_supply_gives_an_insert_the_ids_a_real_sequence_handed_out():
     assert result == Spawned((parent + 1, parent + 5), False)
     assert {parent + 1, parent + 5} <= set(t.jobs) and parent + 2 not in t.jobs and t.next_id == parent + 6
     assert decode(t.steps[(parent, "$spawn:kids")].value) == [parent + 1, parent + 5]
+
+
+def test_tables_update_gives_what_dataclasses_replace_gives():
+    # model/state.py's Tables.update builds the new row without dataclasses.replace (the trace validation's
+    # hottest path): the same value, the old row untouched, an unknown column still refused
+    import dataclasses
+
+    from model.state import Tables
+
+    store = ModelStore()
+    job = started(store)
+    t = Tables.of(store.state)
+    old = t.jobs[job]
+    changes = {"state": "running", "attempt": 1, "leased_by": "n1", "errors": [{"x": 1}]}
+    before = dataclasses.replace(old)
+    new = t.update(job, **changes)
+    assert new == dataclasses.replace(old, **changes) and type(new) is type(old)
+    assert t.jobs[job] is new and old == before and new != old
+    with pytest.raises(TypeError):
+        t.update(job, no_such_column=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        new.state = "ready"  # type: ignore[misc]

@@ -87,6 +87,7 @@ class Change:
     new: dict[str, Any] | None
     old_raw: bytes | None = None  # the TupleData bytes of the old row (decoded lazily with `lazy_old`)
     new_raw: bytes | None = None
+    unchanged: bool = False  # `new` holds UNCHANGED values (an update decoded with `lazy_old`)
 
     @property
     def table(self) -> str:
@@ -108,6 +109,18 @@ def _time(us: int) -> datetime:
     return PG_EPOCH + timedelta(microseconds=us)
 
 
+# The values most jsonb columns of a job row hold (meta `{}`, errors `[]`, a null payload), made without
+# json.loads: a new object each time, as json.loads returns (impl/store/pgrows.py's FastJsonbLoader does the same).
+_SMALL_JSON: dict[bytes, Callable[[], Any]] = {b"[]": list, b"{}": dict, b"null": type(None)}
+
+
+def _load_json(data: bytes) -> Any:
+    make = _SMALL_JSON.get(data)
+    if make is not None:
+        return make()
+    return json.loads(data.decode("utf-8"))
+
+
 def _cstring(buf: bytes, pos: int) -> tuple[str, int]:
     end = buf.find(b"\0", pos)
     if end < 0:
@@ -123,12 +136,13 @@ class Decoder:
     lazy_old: bool = False  # leave an update's old row undecoded (old_raw only; `load(old_raw, rel)` on demand)
     _loaders: dict[int, Any] = field(default_factory=dict)
     _by_relation: dict[int, list[tuple[str, Callable[[bytes], Any]]]] = field(default_factory=dict)
+    _unchanged: int = 0  # UNCHANGED values decoded so far (Change.unchanged without a scan of the row)
 
     def _loader(self, oid: int) -> Callable[[bytes], Any]:
         loader = self._loaders.get(oid)
         if loader is None:
             if oid in (114, 3802):  # json, jsonb: json.loads on str skips the encoding detection of bytes
-                loader = self._loaders[oid] = lambda data: json.loads(data.decode("utf-8"))
+                loader = self._loaders[oid] = _load_json
                 return loader
             cls = psycopg.adapters.get_loader(oid, Format.TEXT)
             if cls is None:  # unknown type: keep PostgreSQL's text
@@ -177,6 +191,7 @@ class Decoder:
                 row[name] = None
             elif kind == 0x75:  # u
                 row[name] = UNCHANGED
+                self._unchanged += 1
             elif kind == 0x62:
                 raise DecodeError("binary tuple data was not requested")
             else:
@@ -235,10 +250,13 @@ class Decoder:
                 old_raw, pos = buf[pos + 1 : end], end
             if buf[pos : pos + 1] != b"N":
                 raise DecodeError("update without a new tuple")
+            seen = self._unchanged
             new, end = self._tuple(buf, pos + 1, rel)
-            if old is not None:
+            unchanged = self._unchanged != seen
+            if old is not None and unchanged:
                 new = {k: (old[k] if v is UNCHANGED else v) for k, v in new.items()}
-            return Change("update", rel, old, new, old_raw, buf[pos + 1 : end])
+                unchanged = False
+            return Change("update", rel, old, new, old_raw, buf[pos + 1 : end], unchanged)
         if tag == b"D":
             rel = self._relation(buf, 1)
             if buf[5:6] not in (b"K", b"O"):

@@ -28,10 +28,13 @@ import os
 import pickle
 import sqlite3
 import tempfile
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
+_FILTER_SLOTS = 1 << 20  # counters of the filter of keys on disk that are not ints (2 MiB, made on first use)
+_FILTER_MAX = 0xFFFF  # a counter that reaches it stays there: "maybe on disk" for good (never a false "not")
 HOT = 5_000  # entries kept in memory per map (a soak's live jobs are a few hundred to a few thousand; 20,000
 # cost ~90 MiB more at the peak of a long run's replay and made it ~20 % faster)
 _MISSING = object()
@@ -95,8 +98,50 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         self._cold = 0  # entries on disk
         self.spilled = 0  # entries ever moved to disk (a statistic)
         self.faulted = 0  # entries ever read back
+        # Which keys may be on disk, so that a lookup of a key that is not (a new row's id, a job without
+        # steps) answers without a query: one bit per non-negative int key (exact), a counting filter over
+        # hash(key) for any other key (a collision only costs the query). A long run's validation looks up
+        # absent keys for almost every transaction (tests/test_spill.py; issue 54 target 5).
+        self._int_bits = bytearray()
+        self._other: array[int] | None = None
         for k, v in items.items() if hasattr(items, "items") else items:
             self._hot[k] = v
+
+    # --- the filter of keys on disk -------------------------------------------------------------------
+
+    def _mark(self, key: Any) -> None:
+        if type(key) is int and key >= 0:
+            bits = self._int_bits
+            i = key >> 3
+            if i >= len(bits):
+                bits.extend(bytes(max(i + 1 - len(bits), len(bits) // 2)))
+            bits[i] |= 1 << (key & 7)
+            return
+        if self._other is None:
+            self._other = array("H", bytes(2 * _FILTER_SLOTS))
+        slot = hash(key) & (_FILTER_SLOTS - 1)
+        if self._other[slot] < _FILTER_MAX:
+            self._other[slot] += 1
+
+    def _unmark(self, key: Any) -> None:
+        if type(key) is int and key >= 0:
+            self._int_bits[key >> 3] &= ~(1 << (key & 7)) & 0xFF
+            return
+        assert self._other is not None
+        slot = hash(key) & (_FILTER_SLOTS - 1)
+        if self._other[slot] < _FILTER_MAX:
+            self._other[slot] -= 1
+
+    def _maybe_cold(self, key: Any) -> bool:
+        """False when `key` is certainly not on disk."""
+        if not self._cold:
+            return False
+        if type(key) is int and key >= 0:
+            i = key >> 3
+            bits = self._int_bits
+            return i < len(bits) and bool(bits[i] & (1 << (key & 7)))
+        other = self._other
+        return other is not None and other[hash(key) & (_FILTER_SLOTS - 1)] > 0
 
     # --- the disk part -------------------------------------------------------------------------------
 
@@ -113,7 +158,7 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
 
     def _take_cold(self, key: Any) -> Any:
         """The value of `key` on disk, removed from there (the caller makes it hot), else _MISSING."""
-        if not self._cold:
+        if not self._maybe_cold(key):
             return _MISSING
         db = self._conn()
         k = self._k(key)
@@ -122,14 +167,17 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
             return _MISSING
         db.execute("DELETE FROM kv WHERE k = ?", (k,))
         self._cold -= 1
+        self._unmark(key)
         self.faulted += 1
         return pickle.loads(row[0])
 
     def _drop_cold(self, key: Any) -> bool:
-        if not self._cold:
+        if not self._maybe_cold(key):
             return False
         n = self._conn().execute("DELETE FROM kv WHERE k = ?", (self._k(key),)).rowcount
         self._cold -= n
+        if n:
+            self._unmark(key)
         return n > 0
 
     def spill(self) -> int:
@@ -142,6 +190,7 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         for _ in range(min(over, len(self._hot))):
             k, v = self._hot.popitem(last=False)
             batch.append((self._k(k), pickle.dumps(v, protocol=5)))
+            self._mark(k)
         db = self._conn()
         db.execute("BEGIN")
         db.executemany("INSERT INTO kv (k, v) VALUES (?, ?)", batch)
@@ -153,6 +202,8 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
     def close(self) -> None:
         super().close()
         self._cold = 0
+        self._int_bits = bytearray()
+        self._other = None
 
     def __reduce__(self) -> Any:  # pickles as a plain dict (save_state of a replayed state)
         return (dict, (list(self.items()),))
@@ -171,6 +222,10 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         return v
 
     def __getitem__(self, key: Any) -> Any:
+        hot = self._hot
+        if key in hot:  # _find's first case inlined: the hot path of every lookup
+            hot.move_to_end(key)
+            return hot[key]
         v = self._find(key)
         if v is _MISSING:
             if self._default is None:
@@ -179,6 +234,10 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
         return v
 
     def get(self, key: Any, default: Any = None) -> Any:
+        hot = self._hot
+        if key in hot:
+            hot.move_to_end(key)
+            return hot[key]
         v = self._find(key)
         return default if v is _MISSING else v
 
@@ -210,7 +269,7 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
     def __contains__(self, key: object) -> bool:
         if key in self._hot:
             return True
-        if not self._cold:
+        if not self._maybe_cold(key):
             return False
         return self._conn().execute("SELECT 1 FROM kv WHERE k = ?", (self._k(key),)).fetchone() is not None
 

@@ -141,19 +141,24 @@ class World:
 
     def set_job(self, job_id: int, new: Job | None) -> None:
         old = self.jobs.get(job_id)
-        if old is not None:
-            for idx, k in self._keys(old):
+        was = self._keys(old) if old is not None else []
+        now = self._keys(new) if new is not None else []
+        if was != now:  # most writes (a renewal, a step's spend) move the row in no index
+            for idx, k in was:
+                if (idx, k) in now:
+                    continue
                 s = getattr(self, idx).get(k)
                 if s is not None:
                     s.discard(job_id)
                     if not s:
                         del getattr(self, idx)[k]
+            for idx, k in now:
+                if (idx, k) not in was:
+                    getattr(self, idx)[k].add(job_id)
         if new is None:
             self.jobs.pop(job_id, None)
             return
         self.jobs[job_id] = new
-        for idx, k in self._keys(new):
-            getattr(self, idx)[k].add(job_id)
         if job_id >= self.next_id:
             self.next_id = job_id + 1
 

@@ -145,7 +145,7 @@ class Replayer:
             make, key_of = conv
             table: dict[Any, Any] = getattr(self, TABLE_ATTR[c.table])
             newrow = c.new
-            if newrow is not None and any(v is UNCHANGED for v in newrow.values()):  # unchanged TOAST values
+            if newrow is not None and c.unchanged:  # unchanged TOAST values
                 oldrow = c.old or (self.decoder.load(c.old_raw, c.relation) if c.old_raw is not None else None)
                 if oldrow is None:
                     self._capture_gap(tx, f"{c.table}: an update with unchanged TOAST values and no old row")

@@ -1,0 +1,155 @@
+"""The trace validation's speed and memory on finished soaks (issue 54, target 5).
+
+    .venv/bin/python -m bench.refine_speed reports/<run> [reports/<run2> …] [--repeat 3] [--json out.json] \
+        [--mode inline|ahead|both]
+
+Each run of each report folder is a fresh process (`--one`), which measures, with the process's own clocks
+(CPU: resource.getrusage, user + system; wall: perf_counter):
+
+  - `imports`: importing the validator and what it loads (soak.judges.refine, soak.judges.replay) — a fixed
+    cost per process;
+  - `load`: reading the run's initial and final state (history-initial.pickle, history-final.pickle) and the
+    ledger (history.jsonl) — grows with the run's length, but not per transaction;
+  - `validate`: `soak.judges.refine.validate` itself (decode, recover, simulate every transaction, then the
+    comparison with the final snapshot) — the per-transaction cost: transactions / this CPU time is the
+    rate the target counts;
+  - `rss_peak_mib`: the process's VmHWM after the validation (the refine's own peak memory);
+  - with `--mode ahead` the capture is decoded by a second process (soak/judges/refine/feed.py, what the CLI
+    does on more than one CPU): `decoder_cpu_s` is that process's CPU, `decoder_rss_peak_mib` its peak RSS;
+    the wall time then counts both processes working at once.
+
+Every figure is printed per run; the summary takes the fastest repeat (the least disturbed by other load on
+the machine) and the median. The verdict and counts of every repeat must agree (else the bench fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _cpu() -> float:
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_SELF)
+    return u.ru_utime + u.ru_stime
+
+
+def _vmhwm_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _children() -> tuple[float, float]:
+    import resource
+
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime, u.ru_maxrss / 1024
+
+
+def one(run_dir: Path, mode: str) -> dict[str, Any]:
+    c0, w0 = _cpu(), time.perf_counter()
+    from soak.judges.refine import HarnessLedger, validate
+    from soak.judges.refine.feed import decode_ahead
+    from soak.judges.replay import load_state
+    from soak.record.capture import read_transactions
+    from soak.record.spill import disk_table
+
+    c1, w1 = _cpu(), time.perf_counter()
+    initial = run_dir / "history-initial.pickle"
+    final = run_dir / "history-final.pickle"
+    ledger = HarnessLedger.load(run_dir)
+    state0 = load_state(initial) if initial.exists() else None
+    state1 = load_state(final, big=disk_table) if final.exists() else None
+    c2, w2 = _cpu(), time.perf_counter()
+    history = run_dir / "history.bin"
+    feed = decode_ahead(history) if mode == "ahead" else read_transactions(history)
+    r = validate(feed, ledger, state0, final_state=state1)
+    c3, w3 = _cpu(), time.perf_counter()
+    child_cpu, child_rss = _children()
+    return {
+        "run": str(run_dir),
+        "mode": mode,
+        "verdict": r.verdict,
+        "transactions": r.transactions,
+        "validated": r.validated,
+        "unexplained": r.unexplained,
+        "capture_gaps": r.capture_gaps,
+        "matches_snapshot": r.matches_snapshot,
+        "findings": len(r.findings),
+        "imports_cpu_s": round(c1 - c0, 3),
+        "imports_wall_s": round(w1 - w0, 3),
+        "load_cpu_s": round(c2 - c1, 3),
+        "load_wall_s": round(w2 - w1, 3),
+        "validate_cpu_s": round(c3 - c2, 3),
+        "validate_wall_s": round(w3 - w2, 3),
+        "tx_per_cpu_s": round(r.transactions / (c3 - c2)) if c3 > c2 else None,
+        "tx_per_wall_s": round(r.transactions / (w3 - w2)) if w3 > w2 else None,
+        "rss_peak_mib": round(_vmhwm_mib(), 1),
+        "decoder_cpu_s": round(child_cpu, 3),
+        "decoder_rss_peak_mib": round(child_rss, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.refine_speed", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="soak report folders (history.bin …)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--json", type=Path, help="write every measurement here")
+    p.add_argument("--mode", choices=("inline", "ahead", "both"), default="both")
+    p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        print(json.dumps(one(args.runs[0], args.mode)))
+        return
+    out: list[dict[str, Any]] = []
+    modes = ("inline", "ahead") if args.mode == "both" else (args.mode,)
+    for run, mode in [(r, m) for r in args.runs for m in modes]:
+        rows = []
+        for _ in range(args.repeat):
+            got = subprocess.run(
+                [sys.executable, "-m", "bench.refine_speed", "--one", "--mode", mode, str(run)],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            row = json.loads(got.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        keys = ("verdict", "transactions", "validated", "unexplained", "capture_gaps", "matches_snapshot")
+        if len({tuple(r[k] for k in keys) for r in rows}) != 1:
+            raise SystemExit(f"{run}: the repeats disagree: {rows}")
+        best = min(rows, key=lambda r: r["validate_cpu_s"])
+        summary = {
+            "run": str(run),
+            "mode": mode,
+            "verdict": best["verdict"],
+            "transactions": best["transactions"],
+            "repeats": len(rows),
+            "imports_cpu_s_min": min(r["imports_cpu_s"] for r in rows),
+            "load_cpu_s_min": min(r["load_cpu_s"] for r in rows),
+            "validate_cpu_s_min": best["validate_cpu_s"],
+            "validate_cpu_s_median": statistics.median(r["validate_cpu_s"] for r in rows),
+            "validate_wall_s_min": min(r["validate_wall_s"] for r in rows),
+            "tx_per_cpu_s_best": best["tx_per_cpu_s"],
+            "tx_per_cpu_s_median": round(best["transactions"] / statistics.median(r["validate_cpu_s"] for r in rows)),
+            "tx_per_wall_s_best": max(r["tx_per_wall_s"] or 0 for r in rows),
+            "rss_peak_mib_max": max(r["rss_peak_mib"] for r in rows),
+            "decoder_cpu_s_min": min(r["decoder_cpu_s"] for r in rows),
+        }
+        out.append({"summary": summary, "repeats": rows})
+        print("summary " + json.dumps(summary), flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
