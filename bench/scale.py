@@ -76,7 +76,7 @@ from bench.peers import (
     settled_counters,
     stop_worker,
 )
-from impl.provision import provision, redact
+from impl.provision import ClusterConfig, provision, redact
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 1000
@@ -742,6 +742,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default="belay,belay-batched,pgqueuer", help=f"comma list of {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, default=None)
     p.add_argument(
+        "--pg-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a server setting of the embedded cluster (repeatable), e.g. shared_buffers=1GB; the same for every system",
+    )
+    p.add_argument(
         "--claim-latency",
         action="store_true",
         help="log a sample of the statements (embedded cluster) and report claim p50/p99 — costs throughput",
@@ -774,10 +781,13 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load_average()
     rounds: list[dict] = []
     not_run: dict[str, str] = {}
-    db = provision()
+    settings = dict(kv.split("=", 1) for kv in args.pg_setting)
+    db = provision(cluster_config=ClusterConfig.from_env(extra_settings=settings) if settings else None)
     try:
         with psycopg.connect(db.url, autocommit=True) as c:
             server = one(c, "SHOW server_version")[0]
+            shown = sorted({"shared_buffers", "autovacuum_naptime", "synchronous_commit", "fsync", *settings})
+            server_settings = {name: one(c, f"SHOW {name}")[0] for name in shown}
         server_log = None
         if args.claim_latency:
             if db.cluster is None:
@@ -815,6 +825,7 @@ def main(argv: list[str] | None = None) -> int:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
         "postgresql": server,
+        "server_settings": server_settings,
         "load_average_before": load_before,
         "load_average_after": load_average(),
         "versions": package_versions(),
