@@ -698,6 +698,47 @@ def print_summary(summary: list[dict]) -> None:
         )
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The summary and the ratios of a scale.json as the Markdown tables of docs/benchmarks.md."""
+
+    def f(x: Any, spec: str) -> str:
+        return "—" if x is None else format(x, spec)
+
+    lines = []
+    for sweep in ("backlog", "fleet"):
+        rows = [s for s in result["summary"] if s["sweep"] == sweep]
+        if not rows:
+            continue
+        lines += [
+            f"**{sweep}** (medians of {max(s['rounds'] for s in rows)} round(s))",
+            "",
+            "| system | jobs | processes | queues | drain jobs/s | CPU µs/job (all) | CPU µs/job after the first job | "
+            "table buffers/job | buffers/claim scan | last ÷ first fifth | lock waiters | claim p50 / p99 ms |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for s in sorted(rows, key=lambda s: (s["queues"], s["system"], s["jobs"], s["processes"])):
+            lines.append(
+                f"| {s['system']} | {s['jobs']:,} | {s['processes']} | {s['queues']} | {f(s['drain_per_s'], ',.0f')} | "
+                f"{f(s['cpu_us_per_job'], '.0f')} | {f(s.get('cpu_us_per_job_after_first'), '.0f')} | "
+                f"{f(s['table_buffers_per_job'], '.1f')} | {f(s['buffers_per_claim_scan'], '.0f')} | "
+                f"{f(s['first_to_last_fifth_rate'], '.2f')} | {f(s['lock_waiters_mean'], '.1f')} | "
+                f"{f(s.get('claim_p50_ms'), '.2f')} / {f(s.get('claim_p99_ms'), '.2f')} |"
+            )
+        lines.append("")
+    table = result.get("ratios") or ratios(result["rounds"])
+    if table:
+        lines += [
+            "| ours ÷ peer | sweep | jobs | processes | queues | median | min | per round |",
+            "|---|---|---:|---:|---:|---:|---:|---|",
+        ]
+        for x in table:
+            lines.append(
+                f"| {x['ours']} ÷ {x['peer']} | {x['sweep']} | {x['jobs']:,} | {x['processes']} | {x['queues']} | "
+                f"{x['median']:.2f}× | {x['min']:.2f}× | {', '.join(f'{r:.2f}' for r in x['per_round'])} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def merge(files: list[Path], out: Path) -> int:
     """The rounds of several runs (e.g. the 1M backlog run apart from the rest) in one summary and plots."""
     runs = [json.loads(f.read_text()) for f in files]
@@ -741,6 +782,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--systems", default="belay,belay-batched,pgqueuer", help=f"comma list of {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--markdown", default="", help="a scale.json: print its tables as Markdown (no run)")
     p.add_argument(
         "--pg-setting",
         action="append",
@@ -760,6 +802,9 @@ def main(argv: list[str] | None = None) -> int:
         help="comma list of scale.json files of earlier runs: no run, their rounds merged into --out's scale.json and plots",
     )
     args = p.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(Path(args.markdown).read_text())), end="")
+        return 0
     if args.merge:
         if args.out is None:
             p.error("--merge needs --out")

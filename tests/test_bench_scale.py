@@ -38,6 +38,8 @@ def test_the_scale_bench_writes_per_round_json_a_summary_and_the_plots(tmp_path)
     for name in result["plots"]:
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert {"backlog-rate.png", "backlog-fifths.png", "fleet-rate.png", "fleet-cpu.png"} <= set(result["plots"])
+    md = scale.markdown(result)  # the tables of docs/benchmarks.md: one row per sweep point
+    assert sum(line.startswith("| belay |") for line in md.splitlines()) == sum(k[1] == "belay" for k in expected)
     # --merge: the rounds of runs made apart (the 1M backlog) in one summary and the same plots
     merged_dir = tmp_path / "merged"
     assert scale.main(["--merge", f"{out / 'scale.json'},{out / 'scale.json'}", "--out", str(merged_dir)]) == 0
