@@ -742,7 +742,10 @@ def markdown(result: dict[str, Any]) -> str:
 def merge(files: list[Path], out: Path) -> int:
     """The rounds of several runs (e.g. the 1M backlog run apart from the rest) in one summary and plots."""
     runs = [json.loads(f.read_text()) for f in files]
-    rounds = [r for run in runs for r in run["rounds"]]
+    rounds = []
+    for run in runs:  # each run numbers its rounds from 1: renumbered after the runs before it, for the pairing
+        offset = max((r["round"] for r in rounds), default=0)
+        rounds += [{**r, "round": r["round"] + offset} for r in run["rounds"]]
     summary = summarise(rounds)
     out.mkdir(parents=True, exist_ok=True)
     print_summary(summary)

@@ -46,6 +46,8 @@ def test_the_scale_bench_writes_per_round_json_a_summary_and_the_plots(tmp_path)
     merged = json.loads((merged_dir / "scale.json").read_text())
     assert len(merged["rounds"]) == 2 * len(result["rounds"])
     assert all(s["rounds"] == 2 for s in merged["summary"])
+    assert sorted({r["round"] for r in merged["rounds"]}) == [1, 2]  # renumbered: the pairing sees two rounds
+    assert all(len(x["per_round"]) == 2 for x in merged["ratios"])
     assert set(merged["plots"]) == set(result["plots"]) and all((merged_dir / n).exists() for n in merged["plots"])
 
 
