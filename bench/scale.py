@@ -109,7 +109,8 @@ if upkeep_env == "off":
     upkeep = {"vacuum_dead_rows": 0, "analyze_rows": 0}
 else:
     upkeep = {} if upkeep_env == "on" else {"vacuum_dead_rows": int(upkeep_env)}
-config = WorkerConfig(queues=tuple(queues), notify=True, sweep_interval=3600, **upkeep)
+notify = os.environ.get("BENCH_NOTIFY", "on") == "on"  # off: no pg_notify accelerator (a diagnosis)
+config = WorkerConfig(queues=tuple(queues), notify=notify, sweep_interval=3600, **upkeep)
 worker = Worker(url, reg, config).start()
 while True:  # until the bench terminates the process
     time.sleep(3600)
