@@ -711,15 +711,16 @@ def markdown(result: dict[str, Any]) -> str:
         if not rows:
             continue
         lines += [
-            f"**{sweep}** (medians of {max(s['rounds'] for s in rows)} round(s))",
+            f"**{sweep}** (each figure the median of its rounds)",
             "",
-            "| system | jobs | processes | queues | drain jobs/s | CPU µs/job (all) | CPU µs/job after the first job | "
+            "| system | jobs | processes | queues | rounds | drain jobs/s | CPU µs/job (all) | CPU µs/job after the first job | "
             "table buffers/job | buffers/claim scan | last ÷ first fifth | lock waiters | claim p50 / p99 ms |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for s in sorted(rows, key=lambda s: (s["queues"], s["system"], s["jobs"], s["processes"])):
             lines.append(
-                f"| {s['system']} | {s['jobs']:,} | {s['processes']} | {s['queues']} | {f(s['drain_per_s'], ',.0f')} | "
+                f"| {s['system']} | {s['jobs']:,} | {s['processes']} | {s['queues']} | {s['rounds']} | "
+                f"{f(s['drain_per_s'], ',.0f')} | "
                 f"{f(s['cpu_us_per_job'], '.0f')} | {f(s.get('cpu_us_per_job_after_first'), '.0f')} | "
                 f"{f(s['table_buffers_per_job'], '.1f')} | {f(s['buffers_per_claim_scan'], '.0f')} | "
                 f"{f(s['first_to_last_fifth_rate'], '.2f')} | {f(s['lock_waiters_mean'], '.1f')} | "
