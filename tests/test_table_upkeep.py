@@ -5,7 +5,10 @@ empty table stops sequential-scanning. Measured effect: docs/benchmarks.md ("Tab
 
 from __future__ import annotations
 
+import re
+import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -226,3 +229,26 @@ def test_the_vacuum_cleans_the_claim_index_even_when_few_heap_pages_hold_dead_ro
         finally:
             upkeep.close()
         assert _ready_scan_buffers(c) <= clean + 3
+
+
+def test_a_role_that_does_not_own_the_table_turns_upkeep_off_once(db_url, caplog):
+    """PostgreSQL skips a VACUUM by a role that does not own the table with a WARNING in its log — at every
+    pass, for ever. The node says it once and stops."""
+    role = f"belay_upkeep_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        url = re.sub(r"//[^@/]*@", f"//{role}@", db_url)
+        upkeep = TableUpkeep(url, "public", vacuum_dead_rows=1, analyze_rows=1)
+        try:
+            assert upkeep.stats() == TableStats(0, 0, upkeep.stats().reltuples, may_maintain=False)  # type: ignore[union-attr]
+            with caplog.at_level("WARNING", logger="belay"):
+                assert upkeep.once() == Upkeep(False, False)
+                assert not upkeep.enabled
+                upkeep.loop(threading.Event(), 0.01)  # returns at once: nothing left to do
+            assert sum("does not own belay_jobs" in r.message for r in caplog.records) == 1
+        finally:
+            upkeep.close()
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as c:
+            c.execute(f"DROP ROLE {role}")

@@ -21,8 +21,9 @@ analyzed plans a sequential scan of the table (measured: 1,639 buffers, 34–49 
 `analyze_rows` rows are live, the node runs `ANALYZE`, which invalidates the cached plans. (Not at
 migration time: an ANALYZE of the empty table makes the generic plan worse — measured, docs/benchmarks.md.)
 
-Both statements run with SKIP_LOCKED, so nodes never queue behind each other or behind autovacuum; a role
-that may not vacuum the table gets PostgreSQL's warning, which is not an error.
+Both statements run with SKIP_LOCKED, so nodes never queue behind each other or behind autovacuum. A role
+that does not own the table (PostgreSQL would skip it with a warning at every pass) turns upkeep off once,
+with one log line.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from impl.store.deadline import connection_defaults
 log = logging.getLogger("belay")
 
 STATS_SQL = """
-SELECT s.n_live_tup, s.n_dead_tup, c.reltuples
+SELECT s.n_live_tup, s.n_dead_tup, c.reltuples,
+       pg_has_role(c.relowner, 'USAGE') OR (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
 FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.relid = to_regclass(%s)
 """
@@ -54,6 +56,7 @@ class TableStats:
     live: int
     dead: int
     reltuples: float
+    may_maintain: bool = True  # the role owns the table (or is a superuser): VACUUM/ANALYZE would not be skipped
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,17 @@ class TableUpkeep:
         row = conn.execute(STATS_SQL, (f"{sql.Identifier(self.schema).as_string(conn)}.belay_jobs",)).fetchone()
         if row is None:
             return None
-        return TableStats(int(row[0]), int(row[1]), float(row[2]))
+        return TableStats(int(row[0]), int(row[1]), float(row[2]), bool(row[3]))
 
     def once(self) -> Upkeep:
         """One pass: read the statistics, decide, run the statement. Returns what was done."""
         stats = self.stats()
         if stats is None:
+            return Upkeep(False, False)
+        if not stats.may_maintain:
+            # PostgreSQL would skip the table with a WARNING in its log at every pass: say it once, stop
+            log.warning("belay table upkeep off: this role does not own belay_jobs (VACUUM/ANALYZE left to autovacuum)")
+            self.vacuum_dead_rows = self.analyze_rows = 0
             return Upkeep(False, False)
         what = decide(stats, self.vacuum_dead_rows, self.analyze_rows)
         query = statement(self.schema, what)
@@ -144,7 +152,7 @@ class TableUpkeep:
         return what
 
     def loop(self, stopped: threading.Event, interval: float) -> None:
-        while not stopped.wait(interval):
+        while self.enabled and not stopped.wait(interval):
             try:
                 self.once()
             except Exception as exc:  # noqa: BLE001 — upkeep never stops a worker; the next pass retries
