@@ -64,6 +64,7 @@ from bench.peers import (
     PGQUEUER_FINISHED,
     POLL_S,
     _backends_cpu,
+    _fmt,
     belay_setup,
     drop_database,
     fresh_database,
@@ -168,29 +169,6 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "take": 100,
         "queues_ok": True,
     },
-    # The same kinds with the node's table upkeep off (impl/runtime/upkeep.py): what it changes.
-    "belay-no-upkeep": {
-        "label": "Belay default kind, table upkeep off",
-        "table": "belay_jobs",
-        "setup": belay_setup,
-        "enqueue": belay_enqueue_queues,
-        "code": BELAY_DRAIN,
-        "env": {"BENCH_MODE": "unbatched", "BENCH_UPKEEP": "off"},
-        "finished": BELAY_FINISHED_ANY,
-        "take": 10,
-        "queues_ok": True,
-    },
-    "belay-batched-no-upkeep": {
-        "label": "Belay batched, table upkeep off",
-        "table": "belay_jobs",
-        "setup": belay_setup,
-        "enqueue": belay_enqueue_queues,
-        "code": BELAY_DRAIN,
-        "env": {"BENCH_MODE": "batched", "BENCH_UPKEEP": "off"},
-        "finished": BELAY_FINISHED_ANY,
-        "take": 100,
-        "queues_ok": True,
-    },
     "pgqueuer": {
         "label": "pgqueuer (batch 10, its default)",
         "table": "pgqueuer",
@@ -214,6 +192,15 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "queues_ok": False,
     },
 }
+
+
+# The same kinds with the node's table upkeep off (impl/runtime/upkeep.py): what it changes.
+for _kind, _label in (("belay", "Belay default kind"), ("belay-batched", "Belay batched")):
+    SYSTEMS[f"{_kind}-no-upkeep"] = {
+        **SYSTEMS[_kind],
+        "label": f"{_label}, table upkeep off",
+        "env": {**SYSTEMS[_kind]["env"], "BENCH_UPKEEP": "off"},
+    }
 
 
 # --- observation from the bench's own connection ------------------------------------------------------
@@ -684,26 +671,19 @@ def print_summary(summary: list[dict]) -> None:
         f"{'claim p50/p99 ms':>16}"
     )
     for s in summary:
-
-        def f(x: float | None, spec: str) -> str:
-            return "—" if x is None else format(x, spec)
-
         print(
             f"{s['sweep']:<8} {s['system']:<14} {s['jobs']:>9,} {s['processes']:>5} {s['queues']:>6} "
-            f"{f(s['drain_per_s'], ',.0f'):>9} {f(s['cpu_us_per_job'], '.0f'):>10} "
-            f"{f(s['cpu_us_per_job_after_first'], '.0f'):>9} "
-            f"{f(s['table_buffers_per_job'], '.2f'):>11} {f(s['buffers_per_claim_scan'], '.1f'):>9} "
-            f"{f(s['first_to_last_fifth_rate'], '.2f'):>14} {f(s['lock_waiters_mean'], '.2f'):>9} "
-            f"{f(s['rollbacks_per_job'], '.4f'):>9} "
-            f"{f(s.get('claim_p50_ms'), '.2f') + ' / ' + f(s.get('claim_p99_ms'), '.2f'):>16}"
+            f"{_fmt(s['drain_per_s'], ',.0f'):>9} {_fmt(s['cpu_us_per_job'], '.0f'):>10} "
+            f"{_fmt(s['cpu_us_per_job_after_first'], '.0f'):>9} "
+            f"{_fmt(s['table_buffers_per_job'], '.2f'):>11} {_fmt(s['buffers_per_claim_scan'], '.1f'):>9} "
+            f"{_fmt(s['first_to_last_fifth_rate'], '.2f'):>14} {_fmt(s['lock_waiters_mean'], '.2f'):>9} "
+            f"{_fmt(s['rollbacks_per_job'], '.4f'):>9} "
+            f"{_fmt(s.get('claim_p50_ms'), '.2f') + ' / ' + _fmt(s.get('claim_p99_ms'), '.2f'):>16}"
         )
 
 
 def markdown(result: dict[str, Any]) -> str:
     """The summary and the ratios of a scale.json as the Markdown tables of docs/benchmarks.md."""
-
-    def f(x: Any, spec: str) -> str:
-        return "—" if x is None else format(x, spec)
 
     lines = []
     for sweep in ("backlog", "fleet"):
@@ -720,11 +700,11 @@ def markdown(result: dict[str, Any]) -> str:
         for s in sorted(rows, key=lambda s: (s["queues"], s["system"], s["jobs"], s["processes"])):
             lines.append(
                 f"| {s['system']} | {s['jobs']:,} | {s['processes']} | {s['queues']} | {s['rounds']} | "
-                f"{f(s['drain_per_s'], ',.0f')} | "
-                f"{f(s['cpu_us_per_job'], '.0f')} | {f(s.get('cpu_us_per_job_after_first'), '.0f')} | "
-                f"{f(s['table_buffers_per_job'], '.1f')} | {f(s['buffers_per_claim_scan'], '.0f')} | "
-                f"{f(s['first_to_last_fifth_rate'], '.2f')} | {f(s['lock_waiters_mean'], '.1f')} | "
-                f"{f(s.get('claim_p50_ms'), '.2f')} / {f(s.get('claim_p99_ms'), '.2f')} |"
+                f"{_fmt(s['drain_per_s'], ',.0f')} | "
+                f"{_fmt(s['cpu_us_per_job'], '.0f')} | {_fmt(s.get('cpu_us_per_job_after_first'), '.0f')} | "
+                f"{_fmt(s['table_buffers_per_job'], '.1f')} | {_fmt(s['buffers_per_claim_scan'], '.0f')} | "
+                f"{_fmt(s['first_to_last_fifth_rate'], '.2f')} | {_fmt(s['lock_waiters_mean'], '.1f')} | "
+                f"{_fmt(s.get('claim_p50_ms'), '.2f')} / {_fmt(s.get('claim_p99_ms'), '.2f')} |"
             )
         lines.append("")
     table = result.get("ratios") or ratios(result["rounds"])
@@ -744,14 +724,15 @@ def markdown(result: dict[str, Any]) -> str:
 def merge(files: list[Path], out: Path) -> int:
     """The rounds of several runs (e.g. the 1M backlog run apart from the rest) in one summary and plots."""
     runs = [json.loads(f.read_text()) for f in files]
-    rounds = []
+    rounds: list[dict] = []
     for run in runs:  # each run numbers its rounds from 1: renumbered after the runs before it, for the pairing
         offset = max((r["round"] for r in rounds), default=0)
         rounds += [{**r, "round": r["round"] + offset} for r in run["rounds"]]
     summary = summarise(rounds)
     out.mkdir(parents=True, exist_ok=True)
+    table = ratios(rounds)
     print_summary(summary)
-    print_ratios(ratios(rounds))
+    print_ratios(table)
     written = plots(summary, rounds, out)
     merged = {
         "merged_from": [
@@ -764,7 +745,7 @@ def merge(files: list[Path], out: Path) -> int:
         },
         "versions": runs[0]["versions"],
         "summary": summary,
-        "ratios": ratios(rounds),
+        "ratios": table,
         "rounds": rounds,
         "not_run": {k: v for run in runs for k, v in run["not_run"].items()},
         "plots": [p.name for p in written],
@@ -868,8 +849,9 @@ def main(argv: list[str] | None = None) -> int:
         db.close()
     summary = summarise(rounds)
     print()
+    table = ratios(rounds)
     print_summary(summary)
-    print_ratios(ratios(rounds))
+    print_ratios(table)
     written = plots(summary, rounds, out)
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -881,7 +863,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": package_versions(),
         "args": {k: str(v) for k, v in vars(args).items()},
         "summary": summary,
-        "ratios": ratios(rounds),
+        "ratios": table,
         "rounds": rounds,
         "not_run": not_run,
         "plots": [p.name for p in written],
