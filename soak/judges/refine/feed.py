@@ -17,7 +17,7 @@ import pickle
 import struct
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any, NamedTuple
@@ -65,13 +65,6 @@ def decode_tx(decoder: Decoder, tx: Transaction) -> Decoded:
         old = make(c.old) if c.old is not None else None
         items.append(("row", table, c.kind, c.relation, new, new_dict, old, c.old_raw, c.new_raw))
     return Decoded(tx.commit_lsn, tx.commit_time, tx.xid, items)
-
-
-def decoded(transactions: Iterable[Transaction]) -> Iterator[Decoded]:
-    """In this process (what `Validator.step` does with a Transaction)."""
-    decoder = Decoder(lazy_old=True)
-    for tx in transactions:
-        yield decode_tx(decoder, tx)
 
 
 _LEN = struct.Struct(">Q")
