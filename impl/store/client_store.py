@@ -46,6 +46,7 @@ from impl.store.migrate import check_compat
 from impl.store.pgrows import channel_name as channel_name  # re-exported: impl.store.channel_name is public
 from impl.store.pgrows import configure_connection, job_from_row, poke_payload, step_from_row
 from impl.store.queries import SchemaSQL
+from impl.store.results import ResultNotices
 from impl.store.tx import Tx as _Tx
 from impl.store.worker_store import WORKER_HANDLERS, WorkerOps
 from model import ops
@@ -109,8 +110,11 @@ class PgStore(WorkerOps):
             name="belay-store",
             **extra,
         )
+        # §9.2 result notifications after the commit, coalesced (impl/store/results.py).
+        self.results = ResultNotices(self.pool, self.q)
 
     def close(self) -> None:
+        self.results.close()
         self.pool.close()
 
     def __enter__(self) -> PgStore:
@@ -138,6 +142,7 @@ class PgStore(WorkerOps):
                 yield tx
                 if self.notify:
                     tx.flush_pokes()
+                    tx.flush_results()
             return
         with self.pool.connection() as c, c.transaction(), c.cursor(row_factory=dict_row) as cur:
             tx = _Tx(cur, self.q, now)
@@ -145,6 +150,8 @@ class PgStore(WorkerOps):
             if self.notify:
                 tx.flush_pokes()
             failpoint("store.before_commit")
+        if tx.results and self.notify:  # committed: the jobs are terminal for anyone who reads them now
+            self.results.add(tx.results)
 
     def statement(
         self, name: str | bytes, params: dict, rows: RowFactory[Any] = dict_row, *, binary: bool = False

@@ -22,12 +22,14 @@ from impl.store.queries import SchemaSQL
 
 @dataclass
 class Tx:
-    """One open transaction: its cursor, its `now`, and the pokes to send before it ends."""
+    """One open transaction: its cursor, its `now`, the pokes to send before it ends, and the jobs it made
+    terminal (their result notifications are sent after the commit: impl/store/results.py)."""
 
     cur: psycopg.Cursor[dict[str, Any]]
     q: SchemaSQL
     now: datetime | None
     pokes: set[str] = field(default_factory=set)
+    results: list[int] = field(default_factory=list)  # jobs made terminal: §9.2 result notifications
 
     def one(self, name: str, params: dict[str, Any] | None = None, **extra: sql.Composable) -> dict[str, Any] | None:
         return self.cur.execute(self.q.q(name, **extra) if extra else self.q.qb(name), params).fetchone()
@@ -52,3 +54,10 @@ class Tx:
             channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
             self.all("notify", {"channel": channel, "payloads": [poke_payload(q) for q in sorted(self.pokes)]})
             self.pokes.clear()
+
+    def flush_results(self) -> None:
+        """§9.2 result notifications inside this transaction (a caller's, whose commit the store never sees)."""
+        if self.results:
+            channel = channel_name(self.cur.connection.info.dbname, self.q.schema)
+            self.cur.execute(self.q.q("notify_results"), {"channel": channel, "ids": self.results})
+            self.results.clear()

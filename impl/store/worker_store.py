@@ -21,7 +21,7 @@ from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
 from impl.store.failpoints import failpoint
-from impl.store.pgrows import channel_name, job_from_row, job_from_tuple
+from impl.store.pgrows import job_from_row, job_from_tuple
 from impl.store.tx import Tx as _Tx
 from model import admission, ops
 from model import worker_ops as w
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
     from impl.store.queries import SchemaSQL
+    from impl.store.results import ResultNotices
 
 # The shared park rule (model.store.max_attempts_after_park) as the parameters of the park UPDATEs.
 PARK_BUDGET = {"park_credit": PARK_ATTEMPT_CREDIT, "attempts_ceiling": ops.INT4_MAX}
@@ -60,6 +61,7 @@ class WorkerOps:
         q: SchemaSQL
         schema: str
         notify: bool
+        results: ResultNotices
         pool: ConnectionPool
         transaction: Callable[..., AbstractContextManager[_Tx]]
         statement: Callable[..., list[Any]]
@@ -173,13 +175,11 @@ class WorkerOps:
             return w.Reclaimed(tuple(r["id"] for r in retried), tuple(r["id"] for r in failed))
 
     def _terminal(self, tx: _Tx, rows: list[dict]) -> None:
-        """§7 after-terminal steps, then the result notification for each (§9.2)."""
+        """§7 after-terminal steps; the result notification for each (§9.2) goes after the commit."""
         if not rows:
             return
         self._after_terminal(tx, rows)
-        if self.notify:
-            channel = channel_name(tx.cur.connection.info.dbname, self.schema)
-            tx.cur.execute(self.q.q("notify_results"), {"channel": channel, "ids": [r["id"] for r in rows]})
+        tx.results.extend(r["id"] for r in rows)
 
     # --- §7 acks ----------------------------------------------------------------------------------
 
@@ -200,11 +200,13 @@ class WorkerOps:
         name, params = self._ack_params(op)
         if name == "ack_succeed":
             # The common case in one round trip: a job with no after-terminal duties (no workflow, no
-            # parent) succeeds in one fenced autocommit statement that also sends its result notification.
+            # parent) succeeds in one fenced autocommit statement; its result notification follows it.
             with self.pool.connection() as c:
-                channel = channel_name(c.info.dbname, self.schema) if self.notify else None
-                if c.execute(self.q.q("ack_succeed_solo"), {**params, "channel": channel}).fetchone() is not None:
-                    return w.Acked(op.job_id, "succeeded")
+                acked = c.execute(self.q.q("ack_succeed_solo"), params).fetchone() is not None
+            if acked:
+                if self.notify:
+                    self.results.add((op.job_id,))
+                return w.Acked(op.job_id, "succeeded")
             # Zero rows: stale, or a workflow member / child — the transaction below fences it again.
         with self.transaction(op.now) as tx:
             row = tx.one(name, params)
@@ -262,7 +264,6 @@ class WorkerOps:
             "attempts": "{" + ",".join(str(a.attempt) for a in acks) + "}",
             "results": [a.outcome.encoded for a in acks],
             "nows": [a.now for a in acks],
-            "channel": None,
             "queue": claim.queue,
             "claim_now": claim.now,
             "take": claim.demand,
@@ -270,14 +271,14 @@ class WorkerOps:
             "lease_until": claim.now + claim.lease_ttl,
         }
         with self.pool.connection() as c, c.cursor(row_factory=tuple_row, binary=True) as cur:
-            if self.notify:
-                params["channel"] = channel_name(c.info.dbname, self.schema)
             rows = cur.execute(query, params).fetchall()
         acked_ids, blocked = rows[0][0], rows[0][1]
         if blocked:
             return None
         done = set(acked_ids or ())
-        jobs = tuple(sorted((job_from_tuple(r[3:]) for r in rows if r[3] is not None), key=claim_order))
+        if done and self.notify:
+            self.results.add(sorted(done))
+        jobs = tuple(sorted((job_from_tuple(r[2:]) for r in rows if r[2] is not None), key=claim_order))
         results = tuple(
             w.Acked(a.job_id, "succeeded") if a.job_id in done else w.Stale(a.job_id, a.attempt) for a in acks
         )

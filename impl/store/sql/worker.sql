@@ -96,20 +96,18 @@ RETURNING id, queue, state, workflow_id, parent_id
 
 -- ack_succeed_solo --
 -- §7 succeed as one autocommit statement (one transaction, one round trip) for a job with no after-terminal
--- duties — no workflow to settle, no parent to signal — with its §9.2 result notification when a channel
--- is given. Fenced like ack_succeed; zero rows ⇒ stale, or a workflow member / child: take the full path.
-WITH acked AS (
-    UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
-                      leased_by = NULL
-    WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL AND parent_id IS NULL
-    RETURNING id, queue, state
-)
-SELECT id, queue, state,
-       CASE WHEN %(channel)s::text IS NOT NULL THEN pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}') END
-FROM acked
+-- duties — no workflow to settle, no parent to signal. Fenced like ack_succeed; zero rows ⇒ stale, or a
+-- workflow member / child: take the full path. Its §9.2 result notification is sent after the commit
+-- (notify_results, impl/store/results.py).
+UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
+                  leased_by = NULL
+WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL AND parent_id IS NULL
+RETURNING id, queue, state
 
 -- notify_results --
--- §9.2: one result notification {"t":"r","id":<job_id>} per id (impl.store.pgrows.result_payload), sent on commit.
+-- §9.2: one result notification {"t":"r","id":<job_id>} per id (impl.store.pgrows.result_payload), delivered on
+-- commit: after the terminal writes' own commits, many per statement (impl/store/results.py), or inside a
+-- caller's transaction.
 SELECT pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}') FROM unnest(%(ids)b::bigint[]) AS id
 
 -- ack_error --
@@ -308,8 +306,8 @@ RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 -- claim IS claim_plain (impl.store.queries composes {claim_ctes} and {claim_update} from its text, `now`
 -- renamed claim_now and both candidate scans gated on `blocked`), so a change to claim_plain is a change
 -- to this claim too; the rows it takes are `ready`/`awaiting`, never the `running` rows acked here. One
--- row per claimed job, or one row with NULL job columns: acked ids, blocked, notifications sent, then
--- {job_columns}.
+-- row per claimed job, or one row with NULL job columns: acked ids, blocked, then {job_columns}. The
+-- acked jobs' §9.2 result notifications are sent after the commit (impl/store/results.py).
 WITH v AS (
     SELECT * FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[], %(results)b::bytea[],
                          %(nows)b::timestamptz[]) AS v(id, attempt, result, now)
@@ -324,14 +322,10 @@ WITH v AS (
     FROM v
     WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)
     RETURNING j.id
-), notified AS (
-    SELECT count(pg_notify(%(channel)s, '{{"t":"r","id":' || id || '}}')) AS n
-    FROM acked WHERE %(channel)s::text IS NOT NULL
 ), {claim_ctes}, claimed AS (
 {claim_update}
 )
-SELECT (SELECT array_agg(id) FROM acked) AS acked_ids, (SELECT b FROM blocked) AS blocked,
-       (SELECT n FROM notified) AS notified, claimed.*
+SELECT (SELECT array_agg(id) FROM acked) AS acked_ids, (SELECT b FROM blocked) AS blocked, claimed.*
 FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 
 -- claim_plain --
