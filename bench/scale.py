@@ -116,6 +116,33 @@ worker = Worker(url, reg, config).start()
 while True:  # until the bench terminates the process
     time.sleep(3600)
 """
+# The limit: bench.run's pure-SQL claim+ack loop (one claim UPDATE of `batch` rows, one ack UPDATE, repeat)
+# on `conns` connections, with the node's table upkeep running beside it as in a Belay worker — so that at
+# a large backlog it measures the server's cost per job, not a table no VACUUM reaches.
+SQL_DRAIN = """
+import os, threading, time
+from datetime import UTC, datetime
+import psycopg
+from bench.run import ACK, CLAIM
+from impl.runtime.upkeep import TableUpkeep
+url, batch, conns = os.environ["BENCH_URL"], int(os.environ["BENCH_BATCH"]), int(os.environ["BENCH_CONNS"])
+def loop():
+    with psycopg.connect(url, autocommit=True) as c:
+        while True:
+            now = datetime.now(UTC)
+            rows = c.execute(CLAIM, {"q": "bench", "n": batch, "now": now, "until": now}).fetchall()
+            if not rows:
+                time.sleep(0.025)
+                continue
+            c.execute(ACK, {"now": now, "ids": [r[0] for r in rows], "attempts": [r[1] for r in rows]})
+for _ in range(conns):
+    threading.Thread(target=loop, daemon=True).start()
+upkeep = TableUpkeep(url, "public", 50_000, 1_000)
+while True:  # until the bench terminates the process
+    if os.environ.get("BENCH_UPKEEP", "on") == "on":
+        upkeep.once()
+    time.sleep(2.0)
+"""
 BELAY_FINISHED_ANY = (
     "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'failed') FROM belay_jobs"
 )
@@ -188,6 +215,28 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "code": PGQUEUER_DRAIN,
         "env": {"BENCH_BATCH": "100"},
         "finished": PGQUEUER_FINISHED,
+        "take": 100,
+        "queues_ok": False,
+    },
+    "sql-10": {
+        "label": "pure-SQL claim+ack loop (1 connection, 10 per claim)",
+        "table": "belay_jobs",
+        "setup": belay_setup,
+        "enqueue": belay_enqueue_queues,
+        "code": SQL_DRAIN,
+        "env": {"BENCH_BATCH": "10", "BENCH_CONNS": "1"},
+        "finished": BELAY_FINISHED_ANY,
+        "take": 10,
+        "queues_ok": False,
+    },
+    "sql-100": {
+        "label": "pure-SQL claim+ack loop (2 connections, 100 per claim)",
+        "table": "belay_jobs",
+        "setup": belay_setup,
+        "enqueue": belay_enqueue_queues,
+        "code": SQL_DRAIN,
+        "env": {"BENCH_BATCH": "100", "BENCH_CONNS": "2"},
+        "finished": BELAY_FINISHED_ANY,
         "take": 100,
         "queues_ok": False,
     },
