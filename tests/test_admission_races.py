@@ -5,8 +5,10 @@ A renewal may extend a lease that has expired but was not yet reclaimed (the con
 only `state = 'running' AND leased_by`). The queue's advisory lock serializes claims against claims, not
 against renewals: a claim that counted an expired lease as free, and then committed after a renewal that
 revived it, admitted more than the limit — a claim the model refuses in commit order. The claim now locks
-the queue's running rows before counting, so the renewal either commits before the count (which then sees
-it) or waits for the claim's commit.
+the queue's running rows whose lease has expired at its `now` before counting, so the renewal either
+commits before the count (which then sees it) or waits for the claim's commit. A live lease is not locked:
+its renewal only extends it, so it changes no count, and it must not wait for the claim (each claim
+locking every running row made every renewal and ack of a limited queue queue behind the claims).
 
 Each test forces the schedule with the `claim.after_admission` failpoint and then checks the outcome
 against the model applied in the order the two transactions committed. The broken variant (the claim
@@ -107,3 +109,43 @@ def _race(db_url: str, claimer_class: type[PgStore], opts: QueueOpts, specs: tup
 def test_a_global_limit_claim_and_a_renewal_reviving_an_expired_lease_commit_in_the_models_order(db_url, claimer_class):
     opts = QueueOpts(global_limit=1)
     _race(db_url, claimer_class, opts, tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(3)))
+
+
+def test_a_live_leases_renewal_and_ack_do_not_wait_for_a_global_limit_claim(db_url):
+    """n1 holds a live lease; n2's claim stops after its count. n1's renewal and its ack finish while the
+    claim is still open (they change no count the claim read), and the claim then admits what the model
+    admits after them."""
+    opts = QueueOpts(global_limit=2)
+    model = ModelStore()
+    specs = tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(3))
+    with PgStore(db_url, pool_size=1, notify=False) as s:
+        enq = ops.Enqueue(NOW, specs)
+        s.apply(enq)
+        model.apply(enq)
+        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
+        [held] = s.apply(first).jobs
+        model.apply(first)
+    later = NOW + timedelta(seconds=2)  # n1's lease is live
+    claim = w.Claim(later, "q", "n2", 3, TTL, opts)
+    renew = w.Renew(later, "n1", (held.id,), later + TTL)
+    ack = w.Ack(later, held.id, held.attempt, w.Succeed(None))
+    claimer, other = Client(db_url, "claimer", PgStore), Client(db_url, "other")
+    try:
+        with (
+            Pause("claim.after_admission", thread="claimer") as paused,
+            psycopg.connect(db_url, autocommit=True) as obs,
+        ):
+            claimer.start(lambda st: st.apply(claim))
+            reached(paused, claimer)
+            other.start(lambda st: (st.apply(renew), st.apply(ack)))
+            seen = blocked_or_parked(obs, other)
+            paused.release()
+            claimed, (renewed, acked) = claimer.join(), other.join()
+        assert "finished" in seen, f"{seen}: a live lease's renewal and ack waited for the claim"
+        assert claimer.error is None and other.error is None, (claimer.error, other.error)
+        assert renewed == model.apply(renew) and acked == model.apply(ack)
+        # The claim counted n1's live lease (its count preceded the ack): one slot of two was free.
+        assert [j.id for j in claimed.jobs] == [j.id for j in model.apply(w.Claim(later, "q", "n2", 1, TTL, opts)).jobs]
+    finally:
+        claimer.close()
+        other.close()

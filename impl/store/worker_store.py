@@ -90,13 +90,13 @@ class WorkerOps:
                 tx.one("lock_queue", {"queue": op.queue})
             take = op.demand
             if opts.global_limit is not None or opts.partition is not None:
-                # Lock the queue's running rows before counting the live ones. The advisory lock
+                # Lock the queue's expired running rows before counting the live ones. The advisory lock
                 # serializes claims only against claims: a renewal that revived an expired lease and
                 # committed after this claim's count read it would leave more live leases than the limit,
                 # a claim the model refuses in commit order (the two-hour soak of seed 2028: queue
                 # soak-global, limit 2, four live leases). Locked, a renewal either committed before the
                 # count (which then sees it) or waits for this claim's commit (and comes after it).
-                tx.all("lock_running", {"queue": op.queue})
+                tx.all("lock_running", {"queue": op.queue, "now": now})
             if opts.global_limit is not None:
                 live = tx.one("live_running", {"queue": op.queue, "now": now})["n"]
                 take = admission.global_admit(take, opts.global_limit, live)

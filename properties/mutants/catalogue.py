@@ -44,6 +44,7 @@ ACK_GROUP_PY = "impl/runtime/ack_group.py"
 CLIENT_PY = "impl/client.py"
 PGROWS_PY = "impl/store/pgrows.py"
 LISTENER_SUITE = ("tests/test_listener.py",)
+RESULT_NOTICES_SUITE = ("tests/test_result_notices.py", "tests/test_drain_hot_path.py")
 # The runtime's deferred jobs and acks (issue 33): the executor's and the ack group's own tests.
 DEFERRAL_SUITE = ("tests/test_executor.py", "tests/test_ack_group.py")
 
@@ -649,6 +650,36 @@ CATALOGUE: tuple[Mutant, ...] = (
         suite=LISTENER_SUITE,
     ),
     Mutant(
+        "result_notice_before_commit",
+        "a transaction's result notifications are handed to the sender before it commits: a waiter is woken, "
+        "re-reads the job and finds it still running (the notification announced a write not yet visible)",
+        "§9.2",
+        (
+            Edit(
+                STORE_PY,
+                "            if self.notify:\n"
+                "                tx.flush_pokes()\n"
+                "            failpoint(\"store.before_commit\")\n"
+                "        if tx.results and self.notify:  # committed: the jobs are terminal for anyone who reads them now\n"
+                "            self.results.add(tx.results)\n",
+                "            if self.notify:\n"
+                "                tx.flush_pokes()\n"
+                "            if tx.results and self.notify:  # MUTANT: before the commit\n"
+                "                self.results.add(tx.results)\n"
+                "            failpoint(\"store.before_commit\")\n",
+            ),
+        ),
+        suite=RESULT_NOTICES_SUITE,
+    ),
+    Mutant(
+        "group_commit_sends_no_results",
+        "the one-statement group commit (ack_claim_solo) acks its jobs but never hands their ids to the "
+        "result sender: awaiters of those jobs wait for their polling floor",
+        "§9.2",
+        (Edit(WORKER_STORE_PY, "            self.results.add(sorted(done))\n", "            pass  # MUTANT\n"),),
+        suite=RESULT_NOTICES_SUITE,
+    ),
+    Mutant(
         "deferred_job_never_handed_off",
         "a job deferred on an ack group leader's thread (issue 33) waits for that thread even when it is in a "
         "long job: the watchdog never hands it to another thread",
@@ -787,8 +818,10 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 WORKER_SQL,
-                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id FOR UPDATE\n",
-                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id\n",
+                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' AND lease_until <= %(now)s "
+                "ORDER BY id FOR UPDATE\n",
+                "SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' AND lease_until <= %(now)s "
+                "ORDER BY id\n",
             ),
         ),
         suite=ADMISSION_RACES,

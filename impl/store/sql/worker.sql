@@ -7,9 +7,15 @@
 SELECT pg_advisory_xact_lock(hashtext('belay:' || %(queue)s))
 
 -- lock_running --
--- §6 global_limit / partition: lock the queue's running rows (live or expired) before they are counted, so
--- that a renewal reviving an expired lease cannot commit between the count and the claim's commit.
-SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' ORDER BY id FOR UPDATE
+-- §6 global_limit / partition: lock the queue's running rows whose lease has expired at the claim's `now`
+-- before the live ones are counted, so that a renewal reviving one cannot commit between the count and the
+-- claim's commit (it commits before the lock, and the count sees it, or waits for the claim's commit). Live
+-- leases need no lock: a renewal only extends a lease (renew_leases), so no commit can make a lease counted
+-- live at `now` stop being counted or one not counted start being counted, except a revival — and claims,
+-- which the queue's advisory lock serializes. (Locking every running row, as before, made each claim write
+-- a row lock on up to `global_limit` rows, and the renewals and acks of those rows wait for the claim's
+-- commit: tests/test_admission_races.py.)
+SELECT id FROM {jobs} WHERE queue = %(queue)s AND state = 'running' AND lease_until <= %(now)s ORDER BY id FOR UPDATE
 
 -- live_running --
 -- §6 global_limit: live-leased jobs only.
