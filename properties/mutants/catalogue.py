@@ -659,14 +659,14 @@ CATALOGUE: tuple[Mutant, ...] = (
                 STORE_PY,
                 "            if self.notify:\n"
                 "                tx.flush_pokes()\n"
-                "            failpoint(\"store.before_commit\")\n"
+                '            failpoint("store.before_commit")\n'
                 "        if tx.results and self.notify:  # committed: the jobs are terminal for anyone who reads them now\n"
                 "            self.results.add(tx.results)\n",
                 "            if self.notify:\n"
                 "                tx.flush_pokes()\n"
                 "            if tx.results and self.notify:  # MUTANT: before the commit\n"
                 "                self.results.add(tx.results)\n"
-                "            failpoint(\"store.before_commit\")\n",
+                '            failpoint("store.before_commit")\n',
             ),
         ),
         suite=RESULT_NOTICES_SUITE,
