@@ -73,8 +73,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 WORKER_SQL,
-                "    WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)\n",
-                "    WHERE j.id = v.id AND j.state = 'running' AND NOT (SELECT b FROM blocked)\n",
+                "    WHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)\n",
+                "    WHERE j.id = v.id AND j.state || '' = 'running' AND NOT (SELECT b FROM blocked)\n",
             ),
         ),
         GROUP_COMMIT_SUITE,
@@ -143,13 +143,13 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(  # the bulk succeed with a result and a time per row
                 WORKER_SQL,
-                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
-                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state = 'running'\n",
+                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt\n",
+                "AS v(id, attempt, result, now)\nWHERE j.id = v.id AND j.state || '' = 'running'\n",
             ),
             Edit(  # ... and the one for a chunk sharing one result and time
                 WORKER_SQL,
-                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt\n",
-                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state = 'running'\n",
+                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt\n",
+                "AS v(id, attempt)\nWHERE j.id = v.id AND j.state || '' = 'running'\n",
             ),
         ),
     ),

@@ -286,12 +286,17 @@ SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END AS next_id FR
 
 -- ack_succeed_many --
 -- §7 succeed for many rows in one statement, each fenced on its own attempt (ids and attempts as array
--- literals built by the caller; results and times arrays bound in binary).
+-- literals built by the caller; results and times arrays bound in binary). The grouped acks spell the
+-- running fence `j.state || '' = 'running'` (the same test) so that no partial index's predicate matches
+-- it: written `j.state = 'running'`, the planner may answer the group from belay_jobs_lease_idx — every
+-- running row of every queue and every dead entry since the last VACUUM, fetched and hashed against the
+-- ids — and statistics taken while the backlog was ready make that index look empty. The rows are found
+-- by id instead (tests/test_ack_plans.py).
 UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
                        leased_by = NULL
 FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[], %(results)b::bytea[],
             %(nows)b::timestamptz[]) AS v(id, attempt, result, now)
-WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
+WHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
 -- ack_succeed_many_same --
@@ -299,7 +304,7 @@ RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 UPDATE {jobs} AS j SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
                        leased_by = NULL
 FROM unnest(%(ids)s::text::bigint[], %(attempts)s::text::integer[]) AS v(id, attempt)
-WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt
+WHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt
 RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 
 -- ack_claim_solo --
@@ -320,13 +325,13 @@ WITH v AS (
 ), blocked AS (
     SELECT EXISTS (
         SELECT 1 FROM {jobs} AS j JOIN v ON j.id = v.id
-        WHERE j.state = 'running' AND j.attempt = v.attempt AND (j.workflow_id IS NOT NULL OR j.parent_id IS NOT NULL)
+        WHERE j.state || '' = 'running' AND j.attempt = v.attempt AND (j.workflow_id IS NOT NULL OR j.parent_id IS NOT NULL)
     ) AS b
 ), acked AS (
     UPDATE {jobs} AS j SET state = 'succeeded', result = v.result, finished_at = v.now, lease_until = NULL,
                            leased_by = NULL
     FROM v
-    WHERE j.id = v.id AND j.state = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)
+    WHERE j.id = v.id AND j.state || '' = 'running' AND j.attempt = v.attempt AND NOT (SELECT b FROM blocked)
     RETURNING j.id
 ), {claim_ctes}, claimed AS (
 {claim_update}
