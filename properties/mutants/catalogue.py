@@ -131,8 +131,8 @@ CATALOGUE: tuple[Mutant, ...] = (
             _unfenced("max_attempts = max_attempts + 1,\n                  lease_until = NULL, leased_by = NULL\n"),
             Edit(  # the one-statement succeed of a job with no after-terminal duties
                 WORKER_SQL,
-                "    WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL",
-                "    WHERE id = %(id)s AND state = 'running' AND workflow_id IS NULL",
+                "\nWHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL",
+                "\nWHERE id = %(id)s AND state = 'running' AND workflow_id IS NULL",
             ),
         ),
     ),
