@@ -215,7 +215,12 @@ def _python(code: str, url: str, timeout: float, finished_sql: str, n: int) -> f
 # Belay ------------------------------------------------------------------------------------------------
 
 
-AUTOVACUUM_PARAMS = ("autovacuum_vacuum_scale_factor", "autovacuum_vacuum_threshold", "autovacuum_vacuum_cost_delay")
+AUTOVACUUM_PARAMS = (
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_cost_delay",
+    "vacuum_index_cleanup",
+)
 
 
 def belay_setup(url: str, pg_autovacuum_defaults: bool = False) -> None:

@@ -74,7 +74,12 @@ def test_meta_ends_at_version_3_contract_major_1(conn):
     assert conn.execute("SELECT version, contract_major FROM belay_meta").fetchall() == [(3, 1)]
 
 
-AUTOVACUUM = ["autovacuum_vacuum_scale_factor=0", "autovacuum_vacuum_threshold=5000", "autovacuum_vacuum_cost_delay=0"]
+AUTOVACUUM = [
+    "autovacuum_vacuum_scale_factor=0",
+    "autovacuum_vacuum_threshold=5000",
+    "autovacuum_vacuum_cost_delay=0",
+    "vacuum_index_cleanup=on",
+]
 
 
 def _reloptions(c: psycopg.Connection, schema: str = "public") -> list[str] | None:
@@ -112,7 +117,9 @@ def test_migrate_sets_only_autovacuum_storage_parameters_on_belay_jobs_and_no_re
         assert _shape(c) == before
         assert c.execute("SELECT version, contract_major FROM belay_meta").fetchone() == (3, 1)
         # an operator's own setting afterwards is never overwritten by a later migrate
-        c.execute("ALTER TABLE belay_jobs RESET (autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay)")
+        c.execute(
+            "ALTER TABLE belay_jobs RESET (autovacuum_vacuum_threshold, autovacuum_vacuum_cost_delay, vacuum_index_cleanup)"
+        )
         c.execute("ALTER TABLE belay_jobs SET (autovacuum_vacuum_scale_factor = 0.2)")
         assert migrate(c) == []
         assert _reloptions(c) == ["autovacuum_vacuum_scale_factor=0.2"]

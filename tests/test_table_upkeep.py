@@ -231,6 +231,27 @@ def test_the_vacuum_cleans_the_claim_index_even_when_few_heap_pages_hold_dead_ro
         assert _ready_scan_buffers(c) <= clean + 3
 
 
+def test_a_plain_vacuum_of_a_migrated_table_cleans_the_claim_index_too(db_url):
+    """What autovacuum runs is a plain VACUUM: `migrate` sets belay_jobs' vacuum_index_cleanup = on
+    (impl/store/sql/autovacuum.sql), so it too does the index passes when few heap pages hold dead rows — for
+    a worker of any SDK that leaves upkeep to autovacuum."""
+    _no_autovacuum(db_url)
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute(
+            "INSERT INTO belay_jobs (queue, worker, state, inserted_at) "
+            "SELECT 'q', 'k', 'ready', now() FROM generate_series(1, 300000)"
+        )
+        c.execute("VACUUM ANALYZE belay_jobs")
+        clean = _ready_scan_buffers(c)
+        c.execute(
+            "UPDATE belay_jobs SET state = 'running' WHERE id IN "
+            "(SELECT id FROM belay_jobs ORDER BY priority, ready_at NULLS FIRST, id LIMIT 3000)"
+        )
+        assert _ready_scan_buffers(c) >= clean + 10
+        c.execute("VACUUM belay_jobs")
+        assert _ready_scan_buffers(c) <= clean + 3
+
+
 def test_a_role_that_does_not_own_the_table_turns_upkeep_off_once(db_url, caplog):
     """PostgreSQL skips a VACUUM by a role that does not own the table with a WARNING in its log — at every
     pass, for ever. The node says it once and stops."""

@@ -10,8 +10,12 @@
 -- waits longer the more rows the table keeps — retained finished jobs included — so the claim's cost grew
 -- with the table. An absolute threshold vacuums the jobs table at every autovacuum round (the server's
 -- autovacuum_naptime, 1 min by default) once 5,000 row versions are dead, whatever its size, unthrottled.
+-- vacuum_index_cleanup = on: by default (auto) a VACUUM skips the index passes when under 2 % of the heap's
+-- pages hold dead rows — the usual case on a large table of retained jobs — and the claim index then keeps
+-- every claimed row's entry; with it on, autovacuum (and any plain VACUUM) removes them.
 ALTER TABLE {jobs} SET (
     autovacuum_vacuum_scale_factor = 0,
     autovacuum_vacuum_threshold = 5000,
-    autovacuum_vacuum_cost_delay = 0
+    autovacuum_vacuum_cost_delay = 0,
+    vacuum_index_cleanup = on
 );
