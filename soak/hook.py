@@ -20,13 +20,14 @@ soak.judges.refine <run-dir>` and `python -m soak.judges.replay <run-dir>` re-ch
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 import psycopg
 
 from impl.store.snapshot import snapshot, snapshot_streamed
-from soak.judges.refine import RefinementResult, validate
+from soak.judges.refine import RefinementResult, feed, validate
 from soak.judges.replay import HistoryResult, replay, save_state
 from soak.record.capture import Capture, CaptureUnavailable, read_transactions, slot_name
 from soak.record.spill import disk_table
@@ -135,8 +136,11 @@ class HistoryCheck:
             bin_bytes=self.capture.path.stat().st_size if self.capture.path.exists() else 0,
         )
         rules = replay(read_transactions(self.capture.path), self.initial, final, stats)
+        # On more than one CPU the capture is decoded by a second process while this one validates (the
+        # same verdicts, field for field: soak/judges/refine/feed.py) — as `python -m soak.judges.refine` does.
+        ahead = (os.cpu_count() or 1) > 1
         refinement = validate(
-            read_transactions(self.capture.path),
+            feed.decode_ahead(self.capture.path) if ahead else read_transactions(self.capture.path),
             self.run_dir,  # history.jsonl: the harness's cancels and signals (the driver has stopped)
             self.initial,
             taint=set(rules.tainted),
