@@ -321,6 +321,7 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
     explains: list[dict[str, Any]] = []
     samples: list[tuple[float, int, dict[str, float]]] = []
     lock_waiters: list[int] = []
+    lock_kinds: dict[str, int] = {}  # waiters summed over the samples, by wait_event
     # CPU of the workers and their backends when the first job is seen done: what came before is start-up
     # (imports, connections, the first plans), the same for every system and paid once per process.
     first: dict[str, Any] | None = None
@@ -359,13 +360,13 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
                         "cpu_pg": _backends_cpu(probe),
                     }
                 samples.append((now, ok, statio(probe, system["table"])))
-                lock_waiters.append(
-                    one(
-                        probe,
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND wait_event_type = 'Lock'",
-                    )[0]
-                )
+                waiting = probe.execute(
+                    "SELECT wait_event, count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' GROUP BY wait_event"
+                ).fetchall()
+                lock_waiters.append(sum(k for _, k in waiting))
+                for event, k in waiting:  # which lock: advisory, transactionid, tuple, object (NOTIFY's) ...
+                    lock_kinds[event] = lock_kinds.get(event, 0) + k
                 if explain_at and ok >= explain_at[0] * n:
                     explains.append(
                         {"at": explain_at.pop(0), "done": ok, **explain_claim(probe, system["take"], queues)}
@@ -392,6 +393,7 @@ def drain(system: dict, url: str, n: int, procs: int, queues: int, timeout: floa
         "samples": samples,
         "explains": explains,
         "lock_waiters": lock_waiters,
+        "lock_kinds": lock_kinds,
         "cpu_workers": cpu_workers,
         "cpu_pg": cpu_pg,
         "first": first,
@@ -513,6 +515,10 @@ def run_round(
             "explains": d["explains"],
             "lock_waiters_mean": round(statistics.mean(d["lock_waiters"]), 3) if d["lock_waiters"] else 0.0,
             "lock_waiters_max": max(d["lock_waiters"], default=0),
+            # mean waiters per sample by the lock they wait for
+            "lock_waiters_by_kind": {
+                k: round(v / len(d["lock_waiters"]), 3) for k, v in sorted(d["lock_kinds"].items())
+            },
             "claim_latency": latency,
             "load_average": load_average(),
         }
