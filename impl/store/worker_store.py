@@ -86,20 +86,25 @@ class WorkerOps:
             )
             return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
-            if opts.needs_admission_lock:
-                tx.one("lock_queue", {"queue": op.queue})
             take = op.demand
-            if opts.global_limit is not None or opts.partition is not None:
-                # Lock the queue's expired running rows before counting the live ones. The advisory lock
-                # serializes claims only against claims: a renewal that revived an expired lease and
-                # committed after this claim's count read it would leave more live leases than the limit,
-                # a claim the model refuses in commit order (the two-hour soak of seed 2028: queue
-                # soak-global, limit 2, four live leases). Locked, a renewal either committed before the
-                # count (which then sees it) or waits for this claim's commit (and comes after it).
-                tx.all("lock_running", {"queue": op.queue, "now": now})
-            if opts.global_limit is not None:
-                live = tx.one("live_running", {"queue": op.queue, "now": now})["n"]
-                take = admission.global_admit(take, opts.global_limit, live)
+            # The admission prefix in one round trip (a pipeline: the statements still run one after
+            # another, each with its own snapshot, the count's taken after the locks are held): the
+            # queue's advisory lock is held for one round trip fewer per statement.
+            with tx.cur.connection.pipeline():
+                tx.cur.execute(self.q.qb("lock_queue"), {"queue": op.queue})
+                if opts.global_limit is not None or opts.partition is not None:
+                    # Lock the queue's expired running rows before counting the live ones. The advisory
+                    # lock serializes claims only against claims: a renewal that revived an expired lease
+                    # and committed after this claim's count read it would leave more live leases than
+                    # the limit, a claim the model refuses in commit order (the two-hour soak of seed
+                    # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
+                    # committed before the count (which then sees it) or waits for this claim's commit.
+                    tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
+                if opts.global_limit is not None:
+                    tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
+                    row = tx.cur.fetchone()
+                    assert row is not None
+                    take = admission.global_admit(take, opts.global_limit, row["n"])
             failpoint("claim.after_admission")
             window = None
             if opts.rate is not None:
