@@ -48,8 +48,8 @@ RESULT_NOTICES_SUITE = ("tests/test_result_notices.py", "tests/test_drain_hot_pa
 # The runtime's deferred jobs and acks (issue 33): the executor's and the ack group's own tests.
 DEFERRAL_SUITE = ("tests/test_executor.py", "tests/test_ack_group.py")
 
-_FENCE = "WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s\n"
-_NO_FENCE = "WHERE id = %(id)s AND state = 'running'\n"
+_FENCE = "WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s\n"
+_NO_FENCE = "WHERE id = %(id)s AND state || '' = 'running'\n"
 _ORDER = "ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC"
 _ORDER_NULLS_LAST = "ORDER BY priority ASC, ready_at ASC, id ASC"
 
@@ -131,8 +131,8 @@ CATALOGUE: tuple[Mutant, ...] = (
             _unfenced("max_attempts = max_attempts + 1,\n                  lease_until = NULL, leased_by = NULL\n"),
             Edit(  # the one-statement succeed of a job with no after-terminal duties
                 WORKER_SQL,
-                "\nWHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL",
-                "\nWHERE id = %(id)s AND state = 'running' AND workflow_id IS NULL",
+                "\nWHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL",
+                "\nWHERE id = %(id)s AND state || '' = 'running' AND workflow_id IS NULL",
             ),
         ),
     ),

@@ -13,7 +13,7 @@ from model import worker_ops as w
 from model.rows import TERMINAL
 from soak.reference_worker import main
 
-FENCE = " AND state = 'running' AND attempt = %(attempt)s"
+FENCE = " AND state || '' = 'running' AND attempt = %(attempt)s"  # impl/store/sql/worker.sql's spelling
 
 
 class UnfencedStore(PgStore):

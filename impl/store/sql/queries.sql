@@ -210,7 +210,7 @@ SELECT 1 AS found FROM {signals} WHERE scope = %(scope)s AND name = %(name)s
 UPDATE {jobs} SET state = 'awaiting', await_scope = %(scope)s, await_name = %(name)s, ready_at = %(deadline)s,
                   lease_until = NULL, leased_by = NULL,
                   max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue
 
 -- park_ready --
@@ -219,7 +219,7 @@ RETURNING id, queue
 UPDATE {jobs} SET state = 'ready', ready_at = %(now)s, await_scope = NULL, await_name = NULL,
                   lease_until = NULL, leased_by = NULL,
                   max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue
 
 -- missing_deps --

@@ -1,6 +1,11 @@
 -- Belay named queries (worker level: §6 claims and leases, §7 acks, §8 steps/children/cron, §8.7
 -- retention). Conventions as in queries.sql: named parameters, identifiers in braces, `now` always
--- a parameter. Every ack-like write is fenced: WHERE id AND state = 'running' AND attempt = claimed.
+-- a parameter. Every ack-like write is fenced: WHERE id AND state = 'running' AND attempt = claimed —
+-- spelled `state || '' = 'running'` (the same test) so that the planner cannot answer it from
+-- belay_jobs_lease_idx (partial, WHERE state = 'running'): under statistics taken while the backlog was
+-- ready that index looks empty, and a fenced write by id then scans every running row for its one id
+-- (41–63 buffers against 4–7 through the primary key; tests/test_ack_plans.py). The plain spelling is as
+-- correct and as fenced; only the plan differs.
 
 -- lock_queue --
 -- §6: serialize claimers of a queue with global_limit, rate or partition.
@@ -97,7 +102,7 @@ RETURNING j.id, j.queue, j.state, j.workflow_id, j.parent_id
 -- ack_succeed --
 -- §7 succeed: result = envelope(value).
 UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue, state, workflow_id, parent_id
 
 -- ack_succeed_solo --
@@ -107,7 +112,7 @@ RETURNING id, queue, state, workflow_id, parent_id
 -- (notify_results, impl/store/results.py).
 UPDATE {jobs} SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL,
                   leased_by = NULL
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL AND parent_id IS NULL
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s AND workflow_id IS NULL AND parent_id IS NULL
 RETURNING id, queue, state
 
 -- notify_results --
@@ -125,35 +130,35 @@ UPDATE {jobs} SET
     finished_at = CASE WHEN %(retry_at)s::timestamptz IS NOT NULL AND attempt < max_attempts
                        THEN finished_at ELSE %(now)s END,
     errors = errors || %(entry)s, lease_until = NULL, leased_by = NULL
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue, state, workflow_id, parent_id
 
 -- ack_cancel --
 -- §7 cooperative cancel honoured at a step boundary.
 UPDATE {jobs} SET state = 'cancelled', finished_at = %(now)s, lease_until = NULL, leased_by = NULL
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue, state, workflow_id, parent_id
 
 -- ack_snooze --
 -- §7 snooze: ready at until; a snooze spends no attempt.
 UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, max_attempts = max_attempts + 1,
                   lease_until = NULL, leased_by = NULL
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id, queue, state, workflow_id, parent_id
 
 -- fence --
 -- §7: the row only while it runs the claimed attempt (locked: steps of a sleep follow in this transaction).
-SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s FOR UPDATE
+SELECT id FROM {jobs} WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s FOR UPDATE
 
 -- fence_check --
 -- §7: is the claimed attempt still the running one? (no lock)
-SELECT id FROM {jobs} WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+SELECT id FROM {jobs} WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 
 -- sleep_until --
 -- Durable sleep: ready at the journaled time. A wait spends no attempt (model.store.max_attempts_after_park).
 UPDATE {jobs} SET state = 'ready', ready_at = %(until)s, lease_until = NULL, leased_by = NULL,
                   max_attempts = LEAST(max_attempts::bigint + %(park_credit)s, %(attempts_ceiling)s)
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING id
 
 -- read_step --
