@@ -114,7 +114,9 @@ class PgStore(WorkerOps):
         self.results = ResultNotices(self.pool, self.q)
 
     def close(self) -> None:
-        self.results.close()
+        # What is pending goes out first — for a second at most: a node stopping with its database gone
+        # must not wait on notifications, which polling covers anyway (§9.2 is never load-bearing).
+        self.results.close(timeout=1.0)
         self.pool.close()
 
     def __enter__(self) -> PgStore:
