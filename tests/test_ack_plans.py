@@ -74,6 +74,12 @@ def _statements(jobs: list, now) -> dict[str, tuple[bytes, dict[str, Any]]]:
         "ack_error": (q.qb("ack_error"), {**single, "retry_at": now, "entry": Jsonb([{"error": "x"}])}),
         "ack_cancel": (q.qb("ack_cancel"), single),
         "ack_snooze": (q.qb("ack_snooze"), {**single, "until": now}),
+        # the HTTP API's fenced writes (impl/store/sql/http.sql), beside the workers on one database
+        "http_complete_solo": (
+            q.qb("http_complete_solo"),
+            {**single, "result": encode(None), "channel": None, "payload": None},
+        ),
+        "http_extend_lease": (q.qb("http_extend_lease"), {**single, "until": now + TTL}),
         "ack_succeed_many": (
             q.qb("ack_succeed_many"),
             {"ids": ids, "attempts": attempts, "results": results, "nows": nows},

@@ -1,7 +1,9 @@
 -- Belay named queries for the HTTP API (impl/http/): queues as belay_queues rows, task options and
 -- cancel reasons as reserved `$http:` steps, stats, the runs listing, the fenced checkpoint write,
 -- timeouts and the per-queue cleanup policy. Conventions as in queries.sql: named parameters,
--- identifiers in braces, `now` always a parameter (no query reads the database clock).
+-- identifiers in braces, `now` always a parameter (no query reads the database clock). The running fence
+-- is spelled `state || '' = 'running'`, as in worker.sql (see its header): found by id, never by a scan of
+-- belay_jobs_lease_idx, which holds the running rows of the workers that share the database too.
 --
 -- Lock order (contract §7, extended): queue row → workflow advisory lock → job row locks →
 -- signal-scope advisory lock. A task insert holds its queue row FOR KEY SHARE, a queue delete holds
@@ -90,7 +92,7 @@ LIMIT 1
 -- http_extend_lease --
 -- setCheckpoint extend_claim_by: push the fenced run's lease out (never shorten it).
 UPDATE {jobs} SET lease_until = GREATEST(lease_until, %(until)s)
-WHERE id = %(id)s AND state = 'running' AND attempt = %(attempt)s
+WHERE id = %(id)s AND state || '' = 'running' AND attempt = %(attempt)s
 RETURNING lease_until
 
 -- http_signal --
@@ -181,7 +183,7 @@ LIMIT %(limit)s
 WITH done AS (
     UPDATE {jobs} AS j
     SET state = 'succeeded', result = %(result)s, finished_at = %(now)s, lease_until = NULL, leased_by = NULL
-    WHERE j.id = %(id)s AND j.state = 'running' AND j.attempt = %(attempt)s
+    WHERE j.id = %(id)s AND j.state || '' = 'running' AND j.attempt = %(attempt)s
       AND j.workflow_id IS NULL AND j.parent_id IS NULL
       AND NOT EXISTS (
           SELECT 1 FROM {steps} AS s
@@ -207,14 +209,14 @@ WITH input AS (
                          %(nows)s::text::timestamptz[]) AS t(id, attempt, result, now)
 ), locked AS (
     SELECT j.id FROM {jobs} AS j JOIN input AS i ON i.id = j.id
-    WHERE j.state = 'running' AND j.attempt = i.attempt AND j.workflow_id IS NULL AND j.parent_id IS NULL
+    WHERE j.state || '' = 'running' AND j.attempt = i.attempt AND j.workflow_id IS NULL AND j.parent_id IS NULL
     ORDER BY j.id
     FOR UPDATE OF j
 ), done AS (
     UPDATE {jobs} AS j
     SET state = 'succeeded', result = i.result, finished_at = i.now, lease_until = NULL, leased_by = NULL
     FROM input AS i
-    WHERE j.id = i.id AND j.id IN (SELECT id FROM locked) AND j.state = 'running' AND j.attempt = i.attempt
+    WHERE j.id = i.id AND j.id IN (SELECT id FROM locked) AND j.state || '' = 'running' AND j.attempt = i.attempt
       AND j.workflow_id IS NULL AND j.parent_id IS NULL
       AND NOT EXISTS (
           SELECT 1 FROM {steps} AS s
