@@ -41,7 +41,27 @@ class DecodeError(ValueError):
     """A message that does not follow the pgoutput format."""
 
 
-UNCHANGED = object()
+class _Unchanged:
+    """The type of UNCHANGED: one instance, also after pickling — decoded rows cross a process boundary when
+    the trace validation decodes ahead (soak/judges/refine/feed.py), and the validator tests `v is
+    UNCHANGED`. A bare `object()` unpickles as a new object: every TOASTed value an update left out then
+    read as a value, and a valid history was INVALID (tests/test_history_capture.py, through the soak hook)."""
+
+    _instance: _Unchanged | None = None
+
+    def __new__(cls) -> _Unchanged:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __reduce__(self) -> str:
+        return "UNCHANGED"  # pickled by reference: this module's UNCHANGED
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
 """Value of a column the message left out ('u': an unchanged TOASTed value) — take it from the old row."""
 
 
