@@ -154,8 +154,10 @@ def _one_inputs(path: Path, over: int) -> dict:
     seconds = time.perf_counter() - t
     check_peak = (peak_rss_bytes() or 0) / 2**20
     soak = recorded_result(path)
-    same = None if soak is None else json.dumps(result.to_json(), sort_keys=True, default=str) == json.dumps(
-        soak, sort_keys=True, default=str
+    same = (
+        None
+        if soak is None
+        else json.dumps(result.to_json(), sort_keys=True, default=str) == json.dumps(soak, sort_keys=True, default=str)
     )
     return {
         "inputs": str(path),
