@@ -37,19 +37,19 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 T0 = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 RATE = 20.0  # jobs per second of run
 ROWS_PER_SAMPLE = 30
 
 
-def _one(n: int, disk: bool) -> dict:
+def synthetic(n: int) -> tuple[Any, Any, list[dict], Any]:
+    """(job(i), entries(), history, samples()) of a synthetic finished run of n `echo` jobs."""
     from model.envelope import encode
     from model.rows import Job
     from model.state import from_rows
-    from soak.judges.checker import LedgerEntry, LedgerRows, SoakLedger, check
-    from soak.record.spill import DiskTable
-    from soak.report.memory import peak_rss_bytes
+    from soak.judges.checker import LedgerEntry
 
     e0 = T0.timestamp()
     empty = {
@@ -108,6 +108,16 @@ def _one(n: int, disk: bool) -> dict:
     def entries():
         return (LedgerEntry(i, "echo", "succeeded", T0 + timedelta(seconds=i / RATE), {}) for i in range(1, n + 1))
 
+    return job, entries, history, samples
+
+
+def _one(n: int, disk: bool) -> dict:
+    from model.state import from_rows
+    from soak.judges.checker import LedgerRows, SoakLedger, check
+    from soak.record.spill import DiskTable
+    from soak.report.memory import peak_rss_bytes
+
+    job, entries, history, samples = synthetic(n)
     if disk:  # the ledger streamed into a disk table as soak/workload/ledger.py reads a long run's (LedgerRows)
         ledger = SoakLedger(LedgerRows(DiskTable.build((e.job_id, e) for e in entries())))
         jobs = DiskTable.build((i, job(i)) for i in range(1, n + 1))
@@ -130,6 +140,22 @@ def _one(n: int, disk: bool) -> dict:
         "check_seconds": round(seconds, 1),
         "peak_rss_mib": round((peak_rss_bytes() or 0) / 2**20, 1),
     }
+
+
+def record_synthetic(n: int, out: Path) -> None:
+    """The synthetic run of n jobs written as bench.check_inputs records a soak's (for --inputs and profiling)."""
+    from dataclasses import replace
+
+    from bench.check_inputs import write
+    from model.state import from_rows
+    from soak.judges.checker import LedgerRows, SoakLedger
+    from soak.record.spill import DiskTable
+
+    job, entries, history, samples = synthetic(n)
+    ledger = SoakLedger(LedgerRows(DiskTable.build((e.job_id, e) for e in entries())))
+    state = replace(from_rows((), next_id=n + 1), jobs=DiskTable.build((i, job(i)) for i in range(1, n + 1)))
+    for _ in write(out, state, ledger, history, None, samples()):
+        pass
 
 
 def _reset_peak() -> bool:
@@ -212,11 +238,15 @@ def main() -> None:
     p.add_argument("--json", help="also write every configuration's figures to this file")
     p.add_argument("--inputs", nargs="+", help="recorded soak check inputs (bench.check_inputs) to check instead")
     p.add_argument("--over", type=int, default=10_000, help="with --inputs: tables of this many rows on disk")
+    p.add_argument("--record-synthetic", nargs=2, metavar=("JOBS", "OUT"), help="write a synthetic run's inputs")
     p.add_argument("--one", nargs=2, metavar=("JOBS", "DISK"), help=argparse.SUPPRESS)
     p.add_argument("--one-inputs", nargs=2, metavar=("PATH", "OVER"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one_inputs:
         print(json.dumps(_one_inputs(Path(args.one_inputs[0]), int(args.one_inputs[1]))))
+        return
+    if args.record_synthetic:
+        record_synthetic(int(args.record_synthetic[0]), Path(args.record_synthetic[1]))
         return
     if args.inputs:
         main_inputs(args.inputs, args.over, args.json)

@@ -1,0 +1,117 @@
+"""The end-of-run check's memory against the run's length (issue 54, target 5): what it holds per job.
+
+I1 walks every expected job id (the ledger's, spawned children, cron jobs). With a long run's ledger in a
+disk table it held them in a set, copied it into another and sorted it — ~100 bytes a job at the check's
+peak (bench.check_memory). It now streams them in key order; these tests hold it to the same ids, in the
+same order, and to a peak that does not grow with the ledger.
+"""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from model.rows import Job
+from model.state import State
+from soak.judges.inputs import LedgerRows, SoakLedger, StepsByJob, Timeline
+from soak.judges.invariants_jobs import _expected_ids, _i1
+from soak.judges.verdicts import InvariantResult
+from soak.record.spill import DiskTable
+
+T0 = datetime(2026, 12, 7, 12, 0, 0, tzinfo=UTC)
+
+
+class _Ids(Mapping[int, Any]):
+    """Ids 1..n, each mapped to the same value, iterated in key order like a DiskTable (`ordered`), held
+    in no container: what the check allocates while walking it is all the test measures."""
+
+    ordered = True
+
+    def __init__(self, n: int, value: Any) -> None:
+        self.n, self.value = n, value
+
+    def __getitem__(self, key: int) -> Any:
+        if isinstance(key, int) and 1 <= key <= self.n:
+            return self.value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(1, self.n + 1))
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def _done_job() -> Job:
+    empty = {f: None for f in Job.__dataclass_fields__}
+    return Job(
+        **{
+            **empty,
+            "id": 1,
+            "queue": "soak",
+            "worker": "echo",
+            "input": {},
+            "meta": {},
+            "state": "succeeded",
+            "priority": 1,
+            "attempt": 1,
+            "max_attempts": 10,
+            "inserted_at": T0,
+            "finished_at": T0,
+            "errors": [],
+            "spent_usd_micros": 0,
+            "spent_tokens": 0,
+            "cancel_requested": False,
+            "wf_deps": (),
+            "wf_ignore": (),
+        }
+    )
+
+
+def test_the_expected_ids_stream_is_the_sorted_union_for_a_disk_table_and_a_dict() -> None:
+    rng = random.Random(54)
+    for _ in range(30):
+        ledger_ids = sorted(rng.sample(range(1, 400), rng.randrange(0, 60)))
+        extra = set(rng.sample(range(1, 450), rng.randrange(0, 20)))
+        want = sorted(set(ledger_ids) | extra)
+        table = DiskTable.build(((i, i) for i in ledger_ids), cache=1)
+        try:
+            assert list(_expected_ids(table, extra)) == want
+        finally:
+            table.close()
+        shuffled = dict.fromkeys(rng.sample(ledger_ids, len(ledger_ids)))  # a short run's by-id dict
+        assert list(_expected_ids(shuffled, extra)) == want
+
+
+def _i1_peak(n: int) -> tuple[int, int]:
+    """(bytes allocated at I1's peak beyond what it was given, checks) for a ledger of n succeeded jobs."""
+    done = _done_job()
+    jobs = _Ids(n, done)
+    ledger_rows = _Ids(n, None)
+    state = State(jobs=jobs, steps={}, events={})
+    ledger = SoakLedger(LedgerRows(ledger_rows))
+    history = [{"t": T0.timestamp(), "type": "run_start"}, {"t": T0.timestamp() + 1, "type": "drain_end"}]
+    timeline = Timeline(history)
+    r = InvariantResult("I1")
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        _i1(r, state, ledger, ledger_rows, StepsByJob({}), timeline, True, T0.timestamp() + 2, 10.0, history)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    r.finish()
+    assert r.violations == 0 and r.verdict == "valid", r.to_json()
+    return peak, r.checks
+
+
+def test_i1_holds_no_set_of_every_ledger_id() -> None:
+    """10× the ledger, the same peak (within 256 KiB): a set of 200,000 ids and its sorted copy are ~15 MiB."""
+    small, small_checks = _i1_peak(20_000)
+    large, large_checks = _i1_peak(200_000)
+    assert (small_checks, large_checks) == (20_000, 200_000)
+    assert large - small < 256 * 1024, (small, large)
