@@ -45,14 +45,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from model import ops
 from model import worker_ops as w
 from model.envelope import EnvelopeError, decode
 from model.rows import INCOMPLETE, TERMINAL, UNIQUE_MODES, Job, Step
 from model.settle import Member, settle
-from model.state import State, in_key_order
+from model.state import State, in_key_order, items_in_key_order
 
 CONTRACT: dict[str, str] = {
     "I1": "No inserted job is ever lost; all reach a terminal state given workers.",
@@ -738,6 +738,13 @@ def _child_ids(value: bytes) -> list[int] | None:
     return w.child_id_list(ids)  # integers, or their decimal strings (a JSON spelling of bigints)
 
 
+class _Keyed(NamedTuple):
+    """A job holding a spawn key, as I8 keeps it (a long run has thousands of children: not their rows)."""
+
+    id: int
+    unique_key: str | None
+
+
 def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list[Violation]:
     """§11.8: A parent has exactly the children its spawn declared, regardless of crashes between insert and journal.
 
@@ -763,13 +770,14 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
     """
     pruned = set(pruned)
     out: list[Violation] = []
-    keyed: dict[tuple[int, str], dict[int, list[Job]]] = defaultdict(lambda: defaultdict(list))
+    # the keyed children by (parent, spawn name) and index: their id and key only, not their rows
+    keyed: dict[tuple[int, str], dict[int, list[_Keyed]]] = defaultdict(lambda: defaultdict(list))
     for job in in_key_order(state.jobs):
         parsed = parse_spawn_key(job.unique_key)
         if parsed is None:
             continue
         parent, name, index = parsed
-        keyed[(parent, name)][index].append(job)
+        keyed[(parent, name)][index].append(_Keyed(job.id, job.unique_key))
         if job.parent_id != parent:
             out.append(
                 Violation(
@@ -798,7 +806,7 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
                     "hold its keys (a spawn is a memoized step, §8.4)",
                 )
             )
-    for (parent, step_name), step in sorted(state.steps.items()):
+    for (parent, step_name), step in items_in_key_order(state.steps):
         if not step_name.startswith(SPAWN_STEP):
             continue
         name = step_name[len(SPAWN_STEP) :]
