@@ -115,3 +115,86 @@ def test_i1_holds_no_set_of_every_ledger_id() -> None:
     large, large_checks = _i1_peak(200_000)
     assert (small_checks, large_checks) == (20_000, 200_000)
     assert large - small < 256 * 1024, (small, large)
+
+
+class _Fresh(Mapping[Any, Any]):
+    """keys → a new value per read (as a disk table unpickles one), in key order (`ordered`)."""
+
+    ordered = True
+
+    def __init__(self, keys: list[Any], make: Any) -> None:
+        self._keys, self._make = keys, make
+
+    def __getitem__(self, key: Any) -> Any:
+        return self._make(key)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _i8_peak(children: int) -> int:
+    """Bytes allocated at I8's peak (the model's predicate and the soak's rule) for `children` spawned
+    children of 10 parents and as many journaled steps, every row read fresh from its table."""
+    from dataclasses import replace
+
+    from model.envelope import encode
+    from model.invariants import i8_children_as_declared
+    from model.rows import Step
+    from soak.judges.invariants_links import _i8
+
+    kid = replace(_done_job(), input={"pad": "x" * 200}, unique_mode="always")
+    per = children // 10
+    ids = list(range(100, 100 + children))
+
+    def child(i: int) -> Job:
+        p, k = divmod(i - 100, per)
+        return replace(kid, id=i, parent_id=p + 1, unique_key=f"$spawn:{p + 1}:kids:{k}")
+
+    step_keys = [(i, f"s{n}") for i in ids for n in (1,)]
+
+    def step(key: tuple[int, str]) -> Step:
+        return Step(key[0], 1, key[1], encode({"v": "y" * 200}), 0, 0, T0)
+
+    state = State(jobs=_Fresh(ids, child), steps=_Fresh(step_keys, step), events={})
+    r = InvariantResult("I8")
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        found = i8_children_as_declared(state)
+        _i8(r, state, {}, StepsByJob({}))
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert found == [] and r.violations == 0, (found[:3], r.to_json())
+    return peak
+
+
+def test_i8_holds_neither_the_childrens_rows_nor_every_step() -> None:
+    """Per child (and per step), I8 keeps a few small tuples: under 400 bytes; a child's row and a step
+    read back from the table are ~1.5 KiB and ~0.7 KiB here."""
+    small, large = _i8_peak(2_000), _i8_peak(20_000)
+    per = (large - small) / 18_000
+    assert per < 400, (small, large, per)
+
+
+def test_items_in_key_order_is_sorted_items_for_a_disk_table_whatever_order_each_job_was_written_in() -> None:
+    from model.state import items_in_key_order
+
+    rng = random.Random(8)
+    rows = {
+        (j, name): (j, name)
+        for j in rng.sample(range(1, 500), 60)
+        for name in rng.sample(["b", "a", "B", "$x", "é"], 3)
+    }
+    # a disk table is written in its first element's order; within a job, in the order the snapshot gave
+    written = sorted(rows.items(), key=lambda kv: (kv[0][0], rng.random()))
+    table = DiskTable.build(written, cache=1)
+    try:
+        assert list(items_in_key_order(table)) == sorted(rows.items())
+    finally:
+        table.close()
+    assert list(items_in_key_order(dict(written))) == sorted(rows.items())
