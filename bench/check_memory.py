@@ -48,7 +48,6 @@ def synthetic(n: int) -> tuple[Any, Any, list[dict], Any]:
     """(job(i), entries(), history, samples()) of a synthetic finished run of n `echo` jobs."""
     from model.envelope import encode
     from model.rows import Job
-    from model.state import from_rows
     from soak.judges.checker import LedgerEntry
 
     e0 = T0.timestamp()
