@@ -311,13 +311,13 @@ def replay(operations: Iterable[Any], initial: State | None = None) -> list[tupl
 
 
 def _shared_seqs(steps: Iterable[Step]) -> list[Violation]:
-    by_seq: dict[tuple[int, int], list[Step]] = defaultdict(list)
+    by_seq: dict[tuple[int, int], list[str]] = defaultdict(list)  # the names only: not every step's row
     for s in steps:
-        by_seq[(s.job_id, s.seq)].append(s)
+        by_seq[(s.job_id, s.seq)].append(s.name)
     out = []
     for (job_id, seq), rows in sorted(by_seq.items()):
         if len(rows) > 1:
-            names = ", ".join(sorted(repr(s.name) for s in rows))
+            names = ", ".join(sorted(repr(name) for name in rows))
             out.append(Violation("I3", job_id, f"steps {names} share seq {seq}; seq is the per-job insertion order"))
     return out
 
@@ -375,7 +375,7 @@ def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = 
     snapshots = list(snapshots)
     out: list[Violation] = []
     for snap in snapshots:
-        for (job_id, name), s in sorted(snap.steps.items()):
+        for (job_id, name), s in items_in_key_order(snap.steps):
             if (s.job_id, s.name) != (job_id, name):
                 out.append(
                     Violation("I3", job_id, f"the row stored under step {name!r} is job {s.job_id}'s step {s.name!r}")

@@ -198,3 +198,33 @@ def test_items_in_key_order_is_sorted_items_for_a_disk_table_whatever_order_each
     finally:
         table.close()
     assert list(items_in_key_order(dict(written))) == sorted(rows.items())
+
+
+def _i3_peak(steps: int) -> int:
+    """Bytes allocated at the peak of the model's I3 predicate on one snapshot of `steps` journaled steps
+    read fresh from a key-ordered table."""
+    from model.envelope import encode
+    from model.invariants import i3_steps_immutable
+    from model.rows import Step
+
+    keys = [(i, name) for i in range(1, steps // 2 + 1) for name in ("a", "b")]
+    state = State(
+        jobs={}, steps=_Fresh(keys, lambda k: Step(k[0], 1 + (k[1] == "b"), k[1], encode({"v": "y" * 200}), 0, 0, T0))
+    )
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        found = i3_steps_immutable([state])
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert found == [], found[:3]
+    return peak
+
+
+def test_i3_holds_no_step_rows() -> None:
+    """Per step, I3 keeps its (job, seq) and name: under 300 bytes; a step read back is ~0.7 KiB here."""
+    small, large = _i3_peak(2_000), _i3_peak(20_000)
+    per = (large - small) / 18_000
+    assert per < 300, (small, large, per)
