@@ -192,7 +192,7 @@ def _one_inputs(path: Path, over: int) -> dict:
         "steps": len(state.steps),
         "events": len(state.events),
         "history_events": len(history),
-        "lease_samples": result.duties["P14"].checks if "P14" in result.duties else None,
+        "p14_intervals_judged": result.duties["P14"].checks if "P14" in result.duties else None,
         "verdict": result.verdict,
         "soak_verdict": None if soak is None else soak["verdict"],
         "same_result_as_soak": same,
