@@ -39,6 +39,7 @@ randomness. Imports only model/ and the standard library (`replay` imports model
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -134,6 +135,38 @@ def _steps_by_job(steps: Iterable[Step]) -> dict[int, list[Step]]:
     for rows in grouped.values():
         rows.sort(key=lambda s: (s.seq, s.name))
     return grouped
+
+
+def _both_ordered(state: State) -> bool:
+    return bool(getattr(state.jobs, "ordered", False) and getattr(state.steps, "ordered", False))
+
+
+class _StepsInOrder:
+    """`_steps_by_job(steps.values())` for a steps table iterated in job order (a disk-backed snapshot's),
+    read for ascending job ids: one job's steps held at a time, not every step of the run (issue 54). A
+    step stored under another job's key (none in a snapshot) is found by a first pass over the keys."""
+
+    def __init__(self, steps: Mapping[tuple[int, str], Step]) -> None:
+        self._strays: dict[int, list[Step]] = defaultdict(list)
+        for (job_id, _name), s in steps.items():
+            if s.job_id != job_id:
+                self._strays[s.job_id].append(s)
+        self._groups = itertools.groupby(steps.items(), key=lambda kv: kv[0][0])
+        self._at: tuple[int, list[Step]] | None = None
+
+    def get(self, job_id: int, default: list[Step]) -> list[Step]:
+        while self._at is None or self._at[0] < job_id:
+            nxt = next(self._groups, None)
+            if nxt is None:
+                self._at = (job_id + 1, [])  # past the last step: nothing further
+                break
+            self._at = (nxt[0], [s for _k, s in nxt[1]])
+        mine = [s for s in self._at[1] if s.job_id == job_id] if self._at[0] == job_id else []
+        mine += self._strays.get(job_id, [])
+        if not mine:
+            return default
+        mine.sort(key=lambda s: (s.seq, s.name))
+        return mine
 
 
 def parse_spawn_key(key: str | None) -> tuple[int, str, int] | None:
@@ -475,7 +508,7 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
         step after the live attempt already passed it; the live attempt never sees the spend.
     """
     out: list[Violation] = []
-    steps = _steps_by_job(state.steps.values())
+    steps = _StepsInOrder(state.steps) if _both_ordered(state) else _steps_by_job(state.steps.values())
     for job in in_key_order(state.jobs):
         rows = steps.get(job.id, [])
         usd = sum(s.usd_micros for s in rows)

@@ -228,3 +228,62 @@ def test_i3_holds_no_step_rows() -> None:
     small, large = _i3_peak(2_000), _i3_peak(20_000)
     per = (large - small) / 18_000
     assert per < 300, (small, large, per)
+
+
+def _i4_peak(jobs: int) -> int:
+    """Bytes allocated at the peak of the model's I4 predicate over `jobs` succeeded jobs with two journaled
+    steps each, jobs and steps read fresh from key-ordered tables."""
+    from dataclasses import replace
+
+    from model.envelope import encode
+    from model.invariants import i4_budget_fails_on_crossing_step
+    from model.rows import Step
+
+    done = _done_job()
+    ids = list(range(1, jobs + 1))
+    keys = [(i, name) for i in ids for name in ("a", "b")]
+    state = State(
+        jobs=_Fresh(ids, lambda i: replace(done, id=i)),
+        steps=_Fresh(keys, lambda k: Step(k[0], 1 + (k[1] == "b"), k[1], encode({"v": "y" * 200}), 0, 0, T0)),
+    )
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        found = i4_budget_fails_on_crossing_step(state)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert found == [], found[:3]
+    return peak
+
+
+def test_i4_holds_no_step_rows_of_a_disk_backed_snapshot() -> None:
+    """10× the jobs and steps, about the same peak (< 50 B per job): grouped whole, two steps a job are
+    ~1.5 KiB."""
+    small, large = _i4_peak(1_000), _i4_peak(10_000)
+    per = (large - small) / 9_000
+    assert per < 50, (small, large, per)
+
+
+def test_i4_reads_the_same_steps_from_an_ordered_table_strays_included() -> None:
+    """_StepsInOrder gives each job what _steps_by_job gives, a step stored under another job's key too."""
+    from model.invariants import _steps_by_job, _StepsInOrder
+    from model.rows import Step
+
+    rng = random.Random(4)
+    steps = {}
+    for j in sorted(rng.sample(range(1, 200), 40)):
+        for name in rng.sample(["x", "y", "z", "w"], rng.randrange(1, 4)):
+            steps[(j, name)] = Step(j, rng.randrange(1, 5), name, b"", 0, 0, T0)
+    stray_key = next(iter(steps))
+    steps[stray_key] = replace_step = Step(7, 9, stray_key[1], b"", 0, 0, T0)  # under another job's key
+    table = DiskTable.build(sorted(steps.items()), cache=1)
+    try:
+        want = _steps_by_job(steps.values())
+        got = _StepsInOrder(table)
+        for j in range(1, 201):
+            assert got.get(j, []) == want.get(j, []), j
+        assert replace_step in want[7]
+    finally:
+        table.close()
