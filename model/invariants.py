@@ -147,10 +147,10 @@ class _StepsInOrder:
     step stored under another job's key (none in a snapshot) is found by a first pass over the keys."""
 
     def __init__(self, steps: Mapping[tuple[int, str], Step]) -> None:
-        self._strays: dict[int, list[Step]] = defaultdict(list)
+        self._strays: dict[int, list[tuple[int, Step]]] = defaultdict(list)  # job → (the key's job, step)
         for (job_id, _name), s in steps.items():
             if s.job_id != job_id:
-                self._strays[s.job_id].append(s)
+                self._strays[s.job_id].append((job_id, s))
         self._groups = itertools.groupby(steps.items(), key=lambda kv: kv[0][0])
         self._at: tuple[int, list[Step]] | None = None
 
@@ -161,12 +161,14 @@ class _StepsInOrder:
                 self._at = (job_id + 1, [])  # past the last step: nothing further
                 break
             self._at = (nxt[0], [s for _k, s in nxt[1]])
-        mine = [s for s in self._at[1] if s.job_id == job_id] if self._at[0] == job_id else []
+        mine = [(job_id, s) for s in self._at[1] if s.job_id == job_id] if self._at[0] == job_id else []
         mine += self._strays.get(job_id, [])
         if not mine:
             return default
-        mine.sort(key=lambda s: (s.seq, s.name))
-        return mine
+        # ties of (seq, name) — only with a stray — in the table's order, as the stable sort of
+        # _steps_by_job keeps them
+        mine.sort(key=lambda ks: (ks[1].seq, ks[1].name, ks[0]))
+        return [s for _k, s in mine]
 
 
 def parse_spawn_key(key: str | None) -> tuple[int, str, int] | None:

@@ -278,9 +278,11 @@ def test_i4_reads_the_same_steps_from_an_ordered_table_strays_included() -> None
             steps[(j, name)] = Step(j, rng.randrange(1, 5), name, b"", 0, 0, T0)
     stray_key = next(iter(steps))
     steps[stray_key] = replace_step = Step(7, 9, stray_key[1], b"", 0, 0, T0)  # under another job's key
+    steps[(7, "x")] = Step(7, 9, "x", b"mine", 0, 0, T0)
+    steps[(3, "x")] = Step(7, 9, "x", b"stray", 0, 0, T0)  # a tie with job 7's own: kept in table order
     table = DiskTable.build(sorted(steps.items()), cache=1)
     try:
-        want = _steps_by_job(steps.values())
+        want = _steps_by_job(table.values())  # what I4 did with this table
         got = _StepsInOrder(table)
         for j in range(1, 201):
             assert got.get(j, []) == want.get(j, []), j
