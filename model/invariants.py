@@ -39,20 +39,21 @@ randomness. Imports only model/ and the standard library (`replay` imports model
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 from model import ops
 from model import worker_ops as w
 from model.envelope import EnvelopeError, decode
 from model.rows import INCOMPLETE, TERMINAL, UNIQUE_MODES, Job, Step
 from model.settle import Member, settle
-from model.state import State, in_key_order
+from model.state import State, in_key_order, items_in_key_order
 
 CONTRACT: dict[str, str] = {
     "I1": "No inserted job is ever lost; all reach a terminal state given workers.",
@@ -134,6 +135,40 @@ def _steps_by_job(steps: Iterable[Step]) -> dict[int, list[Step]]:
     for rows in grouped.values():
         rows.sort(key=lambda s: (s.seq, s.name))
     return grouped
+
+
+def _both_ordered(state: State) -> bool:
+    return bool(getattr(state.jobs, "ordered", False) and getattr(state.steps, "ordered", False))
+
+
+class _StepsInOrder:
+    """`_steps_by_job(steps.values())` for a steps table iterated in job order (a disk-backed snapshot's),
+    read for ascending job ids: one job's steps held at a time, not every step of the run (issue 54). A
+    step stored under another job's key (none in a snapshot) is found by a first pass over the keys."""
+
+    def __init__(self, steps: Mapping[tuple[int, str], Step]) -> None:
+        self._strays: dict[int, list[tuple[int, Step]]] = defaultdict(list)  # job → (the key's job, step)
+        for (job_id, _name), s in steps.items():
+            if s.job_id != job_id:
+                self._strays[s.job_id].append((job_id, s))
+        self._groups = itertools.groupby(steps.items(), key=lambda kv: kv[0][0])
+        self._at: tuple[int, list[Step]] | None = None
+
+    def get(self, job_id: int, default: list[Step]) -> list[Step]:
+        while self._at is None or self._at[0] < job_id:
+            nxt = next(self._groups, None)
+            if nxt is None:
+                self._at = (job_id + 1, [])  # past the last step: nothing further
+                break
+            self._at = (nxt[0], [s for _k, s in nxt[1]])
+        mine = [(job_id, s) for s in self._at[1] if s.job_id == job_id] if self._at[0] == job_id else []
+        mine += self._strays.get(job_id, [])
+        if not mine:
+            return default
+        # ties of (seq, name) — only with a stray — in the table's order, as the stable sort of
+        # _steps_by_job keeps them
+        mine.sort(key=lambda ks: (ks[1].seq, ks[1].name, ks[0]))
+        return [s for _k, s in mine]
 
 
 def parse_spawn_key(key: str | None) -> tuple[int, str, int] | None:
@@ -311,13 +346,13 @@ def replay(operations: Iterable[Any], initial: State | None = None) -> list[tupl
 
 
 def _shared_seqs(steps: Iterable[Step]) -> list[Violation]:
-    by_seq: dict[tuple[int, int], list[Step]] = defaultdict(list)
+    by_seq: dict[tuple[int, int], list[str]] = defaultdict(list)  # the names only: not every step's row
     for s in steps:
-        by_seq[(s.job_id, s.seq)].append(s)
+        by_seq[(s.job_id, s.seq)].append(s.name)
     out = []
     for (job_id, seq), rows in sorted(by_seq.items()):
         if len(rows) > 1:
-            names = ", ".join(sorted(repr(s.name) for s in rows))
+            names = ", ".join(sorted(repr(name) for name in rows))
             out.append(Violation("I3", job_id, f"steps {names} share seq {seq}; seq is the per-job insertion order"))
     return out
 
@@ -375,7 +410,7 @@ def i3_steps_immutable(snapshots: Sequence[State], *, journal: Journal | None = 
     snapshots = list(snapshots)
     out: list[Violation] = []
     for snap in snapshots:
-        for (job_id, name), s in sorted(snap.steps.items()):
+        for (job_id, name), s in items_in_key_order(snap.steps):
             if (s.job_id, s.name) != (job_id, name):
                 out.append(
                     Violation("I3", job_id, f"the row stored under step {name!r} is job {s.job_id}'s step {s.name!r}")
@@ -475,7 +510,7 @@ def i4_budget_fails_on_crossing_step(state: State) -> list[Violation]:
         step after the live attempt already passed it; the live attempt never sees the spend.
     """
     out: list[Violation] = []
-    steps = _steps_by_job(state.steps.values())
+    steps = _StepsInOrder(state.steps) if _both_ordered(state) else _steps_by_job(state.steps.values())
     for job in in_key_order(state.jobs):
         rows = steps.get(job.id, [])
         usd = sum(s.usd_micros for s in rows)
@@ -738,6 +773,13 @@ def _child_ids(value: bytes) -> list[int] | None:
     return w.child_id_list(ids)  # integers, or their decimal strings (a JSON spelling of bigints)
 
 
+class _Keyed(NamedTuple):
+    """A job holding a spawn key, as I8 keeps it (a long run has thousands of children: not their rows)."""
+
+    id: int
+    unique_key: str | None
+
+
 def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list[Violation]:
     """§11.8: A parent has exactly the children its spawn declared, regardless of crashes between insert and journal.
 
@@ -763,13 +805,14 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
     """
     pruned = set(pruned)
     out: list[Violation] = []
-    keyed: dict[tuple[int, str], dict[int, list[Job]]] = defaultdict(lambda: defaultdict(list))
+    # the keyed children by (parent, spawn name) and index: their id and key only, not their rows
+    keyed: dict[tuple[int, str], dict[int, list[_Keyed]]] = defaultdict(lambda: defaultdict(list))
     for job in in_key_order(state.jobs):
         parsed = parse_spawn_key(job.unique_key)
         if parsed is None:
             continue
         parent, name, index = parsed
-        keyed[(parent, name)][index].append(job)
+        keyed[(parent, name)][index].append(_Keyed(job.id, job.unique_key))
         if job.parent_id != parent:
             out.append(
                 Violation(
@@ -798,7 +841,7 @@ def i8_children_as_declared(state: State, *, pruned: Iterable[int] = ()) -> list
                     "hold its keys (a spawn is a memoized step, §8.4)",
                 )
             )
-    for (parent, step_name), step in sorted(state.steps.items()):
+    for (parent, step_name), step in items_in_key_order(state.steps):
         if not step_name.startswith(SPAWN_STEP):
             continue
         name = step_name[len(SPAWN_STEP) :]

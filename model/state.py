@@ -7,6 +7,7 @@ kind of value as the model's, and the §11 invariant predicates run unchanged on
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -154,4 +155,18 @@ def in_key_order(table: Mapping[Any, Any]) -> Iterable[Any]:
     return [table[k] for k in sorted(table)]
 
 
-__all__ = ["State", "Tables", "from_rows", "in_key_order"]
+def items_in_key_order(table: Mapping[Any, Any]) -> Iterable[tuple[Any, Any]]:
+    """`sorted(table.items())`. A table that iterates in the order of its keys' first element (`ordered`:
+    a disk-backed snapshot table, keys (job id, …) or job ids) is streamed one first element at a time,
+    each group sorted — never a list of every row (issue 54: the check's steps, held at once)."""
+    if getattr(table, "ordered", False):
+        return (kv for _, group in itertools.groupby(table.items(), key=_first) for kv in sorted(group))
+    return sorted(table.items())
+
+
+def _first(item: tuple[Any, Any]) -> Any:
+    key = item[0]
+    return key[0] if isinstance(key, tuple) else key
+
+
+__all__ = ["State", "Tables", "from_rows", "in_key_order", "items_in_key_order"]

@@ -97,8 +97,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "I1: the model's no-job-lost predicate is not applied (a ledger job gone from the database passes)",
         "§11 I1",
         INVARIANTS_JOBS_PY,
-        "    r.add(inv.i1_no_job_lost(state, expected, drained=False))\n",
-        "    r.add([])  # MUTANT: inv.i1_no_job_lost not applied\n",
+        "        r.add(inv.i1_no_job_lost(state, chunk, drained=False))\n",
+        "        r.add([])  # MUTANT: inv.i1_no_job_lost not applied\n",
     ),
     _one(
         "cert_i1_stuck_after_a_drain_not_flagged",

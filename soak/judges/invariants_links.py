@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 from model import invariants as inv
 from model.rows import Job
@@ -150,14 +150,21 @@ def _i7(r: InvariantResult, state: State, ledger: SoakLedger) -> None:
 # --- I8 -------------------------------------------------------------------------------------------------
 
 
+class _Kid(NamedTuple):
+    id: int
+    terminal: bool
+    finished_at: datetime | None
+
+
 def _i8(
     r: InvariantResult, state: State, by_id: Mapping[int, LedgerEntry], steps: StepsByJob, skew: float = 0.0
 ) -> None:
     r.add(inv.i8_children_as_declared(state))
-    kids: dict[int, list[Job]] = defaultdict(list)
+    # each parent's children: what is read of them below, not their rows (a long run has thousands)
+    kids: dict[int, list[_Kid]] = defaultdict(list)
     for j in state.jobs.values():
         if j.parent_id is not None:
-            kids[j.parent_id].append(j)
+            kids[j.parent_id].append(_Kid(j.id, j.terminal, j.finished_at))
     parents = 0
     for job in in_key_order(state.jobs):
         entry = by_id.get(job.id)
