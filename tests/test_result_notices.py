@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 import psycopg
@@ -110,6 +111,35 @@ def test_a_group_commit_notifies_each_acked_job_once(db_url, store, now):
         assert _payloads(listener, 1, timeout=0.3) == [], "the claimed job is not terminal: no notification"
     finally:
         listener.close()
+
+
+def test_notifications_that_keep_coming_wait_for_the_gap_and_go_together(db_url):
+    """Under throughput (the previous statement carried more than one notification) one statement per
+    `gap`: the 19 handed over one by one within the gap after a statement of two share the next one. One at
+    a time (a client awaiting each job before the next) each goes at once."""
+    listener = _listen(db_url)
+    with PgStore(db_url) as s:
+        notices = ResultNotices(s.pool, s.q, gap=60.0)
+        try:
+            for i in (1, 2):  # one per statement: never held back by the gap
+                notices.add([i])
+                assert notices.flush(10)
+            assert notices.statements == 2
+            notices.add([3, 4])
+            assert notices.flush(10)
+            for i in range(5, 24):
+                notices.add([i])
+            time.sleep(0.2)
+            assert notices.statements == 3, "the gap after a statement of two did not hold the next back"
+            notices.gap = 0.0  # end the wait (the next check of the gap sees it)
+            with notices._cv:
+                notices._cv.notify_all()
+            assert notices.flush(10)
+            assert (notices.sent, notices.statements) == (23, 4)
+            assert sorted(_payloads(listener, 23)) == sorted(result_payload(i) for i in range(1, 24))
+        finally:
+            notices.close()
+            listener.close()
 
 
 def test_more_than_a_batch_goes_out_in_batches(db_url, store):
