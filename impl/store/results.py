@@ -36,9 +36,12 @@ BATCH = 1000  # ids per statement (each is one pg_notify; the queue page holds ~
 # Under throughput, at most one statement per GAP seconds: what arrives meanwhile joins the next. Without it
 # a single worker process sent one statement (a transaction of its own) per ack group — twice the commits of
 # the acks alone, +20 µs of worker CPU per job at one process (bench.scale, fleet P = 1: 0.108 → 0.208
-# commits per job). "Under throughput": the previous statement carried more than one notification. A
-# client awaiting one job at a time (bench.run latency) sends one per statement and never waits.
-GAP = 0.005
+# commits per job); with 5 ms, 0.133 at one process but 0.217 at eight (each process's notifier at its cap
+# of 200 statements/s). 20 ms caps a process at 50. "Under throughput": the previous statement carried more
+# than one notification; a client awaiting one job at a time (bench.run latency) never waits, and one
+# awaiting a job among thousands per second is woken within 20 ms — a tenth of Client.await_result's 200 ms
+# polling floor.
+GAP = 0.020
 
 
 class ResultNotices:
