@@ -27,8 +27,9 @@ Two sweeps:
                                   by the probe at 0 %, 50 % and 90 % of the drain: plan node and buffers
                                   (a sequential scan would show here: "no plan that degrades")
   fleet     N = --fleet-jobs, P = each --fleet value worker processes (one node each) on one queue, and
-            (Belay) on 8 queues with limits (each queue: per-node limit 10, global_limit 40, so claims
-            serialize on the queue's admission lock): aggregate drain rate, CPU µs per job (all worker
+            on 8 queues with limits — Belay: each queue per-node limit 10, global_limit 40 (batched 200 /
+            400), so claims serialize on the queue's admission lock; pgqueuer: 8 entrypoints, each with
+            `concurrency_limit` 40 (batch 100: 400), its limit held across all workers in SQL —: aggregate drain rate, CPU µs per job (all worker
             processes + backends), backends seen waiting on a lock (pg_stat_activity, sampled every
             poll: the claim conflicts one sees from outside) and rolled-back transactions per job.
             p99 claim latency is not measured: it needs timing inside the worker, which this bench
@@ -60,7 +61,6 @@ import psycopg
 
 from bench import compile_sources, proc_cpu_seconds
 from bench.peers import (
-    PGQUEUER_DRAIN,
     PGQUEUER_FINISHED,
     POLL_S,
     _backends_cpu,
@@ -143,6 +143,65 @@ while True:  # until the bench terminates the process
         upkeep.once()
     time.sleep(2.0)
 """
+# pgqueuer as bench.peers runs it (PGQUEUER_DRAIN: its `pgq run` shape, one asyncpg connection on uvloop),
+# with the queue count a parameter: 1 — the entrypoint "noop", no limit (bench.peers's drain exactly); k > 1 —
+# entrypoints noop0..noop{k-1}, each with `concurrency_limit` BENCH_LIMIT, pgqueuer's limit "enforced at the
+# database level across all workers" (pgqueuer.qm.QueueManager.entrypoint, 1.4.0+: named seats) — the
+# equivalent of the Belay queues' global_limit (40 per queue for batch 10, 400 for batch 100).
+PGQUEUER_DRAIN_QUEUES = """
+import os, logging
+import asyncpg, uvloop
+from pgqueuer.db import AsyncpgDriver
+from pgqueuer.qm import QueueManager
+from pgqueuer.queries import Queries
+logging.disable(logging.WARNING)
+url, batch, k = os.environ["BENCH_URL"], int(os.environ["BENCH_BATCH"]), int(os.environ["BENCH_QUEUES"])
+limit = int(os.environ.get("BENCH_LIMIT", "0"))
+
+async def main():
+    conn = await asyncpg.connect(url)
+    qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+    async def noop(job):
+        return None
+
+    if k == 1:
+        qm.entrypoint("noop")(noop)
+    else:
+        for i in range(k):
+            qm.entrypoint(f"noop{i}", concurrency_limit=limit)(noop)
+    await qm.run(batch_size=batch)
+
+uvloop.run(main())
+"""
+
+
+def pgqueuer_enqueue_queues(url: str, n: int, k: int) -> float:
+    """bench.peers's pgqueuer enqueue (batches of BATCH through Queries.enqueue), over k entrypoints."""
+    if k == 1:
+        return pgqueuer_enqueue(url, n)
+    import asyncio
+
+    from pgqueuer.db import PsycopgDriver
+    from pgqueuer.queries import Queries
+
+    async def go() -> float:
+        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        try:
+            q = Queries(PsycopgDriver(conn))
+            started = time.perf_counter()
+            for start in range(0, n, BATCH):
+                stop = min(BATCH, n - start) + start
+                await q.enqueue(
+                    [f"noop{j % k}" for j in range(start, stop)], [None] * (stop - start), [0] * (stop - start)
+                )
+            return time.perf_counter() - started
+        finally:
+            await conn.close()
+
+    return asyncio.run(go())
+
+
 BELAY_FINISHED_ANY = (
     "SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'failed') FROM belay_jobs"
 )
@@ -200,23 +259,23 @@ SYSTEMS: dict[str, dict[str, Any]] = {
         "label": "pgqueuer (batch 10, its default)",
         "table": "pgqueuer",
         "setup": pgqueuer_setup,
-        "enqueue": lambda url, n, k: pgqueuer_enqueue(url, n),
-        "code": PGQUEUER_DRAIN,
-        "env": {"BENCH_BATCH": "10"},
+        "enqueue": pgqueuer_enqueue_queues,
+        "code": PGQUEUER_DRAIN_QUEUES,
+        "env": {"BENCH_BATCH": "10", "BENCH_LIMIT": "40"},
         "finished": PGQUEUER_FINISHED,
         "take": 10,
-        "queues_ok": False,
+        "queues_ok": True,
     },
     "pgqueuer-100": {
         "label": "pgqueuer (batch 100)",
         "table": "pgqueuer",
         "setup": pgqueuer_setup,
-        "enqueue": lambda url, n, k: pgqueuer_enqueue(url, n),
-        "code": PGQUEUER_DRAIN,
-        "env": {"BENCH_BATCH": "100"},
+        "enqueue": pgqueuer_enqueue_queues,
+        "code": PGQUEUER_DRAIN_QUEUES,
+        "env": {"BENCH_BATCH": "100", "BENCH_LIMIT": "400"},
         "finished": PGQUEUER_FINISHED,
         "take": 100,
-        "queues_ok": False,
+        "queues_ok": True,
     },
     "sql-10": {
         "label": "pure-SQL claim+ack loop (1 connection, 10 per claim)",
@@ -819,7 +878,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backlog", default="10000,100000,1000000", help="comma list of backlog sizes ('' to skip)")
     p.add_argument("--fleet", default="1,2,4,8", help="comma list of worker process counts ('' to skip)")
     p.add_argument("--fleet-jobs", type=int, default=20000)
-    p.add_argument("--fleet-queues", default="1,8", help="queue counts for the fleet sweep (8: Belay only)")
+    p.add_argument(
+        "--fleet-queues",
+        default="1,8",
+        help="queue counts for the fleet sweep (k > 1: k queues / entrypoints with limits)",
+    )
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--systems", default="belay,belay-batched,pgqueuer", help=f"comma list of {','.join(SYSTEMS)}")
     p.add_argument("--out", type=Path, default=None)

@@ -224,8 +224,11 @@ class AckMany:
 class AckClaim:
     """Acks and the next claim of their queue in one transaction (the runtime's group commit, issue 33):
     exactly `acks` (an AckMany: each row fenced on its own attempt, the after-terminal steps once) and
-    then `claim`, committed together — the claim sees the rows the acks wrote. Plain queues only: a
-    queue whose claims take the admission lock (global limit, rate, partitions) claims on its own."""
+    then `claim`, committed together — the claim sees the rows the acks wrote. On a queue whose claims
+    take the admission lock (global limit, rate, partitions) the admission counts are taken after the
+    acks, so the slots the acks freed count as free (§6: "All claim work happens in one transaction";
+    the wire contract fixes no boundary between an ack's transaction and a claim's, and one commit for
+    both is what the runtime's group commit does on every queue)."""
 
     acks: AckMany
     claim: Claim
@@ -233,10 +236,6 @@ class AckClaim:
     def __post_init__(self) -> None:
         if not isinstance(self.acks, AckMany) or not isinstance(self.claim, Claim):
             raise InvalidInput("AckClaim needs an AckMany and a Claim")
-        if self.claim.opts.needs_admission_lock:
-            raise InvalidInput(
-                f"AckClaim claims only on plain queues; {self.claim.queue!r} has admission limits (claim it alone)"
-            )
 
 
 @dataclass(frozen=True)

@@ -149,3 +149,56 @@ def test_a_live_leases_renewal_and_ack_do_not_wait_for_a_global_limit_claim(db_u
     finally:
         claimer.close()
         other.close()
+
+
+def test_an_ack_group_and_claim_on_a_global_limit_queue_and_another_claim_commit_in_the_models_order(db_url):
+    """Issue 54: a group of acks and the claim of the slots they free, on a queue with a global limit, in one
+    transaction (AckClaim). Its claim counts under the queue's advisory lock, taken before the acks: n1 acks
+    its one job and claims two while the limit is 2; it stops after its count, with the rows not yet
+    claimed. n2's claim must wait for n1's commit — a claim that counted meanwhile would see n1's acked job
+    still running and none of n1's new leases, admit one, and leave three live leases — and both must
+    answer what the model answers in that order."""
+    opts = QueueOpts(global_limit=2)
+    model = ModelStore()
+    specs = tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(5))
+    with PgStore(db_url, pool_size=1, notify=False) as s:
+        enq = ops.Enqueue(NOW, specs)
+        s.apply(enq)
+        model.apply(enq)
+        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
+        [held] = s.apply(first).jobs
+        model.apply(first)
+    later = NOW + timedelta(seconds=2)  # n1's lease is live
+    acks = w.AckMany(later, (w.Ack(later, held.id, held.attempt, w.Succeed(None)),))
+    group = w.AckClaim(acks, w.Claim(later, "q", "n1", 2, TTL, opts))
+    claim = w.Claim(later, "q", "n2", 2, TTL, opts)
+    grouper, claimer = Client(db_url, "grouper", PgStore), Client(db_url, "claimer", PgStore)
+    try:
+        with (
+            Pause("claim.after_admission", thread="grouper") as paused,
+            psycopg.connect(db_url, autocommit=True) as obs,
+        ):
+            grouper.start(lambda st: st.apply(group))
+            reached(paused, grouper)
+            claimer.start(lambda st: st.apply(claim))
+            seen = blocked_or_parked(obs, claimer)
+            paused.release()
+            grouped, claimed = grouper.join(), claimer.join()
+        assert grouper.error is None and claimer.error is None, (grouper.error, claimer.error)
+        order = (claim, group) if "finished" in seen else (group, claim)  # the order the two committed
+        expected = {type(op): model.apply(op) for op in order}
+        assert grouped == expected[w.AckClaim], f"{seen}: {grouped} against the model's {expected[w.AckClaim]}"
+        assert [j.id for j in claimed.jobs] == [j.id for j in expected[w.Claim].jobs], (
+            f"{seen}: the claim took {[j.id for j in claimed.jobs]}, the model in commit order "
+            f"{[j.id for j in expected[w.Claim].jobs]}"
+        )
+        with psycopg.connect(db_url, autocommit=True) as c:
+            live = c.execute(
+                "SELECT count(*) FROM belay_jobs WHERE queue = 'q' AND state = 'running' AND lease_until > %s",
+                (later,),
+            ).fetchone()
+        assert live is not None and live[0] <= 2, f"{live[0]} live leases on a queue limited to 2"
+        assert "waits on a lock" in seen, f"{seen}: the other claim did not wait for the group's admission"
+    finally:
+        grouper.close()
+        claimer.close()

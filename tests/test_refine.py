@@ -387,6 +387,46 @@ def test_an_ack_claim_that_retries_a_row_and_claims_it_again_is_explained(url, t
     assert r.by_kind["claim"] == 2 and r.unexplained == 0, r.by_kind
 
 
+def test_an_ack_claim_on_a_global_limit_queue_is_explained_and_one_past_the_limit_is_not(url, tmp_path):
+    """Issue 54: the group commit on a queue with a global limit — the acks free their slots and the claim,
+    counting after them in the same transaction, takes as many as the limit then allows. §6 "All claim work
+    happens in one transaction" fixes no boundary between the acks and the claim, so the refinement must
+    explain it (the claim after the acks); the same group claiming one job more than the limit allows (the
+    count taken before the acks: the acked row still counted — here written by hand) must not be."""
+    opts = QueueOpts.parse({"global_limit": 2})
+    ttl = timedelta(seconds=30)
+    for variant in ("counted_after_acks", "past_the_limit"):
+        with Captured(url, tmp_path, f"ackclaim-{variant}") as cap:
+            with PgStore(url) as store, Client(url) as client:
+                store.apply(ops.PutQueue(now(), "qg", {"global_limit": 2}))
+                ids = [client.enqueue("qg", "k", {}).id for _ in range(5)]
+                store.apply(w.Claim(now(), "qg", "n1", 2, ttl, opts))  # ids[0], ids[1]: the limit
+                t = now()
+                acks = w.AckMany(t, (w.Ack(t, ids[0], 1, w.Succeed(None)),))
+                if variant == "counted_after_acks":
+                    got = store.apply(w.AckClaim(acks, w.Claim(t, "qg", "n1", 3, ttl, opts)))
+                    assert [j.id for j in got.claimed.jobs] == [ids[2]]  # one slot free of two
+                else:
+                    with psycopg.connect(url) as c:  # one transaction: the ack, then two claimed
+                        c.execute("SELECT pg_advisory_xact_lock(hashtext('belay:qg'))")
+                        c.execute(
+                            "UPDATE belay_jobs SET state = 'succeeded', finished_at = %(t)s, lease_until = NULL, "
+                            "leased_by = NULL, result = 'null' WHERE id = %(id)s",
+                            {"t": t, "id": ids[0]},
+                        )
+                        c.execute(
+                            "UPDATE belay_jobs SET state = 'running', attempt = attempt + 1, lease_until = %(u)s, "
+                            "leased_by = 'n1', started_at = %(t)s WHERE id = ANY(%(ids)s)",
+                            {"t": t, "u": t + ttl, "ids": ids[2:4]},
+                        )
+        r = cap.validate()
+        if variant == "counted_after_acks":
+            assert r.verdict == "valid", first(r)
+            assert r.unexplained == 0 and r.admission_claims["qg"] == 2, (r.by_kind, r.admission_claims)
+        else:
+            assert r.verdict == "invalid" and r.unexplained == 1, r.line()
+
+
 def test_a_claim_by_a_node_whose_clock_runs_ahead_is_admitted_at_its_own_now(url, tmp_path):
     """global_limit 1: the first lease has expired by the claimer's clock (ahead of the commit time by
     less than the skew) but not by the commit time. The claim's `now` is not a column; with the run's

@@ -5,7 +5,7 @@ One `Worker` is one node:
 - a producer per queue claims while it has free slots: adaptive polling (busy 25 ms → idle 500 ms),
   woken early by local pokes (an insert through this process, a release, a completion) and by the
   optional pg_notify accelerator; a storm of pokes coalesces into one claim round; a chunk execution
-  that has acked claims the next jobs for its own slots (`_Producer.refill`) on plain queues;
+  that has acked claims the next jobs for its own slots (`_Producer.refill`);
 - executors run claimed jobs on threads and ack them (fenced; a stale ack is logged and dropped); acks
   that finish while another ack of the node is committing are committed together in one transaction
   (`AckGroup`: group commit, each row still fenced on its own attempt; a lone ack commits at once), which

@@ -2,7 +2,7 @@
 
 Adaptive polling (busy 25 ms → idle 500 ms), woken early by local pokes and by the optional pg_notify
 accelerator; a storm of pokes coalesces into one claim round; a chunk execution that has acked claims
-the next jobs for its own slots (`refill`) on plain queues; adaptive concurrency doubles a queue's
+the next jobs for its own slots (`refill`), in one transaction with its acks; adaptive concurrency doubles a queue's
 limit toward max on saturated rounds and decays it to min.
 """
 
@@ -177,9 +177,11 @@ class _Producer:
 
     def refill_slots(self, finished: Sequence[JobContext]) -> int:
         """How many jobs the finished executions may claim for their own slots: at most as many as they
-        free, within the limit; none while stopping, paused, or on an admission-locked queue."""
+        free, within the node's limit; none while stopping or paused. On a queue with admission (global
+        limit, rate, partitions) the claim's admission may take fewer: it counts under the queue's lock,
+        after the acks of its transaction."""
         opts = self.opts
-        if self.worker.stopping.is_set() or opts.paused or opts.needs_admission_lock:
+        if self.worker.stopping.is_set() or opts.paused:
             return 0
         with self.lock:
             others = len(self.running) - sum(1 for c in finished if self.running.get(c.id) is c)
@@ -189,8 +191,7 @@ class _Producer:
         """A chunk execution that has acked claims the next jobs for its own slots (at most as many as it
         frees, within the limit) instead of leaving that to the producer: the node then has a claim per
         chunk in flight rather than one at a time, and a batched drain is not bound by the producer's
-        serial claims. None while stopping, paused, or on a queue whose claims take the admission lock
-        (global limit, rate, partitions): the producer claims for those. The finished executions keep
+        serial claims. None while stopping or paused. The finished executions keep
         their slots until the claimed jobs take them (`adopt`), so nothing claims past the limit."""
         take = self.refill_slots(finished)
         jobs: tuple[Job, ...] = ()
@@ -234,7 +235,7 @@ class _Producer:
         return done.acked
 
     def ack_group(self, acks: w.AckMany, contexts: tuple[JobContext, ...]) -> w.AckedMany:
-        """Commit a group of acks; on a plain queue, claim the slots they free in the same transaction
+        """Commit a group of acks and claim the slots they free in the same transaction
         (AckClaim: one commit for the acks and the jobs that take their slots — at most as many as the
         group frees, within the limit; none while stopping or paused) and run what it claimed."""
         worker = self.worker

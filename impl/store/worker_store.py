@@ -86,59 +86,64 @@ class WorkerOps:
             )
             return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
-            take = op.demand
-            # The admission prefix in one round trip (a pipeline: the statements still run one after
-            # another, each with its own snapshot, the count's taken after the locks are held): the
-            # queue's advisory lock is held for one round trip fewer per statement.
-            with tx.cur.connection.pipeline():
+            return self._admitted_claim(tx, op, locked=False)
+
+    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, locked: bool) -> w.Claimed:
+        """§6 claim on a queue with admission (global_limit, rate, partition), in `tx`: the queue's advisory
+        lock (unless `locked`: the caller took it first in this transaction), the counts, the claim."""
+        opts, now = op.opts, op.now
+        take = op.demand
+        # The admission prefix in one round trip (a pipeline: the statements still run one after
+        # another, each with its own snapshot, the count's taken after the locks are held): the
+        # queue's advisory lock is held for one round trip fewer per statement.
+        with tx.cur.connection.pipeline():
+            if not locked:
                 tx.cur.execute(self.q.qb("lock_queue"), {"queue": op.queue})
-                if opts.global_limit is not None or opts.partition is not None:
-                    # Lock the queue's expired running rows before counting the live ones. The advisory
-                    # lock serializes claims only against claims: a renewal that revived an expired lease
-                    # and committed after this claim's count read it would leave more live leases than
-                    # the limit, a claim the model refuses in commit order (the two-hour soak of seed
-                    # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
-                    # committed before the count (which then sees it) or waits for this claim's commit.
-                    tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
-                if opts.global_limit is not None:
-                    tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
-                    row = tx.cur.fetchone()
-                    assert row is not None
-                    take = admission.global_admit(take, opts.global_limit, row["n"])
-            failpoint("claim.after_admission")
-            window = None
-            if opts.rate is not None:
-                bucket = opts.rate.bucket(op.queue)
-                start = admission.window_start(epoch_us(now), opts.rate.period)
-                window = EPOCH + timedelta(seconds=start)
-                previous = EPOCH + timedelta(seconds=start - opts.rate.period)
-                counts = {
-                    r["window_start"]: r["count"]
-                    for r in tx.all("rate_counts", {"bucket": bucket, "windows": [window, previous]})
-                }
-                used = admission.rate_used(
-                    epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0)
-                )
-                take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
-            if take <= 0:
-                return w.Claimed(())
-            params = {"queue": op.queue, "now": now, "take": take, "node": op.node, "lease_until": now + op.lease_ttl}
-            if opts.partition is not None:
-                params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
-                ids = [r["id"] for r in tx.all("claim_partitioned", params, field=sql.Identifier(opts.partition.field))]
-                rows = tx.all("claim_update", {**params, "ids": ids}) if ids else []
-            else:
-                rows = tx.all("claim_plain", params)
-            if window is not None and rows:  # nothing claimed, nothing debited (no empty window row)
-                tx.cur.execute(
-                    self.q.q("rate_debit"),
-                    {
-                        "bucket": opts.rate.bucket(op.queue),
-                        "window": window,
-                        "n": admission.debit(len(rows), opts.rate.estimate),
-                    },
-                )
-            return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
+            if opts.global_limit is not None or opts.partition is not None:
+                # Lock the queue's expired running rows before counting the live ones. The advisory
+                # lock serializes claims only against claims: a renewal that revived an expired lease
+                # and committed after this claim's count read it would leave more live leases than
+                # the limit, a claim the model refuses in commit order (the two-hour soak of seed
+                # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
+                # committed before the count (which then sees it) or waits for this claim's commit.
+                tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
+            if opts.global_limit is not None:
+                tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
+                row = tx.cur.fetchone()
+                assert row is not None
+                take = admission.global_admit(take, opts.global_limit, row["n"])
+        failpoint("claim.after_admission")
+        window = None
+        if opts.rate is not None:
+            bucket = opts.rate.bucket(op.queue)
+            start = admission.window_start(epoch_us(now), opts.rate.period)
+            window = EPOCH + timedelta(seconds=start)
+            previous = EPOCH + timedelta(seconds=start - opts.rate.period)
+            counts = {
+                r["window_start"]: r["count"]
+                for r in tx.all("rate_counts", {"bucket": bucket, "windows": [window, previous]})
+            }
+            used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0))
+            take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
+        if take <= 0:
+            return w.Claimed(())
+        params = {"queue": op.queue, "now": now, "take": take, "node": op.node, "lease_until": now + op.lease_ttl}
+        if opts.partition is not None:
+            params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
+            ids = [r["id"] for r in tx.all("claim_partitioned", params, field=sql.Identifier(opts.partition.field))]
+            rows = tx.all("claim_update", {**params, "ids": ids}) if ids else []
+        else:
+            rows = tx.all("claim_plain", params)
+        if window is not None and rows:  # nothing claimed, nothing debited (no empty window row)
+            tx.cur.execute(
+                self.q.q("rate_debit"),
+                {
+                    "bucket": opts.rate.bucket(op.queue),
+                    "window": window,
+                    "n": admission.debit(len(rows), opts.rate.estimate),
+                },
+            )
+        return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
 
     def _renew(self, op: w.Renew, conn: Any) -> w.Renewed:
         kept = {
@@ -237,6 +242,18 @@ class WorkerOps:
         """The acks, then the plain claim of their queue, in one transaction (issue 33: one commit for
         a group of acks and the jobs that take their slots)."""
         claim = op.claim
+        if claim.opts.needs_admission_lock:
+            # A queue with admission (global_limit, rate, partition): the queue's advisory lock first (§6
+            # "first take pg_advisory_xact_lock(...)"; taken before the acks' row locks, the order every
+            # admitted claim takes them in, so no ack here waits on a row while holding the queue's lock
+            # another claim needs), then the acks, then the admission counts — which see the acks' rows
+            # no longer running — and the claim: one commit for the group and the jobs taking its slots.
+            with self.transaction(op.acks.now) as tx:
+                if claim.demand:
+                    tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
+                acked = self._ack_many_in(tx, op.acks)
+                claimed = self._admitted_claim(tx, claim, locked=True) if claim.demand else w.Claimed(())
+                return w.AckedClaimed(acked, claimed)
         if claim.demand and all(isinstance(a.outcome, w.Succeed) for a in op.acks.acks):
             solo = self._ack_claim_solo(op)
             if solo is not None:

@@ -826,6 +826,23 @@ CATALOGUE: tuple[Mutant, ...] = (
         ),
         suite=ADMISSION_RACES,
     ),
+    Mutant(
+        "ack_claim_admission_unlocked",
+        "a group of acks and the claim of their slots on a queue with admission (AckClaim, issue 54) counts "
+        "without the queue's advisory lock: a claim of another node counting meanwhile sees the group's acked "
+        "jobs still running and none of its new leases, and the queue ends above its global limit",
+        "§6",
+        (
+            Edit(
+                WORKER_STORE_PY,
+                """                if claim.demand:
+                    tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
+""",
+                "",
+            ),
+        ),
+        suite=ADMISSION_RACES,
+    ),
     # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
     Mutant(
         "peer_river_1302_unlocked_rescue",
