@@ -11,13 +11,14 @@ workflow lock ever waits on a running row (cancel requests take no workflow lock
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from psycopg import sql
-from psycopg.rows import tuple_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from impl.store.failpoints import failpoint
@@ -88,18 +89,22 @@ class WorkerOps:
         with self.transaction(now) as tx:
             return self._admitted_claim(tx, op, locked=False)
 
-    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, locked: bool) -> w.Claimed:
+    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, locked: bool, live: int | None = None) -> w.Claimed:
         """§6 claim on a queue with admission (global_limit, rate, partition), in `tx`: the queue's advisory
-        lock (unless `locked`: the caller took it first in this transaction), the counts, the claim."""
+        lock (unless `locked`: the caller took it first in this transaction), the counts, the claim. With
+        `locked`, `live` is the live-lease count the caller already read under the lock (the expired
+        leases locked first), or None for the prefix to run here."""
         opts, now = op.opts, op.now
         take = op.demand
+        if live is not None:
+            take = admission.global_admit(take, opts.global_limit, live)
         # The admission prefix in one round trip (a pipeline: the statements still run one after
         # another, each with its own snapshot, the count's taken after the locks are held): the
         # queue's advisory lock is held for one round trip fewer per statement.
-        with tx.cur.connection.pipeline():
+        with contextlib.nullcontext() if live is not None else tx.cur.connection.pipeline():
             if not locked:
                 tx.cur.execute(self.q.qb("lock_queue"), {"queue": op.queue})
-            if opts.global_limit is not None or opts.partition is not None:
+            if live is None and (opts.global_limit is not None or opts.partition is not None):
                 # Lock the queue's expired running rows before counting the live ones. The advisory
                 # lock serializes claims only against claims: a renewal that revived an expired lease
                 # and committed after this claim's count read it would leave more live leases than
@@ -107,7 +112,7 @@ class WorkerOps:
                 # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
                 # committed before the count (which then sees it) or waits for this claim's commit.
                 tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
-            if opts.global_limit is not None:
+            if live is None and opts.global_limit is not None:
                 tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
                 row = tx.cur.fetchone()
                 assert row is not None
@@ -249,6 +254,8 @@ class WorkerOps:
             # another claim needs), then the acks, then the admission counts — which see the acks' rows
             # no longer running — and the claim: one commit for the group and the jobs taking its slots.
             with self.transaction(op.acks.now) as tx:
+                if claim.demand and all(isinstance(a.outcome, w.Succeed) for a in op.acks.acks):
+                    return self._ack_claim_admitted_succeeds(tx, op)
                 if claim.demand:
                     tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
                 acked = self._ack_many_in(tx, op.acks)
@@ -272,6 +279,33 @@ class WorkerOps:
                 rows = tx.all("claim_plain", params)
             jobs = tuple(sorted((job_from_row(r) for r in rows), key=claim_order))
             return w.AckedClaimed(acked, w.Claimed(jobs))
+
+    def _ack_claim_admitted_succeeds(self, tx: _Tx, op: w.AckClaim) -> w.AckedClaimed:
+        """The commonest group on a queue with admission — every ack a succeed — with the queue's lock,
+        the acks, the expired-lease lock and the live count sent as one pipeline (one round trip; the
+        server still runs them in that order, each statement with its own snapshot, so the count sees the
+        acks and every commit the lock waited for). Then the after-terminal steps of the acked rows (they
+        change no running row: settlement releases or dooms held and ready members, `$children` wakes an
+        awaiting parent, so the count is the one the model's admission reads after them), then the claim."""
+        claim, opts = op.claim, op.claim.opts
+        name, params = self._succeed_many(op.acks.acks)
+        conn = tx.cur.connection
+        live: int | None = None
+        with conn.cursor(row_factory=dict_row) as acks_cur:
+            with conn.pipeline():
+                tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
+                acks_cur.execute(self.q.qb(name), params)
+                if opts.global_limit is not None or opts.partition is not None:
+                    tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
+                if opts.global_limit is not None:
+                    tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
+            if opts.global_limit is not None:
+                counted = tx.cur.fetchone()
+                assert counted is not None
+                live = counted["n"]
+            rows = {row["id"]: row for row in acks_cur.fetchall()}
+        acked = self._acked_many(tx, op.acks, rows)
+        return w.AckedClaimed(acked, self._admitted_claim(tx, claim, locked=True, live=live))
 
     def _ack_claim_solo(self, op: w.AckClaim) -> w.AckedClaimed | None:
         """AckClaim of succeeds as one autocommit statement (ack_claim_solo): one round trip instead of five
@@ -310,19 +344,7 @@ class WorkerOps:
         rows: dict[int, dict] = {}
         succeeds = [a for a in op.acks if isinstance(a.outcome, w.Succeed)]
         if succeeds:
-            results = [a.outcome.encoded for a in succeeds]
-            nows = [a.now for a in succeeds]
-            # The ids and attempts as array literals (psycopg dumps a list element by element in
-            # Python: an eighth of a chunked drain's Python time); a chunk's acks mostly share one
-            # result (no-op: `null`) and one time, bound once.
-            params: dict[str, Any] = {
-                "ids": "{" + ",".join(map(str, (a.job_id for a in succeeds))) + "}",
-                "attempts": "{" + ",".join(map(str, (a.attempt for a in succeeds))) + "}",
-            }
-            if results.count(results[0]) == len(results) and nows.count(nows[0]) == len(nows):
-                name, params["result"], params["now"] = "ack_succeed_many_same", results[0], nows[0]
-            else:
-                name, params["results"], params["nows"] = "ack_succeed_many", results, nows
+            name, params = self._succeed_many(succeeds)
             for row in tx.all(name, params):
                 rows[row["id"]] = row
         for ack in op.acks:
@@ -331,6 +353,28 @@ class WorkerOps:
                 row = tx.one(name, params)
                 if row is not None:
                     rows[row["id"]] = row
+        return self._acked_many(tx, op, rows)
+
+    @staticmethod
+    def _succeed_many(succeeds: Sequence[w.Ack]) -> tuple[str, dict[str, Any]]:
+        """The statement and parameters of a group of succeeds (each fenced on its own attempt)."""
+        results = [a.outcome.encoded for a in succeeds]
+        nows = [a.now for a in succeeds]
+        # The ids and attempts as array literals (psycopg dumps a list element by element in
+        # Python: an eighth of a chunked drain's Python time); a chunk's acks mostly share one
+        # result (no-op: `null`) and one time, bound once.
+        params: dict[str, Any] = {
+            "ids": "{" + ",".join(map(str, (a.job_id for a in succeeds))) + "}",
+            "attempts": "{" + ",".join(map(str, (a.attempt for a in succeeds))) + "}",
+        }
+        if results.count(results[0]) == len(results) and nows.count(nows[0]) == len(nows):
+            params["result"], params["now"] = results[0], nows[0]
+            return "ack_succeed_many_same", params
+        params["results"], params["nows"] = results, nows
+        return "ack_succeed_many", params
+
+    def _acked_many(self, tx: _Tx, op: w.AckMany, rows: dict[int, dict]) -> w.AckedMany:
+        """The after-terminal steps of the rows a group of acks wrote (by id), and the group's answer."""
         terminal = [rows[a.job_id] for a in op.acks if a.job_id in rows and rows[a.job_id]["state"] in TERMINAL]
         tx.pokes.update(r["queue"] for r in rows.values() if r["state"] not in TERMINAL)
         self._terminal(tx, terminal)

@@ -835,13 +835,39 @@ CATALOGUE: tuple[Mutant, ...] = (
         (
             Edit(
                 WORKER_STORE_PY,
-                """                if claim.demand:
-                    tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
+                """                tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
+                acks_cur.execute(self.q.qb(name), params)
 """,
-                "",
+                """                acks_cur.execute(self.q.qb(name), params)
+""",
             ),
         ),
         suite=ADMISSION_RACES,
+    ),
+    Mutant(
+        "ack_claim_admission_counts_before_acks",
+        "a group of succeeds and the claim of their slots on a queue with a global limit counts the live leases "
+        "before the acks are written (the pipeline's order swapped): the acked jobs still count as running and "
+        "the claim takes fewer than the model admits",
+        "§6",
+        (
+            Edit(
+                WORKER_STORE_PY,
+                """                acks_cur.execute(self.q.qb(name), params)
+                if opts.global_limit is not None or opts.partition is not None:
+                    tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
+                if opts.global_limit is not None:
+                    tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
+""",
+                """                if opts.global_limit is not None or opts.partition is not None:
+                    tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
+                if opts.global_limit is not None:
+                    tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
+                acks_cur.execute(self.q.qb(name), params)
+""",
+            ),
+        ),
+        suite=("properties/test_ack_claim_admission.py",),
     ),
     # --- the peers' bugs (issue 13; tests/test_peer_bugs.py documents each) ------------------------------
     Mutant(
