@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from model.ops import JobSpec
+from model.ops import JobSpec, WorkflowMember
 from model.queues import QueueOpts
 from model.store import ModelStore
 from properties.stateful import PROFILE, RESET_SQL, T0, small_json
@@ -72,6 +72,8 @@ world = st.fixed_dictionaries(
         "outcomes": st.lists(outcomes, min_size=3, max_size=3),
         "succeeds": st.booleans(),  # every ack a succeed: the runtime's commonest group (one pipeline)
         "demand": st.integers(0, 4),
+        "workflow": st.booleans(),  # two members first in line, the second held on the first: an ack of the
+        # first releases it (after-terminal) and the claim of the same transaction may take it
     }
 )
 
@@ -88,6 +90,7 @@ def _binding(opts: str, succeeds: bool) -> dict[str, Any]:
         "outcomes": [w.Succeed(None) if succeeds else w.Snooze(T0 + timedelta(hours=1))] * 3,
         "succeeds": succeeds,
         "demand": 2,
+        "workflow": opts == "global",
     }
 
 
@@ -114,7 +117,13 @@ def test_an_ack_group_and_an_admitted_claim_match_the_model(stores, world):
     def both(op: Any) -> Any:
         return _both(model, pg, conn, op)
 
-    specs = tuple(JobSpec("a", "echo", {"t": t}, priority=p) for p, t in world["jobs"])
+    if world["workflow"]:
+        members = (
+            WorkflowMember("m1", JobSpec("a", "echo", {"t": "x"}, priority=0)),
+            WorkflowMember("m2", JobSpec("a", "echo", {"t": "y"}, priority=0), deps=("m1",)),
+        )
+        both(ops.EnqueueWorkflow(now, "wf", members))
+    specs = tuple(JobSpec("a", "echo", {"t": t}, priority=p + 1) for p, t in world["jobs"])
     both(ops.Enqueue(now, specs))
     if world["other"]:
         # n2 claims first, with a ttl that may run out before the group commits

@@ -87,13 +87,13 @@ class WorkerOps:
             )
             return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
-            return self._admitted_claim(tx, op, locked=False)
+            return self._admitted_claim(tx, op)
 
-    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, locked: bool, live: int | None = None) -> w.Claimed:
+    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, prefixed: bool = False, live: int | None = None) -> w.Claimed:
         """§6 claim on a queue with admission (global_limit, rate, partition), in `tx`: the queue's advisory
-        lock (unless `locked`: the caller took it first in this transaction), the counts, the claim. With
-        `locked`, `live` is the live-lease count the caller already read under the lock (the expired
-        leases locked first), or None for the prefix to run here."""
+        lock, the expired leases locked and the live ones counted, the claim. With `prefixed` the caller
+        did the first three under this transaction (`live`: the count it read, None without a global
+        limit)."""
         opts, now = op.opts, op.now
         take = op.demand
         if live is not None:
@@ -101,10 +101,10 @@ class WorkerOps:
         # The admission prefix in one round trip (a pipeline: the statements still run one after
         # another, each with its own snapshot, the count's taken after the locks are held): the
         # queue's advisory lock is held for one round trip fewer per statement.
-        with contextlib.nullcontext() if live is not None else tx.cur.connection.pipeline():
-            if not locked:
+        with contextlib.nullcontext() if prefixed else tx.cur.connection.pipeline():
+            if not prefixed:
                 tx.cur.execute(self.q.qb("lock_queue"), {"queue": op.queue})
-            if live is None and (opts.global_limit is not None or opts.partition is not None):
+            if not prefixed and (opts.global_limit is not None or opts.partition is not None):
                 # Lock the queue's expired running rows before counting the live ones. The advisory
                 # lock serializes claims only against claims: a renewal that revived an expired lease
                 # and committed after this claim's count read it would leave more live leases than
@@ -112,7 +112,7 @@ class WorkerOps:
                 # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
                 # committed before the count (which then sees it) or waits for this claim's commit.
                 tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
-            if live is None and opts.global_limit is not None:
+            if not prefixed and opts.global_limit is not None:
                 tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
                 row = tx.cur.fetchone()
                 assert row is not None
@@ -254,13 +254,9 @@ class WorkerOps:
             # another claim needs), then the acks, then the admission counts — which see the acks' rows
             # no longer running — and the claim: one commit for the group and the jobs taking its slots.
             with self.transaction(op.acks.now) as tx:
-                if claim.demand and all(isinstance(a.outcome, w.Succeed) for a in op.acks.acks):
-                    return self._ack_claim_admitted_succeeds(tx, op)
-                if claim.demand:
-                    tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
-                acked = self._ack_many_in(tx, op.acks)
-                claimed = self._admitted_claim(tx, claim, locked=True) if claim.demand else w.Claimed(())
-                return w.AckedClaimed(acked, claimed)
+                if not claim.demand:
+                    return w.AckedClaimed(self._ack_many_in(tx, op.acks), w.Claimed(()))
+                return self._ack_claim_admitted(tx, op)
         if claim.demand and all(isinstance(a.outcome, w.Succeed) for a in op.acks.acks):
             solo = self._ack_claim_solo(op)
             if solo is not None:
@@ -280,32 +276,44 @@ class WorkerOps:
             jobs = tuple(sorted((job_from_row(r) for r in rows), key=claim_order))
             return w.AckedClaimed(acked, w.Claimed(jobs))
 
-    def _ack_claim_admitted_succeeds(self, tx: _Tx, op: w.AckClaim) -> w.AckedClaimed:
-        """The commonest group on a queue with admission — every ack a succeed — with the queue's lock,
-        the acks, the expired-lease lock and the live count sent as one pipeline (one round trip; the
-        server still runs them in that order, each statement with its own snapshot, so the count sees the
-        acks and every commit the lock waited for). Then the after-terminal steps of the acked rows (they
-        change no running row: settlement releases or dooms held and ready members, `$children` wakes an
-        awaiting parent, so the count is the one the model's admission reads after them), then the claim."""
+    def _ack_claim_admitted(self, tx: _Tx, op: w.AckClaim) -> w.AckedClaimed:
+        """A group of acks and the claim of their slots on a queue with admission, in `tx`, as one pipeline
+        (one round trip; the server still runs the statements in order, each with its own snapshot): the
+        queue's advisory lock, the acks' fenced row writes, the queue's expired leases locked, the live
+        ones counted — so the count sees the acks and every commit the lock waited for. Then the acks'
+        after-terminal steps, then the claim. The after-terminal steps come after the row locks of the
+        count: they take workflow locks, and a transaction holding a workflow lock must never wait for a
+        running row (sdk-guide §6; a reclaim holds an expired row and then wants its workflow's lock).
+        They change no running row (settlement releases or dooms held and ready members, `$children` wakes
+        an awaiting parent), so the count is the one the model's admission reads after them."""
         claim, opts = op.claim, op.claim.opts
-        name, params = self._succeed_many(op.acks.acks)
+        acks = op.acks.acks
+        succeeds = [a for a in acks if isinstance(a.outcome, w.Succeed)]
+        others = [a for a in acks if not isinstance(a.outcome, w.Succeed)]
         conn = tx.cur.connection
-        live: int | None = None
-        with conn.cursor(row_factory=dict_row) as acks_cur:
+        cursors = [conn.cursor(row_factory=dict_row) for _ in range(len(others) + (1 if succeeds else 0))]
+        try:
             with conn.pipeline():
                 tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
-                acks_cur.execute(self.q.qb(name), params)
+                statements = [self._succeed_many(succeeds)] if succeeds else []
+                statements += [self._ack_params(a) for a in others]
+                for cur, (name, params) in zip(cursors, statements, strict=True):
+                    cur.execute(self.q.qb(name), params)
                 if opts.global_limit is not None or opts.partition is not None:
                     tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
                 if opts.global_limit is not None:
                     tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
+            live: int | None = None
             if opts.global_limit is not None:
                 counted = tx.cur.fetchone()
                 assert counted is not None
                 live = counted["n"]
-            rows = {row["id"]: row for row in acks_cur.fetchall()}
+            rows = {row["id"]: row for cur in cursors for row in cur.fetchall()}
+        finally:
+            for cur in cursors:
+                cur.close()
         acked = self._acked_many(tx, op.acks, rows)
-        return w.AckedClaimed(acked, self._admitted_claim(tx, claim, locked=True, live=live))
+        return w.AckedClaimed(acked, self._admitted_claim(tx, claim, prefixed=True, live=live))
 
     def _ack_claim_solo(self, op: w.AckClaim) -> w.AckedClaimed | None:
         """AckClaim of succeeds as one autocommit statement (ack_claim_solo): one round trip instead of five

@@ -836,9 +836,9 @@ CATALOGUE: tuple[Mutant, ...] = (
             Edit(
                 WORKER_STORE_PY,
                 """                tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
-                acks_cur.execute(self.q.qb(name), params)
+                statements = [self._succeed_many(succeeds)] if succeeds else []
 """,
-                """                acks_cur.execute(self.q.qb(name), params)
+                """                statements = [self._succeed_many(succeeds)] if succeeds else []
 """,
             ),
         ),
@@ -846,14 +846,15 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ack_claim_admission_counts_before_acks",
-        "a group of succeeds and the claim of their slots on a queue with a global limit counts the live leases "
+        "a group of acks and the claim of their slots on a queue with a global limit counts the live leases "
         "before the acks are written (the pipeline's order swapped): the acked jobs still count as running and "
         "the claim takes fewer than the model admits",
         "§6",
         (
             Edit(
                 WORKER_STORE_PY,
-                """                acks_cur.execute(self.q.qb(name), params)
+                """                for cur, (name, params) in zip(cursors, statements, strict=True):
+                    cur.execute(self.q.qb(name), params)
                 if opts.global_limit is not None or opts.partition is not None:
                     tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
                 if opts.global_limit is not None:
@@ -863,7 +864,8 @@ CATALOGUE: tuple[Mutant, ...] = (
                     tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
                 if opts.global_limit is not None:
                     tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
-                acks_cur.execute(self.q.qb(name), params)
+                for cur, (name, params) in zip(cursors, statements, strict=True):
+                    cur.execute(self.q.qb(name), params)
 """,
             ),
         ),
