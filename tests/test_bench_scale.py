@@ -19,10 +19,9 @@ def test_the_scale_bench_writes_per_round_json_a_summary_and_the_plots(tmp_path)
     assert scale.main(["--quick", "--systems", ",".join(systems), "--fleet-queues", "1,8", "--out", str(out)]) == 0
     result = json.loads((out / "scale.json").read_text())
     assert result["not_run"] == {}
-    # backlog 200, 400 and fleet 1, 2 on one queue for every system; 8 queues for Belay only
+    # backlog 200, 400 and fleet 1, 2 on one queue and on 8 (pgqueuer: 8 entrypoints with concurrency_limit)
     expected = {("backlog", s, n, 1, 1) for s in systems for n in (200, 400)}
-    expected |= {("fleet", s, 200, p, 1) for s in systems for p in (1, 2)}
-    expected |= {("fleet", "belay", 200, p, 8) for p in (1, 2)}
+    expected |= {("fleet", s, 200, p, k) for s in systems for p in (1, 2) for k in (1, 8)}
     got = {(r["sweep"], r["system"], r["jobs"], r["processes"], r["queues"]) for r in result["rounds"]}
     assert got == expected
     assert len(list((out / "rounds").glob("*.json"))) == len(expected)

@@ -11,25 +11,24 @@ workflow lock ever waits on a running row (cancel requests take no workflow lock
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from psycopg import sql
-from psycopg.rows import dict_row, tuple_row
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 
+from impl.store.admitted import AdmittedClaims
 from impl.store.failpoints import failpoint
 from impl.store.pgrows import job_from_row, job_from_tuple
 from impl.store.tx import Tx as _Tx
-from model import admission, ops
+from model import ops
 from model import worker_ops as w
 from model.cron import cron_job, cron_plan
 from model.envelope import decode, encode, encode_step_value
 from model.rows import TERMINAL, CronRow, Job
-from model.store import EPOCH, PARK_ATTEMPT_CREDIT, claim_order, epoch_us, over_budget, spawn_key
+from model.store import PARK_ATTEMPT_CREDIT, claim_order, over_budget, spawn_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -55,7 +54,7 @@ def _over_budget(row: dict) -> bool:
     return over_budget(row["spent_usd_micros"], row["spent_tokens"], row["budget_usd_micros"], row["budget_tokens"])
 
 
-class WorkerOps:
+class WorkerOps(AdmittedClaims):
     """Worker conformance level. Methods are registered in impl.store's handler table."""
 
     if TYPE_CHECKING:  # what this mixin uses of impl.store.PgStore, the one class it is mixed into
@@ -88,67 +87,6 @@ class WorkerOps:
             return w.Claimed(tuple(sorted(map(job_from_tuple, rows), key=claim_order)))
         with self.transaction(now) as tx:
             return self._admitted_claim(tx, op)
-
-    def _admitted_claim(self, tx: _Tx, op: w.Claim, *, prefixed: bool = False, live: int | None = None) -> w.Claimed:
-        """§6 claim on a queue with admission (global_limit, rate, partition), in `tx`: the queue's advisory
-        lock, the expired leases locked and the live ones counted, the claim. With `prefixed` the caller
-        did the first three under this transaction (`live`: the count it read, None without a global
-        limit)."""
-        opts, now = op.opts, op.now
-        take = op.demand
-        if live is not None:
-            take = admission.global_admit(take, opts.global_limit, live)
-        # The admission prefix in one round trip (a pipeline: the statements still run one after
-        # another, each with its own snapshot, the count's taken after the locks are held): the
-        # queue's advisory lock is held for one round trip fewer per statement.
-        with contextlib.nullcontext() if prefixed else tx.cur.connection.pipeline():
-            if not prefixed:
-                tx.cur.execute(self.q.qb("lock_queue"), {"queue": op.queue})
-            if not prefixed and (opts.global_limit is not None or opts.partition is not None):
-                # Lock the queue's expired running rows before counting the live ones. The advisory
-                # lock serializes claims only against claims: a renewal that revived an expired lease
-                # and committed after this claim's count read it would leave more live leases than
-                # the limit, a claim the model refuses in commit order (the two-hour soak of seed
-                # 2028: queue soak-global, limit 2, four live leases). Locked, a renewal either
-                # committed before the count (which then sees it) or waits for this claim's commit.
-                tx.cur.execute(self.q.qb("lock_running"), {"queue": op.queue, "now": now})
-            if not prefixed and opts.global_limit is not None:
-                tx.cur.execute(self.q.qb("live_running"), {"queue": op.queue, "now": now})
-                row = tx.cur.fetchone()
-                assert row is not None
-                take = admission.global_admit(take, opts.global_limit, row["n"])
-        failpoint("claim.after_admission")
-        window = None
-        if opts.rate is not None:
-            bucket = opts.rate.bucket(op.queue)
-            start = admission.window_start(epoch_us(now), opts.rate.period)
-            window = EPOCH + timedelta(seconds=start)
-            previous = EPOCH + timedelta(seconds=start - opts.rate.period)
-            counts = {
-                r["window_start"]: r["count"]
-                for r in tx.all("rate_counts", {"bucket": bucket, "windows": [window, previous]})
-            }
-            used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0))
-            take = admission.rate_admit(take, opts.rate.allowed, used, opts.rate.estimate)
-        if take <= 0:
-            return w.Claimed(())
-        params = {"queue": op.queue, "now": now, "take": take, "node": op.node, "lease_until": now + op.lease_ttl}
-        if opts.partition is not None:
-            params.update(key=opts.partition.key, per_key_limit=opts.per_key_limit)
-            ids = [r["id"] for r in tx.all("claim_partitioned", params, field=sql.Identifier(opts.partition.field))]
-            rows = tx.all("claim_update", {**params, "ids": ids}) if ids else []
-        else:
-            rows = tx.all("claim_plain", params)
-        if window is not None and rows:  # nothing claimed, nothing debited (no empty window row)
-            tx.cur.execute(
-                self.q.q("rate_debit"),
-                {
-                    "bucket": opts.rate.bucket(op.queue),
-                    "window": window,
-                    "n": admission.debit(len(rows), opts.rate.estimate),
-                },
-            )
-        return w.Claimed(tuple(sorted((job_from_row(r) for r in rows), key=claim_order)))
 
     def _renew(self, op: w.Renew, conn: Any) -> w.Renewed:
         kept = {
@@ -275,45 +213,6 @@ class WorkerOps:
                 rows = tx.all("claim_plain", params)
             jobs = tuple(sorted((job_from_row(r) for r in rows), key=claim_order))
             return w.AckedClaimed(acked, w.Claimed(jobs))
-
-    def _ack_claim_admitted(self, tx: _Tx, op: w.AckClaim) -> w.AckedClaimed:
-        """A group of acks and the claim of their slots on a queue with admission, in `tx`, as one pipeline
-        (one round trip; the server still runs the statements in order, each with its own snapshot): the
-        queue's advisory lock, the acks' fenced row writes, the queue's expired leases locked, the live
-        ones counted — so the count sees the acks and every commit the lock waited for. Then the acks'
-        after-terminal steps, then the claim. The after-terminal steps come after the row locks of the
-        count: they take workflow locks, and a transaction holding a workflow lock must never wait for a
-        running row (sdk-guide §6; a reclaim holds an expired row and then wants its workflow's lock).
-        They change no running row (settlement releases or dooms held and ready members, `$children` wakes
-        an awaiting parent), so the count is the one the model's admission reads after them."""
-        claim, opts = op.claim, op.claim.opts
-        acks = op.acks.acks
-        succeeds = [a for a in acks if isinstance(a.outcome, w.Succeed)]
-        others = [a for a in acks if not isinstance(a.outcome, w.Succeed)]
-        conn = tx.cur.connection
-        cursors = [conn.cursor(row_factory=dict_row) for _ in range(len(others) + (1 if succeeds else 0))]
-        try:
-            with conn.pipeline():
-                tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
-                statements = [self._succeed_many(succeeds)] if succeeds else []
-                statements += [self._ack_params(a) for a in others]
-                for cur, (name, params) in zip(cursors, statements, strict=True):
-                    cur.execute(self.q.qb(name), params)
-                if opts.global_limit is not None or opts.partition is not None:
-                    tx.cur.execute(self.q.qb("lock_running"), {"queue": claim.queue, "now": claim.now})
-                if opts.global_limit is not None:
-                    tx.cur.execute(self.q.qb("live_running"), {"queue": claim.queue, "now": claim.now})
-            live: int | None = None
-            if opts.global_limit is not None:
-                counted = tx.cur.fetchone()
-                assert counted is not None
-                live = counted["n"]
-            rows = {row["id"]: row for cur in cursors for row in cur.fetchall()}
-        finally:
-            for cur in cursors:
-                cur.close()
-        acked = self._acked_many(tx, op.acks, rows)
-        return w.AckedClaimed(acked, self._admitted_claim(tx, claim, prefixed=True, live=live))
 
     def _ack_claim_solo(self, op: w.AckClaim) -> w.AckedClaimed | None:
         """AckClaim of succeeds as one autocommit statement (ack_claim_solo): one round trip instead of five

@@ -34,6 +34,7 @@ from properties.mutants.kinds import (
 STORE_PY = "impl/store/client_store.py"
 INSERTS_PY = "impl/store/inserts.py"
 WORKER_STORE_PY = "impl/store/worker_store.py"
+ADMITTED_PY = "impl/store/admitted.py"  # claims under the queue's advisory lock (mixed into WorkerOps)
 QUERIES_SQL = "impl/store/sql/queries.sql"
 WORKER_SQL = "impl/store/sql/worker.sql"
 WORKER_PY = "impl/worker.py"
@@ -290,19 +291,18 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                WORKER_STORE_PY,
-                "from dataclasses import replace\n",
-                "from dataclasses import replace\nfrom fractions import Fraction\n",
+                ADMITTED_PY,
+                "from datetime import timedelta\n",
+                "from datetime import timedelta\nfrom fractions import Fraction\n",
             ),
             Edit(
-                WORKER_STORE_PY,
-                "                used = admission.rate_used(\n"
-                "                    epoch_us(now), opts.rate.period, counts.get(window, 0), counts.get(previous, 0)\n"
-                "                )\n",
-                "                elapsed = epoch_us(now) - start * admission.US_PER_S\n"
-                "                weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
-                "                # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
-                "                used = counts.get(window, 0) + round(counts.get(previous, 0) * weight)\n",
+                ADMITTED_PY,
+                "            used = admission.rate_used(epoch_us(now), opts.rate.period, counts.get(window, 0), "
+                "counts.get(previous, 0))\n",
+                "            elapsed = epoch_us(now) - start * admission.US_PER_S\n"
+                "            weight = 1 - Fraction(elapsed, opts.rate.period * admission.US_PER_S)\n"
+                "            # MUTANT: Python's round (banker's), not PostgreSQL's round(numeric)\n"
+                "            used = counts.get(window, 0) + round(counts.get(previous, 0) * weight)\n",
             ),
         ),
     ),
@@ -312,7 +312,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                WORKER_STORE_PY,
+                ADMITTED_PY,
                 '"n": admission.debit(len(rows), opts.rate.estimate),\n',
                 '"n": len(rows),  # MUTANT: the estimate is ignored\n',
             ),
@@ -834,7 +834,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                WORKER_STORE_PY,
+                ADMITTED_PY,
                 """                tx.cur.execute(self.q.qb("lock_queue"), {"queue": claim.queue})
                 statements = [self._succeed_many(succeeds)] if succeeds else []
 """,
@@ -852,7 +852,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "§6",
         (
             Edit(
-                WORKER_STORE_PY,
+                ADMITTED_PY,
                 """                for cur, (name, params) in zip(cursors, statements, strict=True):
                     cur.execute(self.q.qb(name), params)
                 if opts.global_limit is not None or opts.partition is not None:
