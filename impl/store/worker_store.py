@@ -182,7 +182,7 @@ class WorkerOps(AdmittedClaims):
             return self._ack_many_in(tx, op)
 
     def _ack_claim(self, op: w.AckClaim, conn: Any) -> w.AckedClaimed:
-        """The acks, then the plain claim of their queue, in one transaction (issue 33: one commit for
+        """The acks, then the claim of their queue, in one transaction (issue 33: one commit for
         a group of acks and the jobs that take their slots)."""
         claim = op.claim
         if claim.opts.needs_admission_lock:
