@@ -303,7 +303,8 @@ def pgqueuer_setup(url: str) -> None:
     asyncio.run(install())
 
 
-def pgqueuer_enqueue(url: str, n: int) -> float:
+def pgqueuer_enqueue(url: str, n: int, entrypoints: int = 1) -> float:
+    """n jobs through Queries.enqueue in batches of BATCH: entrypoint "noop", or noop0..noop{k-1} round robin."""
     import asyncio
 
     from pgqueuer.db import PsycopgDriver
@@ -316,7 +317,10 @@ def pgqueuer_enqueue(url: str, n: int) -> float:
             started = time.perf_counter()
             for start in range(0, n, BATCH):
                 k = min(BATCH, n - start)
-                await q.enqueue(["noop"] * k, [None] * k, [0] * k)
+                names = (
+                    ["noop"] * k if entrypoints == 1 else [f"noop{j % entrypoints}" for j in range(start, start + k)]
+                )
+                await q.enqueue(names, [None] * k, [0] * k)
             return time.perf_counter() - started
         finally:
             await conn.close()

@@ -178,28 +178,7 @@ uvloop.run(main())
 
 def pgqueuer_enqueue_queues(url: str, n: int, k: int) -> float:
     """bench.peers's pgqueuer enqueue (batches of BATCH through Queries.enqueue), over k entrypoints."""
-    if k == 1:
-        return pgqueuer_enqueue(url, n)
-    import asyncio
-
-    from pgqueuer.db import PsycopgDriver
-    from pgqueuer.queries import Queries
-
-    async def go() -> float:
-        conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
-        try:
-            q = Queries(PsycopgDriver(conn))
-            started = time.perf_counter()
-            for start in range(0, n, BATCH):
-                stop = min(BATCH, n - start) + start
-                await q.enqueue(
-                    [f"noop{j % k}" for j in range(start, stop)], [None] * (stop - start), [0] * (stop - start)
-                )
-            return time.perf_counter() - started
-        finally:
-            await conn.close()
-
-    return asyncio.run(go())
+    return pgqueuer_enqueue(url, n, entrypoints=k)
 
 
 BELAY_FINISHED_ANY = (

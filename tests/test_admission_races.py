@@ -79,30 +79,53 @@ def _race(db_url: str, claimer_class: type[PgStore], opts: QueueOpts, specs: tup
     later = NOW + TTL + timedelta(seconds=2)  # n1's lease has expired; no sweeper ran
     claim = w.Claim(later, "q", "n2", len(specs), TTL, opts)
     renew = w.Renew(later, "n1", (held.id,), later + TTL)
-    claimer, renewer = Client(db_url, "claimer", claimer_class), Client(db_url, "renewer")
+    seen, claimed, renewed = _stopped_then(db_url, ("claimer", claimer_class, claim), ("renewer", renew))
+    renew_first = "finished" in seen  # it committed while the claim was still open
+    order = (renew, claim) if renew_first else (claim, renew)
+    expected = {type(op): model.apply(op) for op in order}
+    assert {j.id for j in claimed.jobs} == {j.id for j in expected[w.Claim].jobs}, (
+        f"{seen}; the claim admitted {[j.id for j in claimed.jobs]}, the model in commit order "
+        f"{[j.id for j in expected[w.Claim].jobs]}"
+    )
+    assert renewed.kept == expected[w.Renew].kept
+
+
+def _stopped_then(db_url: str, first: tuple[str, type[PgStore], Any], second: tuple[str, Any]) -> tuple[str, Any, Any]:
+    """`first` (name, store class, operation) runs until it stops after its admission count
+    (`claim.after_admission`); then `second` (name, operation) runs until it waits on a lock, or finishes;
+    then `first` goes on. What the observer saw of `second`, and both results."""
+    (name_a, cls_a, op_a), (name_b, op_b) = first, second
+    a, b = Client(db_url, name_a, cls_a), Client(db_url, name_b)
     try:
         with (
-            Pause("claim.after_admission", thread="claimer") as paused,
+            Pause("claim.after_admission", thread=name_a) as paused,
             psycopg.connect(db_url, autocommit=True) as obs,
         ):
-            claimer.start(lambda st: st.apply(claim))
-            reached(paused, claimer)
-            renewer.start(lambda st: st.apply(renew))
-            seen = blocked_or_parked(obs, renewer)
-            renew_first = "finished" in seen  # it committed while the claim was still open
+            a.start(lambda st: st.apply(op_a) if not callable(op_a) else op_a(st))
+            reached(paused, a)
+            b.start(lambda st: st.apply(op_b) if not callable(op_b) else op_b(st))
+            seen = blocked_or_parked(obs, b)
             paused.release()
-            claimed, renewed = claimer.join(), renewer.join()
-        assert claimer.error is None and renewer.error is None, (claimer.error, renewer.error)
-        order = (renew, claim) if renew_first else (claim, renew)
-        expected = {type(op): model.apply(op) for op in order}
-        assert {j.id for j in claimed.jobs} == {j.id for j in expected[w.Claim].jobs}, (
-            f"{seen}; the claim admitted {[j.id for j in claimed.jobs]}, the model in commit order "
-            f"{[j.id for j in expected[w.Claim].jobs]}"
-        )
-        assert renewed.kept == expected[w.Renew].kept
+            got_a, got_b = a.join(), b.join()
+        assert a.error is None and b.error is None, (a.error, b.error)
+        return seen, got_a, got_b
     finally:
-        claimer.close()
-        renewer.close()
+        a.close()
+        b.close()
+
+
+def _one_lease_held(db_url: str, opts: QueueOpts, jobs: int) -> tuple[ModelStore, Any]:
+    """`jobs` jobs on queue q and n1's claim of the first at NOW, on the database and in the model."""
+    model = ModelStore()
+    specs = tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(jobs))
+    with PgStore(db_url, pool_size=1, notify=False) as s:
+        enq = ops.Enqueue(NOW, specs)
+        s.apply(enq)
+        model.apply(enq)
+        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
+        [held] = s.apply(first).jobs
+        model.apply(first)
+    return model, held
 
 
 @pytest.mark.parametrize("claimer_class", _variants())
@@ -116,39 +139,18 @@ def test_a_live_leases_renewal_and_ack_do_not_wait_for_a_global_limit_claim(db_u
     claim is still open (they change no count the claim read), and the claim then admits what the model
     admits after them."""
     opts = QueueOpts(global_limit=2)
-    model = ModelStore()
-    specs = tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(3))
-    with PgStore(db_url, pool_size=1, notify=False) as s:
-        enq = ops.Enqueue(NOW, specs)
-        s.apply(enq)
-        model.apply(enq)
-        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
-        [held] = s.apply(first).jobs
-        model.apply(first)
+    model, held = _one_lease_held(db_url, opts, 3)
     later = NOW + timedelta(seconds=2)  # n1's lease is live
     claim = w.Claim(later, "q", "n2", 3, TTL, opts)
     renew = w.Renew(later, "n1", (held.id,), later + TTL)
     ack = w.Ack(later, held.id, held.attempt, w.Succeed(None))
-    claimer, other = Client(db_url, "claimer", PgStore), Client(db_url, "other")
-    try:
-        with (
-            Pause("claim.after_admission", thread="claimer") as paused,
-            psycopg.connect(db_url, autocommit=True) as obs,
-        ):
-            claimer.start(lambda st: st.apply(claim))
-            reached(paused, claimer)
-            other.start(lambda st: (st.apply(renew), st.apply(ack)))
-            seen = blocked_or_parked(obs, other)
-            paused.release()
-            claimed, (renewed, acked) = claimer.join(), other.join()
-        assert "finished" in seen, f"{seen}: a live lease's renewal and ack waited for the claim"
-        assert claimer.error is None and other.error is None, (claimer.error, other.error)
-        assert renewed == model.apply(renew) and acked == model.apply(ack)
-        # The claim counted n1's live lease (its count preceded the ack): one slot of two was free.
-        assert [j.id for j in claimed.jobs] == [j.id for j in model.apply(w.Claim(later, "q", "n2", 1, TTL, opts)).jobs]
-    finally:
-        claimer.close()
-        other.close()
+    seen, claimed, (renewed, acked) = _stopped_then(
+        db_url, ("claimer", PgStore, claim), ("other", lambda st: (st.apply(renew), st.apply(ack)))
+    )
+    assert "finished" in seen, f"{seen}: a live lease's renewal and ack waited for the claim"
+    assert renewed == model.apply(renew) and acked == model.apply(ack)
+    # The claim counted n1's live lease (its count preceded the ack): one slot of two was free.
+    assert [j.id for j in claimed.jobs] == [j.id for j in model.apply(w.Claim(later, "q", "n2", 1, TTL, opts)).jobs]
 
 
 def test_an_ack_group_and_claim_on_a_global_limit_queue_and_another_claim_commit_in_the_models_order(db_url):
@@ -159,46 +161,23 @@ def test_an_ack_group_and_claim_on_a_global_limit_queue_and_another_claim_commit
     still running and none of n1's new leases, admit one, and leave three live leases — and both must
     answer what the model answers in that order."""
     opts = QueueOpts(global_limit=2)
-    model = ModelStore()
-    specs = tuple(ops.JobSpec("q", "k", {"i": i}) for i in range(5))
-    with PgStore(db_url, pool_size=1, notify=False) as s:
-        enq = ops.Enqueue(NOW, specs)
-        s.apply(enq)
-        model.apply(enq)
-        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
-        [held] = s.apply(first).jobs
-        model.apply(first)
+    model, held = _one_lease_held(db_url, opts, 5)
     later = NOW + timedelta(seconds=2)  # n1's lease is live
     acks = w.AckMany(later, (w.Ack(later, held.id, held.attempt, w.Succeed(None)),))
     group = w.AckClaim(acks, w.Claim(later, "q", "n1", 2, TTL, opts))
     claim = w.Claim(later, "q", "n2", 2, TTL, opts)
-    grouper, claimer = Client(db_url, "grouper", PgStore), Client(db_url, "claimer", PgStore)
-    try:
-        with (
-            Pause("claim.after_admission", thread="grouper") as paused,
-            psycopg.connect(db_url, autocommit=True) as obs,
-        ):
-            grouper.start(lambda st: st.apply(group))
-            reached(paused, grouper)
-            claimer.start(lambda st: st.apply(claim))
-            seen = blocked_or_parked(obs, claimer)
-            paused.release()
-            grouped, claimed = grouper.join(), claimer.join()
-        assert grouper.error is None and claimer.error is None, (grouper.error, claimer.error)
-        order = (claim, group) if "finished" in seen else (group, claim)  # the order the two committed
-        expected = {type(op): model.apply(op) for op in order}
-        assert grouped == expected[w.AckClaim], f"{seen}: {grouped} against the model's {expected[w.AckClaim]}"
-        assert [j.id for j in claimed.jobs] == [j.id for j in expected[w.Claim].jobs], (
-            f"{seen}: the claim took {[j.id for j in claimed.jobs]}, the model in commit order "
-            f"{[j.id for j in expected[w.Claim].jobs]}"
-        )
-        with psycopg.connect(db_url, autocommit=True) as c:
-            live = c.execute(
-                "SELECT count(*) FROM belay_jobs WHERE queue = 'q' AND state = 'running' AND lease_until > %s",
-                (later,),
-            ).fetchone()
-        assert live is not None and live[0] <= 2, f"{live[0]} live leases on a queue limited to 2"
-        assert "waits on a lock" in seen, f"{seen}: the other claim did not wait for the group's admission"
-    finally:
-        grouper.close()
-        claimer.close()
+    seen, grouped, claimed = _stopped_then(db_url, ("grouper", PgStore, group), ("claimer", claim))
+    order = (claim, group) if "finished" in seen else (group, claim)  # the order the two committed
+    expected = {type(op): model.apply(op) for op in order}
+    assert grouped == expected[w.AckClaim], f"{seen}: {grouped} against the model's {expected[w.AckClaim]}"
+    assert [j.id for j in claimed.jobs] == [j.id for j in expected[w.Claim].jobs], (
+        f"{seen}: the claim took {[j.id for j in claimed.jobs]}, the model in commit order "
+        f"{[j.id for j in expected[w.Claim].jobs]}"
+    )
+    with psycopg.connect(db_url, autocommit=True) as c:
+        live = c.execute(
+            "SELECT count(*) FROM belay_jobs WHERE queue = 'q' AND state = 'running' AND lease_until > %s",
+            (later,),
+        ).fetchone()
+    assert live is not None and live[0] <= 2, f"{live[0]} live leases on a queue limited to 2"
+    assert "waits on a lock" in seen, f"{seen}: the other claim did not wait for the group's admission"
