@@ -68,14 +68,7 @@ def _race(db_url: str, claimer_class: type[PgStore], opts: QueueOpts, specs: tup
     """n1 holds the first job; its lease expires; n2's claim counts at `later` and stops after its count;
     n1 renews meanwhile; n2 goes on. The claim's and the renewal's answers must be the model's in the order
     the two committed."""
-    model = ModelStore()
-    with PgStore(db_url, pool_size=1, notify=False) as s:
-        enq = ops.Enqueue(NOW, specs)
-        s.apply(enq)
-        model.apply(enq)
-        first = w.Claim(NOW, "q", "n1", 1, TTL, opts)
-        [held] = s.apply(first).jobs
-        model.apply(first)
+    model, held = _one_lease_held(db_url, opts, len(specs))
     later = NOW + TTL + timedelta(seconds=2)  # n1's lease has expired; no sweeper ran
     claim = w.Claim(later, "q", "n2", len(specs), TTL, opts)
     renew = w.Renew(later, "n1", (held.id,), later + TTL)
