@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from soak.judges.coverage import last_attempt_reclaims
 from tests.test_certifier_checks import coverage_count, duty
-from tests.test_soak_checker import E0, baseline, err, job
+from tests.test_soak_checker import E0, baseline, err, job, step
 from tests.test_soak_duties import lease_sample
 
 # --- I9: a race is a delivery inside the claim→park window -------------------------------------------------
@@ -226,8 +226,20 @@ def test_p4_a_slow_job_left_to_lease_expiry_past_the_grace_is_not_handed_back():
 def test_p4_a_planned_failure_during_the_drain_is_the_jobs_own_work_and_a_park_is_not_judged():
     r = baseline()  # job 2 (steps): attempt 1 raised Planned after s2; job 4 (awaiter) parked on attempt 1
     assert duty(_drained(r, [[2, 1, "steps"], [4, 1, "awaiter"]]).check(), "P4").verdict == "valid"
+    # soak/PROTOCOL.md §3.2 names no error for the planned raise: the Ruby worker writes `raised` (a default
+    # soak of it, seed 51, was INVALID on P4 while the judge matched the reference's spelling `Planned`)
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], errors=[err(1, "raised", 10.1)])
+    assert duty(_drained(r, [[2, 1, "steps"]]).check(), "P4").verdict == "valid"
+    # handed back before its planned point: attempt 1 journaled s1 only (s2 carries attempt 2)
     r = baseline()
     r.jobs[2] = replace(r.jobs[2], errors=[err(1, "Shutdown", 10.1)])
+    r.steps = [x for x in r.steps if (x.job_id, x.name) != (2, "s2")] + [step(2, 2, "s2", {"token": "b", "attempt": 2})]
+    p4 = duty(_drained(r, [[2, 1, "steps"]]).check(), "P4")
+    assert p4.verdict == "invalid" and "an error entry 'Shutdown' (a retry)" in p4.counterexamples[0], p4.to_json()
+    # a `steps` job with no planned raise, handed back as a retry
+    r = baseline()
+    r.jobs[2] = replace(r.jobs[2], input={"n": 2, "raise_after": None}, errors=[err(1, "Planned", 10.1)])
     assert duty(_drained(r, [[2, 1, "steps"]]).check(), "P4").verdict == "invalid"
 
 

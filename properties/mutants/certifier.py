@@ -806,8 +806,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P4: jobs a SIGTERMed worker handed back (acked to ready) are not judged: only lease expiries are",
         "§duty P4",
         DUTIES_RUNNING_PY,
-        "        handed_back(r, state, node, e)\n",
-        "        pass  # MUTANT: handed_back(r, state, node, e)\n",
+        "        handed_back(r, state, node, e, steps)\n",
+        "        pass  # MUTANT: handed_back(r, state, node, e, steps)\n",
         OUTCOMES_SUITE,
     ),
     _one(
@@ -815,8 +815,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P4: a handed-back attempt with any error entry passes as the job's own failure (a made-up retry too)",
         "§duty P4",
         DUTIES_RUNNING_PY,
-        '        if "lease_expired" in errors or any(x in KIND_ERRORS.get(str(kind), ()) for x in errors):\n',
-        "        if errors:  # MUTANT\n",
+        "            errors and planned_failure(job, attempt, str(kind), {} if steps is None else steps.get(job.id, {}))\n",
+        "            bool(errors)  # MUTANT\n",
         OUTCOMES_SUITE,
     ),
     _one(

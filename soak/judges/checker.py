@@ -175,7 +175,7 @@ def _duties_and_coverage(
     d.p1_stays_up(duties["P1"], ledger, ev, timeline)
     d.p2_renews_leases(duties["P2"], state, ev, timeline)
     d.p3_cancel_at_park(duties["P3"], state, ev)
-    d.p4_drains(duties["P4"], state, ev, timeline, ledger)
+    d.p4_drains(duties["P4"], state, ev, timeline, ledger, steps)
     extra = {
         "priority_contention": d.p5_priority(duties["P5"], ev, timeline),
         "cron_jobs": d.p6_crons(duties["P6"], state),

@@ -134,7 +134,14 @@ def p3_cancel_at_park(r: Any, state: Any, ev: Evidence) -> None:
             )
 
 
-def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = None) -> None:
+def p4_drains(
+    r: Any,
+    state: Any,
+    ev: Evidence,
+    timeline: Any,
+    ledger: Any = None,
+    steps: Mapping[int, Mapping[str, Any]] | None = None,
+) -> None:
     drained = {e["node"]: e for e in ev.by_type["worker_drained"]}
     exits = [o for o in (ledger.observations if ledger is not None else ()) if o.phase == "exit"]
     for e in ev.by_type["worker_drain_term"]:
@@ -158,7 +165,7 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
             )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
-        handed_back(r, state, node, e)
+        handed_back(r, state, node, e, steps)
         # A PostgreSQL crash within a ttl before the SIGTERM (or during the drain) can have committed a claim
         # whose response never reached the node (its connection died with the server): the node never knew
         # that job, so a lease it lets expire is the crash's doing, not the drain's.
@@ -205,14 +212,35 @@ def p4_drains(r: Any, state: Any, ev: Evidence, timeline: Any, ledger: Any = Non
                 )
 
 
-KIND_ERRORS: dict[str, tuple[str, ...]] = {  # errors a soak kind's own code ends an attempt with (PROTOCOL §3)
-    "steps": ("Planned",),  # raise_after on attempt 1
-    "flaky": ("Planned",),  # until_attempt
-    "member": ("Fail",),
-}
+def planned_failure(job: Any, attempt: int, kind: str, steps: Mapping[str, Any]) -> bool:
+    """Whether soak/PROTOCOL.md §3 has the kind's own code end this attempt with an error — whatever the
+    error is called: §3.2 `steps` "if attempt == 1 and i == raise_after, raise (retryable) right after step
+    i is journaled", §3.7 `flaky` mode `raise` "while attempt ≤ k … the attempt ends with a retryable
+    error", §3.6 `member` "if fail, fail (non-retryable, error name free)". None of them names the error,
+    so a worker spelling it its own way (the Ruby worker's `raised`, the reference's `Planned`) is judged
+    by when it failed, not by what it wrote. For `steps`, from the journal: step s<k> journaled by this
+    attempt (the step values carry the attempt that journaled them, §3.2) and s<k+1> not — a hand-back
+    before s<k> was journaled is not the planned raise."""
+    inp = job.input if isinstance(job.input, Mapping) else {}
+    if kind == "steps":
+        k = inp.get("raise_after")
+        if attempt != 1 or not isinstance(k, int) or isinstance(k, bool):
+            return False
+        at_k, after = steps.get(f"s{k}"), steps.get(f"s{k + 1}")
+        return (
+            at_k is not None and _step_attempt(at_k) == attempt and (after is None or _step_attempt(after) != attempt)
+        )
+    if kind == "flaky":
+        until = inp.get("until_attempt")
+        return inp.get("mode") == "raise" and isinstance(until, int) and attempt <= until
+    if kind == "member":
+        return bool(inp.get("fail"))
+    return False
 
 
-def handed_back(r: Any, state: Any, node: str, term: Mapping[str, Any]) -> None:
+def handed_back(
+    r: Any, state: Any, node: str, term: Mapping[str, Any], steps: Mapping[int, Mapping[str, Any]] | None = None
+) -> None:
     """P4's second rule: jobs the node was running at its SIGTERM are finished, not handed back.
 
     Operations guide "Shutdown": "Running jobs get the shutdown grace to finish; whatever survives is left
@@ -223,8 +251,8 @@ def handed_back(r: Any, state: Any, node: str, term: Mapping[str, Any]) -> None:
     attempt ended without ending the job — a later attempt ran it (`attempt` > the listed one) — and not
       * by lease expiry (a `lease_expired` entry for it: a job that outlived the grace, or a crash; the
         first rule judges those), nor
-      * by an error its kind raises by itself (`KIND_ERRORS`, PROTOCOL §3: a planned failure is the
-        job's own work), nor
+      * by an error its kind raises by itself on that attempt (`planned_failure`, PROTOCOL §3: a planned
+        failure is the job's own work; its error's spelling is the worker's), nor
       * by a park — not told apart from a snooze or a release in the final row, so the parking kinds
         (`PARKING_KINDS`) are not judged here (a committed history would show the ack's outcome).
     Whatever else ended the attempt — no entry at all (a snooze or a release: §7 appends no error) or
@@ -237,7 +265,9 @@ def handed_back(r: Any, state: Any, node: str, term: Mapping[str, Any]) -> None:
             continue
         entries = [e for e in job.errors if isinstance(e, Mapping) and e.get("attempt") == attempt]
         errors = [e.get("error") for e in entries]
-        if "lease_expired" in errors or any(x in KIND_ERRORS.get(str(kind), ()) for x in errors):
+        if "lease_expired" in errors or (
+            errors and planned_failure(job, attempt, str(kind), {} if steps is None else steps.get(job.id, {}))
+        ):
             continue
         how = f"an error entry {errors[-1]!r} (a retry)" if errors else "no error entry (a snooze or a release)"
         r.add(
