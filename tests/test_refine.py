@@ -366,6 +366,17 @@ def test_claims_after_the_nodes_own_sigterm_are_found_from_the_committed_claims(
     # the same claims with the signal after them: nothing to report
     later = [{"type": "worker_drain_term", "node": "late", "t": time.time()}]
     assert cap.validate(HarnessLedger.load(later)).claims_after_term == []
+    # injected latency of the late node's route between the signal and its claim's `now`: a claim decided
+    # before the signal may read its clock only once its connection is through (the Node worker, seed 64)
+    for slot, reported in ((2, False), (3, True)):
+        slowed = [
+            {"type": "worker_start", "node": "late", "slot": 2, "t": sigterm - 5},
+            {"type": "net_latency", "slot": slot, "node": "x", "seconds": 10.0, "t": sigterm - 1},
+            *terms,
+        ]
+        got = cap.validate(HarnessLedger.load(slowed))
+        assert bool(got.claims_after_term) == reported, (slot, got.claims_after_term)
+        assert got.timing["claims_after_term_route_fault_rows"] == (0 if reported else 2)
 
 
 def test_an_ack_claim_that_retries_a_row_and_claims_it_again_is_explained(url, tmp_path):

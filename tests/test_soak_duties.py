@@ -350,6 +350,29 @@ def test_p11_an_attempt_claimed_by_a_node_after_its_own_sigterm_is_flagged():
     assert "16/1" in p11.counterexamples[0]
 
 
+def test_p11_a_late_now_through_a_fault_of_the_nodes_own_route_is_not_flagged():
+    """A claim decided before the signal reads its clock once its connection and BEGIN are through (the
+    Node worker, seed 64: a pool connect and BEGIN under 0.16 s injected latency put its `now` 1.0 s after
+    the SIGTERM). Injected latency of the node's own slot between the signal and that `now` excuses it;
+    latency of another slot, or of this slot only before the signal, does not."""
+
+    def run(slot: int, start: float, end: float):
+        r = baseline()
+        r.history += [{"t": E0 - 1, "type": "worker_start", "node": "w2-1", "slot": 2}]
+        r.history += drain(10, running=[[1, 1, "echo"]], seconds=12.0)
+        r.history += [
+            {"t": E0 + start, "type": "net_latency", "slot": slot, "node": "x", "seconds": end - start},
+            {"t": E0 + end, "type": "net_heal", "slot": slot, "node": "x", "fault": "latency"},
+            lease_sample(12, [[1, 1, "w2-1", E0 + 19, "echo"]]),
+            lease_sample(14, [[16, 1, "w2-1", E0 + 23.5, "echo"]]),  # its `now` +13.5, the SIGTERM +10
+        ]
+        return duty(r.check(), "P11")
+
+    assert run(2, 9, 12).violations == 0
+    assert run(3, 9, 12).verdict == "invalid"  # another slot's latency
+    assert run(2, 5, 9.5).verdict == "invalid"  # healed before the signal
+
+
 def test_p11_a_claim_in_flight_at_the_sigterm_is_not_a_claim_after_it():
     r = baseline()
     r.history += drain(10, running=[[1, 1, "echo"]], seconds=3.0)

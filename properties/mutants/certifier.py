@@ -967,6 +967,15 @@ CERTIFIER: tuple[Mutant, ...] = (
         TIMING_SUITE,
     ),
     _one(
+        "cert_claim_order_judges_the_harness",
+        "claim order (P5): the harness's own lost-wakeup claims (by parent_id, not §6) are judged as an SDK's",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "            if node == HARNESS_NODE:  # the harness's scenario write, not an SDK's claim: P5 judges SDKs\n",
+        "            if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),
+    _one(
         "cert_claim_order_capacity_never_proves",
         "claim order (P5): a claim passing over more free rows than all in flight could hold is an honest race",
         "§duty P5",

@@ -241,6 +241,12 @@ class Timeline:
             return True  # issue 13's proxy partitioned or stalled this node's slot
         return any((n is None or n == node) and a <= t1 and b >= t0 for n, a, b in self.cuts)
 
+    def route_fault_during(self, node: str, t0: float, t1: float) -> bool:
+        """A fault of `node`'s route — a cut, a partition or stall, or injected latency — overlapped [t0, t1]."""
+        if self.cut_during(node, t0, t1):
+            return True
+        return any(a <= t1 and b >= t0 for a, b in self.slowed.get(self.slot_of.get(node), ()))
+
     def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
         """Seconds of [t0, t1] during which some worker was alive and running and the database up."""
         total, t = 0.0, t0

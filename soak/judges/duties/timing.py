@@ -63,7 +63,14 @@ def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) ->
         for at, key, until, _kind in ev.attempts.of_node(node):
             if at <= settled[0] or key in seen:
                 continue
-            if until is None or until - ev.ttl - skew > t + STAMP_SLACK:
+            if until is None:
+                late[key] = at
+                continue
+            stamped = until - ev.ttl - skew  # the claim's own `now`
+            # a claim decided before the signal reads its clock once its connection and BEGIN are through:
+            # a fault of the node's route between the signal and that `now` may have held it (as refine's
+            # P11, soak/judges/refine/validator.py `_claim_after_term`)
+            if stamped > t + STAMP_SLACK and not timeline.route_fault_during(node, t, stamped):
                 late[key] = at
         r.checks += 1
         if late:

@@ -38,6 +38,9 @@ BEGAN_SLACK = 0.05
 SCAN_LIMIT = 200  # candidates ahead of a claim's last taken row examined per claim
 CHOICE_SCAN = 50  # candidates after it examined for a choice the claim had (coverage only)
 INT_MAX = 1 << 62
+# the harness's own claim (soak/workload/scenarios.py `_finish_children_silently`, the lost-wakeup scenario):
+# it takes a parent's external children by `parent_id`, deliberately not a §6 claim of any SDK's
+HARNESS_NODE = "soak-harness"
 
 
 def order_key(priority: int, ready_at: datetime | None, job_id: int) -> tuple[int, int, float, int]:
@@ -89,6 +92,7 @@ class ClaimOrder:
         self.inversions = 0  # passed-over (row, claim) pairs seen, honest or not
         self.claim_lags: list[float] = []  # fault-free claim lags (commit − now), for HOLD
         self.skipped_admission = 0
+        self.skipped_harness = 0  # the harness's own claims (HARNESS_NODE): not judged
         self.max_take = 1  # the most rows one claim of the run took
         # queue → [(now, commit, rows taken, order key of its last taken row)] of every claim, in commit
         # order (who was concurrent with whom, and which rows each could have locked without taking them)
@@ -163,6 +167,9 @@ class ClaimOrder:
                 self.claim_lags.append(t - t_now)
             if admission:
                 self.skipped_admission += 1
+                continue
+            if node == HARNESS_NODE:  # the harness's scenario write, not an SDK's claim: P5 judges SDKs
+                self.skipped_harness += 1
                 continue
             if not self.enabled:
                 continue
