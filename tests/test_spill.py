@@ -77,6 +77,37 @@ def test_a_spill_dict_is_a_dict_whatever_it_keeps_in_memory(ops, hot):
         lists.close()
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    items=st.dictionaries(KEYS, st.integers(), max_size=30),
+    asked=st.lists(KEYS, max_size=20),
+    hot=st.integers(1, 4),
+)
+def test_looking_many_keys_up_at_once_answers_as_one_at_a_time_and_moves_nothing(items, asked, hot):
+    """peek_many (SpillDict) and get_many (DiskTable): the batched lookups of the trace validation's final
+    comparison answer what `k in d` / `d[k]` would, and a peek leaves the hot part and the disk alone."""
+    from soak.record.spill import BATCH, DiskTable
+
+    d = SpillDict(items.items(), hot=hot)
+    d.spill()
+    table = DiskTable.build(sorted(items.items(), key=lambda kv: repr(kv[0])), cache=hot)
+    try:
+        want = {k: items[k] for k in asked if k in items}
+        before = (list(d._hot), d.stats())
+        assert d.peek_many(asked) == want
+        assert d.peek_many(asked, values=False) == dict.fromkeys(want)
+        assert (list(d._hot), d.stats()) == before  # nothing faulted in, no recency moved
+        assert table.get_many(asked) == want
+        many = list(range(BATCH * 2 + 7))  # past one IN (...) batch
+        big = SpillDict(((i, -i) for i in many), hot=3)
+        big.spill()
+        assert big.peek_many([*many, -1]) == {i: -i for i in many}
+        big.close()
+    finally:
+        d.close()
+        table.close()
+
+
 def test_a_spill_dict_moves_what_it_does_not_use_to_disk_and_reads_it_back_unchanged():
     d = SpillDict(hot=10)
     for i in range(1000):
@@ -276,3 +307,39 @@ def test_every_checker_scenario_decides_the_same_with_the_snapshot_on_disk_and_t
                 fn()
                 ran += 1
     assert ran >= 70 and len(compared) >= 70 and "invalid" in compared, (ran, len(compared))
+
+
+def test_the_final_comparison_names_every_row_the_snapshot_has_more_less_or_otherwise_on_disk_or_not(url, tmp_path):
+    """The end of a trace validation (Validator.compare, batched lookups): the snapshot differing from the
+    replayed rows — a job and a step it holds that no transaction wrote, a job it lacks, a job it holds
+    otherwise — is named, row by row, whether the snapshot's tables are dicts or on disk and whether the
+    validation's rows are in memory or spilled."""
+    from dataclasses import replace
+
+    from soak.record.spill import on_disk
+
+    with Captured(url, tmp_path, "compare"):
+        with PgStore(url) as store, Client(url) as client:
+            ids = [client.enqueue("q", "k", {"i": i}).id for i in range(12)]
+            store.apply(w.Claim(now(), "q", "n1", 12, TTL))
+            for i in ids[:6]:
+                store.apply(w.RecordStep(now(), i, "s", 1, 0, 0))
+                store.apply(w.Ack(now(), i, 1, w.Succeed(None)))
+    initial = load_state(tmp_path / "history-initial.pickle")
+    final = load_state(tmp_path / "history-final.pickle")
+    extra_job = replace(final.jobs[ids[0]], id=10_000)
+    extra_step = replace(final.steps[(ids[0], "s")], job_id=ids[7])
+    jobs = {**final.jobs, 10_000: extra_job, ids[1]: replace(final.jobs[ids[1]], priority=7)}
+    del jobs[ids[11]]
+    odd = replace(final, jobs=jobs, steps={**final.steps, (ids[7], "s"): extra_step})
+    expected = sorted([f"jobs {10_000!r}", f"jobs {ids[1]!r}", f"jobs {ids[11]!r}", f"steps {(ids[7], 's')!r}"])
+    for snapshot, want in (
+        (final, []),
+        (odd, expected),
+        (on_disk(final, cache=2), []),
+        (on_disk(odd, cache=2), expected),
+    ):
+        for hot in (HOT, 1):
+            r = validate(read_transactions(tmp_path / "history.bin"), None, initial, final_state=snapshot, hot=hot)
+            assert r.snapshot_diff == want, (hot, r.snapshot_diff)
+            assert r.matches_snapshot == (not want)

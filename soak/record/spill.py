@@ -30,7 +30,7 @@ import sqlite3
 import tempfile
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 _FILTER_SLOTS = 1 << 20  # counters of the filter of keys on disk that are not ints (2 MiB, made on first use)
@@ -38,6 +38,7 @@ _FILTER_MAX = 0xFFFF  # a counter that reaches it stays there: "maybe on disk" f
 HOT = 5_000  # entries kept in memory per map (a soak's live jobs are a few hundred to a few thousand; 20,000
 # cost ~90 MiB more at the peak of a long run's replay and made it ~20 % faster)
 _MISSING = object()
+BATCH = 500  # keys per `IN (…)` lookup of peek_many / get_many (SQLite allows 32,766 parameters)
 
 
 class _Scratch:
@@ -276,6 +277,28 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
     def __len__(self) -> int:
         return len(self._hot) + self._cold
 
+    def peek_many(self, keys: Iterable[Any], values: bool = True) -> dict[Any, Any]:
+        """The entries of `keys` this mapping holds, read without changing what is hot (nothing faulted in,
+        no recency moved): the hot ones from memory, the rest in one query per BATCH keys. With
+        `values=False` only which keys are held (each maps to None; nothing is unpickled)."""
+        out: dict[Any, Any] = {}
+        cold: dict[bytes, Any] = {}
+        hot = self._hot
+        for k in keys:
+            if k in hot:
+                out[k] = hot[k] if values else None
+            elif self._maybe_cold(k):
+                cold[self._k(k)] = k
+        if cold:
+            db = self._conn()
+            blobs = list(cold)
+            for i in range(0, len(blobs), BATCH):
+                part = blobs[i : i + BATCH]
+                sql = f"SELECT k{', v' if values else ''} FROM kv WHERE k IN ({','.join('?' * len(part))})"
+                for row in db.execute(sql, part):
+                    out[cold[row[0]]] = pickle.loads(row[1]) if values else None
+        return out
+
     def _cold_rows(self) -> Iterator[tuple[bytes, bytes]]:
         if not self._cold:
             return
@@ -367,6 +390,23 @@ class DiskTable(_Scratch, Mapping[Any, Any]):
             return self[key]
         except KeyError:
             return default
+
+    def get_many(self, keys: Iterable[Any]) -> dict[Any, Any]:
+        """The rows of `keys` the table holds, in one query per BATCH keys (the cache left as it is)."""
+        out: dict[Any, Any] = {}
+        wanted: dict[bytes, Any] = {}
+        for k in keys:
+            if k in self._cache:
+                out[k] = self._cache[k]
+            else:
+                wanted[SpillDict._k(k)] = k
+        blobs = list(wanted)
+        db = self._conn()
+        for i in range(0, len(blobs), BATCH):
+            part = blobs[i : i + BATCH]
+            for kb, vb in db.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(part))})", part):
+                out[wanted[kb]] = pickle.loads(vb)
+        return out
 
     def __contains__(self, key: object) -> bool:
         if key in self._cache:

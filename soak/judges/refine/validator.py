@@ -4,9 +4,10 @@ explained by a candidate operation of model/ applied with the model's own handle
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from model import ops
@@ -433,17 +434,23 @@ class Validator(Recovery):
             )
 
     def compare(self, final: State) -> list[str]:
-        """Streamed both ways (no set of every key): each row held against the snapshot's, then each
-        snapshot row the validation does not hold."""
+        """Streamed both ways (no set of every key), in chunks of CHUNK keys looked up together: each row held
+        against the snapshot's, then each snapshot row the validation does not hold."""
         w = self.world
 
         def by_job(d: SpillDict) -> Iterable[tuple[Any, Any]]:
             return (((j, n), row) for j, by in d.items() for n, row in by.items())
 
-        def held(attr: str, k: Any) -> bool:
-            if attr in ("steps", "events"):
-                return k[1] in getattr(w, attr).get(k[0], {})
-            return k in getattr(w, attr)
+        def rows_of(theirs: Any, keys: list[Any]) -> Mapping[Any, Any]:
+            many = getattr(theirs, "get_many", None)  # a snapshot on disk (DiskTable): one query per chunk
+            return many(keys) if many is not None else {k: theirs[k] for k in keys if k in theirs}
+
+        def held(attr: str, keys: list[Any]) -> set[Any]:
+            mine = getattr(w, attr)
+            if attr in ("steps", "events"):  # (job id, name/seq) keys: the job's map of them
+                by = _peek(mine, {k[0] for k in keys})
+                return {k for k in keys if k[1] in by.get(k[0], ())}
+            return set(_peek(mine, keys, values=False))
 
         mine: dict[str, Iterable[tuple[Any, Any]]] = {
             "jobs": w.jobs.items(),
@@ -457,8 +464,32 @@ class Validator(Recovery):
         diff = []
         for attr, have in mine.items():
             theirs = getattr(final, attr)
-            for k, row in have:
-                if not _rows_equal(row, theirs.get(k)):
-                    diff.append(f"{attr} {k!r}")
-            diff += [f"{attr} {k!r}" for k in theirs if not held(attr, k)]
+            found = 0  # keys held on both sides
+            for chunk in _chunks(have):
+                got = rows_of(theirs, [k for k, _ in chunk])
+                found += len(got)
+                diff += [f"{attr} {k!r}" for k, row in chunk if not _rows_equal(row, got.get(k))]
+            if found == len(theirs):
+                continue  # every snapshot key is one of those found (keys are unique): none missing here
+            for keys in _chunks(iter(theirs)):
+                present = held(attr, keys)
+                diff += [f"{attr} {k!r}" for k in keys if k not in present]
         return sorted(diff)
+
+
+CHUNK = 500  # keys compared together at the end of a validation (one disk lookup per chunk and side)
+
+
+def _chunks(items: Iterable[Any]) -> Iterator[list[Any]]:
+    it = iter(items)
+    while chunk := list(islice(it, CHUNK)):
+        yield chunk
+
+
+def _peek(d: Any, keys: Iterable[Any], values: bool = True) -> Mapping[Any, Any]:
+    """The entries of `keys` that `d` holds, a spilled map's without faulting them in (`values=False`: only
+    which keys, each mapped to None)."""
+    many = getattr(d, "peek_many", None)
+    if many is not None:
+        return many(keys, values=values)
+    return {k: (d[k] if values else None) for k in keys if k in d}
