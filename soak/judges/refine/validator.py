@@ -263,6 +263,8 @@ class Validator(Recovery):
             model_rows = getattr(t, ATTR[table])
             was = before[table]
             written = R.get(table, {})
+            if not written and not model_rows and not was:
+                continue
             keys = set(written)
             for k, v in model_rows.items():
                 if was.get(k) is not v:

@@ -206,42 +206,54 @@ class World:
 
     # --- the part of the state one transaction's operations read --------------------------------------
 
-    def closure(self, ids: set[int]) -> set[int]:
+    def closure(self, ids: set[int], rows: dict[int, Job] | None = None) -> dict[int, Job]:
         """Jobs an operation on `ids` can read or write: workflow members (settlement), parents ($children
-        delivery), children (their terminal check), recursively."""
-        out = {i for i in ids if i in self.jobs}
-        frontier = set(out)
+        delivery), children (their terminal check), recursively — by id, with their rows (added to `rows`)."""
+        out: dict[int, Job] = {} if rows is None else rows
+        jobs = self.jobs
+        frontier = [i for i in ids if i not in out]
         while frontier:
             more: set[int] = set()
             for i in frontier:
-                j = self.jobs.get(i)
+                j = jobs.get(i)
                 if j is None:
                     continue
+                out[i] = j
                 if j.workflow_id is not None:
                     more |= self.by_wf.get(j.workflow_id, set())
-                if j.parent_id is not None and j.parent_id in self.jobs:
+                if j.parent_id is not None:
                     more.add(j.parent_id)
-                more |= self.by_parent.get(i, set())
-            frontier = more - out
-            out |= frontier
+                children = self.by_parent.get(i)
+                if children:
+                    more |= children
+            frontier = [i for i in more if i not in out]
         return out
 
     def substate(self, job_ids: set[int], signal_keys: set[tuple[str, str]], rate_buckets: set[str]) -> Tables:
-        ids = self.closure(job_ids)
+        jobs = self.closure(job_ids)
         keys = set(signal_keys)
-        for i in ids:
-            j = self.jobs[i]
+        by_scope = self.by_scope
+        for i, j in jobs.items():
             if j.await_scope is not None and j.await_name is not None:
                 keys.add((j.await_scope, j.await_name))
-            for name in self.by_scope.get(f"job:{i}", ()):
-                keys.add((f"job:{i}", name))
+            if by_scope:
+                for name in by_scope.get(f"job:{i}", ()):
+                    keys.add((f"job:{i}", name))
         for k in list(keys):  # every awaiter of a signal in play is woken by its delivery
             for a in self.awaits.get(k, ()):
-                if a not in ids:
-                    ids |= self.closure({a})
-        jobs = {i: self.jobs[i] for i in ids}
-        steps = {(i, n): s for i in ids for n, s in self.steps.get(i, {}).items()}
-        events = {(i, q): e for i in ids for q, e in self.events.get(i, {}).items()}
+                if a not in jobs:
+                    self.closure({a}, jobs)
+        steps = {}
+        events = {}
+        for i in jobs:
+            by = self.steps.get(i)
+            if by:
+                for n, s in by.items():
+                    steps[(i, n)] = s
+            by = self.events.get(i)
+            if by:
+                for q, e in by.items():
+                    events[(i, q)] = e
         signals = {k: self.signals[k] for k in keys if k in self.signals}
         rate = {k: r for k, r in self.rate.items() if k[0] in rate_buckets} if rate_buckets else {}
         return Tables(
