@@ -393,7 +393,7 @@ def test_refine_counts_no_drain_judged_when_the_capture_had_a_gap():
     v = object.__new__(refine.Validator)
     v.result = refine.RefinementResult("valid")
     v.ledger = type("L", (), {"terms": {"w2-1": E0 + 10, "w3-1": E0 + 20}})()
-    v._late_claims, v._late_first = {}, {}
+    v._late_claims, v._late_first, v._late_excused = {}, {}, 0
     v.order, v.fresh, v._last_at = ClaimOrder(None), Freshness(None), 0.0  # the judges of order and time, empty
     v.finish_duties()
     assert v.result.drains_judged == 2

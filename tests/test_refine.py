@@ -368,14 +368,17 @@ def test_claims_after_the_nodes_own_sigterm_are_found_from_the_committed_claims(
     assert cap.validate(HarnessLedger.load(later)).claims_after_term == []
     # injected latency of the late node's route between the signal and its claim's `now`: a claim decided
     # before the signal may read its clock only once its connection is through (the Node worker, seed 64)
-    for slot, reported in ((2, False), (3, True)):
+    # — until then, or healed less than CLAIM_SETTLE before it; latency of another slot, or healed long before
+    # the claim read its clock, excuses nothing
+    for slot, healed, reported in ((2, 5.0, False), (2, 0.2, True), (3, 5.0, True)):
         slowed = [
             {"type": "worker_start", "node": "late", "slot": 2, "t": sigterm - 5},
             {"type": "net_latency", "slot": slot, "node": "x", "seconds": 10.0, "t": sigterm - 1},
             *terms,
+            {"type": "net_heal", "slot": slot, "node": "x", "fault": "latency", "t": sigterm + healed},
         ]
         got = cap.validate(HarnessLedger.load(slowed))
-        assert bool(got.claims_after_term) == reported, (slot, got.claims_after_term)
+        assert bool(got.claims_after_term) == reported, (slot, healed, got.claims_after_term)
         assert got.timing["claims_after_term_route_fault_rows"] == (0 if reported else 2)
 
 

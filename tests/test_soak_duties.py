@@ -353,8 +353,9 @@ def test_p11_an_attempt_claimed_by_a_node_after_its_own_sigterm_is_flagged():
 def test_p11_a_late_now_through_a_fault_of_the_nodes_own_route_is_not_flagged():
     """A claim decided before the signal reads its clock once its connection and BEGIN are through (the
     Node worker, seed 64: a pool connect and BEGIN under 0.16 s injected latency put its `now` 1.0 s after
-    the SIGTERM). Injected latency of the node's own slot between the signal and that `now` excuses it;
-    latency of another slot, or of this slot only before the signal, does not."""
+    the SIGTERM). Injected latency of the node's own slot between the signal and that `now`, lasting until
+    CLAIM_SETTLE before it or later, excuses it; latency of another slot, of this slot only before the signal,
+    or healed long before the claim read its clock, does not."""
 
     def run(slot: int, start: float, end: float):
         r = baseline()
@@ -371,6 +372,7 @@ def test_p11_a_late_now_through_a_fault_of_the_nodes_own_route_is_not_flagged():
     assert run(2, 9, 12).violations == 0
     assert run(3, 9, 12).verdict == "invalid"  # another slot's latency
     assert run(2, 5, 9.5).verdict == "invalid"  # healed before the signal
+    assert run(2, 10.5, 11).verdict == "invalid"  # healed 2.5 s before the claim read its clock
 
 
 def test_p11_a_claim_in_flight_at_the_sigterm_is_not_a_claim_after_it():

@@ -434,6 +434,23 @@ CERTIFIER: tuple[Mutant, ...] = (
         "        seen = {key for _at, key, _until, _kind in ev.attempts.of_node(node)}  # MUTANT\n",
     ),
     _one(
+        "cert_p11_samples_any_route_fault_excuses",
+        "P11 (lease samples): a route fault anywhere between the SIGTERM and a claim excuses it, healed or not",
+        "§duty P11",
+        INPUTS_PY,
+        "        return any(a <= now and b >= t and b >= now - settle for a, b in windows)\n",
+        "        return any(a <= now and b >= t for a, b in windows)  # MUTANT\n",
+    ),
+    _one(
+        "cert_p11_committed_any_route_fault_excuses",
+        "P11 (committed claims): a route fault anywhere between the SIGTERM and a claim excuses it, healed or not",
+        "§refine P11",
+        REFINE_VALIDATOR_PY,
+        "            if any(w[2] in ROUTE_FAULTS and w[1] >= t_now - CLAIM_SETTLE for w in held):\n",
+        "            if any(w[2] in ROUTE_FAULTS for w in held):  # MUTANT\n",
+        REFINE_SUITE,
+    ),
+    _one(
         "cert_p11_committed_claims_ignored",
         "P11: the trace validation's claims after SIGTERM are not added to the duty",
         "§duty P11",

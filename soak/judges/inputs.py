@@ -241,11 +241,17 @@ class Timeline:
             return True  # issue 13's proxy partitioned or stalled this node's slot
         return any((n is None or n == node) and a <= t1 and b >= t0 for n, a, b in self.cuts)
 
-    def route_fault_during(self, node: str, t0: float, t1: float) -> bool:
-        """A fault of `node`'s route — a cut, a partition or stall, or injected latency — overlapped [t0, t1]."""
-        if self.cut_during(node, t0, t1):
-            return True
-        return any(a <= t1 and b >= t0 for a, b in self.slowed.get(self.slot_of.get(node), ()))
+    def route_held(self, node: str, t: float, now: float, settle: float) -> bool:
+        """Could a fault of `node`'s route — a cut, a partition or stall, injected latency — have held, from
+        before `t` until `now`, a claim decided before `t`? A fault window overlapping [t, now] that lasted
+        until `settle` seconds before `now` or later (a claim the route let through reads its clock then)."""
+        slot = self.slot_of.get(node)
+        windows = [
+            *self.isolated.get(slot, ()),
+            *self.slowed.get(slot, ()),
+            *([a, b] for n, a, b in self.cuts if n is None or n == node),
+        ]
+        return any(a <= now and b >= t and b >= now - settle for a, b in windows)
 
     def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
         """Seconds of [t0, t1] during which some worker was alive and running and the database up."""

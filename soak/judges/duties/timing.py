@@ -70,7 +70,7 @@ def p11_no_claims_after_term(r: Any, state: Any, ev: Evidence, timeline: Any) ->
             # a claim decided before the signal reads its clock once its connection and BEGIN are through:
             # a fault of the node's route between the signal and that `now` may have held it (as refine's
             # P11, soak/judges/refine/validator.py `_claim_after_term`)
-            if stamped > t + STAMP_SLACK and not timeline.route_fault_during(node, t, stamped):
+            if stamped > t + STAMP_SLACK and not timeline.route_held(node, t, stamped, CLAIM_SETTLE):
                 late[key] = at
         r.checks += 1
         if late:

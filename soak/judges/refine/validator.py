@@ -387,8 +387,11 @@ class Validator(Recovery):
             # pool connect and BEGIN under 0.16 s injected latency put `now` 1.0 s after the SIGTERM). A
             # fault of the node's route between the signal and that `now` excuses the claim; a healthy
             # route does not (soak/PROTOCOL.md P11).
+            # (the fault lasted until CLAIM_SETTLE before that `now` or later: once the route lets a claim
+            # through, it reads its clock — a claim long after the fault healed gets no excuse)
             t_now = now - self.ledger.faults.offset.get(claim.node, 0.0)
-            if any(w[2] in ROUTE_FAULTS for w in self.ledger.faults.overlapping(claim.node, t, max(t, t_now))):
+            held = self.ledger.faults.overlapping(claim.node, t, max(t, t_now))
+            if any(w[2] in ROUTE_FAULTS and w[1] >= t_now - CLAIM_SETTLE for w in held):
                 self._late_excused += claim.demand
                 return
             self._late_claims[claim.node] = self._late_claims.get(claim.node, 0) + claim.demand
