@@ -211,36 +211,31 @@ def test_a_claim_passing_over_more_rows_than_the_claims_beside_it_could_hold_is_
 
 
 def test_admission_queues_are_not_judged():
-    order = ClaimOrder(faults())
-    rows = {i: ready(i, i) for i in range(1, 4)}
-    for i, j in rows.items():
-        order.observe({i: (None, j)}, at(i), f"0/{i}")
-    for k, i in enumerate((3, 2)):
-        t = 20 + 5 * k
-        order.observe({i: (rows[i], claimed(rows[i], "w1-1", t))}, at(t + 0.05), "0/c", [("w1-1", "soak", at(t), True)])
-    order.finish(at(60))
+    order = _two_claims_passing_over("w1-1", admission=True)
     assert order.judged == 0 and order.skipped_admission == 2 and order.lines() == []
 
 
-def _harness_like_claims(node: str) -> ClaimOrder:
+def _two_claims_passing_over(node: str, admission: bool = False) -> ClaimOrder:
     """Rows 1..4 of one queue ready; two claims by `node` 5 s apart each take a row later in §6 order and
-    pass rows 1 and 2 over — the lost-wakeup scenario's shape, where the harness takes a parent's
-    external children by `parent_id` (seed 62's Node soak: P5 INVALID on two harness claims)."""
+    pass rows 1 and 2 over — the lost-wakeup scenario's shape when `node` is the harness, which takes a
+    parent's external children by `parent_id` (seed 62's Node soak: P5 INVALID on two harness claims)."""
     order = ClaimOrder(faults())
     rows = {i: ready(i, i) for i in range(1, 5)}
     for i, j in rows.items():
         order.observe({i: (None, j)}, at(i), f"0/{i}")
     for k, i in enumerate((4, 3)):
         t = 20 + 5 * k
-        order.observe({i: (rows[i], claimed(rows[i], node, t))}, at(t + 0.05), "0/c", [(node, "soak", at(t), False)])
+        order.observe(
+            {i: (rows[i], claimed(rows[i], node, t))}, at(t + 0.05), "0/c", [(node, "soak", at(t), admission)]
+        )
     order.finish(at(60))
     return order
 
 
 def test_the_harnesss_own_claims_are_not_judged_and_the_same_claims_by_a_node_are():
-    harness = _harness_like_claims("soak-harness")
+    harness = _two_claims_passing_over("soak-harness")
     assert harness.judged == 0 and harness.skipped_harness == 2 and harness.lines() == []
-    node = _harness_like_claims("w1-1")
+    node = _two_claims_passing_over("w1-1")
     assert node.judged == 2 and node.repeat_rows == 2 and node.lines(), node.lines()
 
 
