@@ -322,7 +322,12 @@ class JobContext:
         raise AssertionError("unreachable")
 
     def emit(self, payload: Any) -> int:
-        result = self.store.apply(w.EmitEvent(self.clock(), self.id, payload))
+        """Append an event to the job's stream; retried through transient faults when the runtime gave a
+        `call` — idempotently: a retry finds the event an earlier try appended (same `now` and payload)
+        and appends nothing (sdk-guide §7; a cut connection during the `slow` kind's start event failed
+        the reference worker's job in a soak with partitions, seed 69)."""
+        op = w.EmitEvent(self.clock(), self.id, payload, once=self.call is not None)
+        result = self._apply(op, "emit")
         if isinstance(result, w.JobGone):
             raise LeaseLost(f"job {self.id} no longer exists")
         return result.seq

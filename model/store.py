@@ -617,6 +617,14 @@ def _record_step(t: Tables, op: w.RecordStep) -> w.Recorded | w.JobGone:
 def _emit(t: Tables, op: w.EmitEvent) -> w.Emitted | w.JobGone:
     if op.job_id not in t.jobs:
         return w.JobGone(op.job_id)
+    if op.once:  # a retried emit whose earlier try committed: its event, not a second one
+        mine = [
+            s
+            for (j, s), e in t.events.items()
+            if j == op.job_id and e.inserted_at == op.now and e.payload == op.payload
+        ]
+        if mine:
+            return w.Emitted(min(mine))
     last = max((s for (j, s) in t.events if j == op.job_id), default=None)
     seq = (0 if last is None else last) + 1
     if op.seq is not None:  # the SDK's own numbering: append-only, so above every earlier event's

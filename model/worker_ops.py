@@ -358,6 +358,10 @@ class EmitEvent:
     # seq); append-only stream" (§3), not the numbering (steps' seq is fixed by §8.2's SQL, events' is
     # not) — any seq above the job's earlier ones. None: the reference's MAX(seq) + 1.
     seq: int | None = None
+    # The SDK retries this emit through transient faults (sdk-guide §7): an event of the job with this
+    # payload inserted at this `now` is this emit's own, appended by a try whose answer was lost — answered,
+    # not appended again. (Two emits of one job at one microsecond with one payload are one event.)
+    once: bool = False
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")

@@ -1296,6 +1296,10 @@ def test_events_are_numbered_per_job_in_emission_order():
         (2, {"i": 1}, at(1)),
         (3, {"i": 2}, at(2)),
     ]
+    # a retried emit (once): its earlier try's event (same now and payload) answers it; any other appends
+    assert store.apply(EmitEvent(at(1), a, {"i": 1}, once=True)) == Emitted(2)
+    assert store.apply(EmitEvent(at(1), a, {"i": 9}, once=True)) == Emitted(4)
+    assert store.apply(EmitEvent(at(7), a, {"i": 1}, once=True)) == Emitted(5)
 
 
 # ---------------------------------------------------------------------------------------------------

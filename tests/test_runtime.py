@@ -505,6 +505,40 @@ def test_a_database_fault_during_a_step_is_retried_not_the_jobs_error(db, client
     assert not any(faults.values()), f"every planted fault was met: {faults}"
 
 
+def test_an_emit_cut_after_its_commit_is_retried_and_appends_its_event_once(db, pg, client, workers, monkeypatch):
+    """An emit whose connection is cut — before it reached the server, or after its commit with the answer
+    lost — is retried, not the job's error, and the job's stream holds the event once. A soak with
+    partitions (seed 69) failed a `slow` job of the reference worker on the OperationalError of its start
+    event (P9). The retry finds the event its committed try appended (same `now` and payload: sdk-guide §7)."""
+    registry = Registry()
+
+    @registry.kind("emitter", queue=Q)
+    def emitter(ctx: Any, input: dict) -> str:
+        ctx.emit({"phase": "start", "attempt": ctx.attempt})
+        ctx.emit({"phase": "end"})
+        return "done"
+
+    worker = workers(registry=registry)
+    real = worker.store.apply
+    cuts = ["before", "after"]  # the first emit's first try is lost before the server, the second's after it
+
+    def flaky(op: Any, *args: Any, **kwargs: Any) -> Any:
+        if type(op).__name__ == "EmitEvent" and cuts:
+            when = cuts.pop(0)
+            if when == "after":
+                real(op, *args, **kwargs)  # committed; the answer never arrives
+            raise psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+        return real(op, *args, **kwargs)
+
+    monkeypatch.setattr(worker.store, "apply", flaky)
+    job_id = client.enqueue(Q, "emitter", {}, max_attempts=1).id
+    final = client.await_result(job_id, timeout=20)
+    assert (final.state, final.errors) == ("succeeded", []), final.errors
+    events = pg.execute("SELECT seq, payload FROM belay_events WHERE job_id = %s ORDER BY seq", (job_id,)).fetchall()
+    assert events == [(1, {"phase": "start", "attempt": 1}), (2, {"phase": "end"})], events
+    assert cuts == []
+
+
 # --- 6. cron ------------------------------------------------------------------------------------------
 
 CRON = CronDef("every-minute", "* * * * *", "tick", {"from": "static"}, queue="cron")

@@ -381,7 +381,12 @@ class WorkerOps(AdmittedClaims):
         with self.transaction(op.now) as tx:
             if tx.one("lock_job_row", {"id": op.job_id}) is None:
                 return w.JobGone(op.job_id)
-            row = tx.one("insert_event", {"job_id": op.job_id, "payload": Jsonb(op.payload), "now": op.now})
+            params = {"job_id": op.job_id, "payload": Jsonb(op.payload), "now": op.now}
+            if op.once:  # retried: the event a try whose answer was lost appended (sdk-guide §7)
+                found = tx.one("find_event", params)
+                if found is not None:
+                    return w.Emitted(found["seq"])
+            row = tx.one("insert_event", params)
             return w.Emitted(row["seq"])
 
     # --- §8.4 children --------------------------------------------------------------------------------

@@ -118,6 +118,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         (Edit(INSERTS_PY, "FROM ins WHERE %(payload)s::text IS NOT NULL", "FROM ins WHERE false"),),
         ("tests/test_enqueue.py", *STORE_SUITE),
     ),
+    Mutant(
+        "emit_retry_appends_again",
+        "a retried emit (EmitEvent once, sdk-guide §7) appends its event again after a try whose answer was "
+        "lost had committed it: the job's stream holds the event twice",
+        "§8.2",
+        (Edit(WORKER_STORE_PY, "            if op.once:  # retried", "            if False:  # MUTANT retried"),),
+        ("tests/test_runtime.py", *STORE_SUITE),
+    ),
     # --- §7 acks and the fence -----------------------------------------------------------------------
     Mutant(
         "ack_without_attempt_fence",

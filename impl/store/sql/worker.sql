@@ -194,6 +194,12 @@ INSERT INTO {events} (job_id, seq, payload, inserted_at)
 SELECT %(job_id)s, COALESCE(MAX(seq), 0) + 1, %(payload)s, %(now)s FROM {events} WHERE job_id = %(job_id)s
 RETURNING seq
 
+-- find_event --
+-- Events: a retried emit's own event, appended by a try whose answer was lost (same job, now, payload).
+SELECT seq FROM {events}
+ WHERE job_id = %(job_id)s AND inserted_at = %(now)s AND payload = %(payload)s
+ ORDER BY seq LIMIT 1
+
 -- lock_job_row --
 -- Lock one job row (existence check plus serialization of its journal).
 SELECT id FROM {jobs} WHERE id = %(id)s FOR UPDATE
