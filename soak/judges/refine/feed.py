@@ -90,7 +90,7 @@ class RowDecoder:
             old = make(c.old) if c.old is not None else None
             rk = (table, key_of(new if new is not None else old))
             stale = old_raw is not None and raw.get(rk) != old_raw
-            if stale and old is None:
+            if stale and old is None and old_raw is not None:
                 old = make(self.decoder.load(old_raw, c.relation))
             items.append(("row", table, c.kind, new, old, stale))
             if c.new_raw is not None:

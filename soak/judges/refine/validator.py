@@ -389,8 +389,9 @@ class Validator(Recovery):
             # route does not (soak/PROTOCOL.md P11).
             # (the fault lasted until CLAIM_SETTLE before that `now` or later: once the route lets a claim
             # through, it reads its clock — a claim long after the fault healed gets no excuse)
-            t_now = now - self.ledger.faults.offset.get(claim.node, 0.0)
-            held = self.ledger.faults.overlapping(claim.node, t, max(t, t_now))
+            faults = self.ledger.faults
+            t_now = now - (faults.offset.get(claim.node, 0.0) if faults is not None else 0.0)
+            held = faults.overlapping(claim.node, t, max(t, t_now)) if faults is not None else []
             if any(w[2] in ROUTE_FAULTS and w[1] >= t_now - CLAIM_SETTLE for w in held):
                 self._late_excused += claim.demand
                 return
@@ -496,5 +497,6 @@ def _peek(d: Any, keys: Iterable[Any], values: bool = True) -> Mapping[Any, Any]
     which keys, each mapped to None)."""
     many = getattr(d, "peek_many", None)
     if many is not None:
-        return many(keys, values=values)
+        found: Mapping[Any, Any] = many(keys, values=values)
+        return found
     return {k: (d[k] if values else None) for k in keys if k in d}
