@@ -361,7 +361,7 @@ class EmitEvent:
     # The SDK retries this emit through transient faults (sdk-guide §7): an event of the job with this
     # payload inserted at this `now` is this emit's own, appended by a try whose answer was lost — answered,
     # not appended again. (Two emits of one job at one microsecond with one payload are one event.)
-    once: bool = False
+    once: bool = field(default=False, metadata={"wire": False})  # not in the SDK adapter protocol
 
     def __post_init__(self) -> None:
         require_aware(self.now, "now")

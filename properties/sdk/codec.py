@@ -98,7 +98,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def wire_fields(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.init)
+    """The fields an operation carries on the wire: every constructor field but those marked
+    `metadata={"wire": False}` — the reference's own mechanisms, not the contract's (EmitEvent.once: the
+    reference's retry of an emit; an SDK retries its emits its own way or not at all, sdk-guide §7)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.metadata.get("wire", True))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -129,6 +129,8 @@ class _Recording:
 class AdapterMachine(BelayMachine):
     """BelayMachine whose implementation store is a SubprocessStore (TARGET['store'])."""
 
+    retries_emit = False  # EmitEvent.once is the reference's retry, not a protocol operation (codec.wire_fields)
+
     def __init__(self) -> None:
         TARGET["adapter"].ensure()  # a finding may have killed it in the previous example
         PROGRAM.clear()
