@@ -846,7 +846,10 @@ async function execute(job) {
   } catch (e) {
     log(`ack ${job.id} gave up: ${e.message}`);
   } finally {
-    running.delete(job.id);
+    // only this attempt's entry: a stale attempt that ends after the node claimed the job again (its lease
+    // lost while the process was stopped) must not take the live attempt out of the renewals (a failover
+    // soak, seed 84: the live attempt's lease was never renewed and expired — I1/P2 INVALID)
+    if (running.get(job.id) === job) running.delete(job.id);
     const ql = queueLoops.get(job.queue);
     if (ql) ql.poke();
   }
