@@ -104,6 +104,29 @@ def test_p2_a_short_outage_excuses_only_its_own_duration():
     assert duty(r.check(), "P2").violations == 0
 
 
+def test_p2_a_lease_never_renewed_claimed_just_after_a_fault_may_be_a_claim_whose_reply_was_lost():
+    """sdk-guide §14: a claim can commit while its reply never reaches the worker; "the worker need do
+    nothing" and the soak excuses such leases around a crash or a cut. A failover soak of the Node worker
+    (seed 84) claimed 1.0 s after a crash-restart, its call outlived its 2.5 s deadline and committed: the
+    lease, never renewed, expired. A claim (never renewed) just after a fault of its node is excused; the
+    same claim long after the fault, or one renewed since, is not."""
+
+    def run(crash_end: float, renewed: bool = False):
+        r = baseline()
+        r.jobs[1] = replace(
+            r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 20)], result=encode({"echo": 1, "attempt": 2})
+        )
+        until = [E0 + 13 + (3 if renewed and i > 4 else 0) for i in range(21)]
+        r.history += [lease_sample(3 + i / 2, [[1, 1, "w2-1", until[i], "echo"]]) for i in range(21)]
+        r.history += [{"t": E0 + crash_end - 0.2, "type": "db_crash"}, {"t": E0 + crash_end, "type": "db_restarted"}]
+        return duty(r.check(), "P2")
+
+    excused = run(2.0)  # the claim (its `now` +3) 1.0 s after the restart
+    assert excused.violations == 0 and any("sdk-guide §14" in n for n in excused.notes), excused.to_json()
+    assert run(-5.0).verdict == "invalid"  # 8 s after: the reply was not lost to that crash
+    assert run(2.0, renewed=True).verdict == "invalid"  # renewed once, then not: the node knew its claim
+
+
 def test_p2_a_lease_lost_while_its_node_was_stopped_is_not_blamed():
     r = baseline()
     r.jobs[1] = replace(

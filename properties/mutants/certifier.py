@@ -418,6 +418,14 @@ CERTIFIER: tuple[Mutant, ...] = (
         "        if True:  # MUTANT: _matches(e.expected, job)\n",
     ),
     _one(
+        "cert_p2_renewed_lease_after_a_fault_excused",
+        "P2: any lease claimed just after a fault is excused as a claim whose reply was lost, renewed or not",
+        "§duty P2",
+        DUTIES_RUNNING_PY,
+        "            if last is not None and first is not None and float(last) == float(first):\n",
+        "            if last is not None and first is not None:  # MUTANT\n",
+    ),
+    _one(
         "cert_p10_stranded_parents_skipped",
         "P10: a parent seen parked with all its children terminal is skipped instead of flagged",
         "§duty P10",

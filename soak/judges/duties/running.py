@@ -83,7 +83,23 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             expiry = (float(last) - offset) if last is not None else t1
             end = min(expiry, t1 - ev.max_skew, timeline.ended.get(node, float("inf")))
             begin = max(expiry - ttl, timeline.started.get(node, float("inf")))
-            faults = [w for w in _own_faults(timeline, node, _machine_stalls(ev)) if w[0] <= end and w[1] >= begin]
+            own = _own_faults(timeline, node, _machine_stalls(ev))
+            # sdk-guide §14: a claim whose reply was lost leases rows its node does not know, and "the worker
+            # need do nothing" — "the soak excuses such leases around a database crash or network cut". A
+            # claim made just after one of its node's faults ended (within a call and a retry backoff: the
+            # server or route just back, the call slow past its deadline while it commits) whose lease was
+            # never renewed may be such a claim (the Node worker, a failover soak, seed 84: its claim 1.0 s
+            # after a crash-restart outlived its 2.5 s deadline and committed unconfirmed).
+            first = ev.attempts.first_until((job.id, attempt))
+            if last is not None and first is not None and float(last) == float(first):
+                claimed = float(first) - offset - ttl  # the claim's own `now`
+                if any(w[1] < claimed <= w[1] + CALL_S + RETRY_BACKOFF_S for w in own):
+                    r.notes.append(
+                        f"job {job.id} attempt {attempt}: claimed {claimed - max(w[1] for w in own if w[1] < claimed):.1f}s "
+                        "after a fault of its node ended and never renewed — maybe a claim whose reply was lost (sdk-guide §14)"
+                    )
+                    continue
+            faults = [w for w in own if w[0] <= end and w[1] >= begin]
             stretches = _free_stretches(faults, begin, end)
             whole = not faults and end >= expiry  # the whole ttl free: no renewal at all
             free = max((n for n, _after in stretches), default=0.0)
