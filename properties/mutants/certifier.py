@@ -446,8 +446,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P11 (lease samples): a route fault anywhere between the SIGTERM and a claim excuses it, healed or not",
         "§duty P11",
         INPUTS_PY,
-        "        return any(a <= now and b >= t and b >= now - settle for a, b in windows)\n",
-        "        return any(a <= now and b >= t for a, b in windows)  # MUTANT\n",
+        "        return any(a <= now and b >= t and b >= now - settle for a, b in self.route_windows(node))\n",
+        "        return any(a <= now and b >= t for a, b in self.route_windows(node))  # MUTANT\n",
     ),
     _one(
         "cert_p11_committed_any_route_fault_excuses",
@@ -510,9 +510,9 @@ CERTIFIER: tuple[Mutant, ...] = (
         "cert_p14_latency_anywhere_excuses",
         "P14: injected latency on any worker's route excuses every node's late renewal (not only that node's)",
         "§duty P14",
-        DUTIES_TIMING_PY,
-        "    out += [*timeline.isolated.get(slot, ()), *timeline.slowed.get(slot, ())]\n",
-        "    out += [*timeline.isolated.get(slot, ()), *(w for ws in timeline.slowed.values() for w in ws)]  # MUTANT\n",
+        INPUTS_PY,  # Timeline.route_windows: the route faults of P14's (and P2's, P11's) excuses
+        "            *self.slowed.get(slot, ()),\n",
+        "            *(w for ws in self.slowed.values() for w in ws),  # MUTANT\n",
     ),
     _one(
         "cert_p15_only_lowered_budgets_flagged",

@@ -245,13 +245,17 @@ class Timeline:
         """Could a fault of `node`'s route — a cut, a partition or stall, injected latency — have held, from
         before `t` until `now`, a claim decided before `t`? A fault window overlapping [t, now] that lasted
         until `settle` seconds before `now` or later (a claim the route let through reads its clock then)."""
+        return any(a <= now and b >= t and b >= now - settle for a, b in self.route_windows(node))
+
+    def route_windows(self, node: str) -> list[Sequence[float]]:
+        """The faults of `node`'s route: its slot's partitions, stalls and injected latency, and the cuts
+        of it or of every node."""
         slot = self.slot_of.get(node)
-        windows = [
+        return [
             *self.isolated.get(slot, ()),
             *self.slowed.get(slot, ()),
-            *([a, b] for n, a, b in self.cuts if n is None or n == node),
+            *((a, b) for n, a, b in self.cuts if n is None or n == node),
         ]
-        return any(a <= now and b >= t and b >= now - settle for a, b in windows)
 
     def covered(self, t0: float, t1: float, step: float = 0.5) -> float:
         """Seconds of [t0, t1] during which some worker was alive and running and the database up."""

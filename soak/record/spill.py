@@ -63,6 +63,12 @@ class _Scratch:
         while rows := cur.fetchmany(1000):
             yield from rows
 
+    def _rows_in(self, db: sqlite3.Connection, columns: str, blobs: list[bytes]) -> Iterator[tuple[Any, ...]]:
+        """`columns` of the rows whose key blob is one of `blobs`, one `IN (…)` query per BATCH keys."""
+        for i in range(0, len(blobs), BATCH):
+            part = blobs[i : i + BATCH]
+            yield from db.execute(f"SELECT {columns} FROM kv WHERE k IN ({','.join('?' * len(part))})", part)
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()
@@ -290,13 +296,8 @@ class SpillDict(_Scratch, MutableMapping[Any, Any]):
             elif self._maybe_cold(k):
                 cold[self._k(k)] = k
         if cold:
-            db = self._conn()
-            blobs = list(cold)
-            for i in range(0, len(blobs), BATCH):
-                part = blobs[i : i + BATCH]
-                sql = f"SELECT k{', v' if values else ''} FROM kv WHERE k IN ({','.join('?' * len(part))})"
-                for row in db.execute(sql, part):
-                    out[cold[row[0]]] = pickle.loads(row[1]) if values else None
+            for row in self._rows_in(self._conn(), "k, v" if values else "k", list(cold)):
+                out[cold[row[0]]] = pickle.loads(row[1]) if values else None
         return out
 
     def _cold_rows(self) -> Iterator[tuple[bytes, bytes]]:
@@ -400,12 +401,8 @@ class DiskTable(_Scratch, Mapping[Any, Any]):
                 out[k] = self._cache[k]
             else:
                 wanted[SpillDict._k(k)] = k
-        blobs = list(wanted)
-        db = self._conn()
-        for i in range(0, len(blobs), BATCH):
-            part = blobs[i : i + BATCH]
-            for kb, vb in db.execute(f"SELECT k, v FROM kv WHERE k IN ({','.join('?' * len(part))})", part):
-                out[wanted[kb]] = pickle.loads(vb)
+        for kb, vb in self._rows_in(self._conn(), "k, v", list(wanted)):
+            out[wanted[kb]] = pickle.loads(vb)
         return out
 
     def __contains__(self, key: object) -> bool:

@@ -93,10 +93,11 @@ def p2_renews_leases(r: Any, state: Any, ev: Evidence, timeline: Any) -> None:
             first = ev.attempts.first_until((job.id, attempt))
             if last is not None and first is not None and float(last) == float(first):
                 claimed = float(first) - offset - ttl  # the claim's own `now`
-                if any(w[1] < claimed <= w[1] + CALL_S + RETRY_BACKOFF_S for w in own):
+                ended = max((w[1] for w in own if w[1] < claimed), default=None)  # the latest fault before it
+                if ended is not None and claimed <= ended + CALL_S + RETRY_BACKOFF_S:
                     r.notes.append(
-                        f"job {job.id} attempt {attempt}: claimed {claimed - max(w[1] for w in own if w[1] < claimed):.1f}s "
-                        "after a fault of its node ended and never renewed — maybe a claim whose reply was lost (sdk-guide §14)"
+                        f"job {job.id} attempt {attempt}: claimed {claimed - ended:.1f}s after a fault of its node "
+                        "ended and never renewed — maybe a claim whose reply was lost (sdk-guide §14)"
                     )
                     continue
             faults = [w for w in own if w[0] <= end and w[1] >= begin]

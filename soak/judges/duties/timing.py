@@ -168,11 +168,7 @@ def _own_faults(timeline: Any, node: str, stalls: Sequence[Sequence[float]] = ()
     """The fault windows that can hold up `node`'s own calls: its SIGSTOPs; a partition, stall, cut or
     injected latency of its route (its slot's); a PostgreSQL crash-restart or failover (every node's
     connection); and the machine's own stalls the harness saw (`stalls`: its samples late)."""
-    slot = timeline.slot_of.get(node)
-    out: list[Sequence[float]] = [*timeline.stopped.get(node, ()), *timeline.db_down, *stalls]
-    out += [*timeline.isolated.get(slot, ()), *timeline.slowed.get(slot, ())]
-    out += [(a, b) for n, a, b in timeline.cuts if n is None or n == node]
-    return out
+    return [*timeline.stopped.get(node, ()), *timeline.db_down, *stalls, *timeline.route_windows(node)]
 
 
 def _overlap(windows: Iterable[Sequence[float]], t0: float, t1: float) -> tuple[float, int]:
