@@ -18,6 +18,15 @@ Each run of each report folder is a fresh process (`--one`), which measures, wit
     does on more than one CPU): `decoder_cpu_s` is that process's CPU, `decoder_rss_peak_mib` its peak RSS;
     the wall time then counts both processes working at once.
 
+`--mode stages` (one process, decoding inline) splits the same validation's CPU by stage, each timed with
+the process's CPU clock around the calls (a few tenths of a µs per call of its own): reading the capture
+file, decoding it (pgoutput → rows), the world's upkeep and the rows' comparison with the held ones,
+candidate recovery, the model's own handlers (`model.store.HANDLERS`, the executable specification),
+the rest of the simulation (sub-state, the row comparison), the claim-order judge, and the final snapshot
+comparison. It prints the floor the design cannot go below — reading, decoding and the model's handlers,
+what any validation of the capture with model/ does once per transaction — and the rate that floor allows
+on this machine's CPUs if the work were split across all of them without cost.
+
 Every figure is printed per run; the summary takes the fastest repeat (the least disturbed by other load on
 the machine) and the median. The verdict and counts of every repeat must agree (else the bench fails).
 """
@@ -99,16 +108,118 @@ def one(run_dir: Path, mode: str) -> dict[str, Any]:
     }
 
 
+STAGES = ("read", "decode", "rows", "recovery", "model", "simulate_rest", "claim_order", "upkeep", "snapshot")
+
+
+def stages(run_dir: Path) -> dict[str, Any]:
+    """The CPU of one inline validation, by stage (see the module docstring)."""
+    import os
+
+    from soak.judges.refine import HarnessLedger, validate
+    from soak.judges.refine.feed import RowDecoder
+    from soak.judges.refine.validator import Validator
+    from soak.judges.replay import load_state
+    from soak.judges.timing import ClaimOrder
+    from soak.record.capture import read_transactions
+    from soak.record.spill import disk_table
+
+    clock = time.process_time
+    spent = dict.fromkeys(STAGES, 0.0)
+    history = run_dir / "history.bin"
+    c = clock()
+    txs = list(read_transactions(history))
+    spent["read"] = clock() - c
+    ledger = HarnessLedger.load(run_dir)
+    initial, final = run_dir / "history-initial.pickle", run_dir / "history-final.pickle"
+    state0 = load_state(initial) if initial.exists() else None
+    state1 = load_state(final, big=disk_table) if final.exists() else None
+
+    def timed(cls: Any, name: str, stage: str) -> None:
+        inner = getattr(cls, name)
+
+        def wrapper(*a: Any, **k: Any) -> Any:
+            c0 = clock()
+            try:
+                return inner(*a, **k)
+            finally:
+                spent[stage] += clock() - c0
+
+        setattr(cls, name, wrapper)
+
+    saved = {
+        (cls, n): cls.__dict__.get(n)  # None: inherited (Validator.candidates is Recovery's)
+        for cls, n in [
+            (RowDecoder, "decode"),
+            (Validator, "rows_from"),
+            (Validator, "candidates"),
+            (Validator, "_apply"),
+            (Validator, "simulate"),
+            (ClaimOrder, "observe"),
+            (Validator, "compare"),
+        ]
+    }
+    timed(RowDecoder, "decode", "decode")
+    timed(Validator, "rows_from", "rows")
+    timed(Validator, "candidates", "recovery")
+    timed(Validator, "_apply", "model")
+    timed(Validator, "simulate", "simulate_rest")  # less the model's handlers inside it, below
+    timed(ClaimOrder, "observe", "claim_order")
+    timed(Validator, "compare", "snapshot")
+    try:
+        c = clock()
+        r = validate(txs, ledger, state0, final_state=state1)
+        total = clock() - c
+    finally:
+        for (cls, n), f in saved.items():
+            if f is None:
+                delattr(cls, n)
+            else:
+                setattr(cls, n, f)
+    spent["simulate_rest"] -= spent["model"]
+    spent["upkeep"] = total - sum(spent[s] for s in STAGES if s not in ("read", "upkeep"))
+    count = r.transactions
+    us = {s: round(spent[s] / count * 1e6, 1) for s in STAGES}
+    floor = us["read"] + us["decode"] + us["model"]
+    cpus = os.cpu_count() or 1
+    return {
+        "run": str(run_dir),
+        "verdict": r.verdict,
+        "transactions": count,
+        "cpu_s": round(total + spent["read"], 3),
+        "us_per_tx": us,
+        "us_per_tx_total": round(sum(us.values()), 1),
+        "floor_us_per_tx": round(floor, 1),
+        "cpus": cpus,
+        "floor_tx_per_s_on_all_cpus": round(cpus * 1e6 / floor) if floor else None,
+        "total_tx_per_s_on_all_cpus": round(cpus * 1e6 / sum(us.values())),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.refine_speed", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="soak report folders (history.bin …)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", type=Path, help="write every measurement here")
-    p.add_argument("--mode", choices=("inline", "ahead", "both"), default="both")
+    p.add_argument("--mode", choices=("inline", "ahead", "both", "stages"), default="both")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
-        print(json.dumps(one(args.runs[0], args.mode)))
+        print(json.dumps(stages(args.runs[0]) if args.mode == "stages" else one(args.runs[0], args.mode)))
+        return
+    if args.mode == "stages":
+        staged = []
+        for run in args.runs:
+            for _ in range(args.repeat):
+                got = subprocess.run(
+                    [sys.executable, "-m", "bench.refine_speed", "--one", "--mode", "stages", str(run)],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                staged.append(json.loads(got.stdout.strip().splitlines()[-1]))
+                print(json.dumps(staged[-1]), flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(staged, indent=2) + "\n")
         return
     out: list[dict[str, Any]] = []
     modes = ("inline", "ahead") if args.mode == "both" else (args.mode,)

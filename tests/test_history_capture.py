@@ -76,6 +76,17 @@ def test_a_captured_history_replays_into_the_final_snapshot_with_every_transitio
     ahead = validate_run_dir(tmp_path, ledger=False, decode_ahead=True)
     assert inline.verdict == ahead.verdict == "valid", (inline.line(), ahead.line())
     assert pickle.loads(pickle.dumps(UNCHANGED)) is UNCHANGED
+    # issue 54 target 5: the bench's split of the same validation by stage (bench/refine_speed.py --mode
+    # stages) sees the same verdict, times every stage, and leaves the validator's methods as it found them
+    from bench.refine_speed import STAGES, stages
+    from soak.judges.refine.validator import Validator
+
+    before = Validator.candidates
+    st = stages(tmp_path)
+    assert Validator.candidates is before
+    assert (st["verdict"], st["transactions"]) == ("valid", inline.transactions), st
+    assert set(st["us_per_tx"]) == set(STAGES) and st["us_per_tx"]["decode"] > 0 and st["us_per_tx"]["model"] > 0
+    assert 0 < st["floor_us_per_tx"] <= st["us_per_tx_total"], st
 
 
 def test_an_illegal_write_in_the_history_is_reported_with_its_lsn_and_preceding_transitions(url, tmp_path):
