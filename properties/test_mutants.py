@@ -99,6 +99,21 @@ def test_the_certifier_tier_weakens_every_judge_of_the_soak():
         "soak/judges/timing/nodes.py",
         "soak/judges/timing/freshness.py",
         "soak/judges/timing/claim_order.py",
+        # issue 54's mutation hunts: what the verdict rests on beyond the judges — the capture and its decoding,
+        # the spilled samples, the console's verdict and an interrupted run's exit code, the fault injection
+        # (a kill that kills, a stop that stops, a fault logged as what it was) and the driver's intents
+        "soak/record/pgoutput.py",
+        "soak/record/spill.py",
+        "soak/record/history.py",
+        "soak/run.py",
+        "soak/report/interrupted.py",
+        "soak/faults/nemesis.py",
+        "soak/faults/netfaults.py",
+        "soak/faults/proxy.py",
+        "soak/faults/schedule.py",
+        "soak/faults/workers.py",
+        "soak/faults/zombies.py",
+        "soak/workload/driver.py",
     }, paths
 
 

@@ -57,6 +57,20 @@ REPORT_PY = "soak/report/artifacts.py"
 REPORT_SUITE = ("tests/test_soak_report_verdict.py",)
 REPLAY_SUITE = ("tests/test_history_capture.py", "tests/test_certifier_history.py")
 TIMING_SUITE = ("tests/test_timing_judges.py", "tests/test_soak_duties.py")  # issue 51, pure
+# issue 54, seventh session's mutation hunts: each layer's edge cases first (pure, a second or two), then the layer's suite
+EDGES_CHECKS_SUITE = ("tests/test_judge_edges_checks.py", *OUTCOMES_SUITE)
+EDGES_HISTORY_SUITE = (
+    "tests/test_judge_edges_history.py",
+    *TIMING_SUITE,
+    *REFINE_SUITE,
+    "tests/test_soak_report_verdict.py",
+)
+HARNESS_SUITE = (
+    "tests/test_harness_honesty.py",
+    "tests/test_soak_fault_rates.py",
+    "tests/test_soak_zombies.py",
+    "tests/test_soak_proxy.py",
+)
 
 
 def _one(
@@ -1082,4 +1096,619 @@ CERTIFIER: tuple[Mutant, ...] = (
         TIMING_SUITE,
     ),
     # --- end of issue 51's block -----------------------------------------------------------------------------
+    # --- issue 54, seventh session: three mutation hunts over soak/ (the end-of-run judges, the history judges
+    # and the report, the fault injection and workload); each a survivor of the suites above, killed by the test
+    # the hunt added for it ------------------------------------------------------------------------------------
+    _one(
+        "cert_p9_outcome_ignores_the_error",
+        (
+            "P9: a job that ended in the prescribed state passes whatever its last error (a costed job failed"
+            " with 'Boom', not budget_exceeded)"
+        ),
+        "§duty P9",
+        VERDICTS_PY,
+        "        if job.state == state and (not error or _last_error(job) == error):\n",
+        "        if job.state == state:\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p5_choice_counted_through_a_gap",
+        "P5: claims with a choice are counted from a committed history with capture gaps (a gap may hide the holder)",
+        "§duty P5",
+        CHECKER_PY,
+        '        extra["claim_choice"] = 0 if gaps else int(timing.get("claims_with_choice") or 0)\n',
+        '        extra["claim_choice"] = int(timing.get("claims_with_choice") or 0)\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i4_crash_at_crossing_on_attempt_one",
+        "I4 coverage: a crash_at_crossing job failed by its first attempt (no crash) counts as the scenario",
+        "§11 I4",
+        COVERAGE_PY,
+        "            and j.attempt >= 2\n",
+        "            and j.attempt >= 1\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i9_rescue_of_a_parent_that_never_succeeded",
+        "I9 coverage: a lost wake-up counts as rescued by the reconciler whatever its parent's end (cancelled too)",
+        "§11 I9",
+        COVERAGE_PY,
+        '        if parent is not None and parent.state == "succeeded":\n',
+        "        if parent is not None:\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i1_expired_running_row_not_stuck",
+        "I1: a row left running with its lease long expired after a completed drain is pending, not stuck",
+        "§11 I1",
+        INVARIANTS_JOBS_PY,
+        '                or (job.state == "running" and not due(job.lease_until))\n',
+        '                or (job.state == "running")\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i2_any_ack_counts_as_stale",
+        "I2 coverage: every applied ack counts as a stale ack",
+        "§11 I2",
+        INVARIANTS_JOBS_PY,
+        '    stale_seen = sum(1 for o in acks.values() if o.observed.get("state") == "stale")\n',
+        "    stale_seen = len(acks)\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i2_success_after_its_attempt_expired",
+        "I2: a success by an attempt that had already ended with lease_expired passes",
+        "§11 I2",
+        INVARIANTS_JOBS_PY,
+        "        elif attempts and isinstance(attempts[-1], int) and attempts[-1] >= job.attempt:\n",
+        "        elif attempts and isinstance(attempts[-1], int) and attempts[-1] > job.attempt:\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i3_fewer_step_values_accepted",
+        "I3: a result listing fewer step values than its input declares passes",
+        "§11 I3",
+        INVARIANTS_JOBS_PY,
+        '            if len(result["tokens"]) != len(names):\n',
+        '            if len(result["tokens"]) > len(names):\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i3_every_success_counts_as_a_replay",
+        "I3 coverage: a job whose steps its final attempt journaled counts as a journal replay",
+        "§11 I3",
+        INVARIANTS_JOBS_PY,
+        'isinstance(value.get("attempt"), int) and value["attempt"] < job.attempt:\n',
+        'isinstance(value.get("attempt"), int) and value["attempt"] <= job.attempt:\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i6_first_slot_not_expected",
+        "I6: the first minute slot after the cron was registered is never expected (missing it passes)",
+        "§11 I6",
+        INVARIANTS_LINKS_PY,
+        "        s = (int(t0) // 60 + 1) * 60\n",
+        "        s = (int(t0) // 60 + 2) * 60\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i7_single_insert_is_a_concurrent_group",
+        "I7 coverage: a unique group of a single insert counts as concurrent",
+        "§11 I7",
+        INVARIANTS_LINKS_PY,
+        "        concurrent += len(attempts) > 1\n",
+        "        concurrent += len(attempts) >= 1\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i8_fewer_children_accepted",
+        "I8: a parent that spawned fewer children than it asked for passes",
+        "§11 I8",
+        INVARIANTS_LINKS_PY,
+        "        if not isinstance(declared, list) or len(declared) != want:\n",
+        "        if not isinstance(declared, list):\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_i8_parent_succeeded_over_a_live_child",
+        "I8: a parent that succeeded while a child was not terminal passes",
+        "§11 I8",
+        INVARIANTS_LINKS_PY,
+        ("                if not c.terminal\n                or (\n"),
+        ("                if False\n                or (\n"),
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_d1_exercised_without_a_watch",
+        "D1: valid when no commit was watched (exercised without checks)",
+        "§11 D1",
+        DURABILITY_PY,
+        "    r.exercised = r.checks > 0\n",
+        "    r.exercised = True\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p1_status_75_is_deliberate",
+        "P1: an exit with status 75 and no exit observation counts as deliberate",
+        "§duty P1",
+        DUTIES_RUNNING_PY,
+        ('        if e["node"] in deliberate:\n            continue\n        t = float(e["t"])\n'),
+        (
+            '        if e["node"] in deliberate or e.get("code") == 75:\n'
+            "            continue\n"
+            '        t = float(e["t"])\n'
+        ),
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p4_lease_outliving_sigterm_excused",
+        (
+            "P4: a node that exits 0.5 s after SIGTERM leaving a live lease to expire passes (the lease's last"
+            " renewal compared with the signal plus a ttl)"
+        ),
+        "§duty P4",
+        DUTIES_RUNNING_PY,
+        "            if not expired or ((u := ev.attempts.last_until((job_id, attempt))) is not None and u < t):\n",
+        "            if not expired or ((u := ev.attempts.last_until((job_id, attempt))) is not None and u < t + ev.ttl):\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p4_flaky_plan_one_attempt_longer",
+        "P4: a flaky job's planned raises last one attempt longer (a retry made up at SIGTERM on the next attempt passes)",
+        "§duty P4",
+        DUTIES_RUNNING_PY,
+        '        return inp.get("mode") == "raise" and isinstance(until, int) and attempt <= until\n',
+        '        return inp.get("mode") == "raise" and isinstance(until, int) and attempt <= until + 1\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p19_spend_at_the_budget_crosses",
+        "P19: a spend that reaches its budget without exceeding it is a crossing (an honest success is INVALID)",
+        "§duty P19",
+        DUTIES_RUNNING_PY,
+        "        if (job.budget_usd_micros is not None and usd > job.budget_usd_micros) or (\n",
+        "        if (job.budget_usd_micros is not None and usd >= job.budget_usd_micros) or (\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p6_cron_queue_defaults_to_the_jobs",
+        "P6: a cron row without a queue option accepts its job in any queue (the default is 'default')",
+        "§duty P6",
+        DUTIES_OUTCOMES_PY,
+        '        want_queue = opts.get("queue", "default")\n',
+        '        want_queue = opts.get("queue", job.queue)\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p7_sleeper_that_never_parked_resumed",
+        "P7 coverage: a sleeper that slept in process, never parking, counts as resumed",
+        "§duty P7",
+        DUTIES_OUTCOMES_PY,
+        "                resumed += resumes >= 1\n",
+        "                resumed += 1\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p9_cancelled_workflows_not_judged",
+        "P9: every workflow the driver cancelled into is skipped as a lost race (a wrongly failed member passes)",
+        "§duty P9",
+        DUTIES_OUTCOMES_PY,
+        ('        and state.jobs[e.job_id].terminal\n        and state.jobs[e.job_id].state != "cancelled"\n'),
+        "        and state.jobs[e.job_id].terminal\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p17_sweeper_judged_from_the_latest_free_node",
+        "P17: the node most recently back from a stop is judged, not the one free all along (an unreclaimed lease passes)",
+        "§duty P17",
+        DUTIES_TIMING_PY,
+        "            free, sweeper = min(frees)\n",
+        "            free, sweeper = max(frees)\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p13_steps_counted_from_the_last_cancel",
+        "P13: steps are counted from the last cancel request, not the first (re-issued cancels hide a worker ignoring them)",
+        "§duty P13",
+        DUTIES_TIMING_PY,
+        '            first.setdefault(e["job_id"], float(e["t"]))\n',
+        '            first[e["job_id"]] = float(e["t"])\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p2_skew_seen_without_leases_ahead",
+        "P2 coverage: a node whose leases are not ahead of the harness clock counts as skew seen",
+        "§duty P2",
+        DUTIES_EVIDENCE_PY,
+        "(ahead := until - at - ttl) > 0.1:\n",
+        "(ahead := until - at - ttl) > -0.1:\n",
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_p4_another_attempts_lease_expiry_blamed",
+        "P4: a later attempt's lease expiry on another node is blamed on a clean drain (an honest drain is INVALID)",
+        "§duty P4",
+        DUTIES_EVIDENCE_PY,
+        (
+            '    return [e for e in job.errors if isinstance(e, Mapping) and e.get("attempt") == attempt and'
+            ' e.get("error") == error]\n'
+        ),
+        '    return [e for e in job.errors if isinstance(e, Mapping) and e.get("error") == error]\n',
+        EDGES_CHECKS_SUITE,
+    ),
+    _one(
+        "cert_now_offset_added_not_taken_off",
+        "now freshness: a node's declared clock offset is added to its now, not taken off (a stale now passes)",
+        "§timing now",
+        FRESHNESS_PY,
+        ("t_now = now.timestamp() - self.faults.offset.get(node, 0.0)\n        t_at"),
+        ("t_now = now.timestamp() + self.faults.offset.get(node, 0.0)\n        t_at"),
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_cut_of_every_node_excuses_none",
+        "fault log: a cut of every node (no node named) excuses no node's lag (an honest worker is INVALID)",
+        "§timing faults",
+        NODE_FAULTS_PY,
+        "for n, a, b in self.cuts if n is None or n == node]",
+        "for n, a, b in self.cuts if n == node]",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_snapshot_slack_doubled",
+        "P5: a row committed up to 2 s before the claim's now is taken as not yet visible (the 1 s slack doubled)",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "            if written > t_now - SNAP_SLACK:\n",
+        "            if written > t_now - 2 * SNAP_SLACK:\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_proven_min_off_by_one",
+        "P5: exactly PROVEN_MIN rows passed over again do not make P5 invalid",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "        if self.repeat_rows >= PROVEN_MIN:\n",
+        "        if self.repeat_rows > PROVEN_MIN:\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_untraced_rounded_down",
+        "P5: the untraced transactions needed per window are rounded down, not up",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "                self.aborts_needed += -(-len(rows) // per)\n",
+        "                self.aborts_needed += len(rows) // per\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_hold_from_a_frozen_claim",
+        "P5: a claim slowed by another node's freeze lengthens HOLD (later passes over are excused)",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "if not self.faults.excuse(node, t_now, t)[0] and self.faults.any_freeze(t_now, t) is None:",
+        "if not self.faults.excuse(node, t_now, t)[0]:",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_nulls_last",
+        "P5: a row without ready_at sorts after dated rows (§6 says NULLS FIRST)",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "return (priority, 0 if ready_at is None else 1,",
+        "return (priority, 1 if ready_at is None else 0,",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_later_writer_counts_as_concurrent",
+        "P5: a writer that began up to HOLD after the passing claim counts as holding the row",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "(writer_now is not None and writer_now <= c[2] + BEGAN_SLACK)",
+        "(writer_now is not None and writer_now <= c[2] + self.hold)",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_claim_order_freeze_before_the_write_excuses",
+        "P5: a freeze that began up to 10 s before a row was written excuses passing it over",
+        "§duty P5",
+        NODE_FAULTS_PY,
+        "return any(written - 1.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)",
+        "return any(written - 10.0 <= a <= t1 and min(b, self.end) >= t0 for a, b in frozen)",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_step_gap_does_not_taint",
+        "trace validation: a gap on a job's step or event rows does not taint the job (INVALID instead of unknown)",
+        "§refine",
+        REFINE_VALIDATOR_PY,
+        (
+            "            for table in (STEPS, EVENTS):\n"
+            "                for k in rows.rows.get(table, {}):\n"
+            "                    self.taint.add(k[0])"
+        ),
+        (
+            "            for table in ():\n"
+            "                for k in rows.rows.get(table, {}):\n"
+            "                    self.taint.add(k[0])"
+        ),
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_lag_doubled",
+        "trace validation: a now up to twice LAG before its commit is accepted",
+        "§refine",
+        REFINE_RECOVERY_PY,
+        "        if now < at - LAG:\n",
+        "        if now < at - 2 * LAG:\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_success_ack_not_judged_fresh",
+        "trace validation: a success ack's now is not judged for freshness against its node",
+        "§timing now",
+        REFINE_RECOVERY_PY,
+        (
+            '            self.now_ok(now, at, f"ack of job {a.id} attempt {b.attempt}", b.leased_by)\n'
+            "            return w.Ack(now, a.id, b.attempt, w.Succeed(value))"
+        ),
+        (
+            '            self.now_ok(now, at, f"ack of job {a.id} attempt {b.attempt}")\n'
+            "            return w.Ack(now, a.id, b.attempt, w.Succeed(value))"
+        ),
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_claim_order_through_a_gap",
+        "trace validation: claim order findings are kept through a capture gap (an honest worker is INVALID)",
+        "§duty P5",
+        REFINE_VALIDATOR_PY,
+        "        r.claim_order = [] if r.capture_gaps else self.order.lines()",
+        "        r.claim_order = self.order.lines()",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_insert_over_a_held_row",
+        "trace validation: an insert of a row already held is no gap (it overwrites the held row; VALID)",
+        "§refine",
+        REFINE_VALIDATOR_PY,
+        (
+            "                if current is not None:\n"
+            '                    out.gap.append(f"{table} {key!r} inserted but already held")'
+        ),
+        ('                if False:\n                    out.gap.append(f"{table} {key!r} inserted but already held")'),
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_refine_snapshot_difference_valid",
+        "trace validation: a history that does not end in the final snapshot is valid on its own",
+        "§refine",
+        REFINE_PY,
+        "    elif r.unexplained or r.capture_gaps or r.matches_snapshot is False:\n",
+        "    elif r.unexplained or r.capture_gaps:\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_replay_lost_ranges_ignored",
+        "replay: ranges the slot passed without the capture do not make the replay unknown",
+        "§replay",
+        REPLAY_PY,
+        ("        gaps\n        or lost\n"),
+        "        gaps\n",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_spill_series_window_open_below",
+        "spilled samples: a time window on disk leaves out a sample at its start (the in-memory filter keeps it)",
+        "§replay",
+        "soak/record/spill.py",
+        "WHERE at >= ? AND at <= ? ORDER BY at, id",
+        "WHERE at > ? AND at <= ? ORDER BY at, id",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_pgoutput_relation_cache_kept",
+        "pgoutput: a relation announced again with other columns keeps the old column loaders",
+        "§replay",
+        "soak/record/pgoutput.py",
+        ("            if self.relations.get(oid) != rel:\n                self._by_relation.pop(oid, None)\n"),
+        "",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_console_prints_the_checks_verdict",
+        "the console prints the checks' verdict, not the run's final one (VALID printed, exit 1)",
+        "§cert verdict",
+        "soak/run.py",
+        ("    verdict, code = final if final is not None else (result.verdict, result.exit_code)\n    t = Table"),
+        ("    verdict, code = (result.verdict, result.exit_code)\n    t = Table"),
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_interrupted_run_exits_zero",
+        "an interrupted run exits 0 (reads as valid)",
+        "§cert verdict",
+        "soak/report/interrupted.py",
+        "EXIT_UNKNOWN = 2",
+        "EXIT_UNKNOWN = 0",
+        EDGES_HISTORY_SUITE,
+    ),
+    _one(
+        "cert_harness_kill_reaches_only_the_shell",
+        "kill -9 reaches only the shell's pid: a compound worker command keeps running, its crash logged",
+        "§harness faults",
+        "soak/faults/workers.py",
+        (
+            '            self.history.record("worker_kill", node=slot.node)\n'
+            "            self._signal(slot, signal.SIGKILL)\n"
+        ),
+        ('            self.history.record("worker_kill", node=slot.node)\n            slot.proc.kill()\n'),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_kill_sends_sigterm",
+        "the logged kill -9 sends SIGTERM: the worker drains instead of crashing",
+        "§harness faults",
+        "soak/faults/workers.py",
+        ("            self._signal(slot, signal.SIGKILL)\n            self.kills += 1\n"),
+        ("            self._signal(slot, signal.SIGTERM)\n            self.kills += 1\n"),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_stop_reaches_only_the_shell",
+        "SIGSTOP reaches only the shell's pid: the worker keeps running while its stop excuses its leases",
+        "§harness faults",
+        "soak/faults/workers.py",
+        "            self._signal(slot, signal.SIGSTOP)\n",
+        "            slot.proc.send_signal(signal.SIGSTOP)\n",
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_stop_released_early",
+        "a plain SIGSTOP is released after a tenth of its time (never past the lease)",
+        "§harness faults",
+        "soak/faults/nemesis.py",
+        ("            self.halt.wait(self.stop_for)\n            self.workers.cont(slot)\n            return True\n"),
+        (
+            "            self.halt.wait(self.stop_for / 10)\n"
+            "            self.workers.cont(slot)\n"
+            "            return True\n"
+        ),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_db_restarted_logged_early",
+        "db_restarted is logged before the restart returns (the outage window ends too early)",
+        "§harness faults",
+        "soak/faults/nemesis.py",
+        (
+            "            self.cluster.crash()\n"
+            "            self.cluster.restart()\n"
+            '            self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))\n'
+        ),
+        (
+            "            self.cluster.crash()\n"
+            '            self.history.record("db_restarted", took=round(time.monotonic() - t0, 3))\n'
+            "            self.cluster.restart()\n"
+        ),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_zombie_hold_settles_on_a_read_error",
+        "a zombie hold whose database read failed counts as settled (released too early)",
+        "§harness faults",
+        "soak/faults/zombies.py",
+        ("        except psycopg.Error:\n            rows = None\n"),
+        ("        except psycopg.Error:\n            rows = {}\n"),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_conn_stall_logged_as_route_stall",
+        "a one-connection stall is logged as a stall of the whole route (excuses the node)",
+        "§harness faults",
+        "soak/faults/netfaults.py",
+        '        return self._fault("stall_conn", False, self.proxy.stall_one)\n',
+        '        return self._fault("stall", False, self.proxy.stall_one)\n',
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_heal_keeps_latency",
+        "a heal leaves the injected latency on (the route slow after net_heal)",
+        "§harness faults",
+        "soak/faults/proxy.py",
+        ("            lst.partitioned = lst.stalled = False\n            lst.latency = 0.0\n"),
+        "            lst.partitioned = lst.stalled = False\n",
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_failed_fault_counted",
+        "a fault that raised counts as injected",
+        "§harness faults",
+        "soak/faults/schedule.py",
+        ("            schedule.skip()\n            schedule.not_before = clock() + MIN_GAP * schedule.every\n"),
+        "            schedule.done(clock())\n",
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_signal_intent_after_the_write",
+        "the driver records a signal's intent after the write (a write committed as the connection broke is unattested)",
+        "§harness workload",
+        "soak/workload/driver.py",
+        (
+            '            self.history.record("signal_intent", job_id=job_id)\n'
+            "            # The payload is a function of the job: a redelivery (late follow-up) upserts the same value.\n"
+            "            result = self.store.apply(\n"
+            '                ops.DeliverSignal(utc_now(), f"job:{job_id}", name, {"for": job_id, "n": job_id * 7919 % 1_000_003})\n'
+            "            )\n"
+        ),
+        (
+            "            # The payload is a function of the job: a redelivery (late follow-up) upserts the same value.\n"
+            "            result = self.store.apply(\n"
+            '                ops.DeliverSignal(utc_now(), f"job:{job_id}", name, {"for": job_id, "n": job_id * 7919 % 1_000_003})\n'
+            "            )\n"
+            '            self.history.record("signal_intent", job_id=job_id)\n'
+        ),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_cancel_intent_after_the_write",
+        "the driver records a cancel's intent after the write",
+        "§harness workload",
+        "soak/workload/driver.py",
+        (
+            '            self.history.record("cancel_intent", job_id=job_id)  # attested before the write, as a signal is\n'
+            "            result = self.store.apply(ops.Cancel(utc_now(), job_id))\n"
+        ),
+        (
+            "            result = self.store.apply(ops.Cancel(utc_now(), job_id))\n"
+            '            self.history.record("cancel_intent", job_id=job_id)  # attested before the write, as a signal is\n'
+        ),
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_i9_unwoken_delivery_counts_after_park",
+        "I9 coverage: a delivery after the park that woke nothing counts as signal_after_park",
+        "§11 I9",
+        COVERAGE_PY,
+        '    woken_after = sum(1 for e in t["signal"] if e.get("woken") and e.get("when") in ("after", "after-cancel"))\n',
+        '    woken_after = sum(1 for e in t["signal"] if e.get("when") in ("after", "after-cancel"))\n',
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_p3_cancel_at_park_any_result",
+        "P3 coverage: a cancel_at_park counts whatever its result (a job not yet running too)",
+        "§duty P3",
+        COVERAGE_PY,
+        '        1 for e in t["cancel"] if e.get("plan") == "cancel_at_park" and e.get("result") == "CancelRequested"\n',
+        '        1 for e in t["cancel"] if e.get("plan") == "cancel_at_park"\n',
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_i4_zombie_exit_after_cont_ignored",
+        "I4 coverage: a zombie that exited right after its SIGCONT still counts as re-executing its paid step",
+        "§11 I4",
+        COVERAGE_PY,
+        '    for e in (*ev.by_type.get("worker_kill", ()), *ev.by_type.get("worker_exit", ())):\n',
+        '    for e in ev.by_type.get("worker_kill", ()):\n',
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_fault_log_not_flushed",
+        "the fault log is not flushed per event (a killed harness loses its last events)",
+        "§harness record",
+        "soak/record/history.py",
+        ("                self.file.write(line)\n                self.file.flush()\n"),
+        "                self.file.write(line)\n",
+        HARNESS_SUITE,
+    ),
+    _one(
+        "cert_harness_costed_budget_equals_the_spend",
+        "a costed job's budget equals the crossing step's spend (the ledger names a step that does not cross)",
+        "§harness workload",
+        "soak/workload/driver.py",
+        "            budget = sum(costs[:k]) - 1\n",
+        "            budget = sum(costs[:k])\n",
+        HARNESS_SUITE,
+    ),
 )
