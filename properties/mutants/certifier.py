@@ -8,9 +8,10 @@ of order and time (timing/) — or the report's verdict line (soak/report/artifa
 weakened must make some test fail. So must the harness the verdict rests on (issue 54's mutation hunts): a
 fault that does not happen as its log says (soak/faults/), the driver's intents and plans (soak/workload/),
 the capture's decoding and spill (soak/record/), the console's verdict and an interrupted run's exit code.
-Each mutant here is one small weakening — a predicate that always passes, a comparison off by one, a skipped row, a scenario counted too generously, refinement accepting
-any candidate, the taint set swallowing every finding — that makes the certifier pass a run it must fail
-(or call `valid` a run whose scenario never happened).
+Each mutant here is one small weakening — a predicate that always passes, a comparison off by one, a skipped
+row, a scenario counted too generously, refinement accepting any candidate, the taint set swallowing every
+finding — that makes the certifier pass a run it must fail (or call `valid` a run whose scenario never
+happened).
 
 The killers are fast tests over synthesized or recorded evidence, never a soak: the checker and duty rules
 on hand-built snapshots, ledgers and fault logs (tests/test_soak_checker.py, tests/test_soak_duties.py,
