@@ -19,6 +19,7 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
+from properties.mutants.hunts import HUNTS
 from properties.mutants.kinds import (
     ADMISSION_RACES,
     DURABLE_SUITE,
@@ -952,6 +953,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         ),
         suite=PEER_BUGS,
     ),
+    # --- issue 54's mutation hunts in impl/: the store, the runtime, the HTTP API and the operator's surface --
+    *HUNTS,
     # --- the certifier tier (issue 32): the soak's own judges, properties/mutants/certifier.py ---------
     *CERTIFIER,
 )
@@ -960,4 +963,5 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
     "certifier": tuple(m.name for m in CERTIFIER),  # the soak's own rules (issue 32)
+    "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }
