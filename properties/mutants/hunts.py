@@ -137,6 +137,93 @@ HUNTS: tuple[Mutant, ...] = (
         suite=RUNTIME_EDGES_SUITE,
     ),
     Mutant(
+        "store_signal_ttl_boundary_inclusive",
+        "prune deletes a signal exactly signal_ttl old (not yet past its TTL)",
+        "§8.7",
+        (
+            Edit(
+                "impl/store/sql/worker.sql",
+                "DELETE FROM {signals} WHERE inserted_at < %(before)s",
+                "DELETE FROM {signals} WHERE inserted_at <= %(before)s",
+            ),
+        ),
+        suite=STORE_EDGES_SUITE,
+    ),
+    Mutant(
+        "store_partitioned_claim_overwrites_started_at",
+        "a partitioned claim overwrites started_at instead of keeping the first",
+        "§6",
+        (
+            Edit(
+                "impl/store/sql/worker.sql",
+                ("started_at = COALESCE(started_at, %(now)s)\nWHERE id = ANY(%(ids)s)\nRETURNING"),
+                ("started_at = %(now)s\nWHERE id = ANY(%(ids)s)\nRETURNING"),
+            ),
+        ),
+        suite=STORE_EDGES_SUITE,
+    ),
+    Mutant(
+        "store_claim_waits_on_locked_rows",
+        (
+            "the plain claim's ready scan is FOR UPDATE without SKIP LOCKED: a claim waits"
+            " on a row another transaction holds"
+        ),
+        "§6",
+        (
+            Edit(
+                "impl/store/sql/worker.sql",
+                (
+                    "    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC\n"
+                    "    LIMIT %(take)s\n"
+                    "    FOR UPDATE SKIP LOCKED\n"
+                    "), due AS"
+                ),
+                (
+                    "    ORDER BY priority ASC, ready_at ASC NULLS FIRST, id ASC\n"
+                    "    LIMIT %(take)s\n"
+                    "    FOR UPDATE\n"
+                    "), due AS"
+                ),
+            ),
+        ),
+        suite=STORE_EDGES_SUITE,
+    ),
+    Mutant(
+        "store_due_scan_latest_first",
+        (
+            "the due scan of awaiting jobs is ordered ready_at DESC under its LIMIT: a small"
+            " claim takes a later deadline"
+        ),
+        "§6",
+        (
+            Edit(
+                "impl/store/sql/worker.sql",
+                (
+                    "    WHERE queue = %(queue)s AND state = 'awaiting' AND ready_at <= %(now)s\n"
+                    "    ORDER BY priority ASC, ready_at ASC, id ASC\n"
+                ),
+                (
+                    "    WHERE queue = %(queue)s AND state = 'awaiting' AND ready_at <= %(now)s\n"
+                    "    ORDER BY priority ASC, ready_at DESC, id ASC\n"
+                ),
+            ),
+        ),
+        suite=STORE_EDGES_SUITE,
+    ),
+    Mutant(
+        "store_partitioned_due_exclusive",
+        "a partitioned claim does not take an awaiting job due exactly now",
+        "§6",
+        (
+            Edit(
+                "impl/store/sql/worker.sql",
+                "           OR (state = 'awaiting' AND ready_at <= %(now)s))\n",
+                "           OR (state = 'awaiting' AND ready_at < %(now)s))\n",
+            ),
+        ),
+        suite=STORE_EDGES_SUITE,
+    ),
+    Mutant(
         "http_cancelled_task_listed_failed",
         ("a task cancelled with its workflow run is listed as failed, not canceled (the OpenAPI's task status)"),
         "§http",
