@@ -1,7 +1,7 @@
 """The trace validation's speed and memory on finished soaks (issue 54, target 5).
 
     .venv/bin/python -m bench.refine_speed reports/<run> [reports/<run2> …] [--repeat 3] [--json out.json] \
-        [--mode inline|ahead|both]
+        [--mode inline|ahead|both|stages]
 
 Each run of each report folder is a fresh process (`--one`), which measures, with the process's own clocks
 (CPU: resource.getrusage, user + system; wall: perf_counter):
