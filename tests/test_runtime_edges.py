@@ -26,24 +26,10 @@ from model import worker_ops as w
 from model.queues import QueueOpts
 from model.rows import Job
 from tests.jobrows import EMPTY
+from tests.test_faults import FakeTime
 
 Q = "edges"
 NO_BACKOFF = w.Backoff(base_s=0, factor=1, max_s=0)
-
-
-class FakeTime:
-    """A monotonic clock that only moves when the code under test sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 # --- sdk-guide §7: transient faults -------------------------------------------------------------------
@@ -237,11 +223,7 @@ def test_a_chunk_of_jobs_on_different_attempts_acks_each_on_its_own_attempt(db_u
         assert rows == {j.id: "succeeded" for j in claimed}, rows
         assert not producer.running
     finally:
-        worker.stopping.set()
-        worker.stopped.set()
-        for p in worker.producers.values():
-            p.pool.shutdown(wait=True)
-        worker.store.close()
+        _stop(worker)
 
 
 # --- adaptive concurrency: a busy queue is not an idle one ----------------------------------------------------
@@ -327,8 +309,13 @@ def test_a_rerun_that_only_replays_its_journal_fails_budget_exceeded_instead_of_
         assert state == "failed", f"the replayed job ended {state} past its budget (spent 20 of 10 µ$)"
         assert errs[-1]["error"] == "budget_exceeded", errs
     finally:
-        worker.stopping.set()
-        worker.stopped.set()
-        for p in worker.producers.values():
-            p.pool.shutdown(wait=True)
-        worker.store.close()
+        _stop(worker)
+
+
+def _stop(worker: Worker) -> None:
+    """End a worker the tests drove by hand: its producers' pools and its store."""
+    worker.stopping.set()
+    worker.stopped.set()
+    for p in worker.producers.values():
+        p.pool.shutdown(wait=True)
+    worker.store.close()

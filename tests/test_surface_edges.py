@@ -22,16 +22,9 @@ from impl.ops.operator import Operator
 from impl.ops.shapes import Refused
 from model.ops import JobSpec, WorkflowMember
 from tests.http_support import claim_tasks, http_api, http_clock, job  # noqa: F401  (fixtures: api, clock)
+from tests.test_http_api import assert_error
 
 OLD = datetime(2020, 1, 1, tzinfo=UTC)  # long past every retention, whatever today is
-
-
-def assert_error(r: httpx.Response, status: int, code: str | None = None) -> None:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert set(body) == {"error", "code"} and body["error"], body
-    if code is not None:
-        assert body["code"] == code, body
 
 
 def make_queue(api, name: str = "q") -> None:
