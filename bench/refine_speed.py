@@ -64,20 +64,27 @@ def _children() -> tuple[float, float]:
     return u.ru_utime + u.ru_stime, u.ru_maxrss / 1024
 
 
-def one(run_dir: Path, mode: str) -> dict[str, Any]:
-    c0, w0 = _cpu(), time.perf_counter()
-    from soak.judges.refine import HarnessLedger, validate
-    from soak.judges.refine.feed import decode_ahead
+def _inputs(run_dir: Path) -> tuple[Any, Any, Any]:
+    """The run's ledger (history.jsonl), initial state and final snapshot (on disk), as the validation takes them."""
+    from soak.judges.refine import HarnessLedger
     from soak.judges.replay import load_state
-    from soak.record.capture import read_transactions
     from soak.record.spill import disk_table
 
-    c1, w1 = _cpu(), time.perf_counter()
     initial = run_dir / "history-initial.pickle"
     final = run_dir / "history-final.pickle"
-    ledger = HarnessLedger.load(run_dir)
     state0 = load_state(initial) if initial.exists() else None
     state1 = load_state(final, big=disk_table) if final.exists() else None
+    return HarnessLedger.load(run_dir), state0, state1
+
+
+def one(run_dir: Path, mode: str) -> dict[str, Any]:
+    c0, w0 = _cpu(), time.perf_counter()
+    from soak.judges.refine import validate
+    from soak.judges.refine.feed import decode_ahead
+    from soak.record.capture import read_transactions
+
+    c1, w1 = _cpu(), time.perf_counter()
+    ledger, state0, state1 = _inputs(run_dir)
     c2, w2 = _cpu(), time.perf_counter()
     history = run_dir / "history.bin"
     feed = decode_ahead(history) if mode == "ahead" else read_transactions(history)
@@ -115,13 +122,11 @@ def stages(run_dir: Path) -> dict[str, Any]:
     """The CPU of one inline validation, by stage (see the module docstring)."""
     import os
 
-    from soak.judges.refine import HarnessLedger, validate
+    from soak.judges.refine import validate
     from soak.judges.refine.feed import RowDecoder
     from soak.judges.refine.validator import Validator
-    from soak.judges.replay import load_state
     from soak.judges.timing import ClaimOrder
     from soak.record.capture import read_transactions
-    from soak.record.spill import disk_table
 
     clock = time.process_time
     spent = dict.fromkeys(STAGES, 0.0)
@@ -129,14 +134,21 @@ def stages(run_dir: Path) -> dict[str, Any]:
     c = clock()
     txs = list(read_transactions(history))
     spent["read"] = clock() - c
-    ledger = HarnessLedger.load(run_dir)
-    initial, final = run_dir / "history-initial.pickle", run_dir / "history-final.pickle"
-    state0 = load_state(initial) if initial.exists() else None
-    state1 = load_state(final, big=disk_table) if final.exists() else None
+    ledger, state0, state1 = _inputs(run_dir)
 
-    def timed(cls: Any, name: str, stage: str) -> None:
-        inner = getattr(cls, name)
+    timed = [  # (class, method, stage), each method's CPU added to its stage
+        (RowDecoder, "decode", "decode"),
+        (Validator, "rows_from", "rows"),
+        (Validator, "candidates", "recovery"),
+        (Validator, "_apply", "model"),
+        (Validator, "simulate", "simulate_rest"),  # less the model's handlers inside it, below
+        (ClaimOrder, "observe", "claim_order"),
+        (Validator, "compare", "snapshot"),
+    ]
+    # None: inherited (Validator.candidates is Recovery's), removed again rather than set
+    saved = {(cls, name): cls.__dict__.get(name) for cls, name, _ in timed}
 
+    def wrap(inner: Any, stage: str) -> Any:
         def wrapper(*a: Any, **k: Any) -> Any:
             c0 = clock()
             try:
@@ -144,27 +156,10 @@ def stages(run_dir: Path) -> dict[str, Any]:
             finally:
                 spent[stage] += clock() - c0
 
-        setattr(cls, name, wrapper)
+        return wrapper
 
-    saved = {
-        (cls, n): cls.__dict__.get(n)  # None: inherited (Validator.candidates is Recovery's)
-        for cls, n in [
-            (RowDecoder, "decode"),
-            (Validator, "rows_from"),
-            (Validator, "candidates"),
-            (Validator, "_apply"),
-            (Validator, "simulate"),
-            (ClaimOrder, "observe"),
-            (Validator, "compare"),
-        ]
-    }
-    timed(RowDecoder, "decode", "decode")
-    timed(Validator, "rows_from", "rows")
-    timed(Validator, "candidates", "recovery")
-    timed(Validator, "_apply", "model")
-    timed(Validator, "simulate", "simulate_rest")  # less the model's handlers inside it, below
-    timed(ClaimOrder, "observe", "claim_order")
-    timed(Validator, "compare", "snapshot")
+    for cls, name, stage in timed:
+        setattr(cls, name, wrap(getattr(cls, name), stage))
     try:
         c = clock()
         r = validate(txs, ledger, state0, final_state=state1)
@@ -195,6 +190,18 @@ def stages(run_dir: Path) -> dict[str, Any]:
     }
 
 
+def _fresh(run: Path, mode: str) -> dict[str, Any]:
+    """One measurement in a fresh process (`--one`): its JSON line."""
+    got = subprocess.run(
+        [sys.executable, "-m", "bench.refine_speed", "--one", "--mode", mode, str(run)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    row: dict[str, Any] = json.loads(got.stdout.strip().splitlines()[-1])
+    return row
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.refine_speed", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", type=Path, help="soak report folders (history.bin …)")
@@ -210,13 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         staged = []
         for run in args.runs:
             for _ in range(args.repeat):
-                got = subprocess.run(
-                    [sys.executable, "-m", "bench.refine_speed", "--one", "--mode", "stages", str(run)],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                staged.append(json.loads(got.stdout.strip().splitlines()[-1]))
+                staged.append(_fresh(run, "stages"))
                 print(json.dumps(staged[-1]), flush=True)
         if args.json:
             args.json.write_text(json.dumps(staged, indent=2) + "\n")
@@ -226,13 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     for run, mode in [(r, m) for r in args.runs for m in modes]:
         rows = []
         for _ in range(args.repeat):
-            got = subprocess.run(
-                [sys.executable, "-m", "bench.refine_speed", "--one", "--mode", mode, str(run)],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            row = json.loads(got.stdout.strip().splitlines()[-1])
+            row = _fresh(run, mode)
             rows.append(row)
             print(json.dumps(row), flush=True)
         keys = ("verdict", "transactions", "validated", "unexplained", "capture_gaps", "matches_snapshot")
