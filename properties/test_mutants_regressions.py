@@ -44,8 +44,9 @@ from properties.conformance.support import (
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)  # a whole minute: it starts a rate window
 
 
-@pytest.fixture(params=["model", "pg"])
-def store(request):
+@pytest.fixture(name="store", params=["model", "pg"])
+def model_and_pg_store(request):
+    """The model and PostgreSQL, each test run on both (tests/test_store_edges.py takes it too)."""
     if request.param == "model":
         yield ModelStore()
     else:

@@ -1,5 +1,5 @@
-"""The soak harness's fault injection, workload and fault log, where planted bugs went unnoticed (novel
-mutants, round C): a fault the history records must be the fault that happened — a kill -9 that kills the
+"""The soak harness's fault injection, workload and fault log, where planted bugs went unnoticed (the
+`cert_harness_*` mutants of properties/mutants/certifier.py): a fault the history records must be the fault that happened — a kill -9 that kills the
 whole worker, a SIGSTOP that freezes it and lasts its time, a crash-restart logged as over only once it is,
 a connection stall not logged as a route stall, a heal that ends the latency too — and the driver's
 intents must precede its writes. Then the coverage counts that must not count what did not happen.

@@ -1,4 +1,4 @@
-"""Certifier rules a second mutant hunt (hunt A) found untested: soak/judges/ end-of-run judges.
+"""Certifier rules a mutation hunt found untested (issue 54; docs/mutants.md "Mutation hunts"): soak/judges/ end-of-run judges.
 
 Each test is the evidence against one weakened rule that the suite let pass — a hand-built snapshot,
 ledger and fault log (tests/test_soak_checker.py's baseline run, changed in one place) that the rule must

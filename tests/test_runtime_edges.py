@@ -1,4 +1,5 @@
-"""Runtime edges the runtime suites did not pin down (found by planting mutants, mutants_e.py).
+"""Runtime edges the runtime suites did not pin down (found by planting mutants: the `runtime_*`
+mutants of properties/mutants/hunts.py).
 
 Each test names the contract text it holds the runtime to: docs/sdk-guide.md §7 (transient errors),
 docs/connections.md (the default store-call deadline), spec/belay-operations.txt and the wire contract

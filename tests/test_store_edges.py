@@ -1,17 +1,14 @@
-"""Store-layer edges no other test pinned down, found by planting bugs in impl/store (mutants_d.py): each
-test states the contract behaviour the surviving bug broke, as an explicit sequence run against both stores
-(the model is the oracle; PostgreSQL must agree with it)."""
+"""Store-layer edges no other test pinned down, found by planting bugs in impl/store (the `store_*` mutants of
+properties/mutants/hunts.py): each test states the contract behaviour the surviving bug broke, as an explicit
+sequence run against both stores (the model is the oracle; PostgreSQL must agree with it)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
 from impl.store import PgStore
 from model import ops
 from model import worker_ops as w
-from model.store import ModelStore
 from properties.conformance.support import (
     MIN,
     TTL,
@@ -21,17 +18,9 @@ from properties.conformance.support import (
     insert,
     signal,
 )
+from properties.test_mutants_regressions import model_and_pg_store  # noqa: F401  (the fixture `store`)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
-
-
-@pytest.fixture(params=["model", "pg"])
-def store(request):
-    if request.param == "model":
-        yield ModelStore()
-    else:
-        with PgStore(request.getfixturevalue("db_url")) as pg:
-            yield pg
 
 
 def test_a_signal_exactly_at_its_ttl_is_kept(store):
