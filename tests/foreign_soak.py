@@ -1,6 +1,6 @@
 """One default soak of a foreign worker and the rule its CI test holds it to (issue 51): never INVALID, the
 committed history valid, and UNKNOWN only for a row whose risky scenario did not occur in the minute (the
-run's luck, not the worker's). Shared by tests/test_node_worker.py and tests/test_ruby_worker.py."""
+run's luck, not the worker's). Shared by tests/test_node_worker.py, tests/test_ruby_worker.py and tests/test_perl_worker.py."""
 
 from __future__ import annotations
 

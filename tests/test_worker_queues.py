@@ -5,6 +5,7 @@ queues, each with `--limit`.
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -33,7 +34,9 @@ def _states(url: str) -> dict[str, list[tuple[str, str | None]]]:
 
 def _cron_slots(url: str, name: str) -> list:
     with psycopg.connect(url, autocommit=True) as c:
-        return [r[0] for r in c.execute("SELECT cron_slot FROM belay_jobs WHERE cron_name = %s ORDER BY cron_slot", (name,))]
+        return [
+            r[0] for r in c.execute("SELECT cron_slot FROM belay_jobs WHERE cron_name = %s ORDER BY cron_slot", (name,))
+        ]
 
 
 def test_belay_worker_queues_slow_claims_only_from_slow_and_fires_only_its_crons(db_url, tmp_path):
@@ -76,7 +79,7 @@ def test_belay_worker_queues_slow_claims_only_from_slow_and_fires_only_its_crons
     assert 1 <= len(crons) <= 2 and all(c == ("succeeded", "tick_slow") for c in crons), (states, text)
     slots = _cron_slots(db_url, "tick_slow")
     assert len(slots) == len(crons) == len(set(slots)), (slots, text)
-    assert all((b - a).total_seconds() == 60 for a, b in zip(slots, slots[1:])), (slots, text)
+    assert all((b - a).total_seconds() == 60 for a, b in itertools.pairwise(slots)), (slots, text)
     # the fast job untouched, and no job of the fast queue's cron
     assert states["fast"] == [("ready", None)], (states, text)
 

@@ -18,7 +18,7 @@ the latter); `invalid` names the job or node and what went wrong.
 | P9 | PROTOCOL §3 | every soak job ends as its kind prescribes (the ledger's expected outcome), cancels of parked jobs included |
 | P10 | §7 step 2, §8.4 (R1) | every terminal write of a child delivers `$children` to its parent, unconditionally |
 | P11 | operations "Shutdown", PROTOCOL §1 | on SIGTERM producers stop claiming first: no attempt is claimed by a node after its own SIGTERM |
-| P12 | §8.5 | a cron slot is inserted only once due (its whole UTC minute reached, by the inserting node's clock) and never after its row was paused |
+| P12 | §8.5 | a cron slot is inserted only once due (its minute T reached: the inserting node's `now` ≥ T) and never after its row was paused |
 | P13 | §8.6 | a cancel requested while a job runs stops it at the next step boundary: at most one step is journaled after the request |
 | P14 | §6 | leases are renewed each ttl/3: per node, no renewal interval (from the lease samples) above ttl/3 + one sample interval + the node's own faults by another ttl/3, nor two above it |
 | P15 | §7 outcome table, decisions.md | a wait spends no attempt: every park raises max_attempts by one |
