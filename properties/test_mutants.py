@@ -93,6 +93,7 @@ def test_the_certifier_tier_weakens_every_judge_of_the_soak():
         "soak/judges/refine/__init__.py",
         "soak/judges/refine/recovery.py",
         "soak/judges/refine/validator.py",
+        "soak/judges/refine/world.py",  # issue 54's second hunt: the substate a candidate is judged on
         "soak/judges/replay/__init__.py",
         "soak/judges/replay/replayer.py",
         "soak/report/artifacts.py",  # issue 51: the report states the exit code's verdict

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
 from properties.mutants.hunts import HUNTS
+from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.kinds import (
     ADMISSION_RACES,
     DURABLE_SUITE,
@@ -957,11 +958,13 @@ CATALOGUE: tuple[Mutant, ...] = (
     *HUNTS,
     # --- the certifier tier (issue 32): the soak's own judges, properties/mutants/certifier.py ---------
     *CERTIFIER,
+    # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
+    *REFINE_HUNT,
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
-    "certifier": tuple(m.name for m in CERTIFIER),  # the soak's own rules (issue 32)
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT)),  # the soak's own rules (issue 32, 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }
