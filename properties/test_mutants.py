@@ -58,10 +58,12 @@ def test_every_mutant_says_what_it_breaks_and_names_its_contract_section():
 
 
 def test_mutants_patch_impl_and_never_the_model_oracle():
-    certifier = set(TIERS["certifier"])
+    certifier, sdk_judge = set(TIERS["certifier"]), set(TIERS["sdk-judge"])
     for m in CATALOGUE:
         if m.name in certifier:  # the certifier tier weakens the soak's judges (issue 32), never model/
             assert all(e.path.startswith("soak/") for e in m.edits), m.name
+        elif m.name in sdk_judge:  # the SDK adapter's judge (issue 54's hunt), never model/
+            assert all(e.path.startswith("properties/sdk/") for e in m.edits), m.name
         else:
             assert all(e.path.startswith("impl/") for e in m.edits), m.name
 

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         "--tier",
         choices=sorted(TIERS),
         default=None,
-        help="run only this tier's mutants (durable: the SDK and runtime, issue 20)",
+        help="run only this tier's mutants (durable: the SDK and runtime, issue 20; sdk-judge: the SDK adapter's judge, properties/sdk/)",
     )
     parser.add_argument(
         "--suite",

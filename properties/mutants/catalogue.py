@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
 from properties.mutants.hunts import HUNTS
-from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.kinds import (
     ADMISSION_RACES,
     DURABLE_SUITE,
@@ -32,6 +31,8 @@ from properties.mutants.kinds import (
     Edit,
     Mutant,
 )
+from properties.mutants.refine_hunt import REFINE_HUNT
+from properties.mutants.sdk_judge import SDK_JUDGE
 
 STORE_PY = "impl/store/client_store.py"
 INSERTS_PY = "impl/store/inserts.py"
@@ -960,11 +961,14 @@ CATALOGUE: tuple[Mutant, ...] = (
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
     *REFINE_HUNT,
+    # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
+    *SDK_JUDGE,
 )
 
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
     "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT)),  # the soak's own rules (issue 32, 54)
+    "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }

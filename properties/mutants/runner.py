@@ -38,7 +38,9 @@ from properties.mutants.catalogue import Edit, Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_TIMEOUT = 120.0
-PATCHABLE = ("impl/", "soak/")  # soak/: the certifier tier (its judges are code under test, issue 32)
+# soak/: the certifier tier (its judges are code under test, issue 32); properties/sdk/: the SDK adapter's judge
+# (issue 54's hunt: it judges SDKs in other languages op by op, so it is code under test too)
+PATCHABLE = ("impl/", "soak/", "properties/sdk/")
 IGNORED = (
     ".git",
     ".venv",
@@ -90,7 +92,7 @@ def check_edits(root: Path, edits: Sequence[Edit]) -> list[str]:
     for i, edit in enumerate(edits):
         if not edit.path.startswith(PATCHABLE):
             problems.append(
-                f"edit {i} patches {edit.path}: mutants patch impl/ (and the certifier tier soak/) only "
+                f"edit {i} patches {edit.path}: mutants patch impl/ (and the certifier's soak/ and properties/sdk/) only "
                 "(model/ is the oracle)"
             )
             continue
