@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -28,7 +29,10 @@ from properties.sdk.machine import run_machine
 from properties.sdk.vocabulary import reference
 
 ROOT = Path(__file__).resolve().parent.parent
-PYTHON = f"{os.environ.get('BELAY_SDK_PYTHON', '.venv/bin/python')} -m properties.sdk.python_adapter"
+# this interpreter, not `.venv/bin/python` relative to the working directory: the mutant runner runs the suite
+# in a copy of the tree without .venv (the relative path made every adapter of the sdk-judge tier's baseline
+# "not running")
+PYTHON = f"{os.environ.get('BELAY_SDK_PYTHON', sys.executable)} -m properties.sdk.python_adapter"
 NODE = "node adapters/node/adapter.js"
 EXAMPLES = int(os.environ.get("BELAY_SDK_EXAMPLES", "15"))
 T = datetime(2026, 1, 1, 12, 0, 0, 250000, tzinfo=UTC)
