@@ -5,13 +5,33 @@ run's luck, not the worker's). Shared by tests/test_node_worker.py, tests/test_r
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def toolchain_ready(flag: str, program: str, probes: Sequence[tuple[list[str], str]], install: str) -> None:
+    """Skip, saying why, when `program` is not on PATH or a probe command fails — unless the environment sets
+    `flag`=1 (CI does, after installing the toolchain): then a missing toolchain fails the test instead."""
+    import pytest
+
+    def missing(why: str) -> None:
+        if os.environ.get(flag) == "1":
+            pytest.fail(f"{flag}=1 but {why}")
+        pytest.skip(why)
+
+    if shutil.which(program) is None:
+        missing(f"{program} is not installed ({install}): the foreign worker cannot run")
+    for argv, what in probes:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        if out.returncode != 0:
+            missing(f"{what} ({install}): {out.stderr.strip()[-300:]}")
 
 
 def soak_is_never_invalid(worker: str, report: Path, env: Mapping[str, str] | None = None, label: Any = None) -> dict:

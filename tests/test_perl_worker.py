@@ -8,14 +8,10 @@ fails the test instead."""
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.foreign_soak import soak_is_never_invalid
+from tests.foreign_soak import soak_is_never_invalid, toolchain_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_PL = ROOT / "soak" / "workers" / "perl" / "worker.pl"
@@ -23,20 +19,12 @@ WORKER = "perl soak/workers/perl/worker.pl"
 
 
 def _perl_ready() -> None:
-    required = os.environ.get("BELAY_REQUIRE_PERL") == "1"
-
-    def missing(why: str) -> None:
-        if required:
-            pytest.fail(f"BELAY_REQUIRE_PERL=1 but {why}")
-        pytest.skip(why)
-
-    if shutil.which("perl") is None:
-        missing("perl is not installed: the Perl foreign worker cannot run")
-    out = subprocess.run(
-        ["perl", "-Mthreads", "-MDBI", "-MDBD::Pg", "-MJSON::PP", "-e", "1"], capture_output=True, text=True, timeout=60
+    toolchain_ready(
+        "BELAY_REQUIRE_PERL",
+        "perl",
+        [(["perl", "-Mthreads", "-MDBI", "-MDBD::Pg", "-MJSON::PP", "-e", "1"], "perl lacks ithreads, DBI or DBD::Pg")],
+        "apt-get install -y libdbd-pg-perl",
     )
-    if out.returncode != 0:
-        missing(f"perl lacks ithreads, DBI or DBD::Pg (apt-get install -y libdbd-pg-perl): {out.stderr.strip()[-300:]}")
 
 
 def test_the_perl_worker_compiles():

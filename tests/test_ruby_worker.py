@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.foreign_soak import soak_is_never_invalid
+from tests.foreign_soak import soak_is_never_invalid, toolchain_ready
 
 ROOT = Path(__file__).resolve().parents[1]
 RUBY_DIR = ROOT / "soak" / "workers" / "ruby"
@@ -22,18 +19,12 @@ WORKER = "soak/workers/ruby/belay-ruby-worker"
 
 
 def _ruby_ready() -> None:
-    required = os.environ.get("BELAY_REQUIRE_RUBY") == "1"
-
-    def missing(why: str) -> None:
-        if required:
-            pytest.fail(f"BELAY_REQUIRE_RUBY=1 but {why}")
-        pytest.skip(why)
-
-    if shutil.which("ruby") is None:
-        missing("ruby is not installed (apt-get install -y ruby ruby-pg): the Ruby foreign worker cannot run")
-    out = subprocess.run(["ruby", "-e", "require 'pg'"], capture_output=True, text=True, timeout=60)
-    if out.returncode != 0:
-        missing(f"the Ruby pg gem is missing (apt-get install -y ruby-pg): {out.stderr.strip()[-300:]}")
+    toolchain_ready(
+        "BELAY_REQUIRE_RUBY",
+        "ruby",
+        [(["ruby", "-e", "require 'pg'"], "the Ruby pg gem is missing")],
+        "apt-get install -y ruby ruby-pg",
+    )
 
 
 def _ruby_eval(expr: str) -> object:

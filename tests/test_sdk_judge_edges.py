@@ -190,24 +190,28 @@ def test_a_row_only_the_database_has_is_named_as_extra() -> None:
 SIGNAL_AFTER_PARK = "state = AdapterMachine()\nstate.signal_after_park(scope='s1', parked='go', sent='go')\n"
 
 
+def assert_diverges(tmp_path: Path, db_url: str, hooks: str, code: str, finding: str) -> None:
+    """A Python adapter whose requests or replies `hooks` rewrite, replaying `code`: the machine must end in a
+    Divergence naming `finding`."""
+    error = replayed(rewriting_adapter(tmp_path, hooks), db_url, code)
+    assert isinstance(error, Divergence) and finding in str(error), error
+
+
 def test_a_wrong_result_the_tables_do_not_show_is_a_divergence(db_url, tmp_path) -> None:
     """DeliverSignal's woken list: the SDK wakes the job (every row right) but reports nobody woken."""
-    fake = rewriting_adapter(
-        tmp_path,
+    hooks = (
         "def after(request, reply):\n"
         "    if request.get('op') == 'DeliverSignal' and reply.get('ok'):\n"
         "        reply['result']['woken'] = []\n"
-        "    return reply\n",
+        "    return reply\n"
     )
-    error = replayed(fake, db_url, SIGNAL_AFTER_PARK)
-    assert isinstance(error, Divergence) and "DeliverSignal results differ" in str(error), error
+    assert_diverges(tmp_path, db_url, hooks, SIGNAL_AFTER_PARK, "DeliverSignal results differ")
 
 
 def test_an_internal_error_where_the_model_refuses_the_input_is_a_divergence(db_url, tmp_path) -> None:
     """docs/sdk-adapter.md: Internal is always a finding — never the same class as InvalidInput. This SDK
     inserts an event whose seq is not above the stream's last and reports the key violation as Internal."""
-    fake = rewriting_adapter(
-        tmp_path,
+    hooks = (
         "SEEN = set()\n"
         "def after(request, reply):\n"
         "    args = request.get('args') or {}\n"
@@ -216,32 +220,29 @@ def test_an_internal_error_where_the_model_refuses_the_input_is_a_divergence(db_
         "        if key in SEEN:\n"
         "            return {'ok': False, 'error': 'Internal', 'message': 'duplicate key (job_id, seq)'}\n"
         "        SEEN.add(key)\n"
-        "    return reply\n",
+        "    return reply\n"
     )
     code = (  # an event seq not above the stream's last: the model refuses it with InvalidInput
         "state = AdapterMachine()\nstate.both(Enqueue(state.now, (JobSpec('q', 'echo'),)))\n"
         "state.both(EmitEvent(state.now, 1, {'a': 1}, 1))\nstate.both(EmitEvent(state.now, 1, {'a': 2}, 1))\n"
     )
-    error = replayed(fake, db_url, code)
-    assert isinstance(error, Divergence) and "Internal" in str(error), error
+    assert_diverges(tmp_path, db_url, hooks, code, "Internal")
 
 
 def test_a_millisecond_clock_is_caught_by_the_machines_microseconds(db_url, tmp_path) -> None:
     """The machine's every `now` carries microseconds (the conformance cases' clock has none): an SDK that
     reads time into a millisecond clock (a JavaScript Date) must diverge."""
-    fake = rewriting_adapter(
-        tmp_path,
+    hooks = (
         "from datetime import datetime\n"
         "def before(request):\n"
         "    now = (request.get('args') or {}).get('now')\n"
         "    if now:\n"
         "        t = datetime.fromisoformat(now)\n"
         "        request['args']['now'] = t.replace(microsecond=t.microsecond // 1000 * 1000).isoformat()\n"
-        "    return request\n",
+        "    return request\n"
     )
     code = "state = AdapterMachine()\nstate.both(Enqueue(state.now, (JobSpec('q', 'echo'),)))\n"
-    error = replayed(fake, db_url, code)
-    assert isinstance(error, Divergence) and "table jobs differs" in str(error), error
+    assert_diverges(tmp_path, db_url, hooks, code, "table jobs differs")
 
 
 def test_the_printed_program_is_the_last_examples_only(db_url) -> None:
@@ -266,24 +267,21 @@ def test_the_printed_program_holds_the_request_the_adapter_crashed_on(db_url) ->
 def test_a_transactional_enqueue_outside_the_transaction_diverges_after_rollback(db_url, tmp_path) -> None:
     """The SDK enqueues on its own connection: the rollback leaves the jobs behind (the app row, written in
     the transaction, is rolled back, so only the table comparison sees it)."""
-    fake = rewriting_adapter(tmp_path, "def before(request):\n    request.pop('tx', None)\n    return request\n")
+    hooks = "def before(request):\n    request.pop('tx', None)\n    return request\n"
     code = "state = AdapterMachine()\nstate.transactional_enqueue(specs=[JobSpec('q', 'echo')], commit=False)\n"
-    error = replayed(fake, db_url, code)
-    assert isinstance(error, Divergence) and "table jobs differs" in str(error), error
+    assert_diverges(tmp_path, db_url, hooks, code, "table jobs differs")
 
 
 def test_a_wrong_result_of_a_transactional_enqueue_is_a_divergence(db_url, tmp_path) -> None:
-    fake = rewriting_adapter(
-        tmp_path,
+    hooks = (
         "def after(request, reply):\n"
         "    if request.get('tx') and reply.get('ok'):\n"
         "        for outcome in reply['result']['outcomes']:\n"
         "            outcome['id'] = outcome.get('id', 0) + 1000\n"
-        "    return reply\n",
+        "    return reply\n"
     )
     code = "state = AdapterMachine()\nstate.transactional_enqueue(specs=[JobSpec('q', 'echo')], commit=True)\n"
-    error = replayed(fake, db_url, code)
-    assert isinstance(error, Divergence) and "transactional Enqueue results differ" in str(error), error
+    assert_diverges(tmp_path, db_url, hooks, code, "transactional Enqueue results differ")
 
 
 def test_the_nulls_first_scenario_nulls_the_later_job(db_url) -> None:
