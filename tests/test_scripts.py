@@ -35,10 +35,12 @@ def _checkout(tmp_path: Path) -> Path:
     return co
 
 
-def _test_sh(co: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
+def _test_sh(co: Path, *args: str, rc: int = 0, workers: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "BELAY_NO_APT": "1", "FAKE_RC": str(rc)}
     env.pop("BELAY_REINSTALL", None)
-    env.pop("BELAY_TEST_WORKERS", None)  # the default (.ci/run sets its own)
+    env.pop("BELAY_TEST_WORKERS", None)  # the default unless `workers` is given (.ci/run sets its own)
+    if workers is not None:
+        env["BELAY_TEST_WORKERS"] = workers
     return subprocess.run(
         [str(co / "scripts" / "test.sh"), *args], cwd=co, env=env, capture_output=True, text=True, timeout=60
     )
@@ -65,15 +67,7 @@ def test_test_sh_runs_in_parallel_unless_the_arguments_choose(tmp_path):
     assert _test_sh(co, "-n", "0").stdout.strip() == "python -m pytest -n 0"
     assert _test_sh(co, "--dist=load", "-n3").stdout.strip() == "python -m pytest --dist=load -n3"
     assert _test_sh(co, "-p", "no:xdist").stdout.strip() == "python -m pytest -p no:xdist"
-    chosen = subprocess.run(
-        [str(co / "scripts" / "test.sh"), "-x"],
-        cwd=co,
-        env={**os.environ, "BELAY_NO_APT": "1", "FAKE_RC": "0", "BELAY_TEST_WORKERS": "3"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert chosen.stdout.strip() == "python -m pytest -n 3 --dist loadgroup -x"
+    assert _test_sh(co, "-x", workers="3").stdout.strip() == "python -m pytest -n 3 --dist loadgroup -x"
 
 
 def test_test_sh_fails_when_no_tests_are_collected_and_passes_other_codes_through(tmp_path):
