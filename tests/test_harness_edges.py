@@ -339,3 +339,230 @@ def test_an_uncompressed_capture_torn_inside_a_record_is_truncated_and_its_repla
         assert reader.truncated and reader.truncated_bytes > 0, cut
     result = replay(read_transactions(path), None, None, {})
     assert result.verdict == "unknown" and result.capture["truncated"]
+
+
+# --- a worker ended by the harness is no self-exit (soak/faults/workers.py) -------------------------------------
+
+
+def _join_watchers(timeout: float = 5.0) -> None:
+    for t in threading.enumerate():
+        if t.name.startswith("watch-w"):
+            t.join(timeout)
+
+
+def _workers(tmp_path: Path, cmd: str = "sleep 60"):
+    from soak.faults.workers import Workers
+    from soak.record.history import History
+
+    return Workers(cmd, 1, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, tmp_path, tmp_path / "logs", History())
+
+
+def test_the_end_of_run_sigterm_is_no_self_exit_of_the_worker(tmp_path: Path):
+    """P1 (soak/judges/duties/running.py) flags every `worker_exit` without an `exit` observation: "a worker
+    must … exit only when a kind asks". The harness's own SIGTERM at the end of the run (`worker_term`)
+    ends the worker on purpose; its exit is no self-exit, else every honest run is INVALID."""
+    w = _workers(tmp_path)
+    w.start()
+    w.terminate(grace=5)
+    _join_watchers()
+    types = [e["type"] for e in w.history.snapshot()]
+    assert "worker_term" in types and "worker_exit" not in types, types
+
+
+def test_a_drained_worker_is_no_self_exit_of_the_worker(tmp_path: Path):
+    """The SIGTERM fault (duty P4) ends the worker on purpose: its exit is the drain (`worker_drained`), not a
+    `worker_exit` P1 would flag as exiting by itself."""
+    w = _workers(tmp_path)
+    w.start()
+    w.closing.set()  # no next incarnation
+    slot = w.slots[0]
+    try:
+        assert w.drain_term(slot, []) is True
+        _join_watchers()
+        types = [e["type"] for e in w.history.snapshot()]
+        assert "worker_drained" in types and "worker_exit" not in types, types
+    finally:
+        w.terminate(grace=1)
+
+
+# --- the nemesis keeps one worker running (soak/faults/nemesis.py) ----------------------------------------------
+
+
+class _OneWorker:
+    def __init__(self) -> None:
+        self.slots = [SimpleNamespace(index=1, node="w1-1")]
+        self.calls: list[str] = []
+
+    def running_slots(self):
+        return list(self.slots)
+
+    def stop(self, slot) -> bool:
+        self.calls.append("stop")
+        return True
+
+    def cont(self, slot) -> None:
+        self.calls.append("cont")
+
+
+def test_a_plain_sigstop_never_freezes_the_last_running_worker():
+    """soak/faults/netfaults.py: "At least one worker slot is always left unisolated and not stopped"; the
+    nemesis's stops "keep at least one worker running". With one worker running, no SIGSTOP is due now."""
+    from soak.faults.nemesis import Nemesis
+    from soak.record.history import History
+
+    w = _OneWorker()
+    n = Nemesis(
+        w,
+        History(),
+        random.Random(0),
+        url="postgresql://unused",
+        cluster=None,
+        kill_every=None,
+        stop_every=20,
+        db_restart_every=None,
+        stop_for=0.2,
+    )
+    n.zombie_quiet_until = float("inf")  # the plain-stop path
+    assert n._stop() is False
+    assert w.calls == []
+
+
+# --- the driver's ledger: what a last-attempt `slow` job may end as (soak/workload/driver.py) --------------------
+
+
+def test_a_last_attempt_slow_job_may_fail_only_by_its_lease_expiry():
+    """plan_slow(last=True): "a SIGSTOP or kill that loses its lease makes its reclaim fall on the last
+    attempt (P16's risky case: the reclaim must fail it)" — failed with `lease_expired` (contract §7). The
+    ledger accepts that failure and success, never a failure with any other error (a worker failing the job
+    with an error of its own making)."""
+    from soak.judges.verdicts import _matches
+    from soak.workload.driver import Driver, DriverConfig
+
+    d = object.__new__(Driver)
+    d.rng, d.cfg = random.Random(5), DriverConfig()
+    p = d.plan_slow(last=True)
+    assert p.spec.max_attempts == 1 and p.detail == {"last_attempt": True}
+
+    def job(state: str, error: str | None = None):
+        return SimpleNamespace(state=state, errors=[{"error": error, "attempt": 1}] if error else [])
+
+    assert _matches(p.expected, job("succeeded"))
+    assert _matches(p.expected, job("failed", "lease_expired"))
+    assert not _matches(p.expected, job("failed", "Boom"))
+    assert not _matches(p.expected, job("failed"))
+    assert not _matches(p.expected, job("cancelled"))
+
+
+# --- a partition partitions (soak/faults/proxy.py) --------------------------------------------------------------
+
+
+def test_a_connection_partitioned_while_it_connected_forwards_nothing(monkeypatch):
+    """Proxy.partition: "Reset every connection of `name` and refuse new ones until heal". A client whose
+    connection to the target was being opened as the partition began must not get through: the judges
+    excuse the partitioned slot (Timeline `isolated`), so a route that still forwards hides what it did."""
+    import asyncio
+    import socket
+
+    import soak.faults.proxy as proxy_mod
+
+    echo = socket.socket()
+    echo.bind(("127.0.0.1", 0))
+    echo.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = echo.accept()
+            except OSError:
+                return
+            with conn:
+                while data := conn.recv(1024):
+                    conn.sendall(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    proxy = proxy_mod.Proxy("127.0.0.1", echo.getsockname()[1])
+    real_open = asyncio.open_connection
+
+    async def open_then_partitioned(*a, **k):
+        got = await real_open(*a, **k)
+        proxy.listeners["w1"].partitioned = True  # the partition began while this connection was being made
+        return got
+
+    monkeypatch.setattr(proxy_mod.asyncio, "open_connection", open_then_partitioned)
+    try:
+        port = proxy.listen("w1")
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+            c.settimeout(1.0)
+            try:
+                c.sendall(b"ping")
+                got = c.recv(16)
+            except (ConnectionError, TimeoutError, OSError):
+                got = b""
+        assert got == b"", f"{got!r} came back through a partitioned route"
+    finally:
+        proxy.close()
+        echo.close()
+
+
+# --- a zombie hold spares the nodes running the later attempts (soak/faults/zombies.py) -------------------------
+
+
+def test_a_zombie_hold_names_the_nodes_running_the_later_attempts_as_spared(monkeypatch):
+    """zombies.hold: "Meanwhile `spare` … names the nodes running them" (the later attempts of the held jobs):
+    kill -9 spares them (soak/faults/nemesis.py `_kill`), since the node that journals the paid step is the
+    one the zombie must write after — else the hold runs out and I4's duplicate-write scenario never comes."""
+    import soak.faults.zombies as z
+
+    reads = iter(
+        [
+            [(7, "running", 2, "w3-1", False)],  # the later attempt runs on w3-1, nap not yet journaled
+            [(7, "running", 2, "w3-1", True)],  # …and journaled it
+        ]
+    )
+
+    class Conn:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def execute(self, sql, params=None):
+            return next(reads)
+
+    monkeypatch.setattr(z.psycopg, "connect", lambda *a, **k: Conn())
+    spare: set[str] = set()
+    assert z.hold("postgresql://unused", [(7, 1)], threading.Event(), spare, most=10) == "journaled"
+    assert "w3-1" in spare, spare
+
+
+# --- the lost wake-up's harness ack is attested before it is written (soak/workload/scenarios.py) --------------
+
+
+def test_the_lost_wakeup_intent_is_recorded_before_the_harness_acks_the_child():
+    """soak/workload/scenarios.py: "attested before the ack: a crash-restart can commit the ack and cut the
+    connection before its answer" — the trace validation then finds a harness write nobody recorded (an
+    honest run INVALID). The intent naming the child is in the fault log before the ack is sent."""
+    import psycopg
+    import pytest
+
+    from soak.record.history import History
+    from soak.workload.scenarios import Scenarios
+
+    s = object.__new__(Scenarios)
+    s.d = SimpleNamespace(history=History())
+    seen: list[list] = []
+
+    class Conn:
+        calls = 0
+
+        def execute(self, sql, params=None):
+            Conn.calls += 1
+            if Conn.calls == 1:  # the claim of the external child
+                return SimpleNamespace(fetchall=lambda: [(101, 1)])
+            seen.append([(e["type"], e.get("children")) for e in s.d.history.snapshot()])
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+    with pytest.raises(psycopg.OperationalError):
+        s._finish_children_silently(Conn(), 100)
+    assert seen == [[("lost_wakeup_intent", [101])]]
