@@ -19,6 +19,7 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
+from properties.mutants.harness_hunt import HARNESS_HUNT
 from properties.mutants.hunts import HUNTS
 from properties.mutants.kinds import (
     ADMISSION_RACES,
@@ -961,6 +962,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
     *REFINE_HUNT,
+    # issue 54's second hunt over the harness the verdict rests on (properties/mutants/harness_hunt.py)
+    *HARNESS_HUNT,
     # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
     *SDK_JUDGE,
 )
@@ -968,7 +971,8 @@ CATALOGUE: tuple[Mutant, ...] = (
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
-    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT)),  # the soak's own rules (issue 32, 54)
+    # the soak's own rules (issue 32, 54)
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }
