@@ -276,3 +276,12 @@ def test_a_long_phase_keeps_the_usual_cap_and_its_crash_restarts():
             seed, 300.0, duration=600.0, budget_kw=lambda left, every: {"phase_left": left, "db_every": every}
         )
         assert budget == 45.0 and held == free
+
+
+def test_fault_rates_counts_every_lane_of_a_kind():
+    """The report's "injected N of M requested" is what a reader takes as the faults the verdict survived: a
+    kind fired by more than one lane (schedule) counts the faults of all of them (hunt J: the first lane only
+    went unnoticed)."""
+    owner = SimpleNamespace(every={"stop": 20}, fault_phase=[0.0, 100.0])
+    owner.schedules = {"stop": [SimpleNamespace(injected=3), SimpleNamespace(injected=2)]}
+    assert fault_rates(owner)["stop"]["injected"] == 5
