@@ -65,6 +65,24 @@ def _samples(*spans: tuple[float, float]) -> list[dict]:
     return out
 
 
+def test_a_failover_and_a_stall_of_the_nodes_route_excuse_its_lag():
+    """timing/__init__.py: a write's lag is excused by "its SIGSTOP, a partition, stall, cut or injected
+    latency of its route, a PostgreSQL crash-restart or failover (every node's connection)"."""
+    f = Freshness(
+        faults(
+            {"t": E0 + 11, "type": "failover_begin"},
+            {"t": E0 + 18, "type": "standby_ready"},
+            {"t": E0 + 31, "type": "net_stall", "slot": 1, "node": "w1-1"},
+            {"t": E0 + 38, "type": "net_heal", "slot": 1, "node": "w1-1", "fault": "stall"},
+        )
+    )
+    f.judge("w2-1", at(10), at(21), "ack of job 7 attempt 1", "0/1")
+    f.judge("w2-1", at(10.5), at(21.5), "ack of job 8 attempt 1", "0/2")
+    f.judge("w1-1", at(30), at(41), "ack of job 9 attempt 1", "0/3")
+    f.judge("w1-1", at(30.5), at(41.5), "ack of job 10 attempt 1", "0/4")
+    assert f.count == 0 and f.lines() == [], vars(f)
+
+
 def test_a_machine_stall_excuses_from_the_first_sample_that_was_due():
     """nodes.py: "a gap of more than STALL_GAP between two samples means the harness was starved … every
     process on the machine — every node — may have been held alike": the stall runs from the first sample
@@ -204,11 +222,12 @@ def test_a_row_passed_over_again_is_measured_from_the_later_claims_now_not_its_c
     assert order.hold == CLAIM_HOLD_MIN and order.repeat_rows == 0 and not order.invalid, vars(order)
 
 
-def _over_capacity_rounds(*, passed: int, beside: bool, max_take_2: bool) -> ClaimOrder:
+def _over_capacity_rounds(*, passed: int, beside: bool, max_take_2: bool, before: float = 0.0) -> ClaimOrder:
     """Three rounds 20 s apart: a claim of w1-1 (`now` t, commit t + 0.5) takes a row later in order than
     `passed` due awaiting rows, which a non-claim transaction (a cancel) writes 10 s later. With `beside`, a
     claim of w2-1 taking one row earlier in order runs beside it (begun after it, committed before it).
-    With `max_take_2`, one claim before the rounds took two rows at once."""
+    With `max_take_2`, one claim before the rounds took two rows at once. With `before`, that claim of w2-1
+    read its `now` and committed `before` seconds before the round's claim instead."""
     order = ClaimOrder(faults())
     n = 1000
     if max_take_2:
@@ -228,7 +247,7 @@ def _over_capacity_rounds(*, passed: int, beside: bool, max_take_2: bool) -> Cla
         for r in [*rows, taken, *([early] if beside else [])]:
             order.observe({r.id: (None, r)}, at(19.5 + 20 * k - 10), f"0/i{r.id}")
         if beside:
-            _claim(order, early, "w2-1", t + 0.01, t + 0.4, f"0/y{k}")
+            _claim(order, early, "w2-1", t + 0.01 - before, t + 0.4 - before, f"0/y{k}")
         _claim(order, taken, "w1-1", t, t + 0.5, f"0/x{k}")
         for r in rows:  # cancelled 10 s later by the driver (a write with no claim)
             order.observe({r.id: (r, replace(r, state="cancelled"))}, at(t + 10), f"0/z{r.id}")
@@ -255,6 +274,31 @@ def test_the_claims_in_flight_beside_hold_two_rows_per_row_they_took_not_per_the
     order = _over_capacity_rounds(passed=7, beside=True, max_take_2=True)
     assert order.max_take == 2 and len(order.over_capacity) == 3, vars(order)
     assert order.invalid and order.lines()
+
+
+def test_a_claim_that_committed_long_before_is_not_in_flight_beside_one():
+    """timing/__init__.py (b): what "the other claims of the queue in flight beside it could hold" —
+    claim_order.py _capacity: "its `now` before t, its commit after t_now less SNAP_SLACK". A claim that
+    committed 10 s before the over-capacity claim began held nothing of it: three claims over capacity."""
+    order = _over_capacity_rounds(passed=3, beside=True, max_take_2=False, before=10.0)
+    assert len(order.over_capacity) == 3 and order.invalid, vars(order)
+
+
+def test_a_claim_had_a_choice_only_with_a_row_of_its_priority_it_could_see():
+    """coverage row P5: "claims that left a claimable row *of their priority* untaken" — claim_order.py
+    _had_choice: a row of the priority of the claim's last taken row, claimable by its `now` and committed
+    SNAP_SLACK before it. A row of the next priority, or one of its priority committed 0.5 s before the
+    claim's `now`, is no choice."""
+    order = ClaimOrder(faults())
+    a, b, c = _row(1, 1), _row(2, 2, priority=1), _row(3, 3)
+    order.observe({1: (None, a)}, at(1), "0/1")
+    order.observe({2: (None, b)}, at(2), "0/2")
+    _claim(order, a, "w1-1", 20, 20.05, "0/c1")  # row 2 is of priority 1: no choice
+    order.observe({3: (None, c)}, at(29.5), "0/3")
+    d = _row(4, 0)
+    order.observe({4: (None, d)}, at(10), "0/4")
+    _claim(order, d, "w1-1", 30, 30.05, "0/c2")  # row 3 (priority 0) committed at +29.5: not yet visible
+    assert order.judged == 2 and order.choices == 0, vars(order)
 
 
 def test_untraced_rows_are_grouped_in_windows_of_hold_in_time_order():
@@ -424,6 +468,30 @@ def test_p3_another_jobs_signal_excuses_no_cancel():
     assert p3.verdict == "invalid" and "job 4" in p3.counterexamples[0], p3.to_json()
 
 
+def test_p3_a_cancel_that_found_the_job_already_finished_requested_nothing():
+    """soak/PROTOCOL.md P3: "honour a cancel *requested* while a job runs" — a cancel_at_park the store
+    answered NotCancellable (the job had already ended, here failed by lost leases) requested nothing the
+    worker could honour."""
+    r = baseline()
+    r.add(
+        job(41, "awaiter", input={"signal": "go"}, state="failed", result=None, errors=[err(1, "lease_expired", 20)]),
+        "awaiter",
+    )
+    r.history += [
+        {
+            "t": E0 + 40,
+            "type": "cancel",
+            "job_id": 41,
+            "result": "NotCancellable",
+            "plan": "cancel_at_park",
+            "kind": "awaiter",
+            "state_before": "failed",
+        }
+    ]
+    p3 = duty(r.check(), "P3")
+    assert p3.violations == 0, p3.to_json()
+
+
 def test_p4_an_exit_observation_long_before_the_sigterm_excuses_no_failed_drain():
     """soak/PROTOCOL.md P4: "exit 0 within 15 s"; a kind asking the draining worker to die excuses its exit
     status only when it asked during the drain."""
@@ -516,6 +584,19 @@ def test_p2_a_free_stretch_before_any_fault_allows_no_retry_backoff():
     assert p2.verdict == "invalid" and "job 1: attempt 1 on node w2-1" in p2.counterexamples[0], p2.to_json()
 
 
+def test_p2_a_lease_lost_after_its_node_died_is_not_a_renewal_failure():
+    """soak/PROTOCOL.md P2: no attempt loses its lease "while its node is alive" — w3-1, killed at +30, claimed
+    at +26 (lease until +36): only its 4 s alive count, not a renewal it could not make."""
+    r = baseline()
+    r.jobs[1] = replace(
+        r.jobs[1], attempt=2, errors=[err(1, "lease_expired", 37)], result=encode({"echo": 1, "attempt": 2})
+    )
+    r.history += [lease_sample(3.5 + i / 2, []) for i in range(45)]
+    r.history += [lease_sample(26 + i / 2, [[1, 1, "w3-1", E0 + 36, "echo"]]) for i in range(8)]
+    p2 = duty(r.check(), "P2")
+    assert p2.violations == 0 and p2.checks >= 1, p2.to_json()
+
+
 # --- P11, P12, P13, P15, P17, P18 (soak/judges/duties/timing.py) ---------------------------------------------
 
 
@@ -560,6 +641,20 @@ def test_p12_a_cron_slot_off_the_minute_by_half_a_second_is_flagged():
     assert p12.verdict == "invalid" and "not a whole UTC minute" in p12.counterexamples[0], p12.to_json()
 
 
+def test_p12_a_slot_due_just_after_the_pause_by_a_clock_running_ahead_is_not_flagged():
+    """soak/PROTOCOL.md P12: "never one due after the row was paused" — judged with the run's clock skew
+    allowed (duties/timing.py: `slot > t_paused + max_skew + 1.0`): with a node 5 s ahead, the slot of +180
+    fired by its clock before the pause at +178 had reached it."""
+    r = baseline()
+    r.history = [e for e in r.history if e["type"] != "cron_paused"]
+    r.history += [
+        {"t": E0 - 1, "type": "worker_start", "node": "w5-1", "clock_skew": 5.0},
+        {"t": E0 + 178, "type": "cron_paused", "name": "soak_cron"},
+    ]
+    p12 = duty(r.check(), "P12")
+    assert p12.violations == 0 and p12.checks == 3, p12.to_json()
+
+
 def test_p13_a_skewed_nodes_steps_are_dated_on_the_true_clock():
     """soak/PROTOCOL.md P13: "the driver's cancel time vs the steps' `inserted_at` (less the node's
     offset)". w5-1 runs 5 s ahead: steps it stamped +15.0 and +15.45 were journaled at +10.0 and +10.45 —
@@ -571,6 +666,38 @@ def test_p13_a_skewed_nodes_steps_are_dated_on_the_true_clock():
     r.history.append(cancel_requested(10.2, 20))
     p13 = duty(r.check(), "P13")
     assert p13.violations == 0 and p13.checks == 1, p13.to_json()
+
+
+def test_p14_one_renewal_statement_of_a_node_counts_once_for_all_its_leases():
+    """duties/timing.py P14: "One renewal statement extends all the node's leases: each renewal instant counts
+    once". Two attempts of w2-1 renewed together with one late renewal (6.5 s, a stalled machine) are one
+    late interval, not two."""
+    from tests.test_soak_duties import renewals
+
+    r = baseline()
+    one, two = renewals("w2-1", 3.5, 8, stall=3.0), renewals("w2-1", 3.5, 8, stall=3.0, job_id=16)
+    r.history += [{**a, "rows": a["rows"] + b["rows"]} for a, b in zip(one, two, strict=True)]
+    p14 = duty(r.check(), "P14")
+    assert p14.violations == 0 and p14.checks >= 6, p14.to_json()
+
+
+def test_p14_a_skewed_nodes_renewals_meet_its_faults_on_the_true_clock():
+    """soak/PROTOCOL.md P14: each interval is allowed "the overlap of that node's own faults" — the renewals'
+    instants are its lease_until less the ttl and its declared offset. w5-1 runs 5 s ahead; its renewal 5 s
+    late (true +10 … +18.5) came across its own SIGSTOP of +9.5 … +14.5: excused."""
+    from tests.test_soak_duties import renewals
+
+    r = baseline()
+    samples = renewals("w5-1", 3.3, 5, stall=5.0)
+    for e in samples:
+        e["rows"] = [[j, a, n, u + 5.0, k] for j, a, n, u, k in e["rows"]]
+    r.history += [{"t": E0 - 1, "type": "worker_start", "node": "w5-1", "clock_skew": 5.0}, *samples]
+    r.history += [
+        {"t": E0 + 9.5, "type": "worker_stop", "node": "w5-1"},
+        {"t": E0 + 14.5, "type": "worker_cont", "node": "w5-1"},
+    ]
+    p14 = duty(r.check(), "P14")
+    assert p14.violations == 0 and p14.checks >= 4, p14.to_json()
 
 
 def test_p15_the_enqueued_max_attempts_is_the_one_most_jobs_kept():
@@ -592,6 +719,28 @@ def test_p17_sampler_lateness_counts_only_inside_the_free_stretch():
     r.history += [lease_sample(28 + i / 2, rows) for i in range(11)]  # +28 … +33
     r.history += [{"t": E0 + 19, "type": "db_crash"}, {"t": E0 + 25, "type": "db_restarted"}]
     p17 = duty(r.check(), "P17")
+    assert p17.verdict == "invalid" and "no sweeper reclaimed it" in p17.counterexamples[0], p17.to_json()
+
+
+def test_p17_counts_from_the_claims_commit_recorded_by_the_trace_validation():
+    """soak/PROTOCOL.md P17: overdue "from the later of its `lease_until` and the moment it became running
+    (its claim's commit in the committed history, else its first lease sample)". w4-1's claim committed at
+    +66.6 with its lease already expired; the samples first saw it at +68 and still at +73: 6.4 s running,
+    more than 5 s + 0.9 s of sampler lateness, while w2-1 ran free."""
+    from soak.judges.checker import SoakLedger, check
+    from tests.test_soak_checker import from_rows
+
+    r = baseline()
+    r.history += [
+        {"t": E0 - 1, "type": "worker_start", "node": "w4-1"},
+        {"t": E0 + 40, "type": "worker_stop", "node": "w4-1"},
+        {"t": E0 + 66.5, "type": "worker_cont", "node": "w4-1"},
+        *(lease_sample(40 + i / 2, []) for i in range(53)),
+        *(lease_sample(68 + i / 2, [[1, 2, "w4-1", E0 + 49.9, "echo"]]) for i in range(11)),
+    ]
+    state = from_rows(r.jobs.values(), r.steps, r.events, r.signals)
+    ledger = SoakLedger(tuple(r.ledger), tuple(r.observations), tuple(r.unique))
+    p17 = duty(check(state, ledger, r.history, {"claimed_expired": [[1, 2, E0 + 66.6]]}), "P17")
     assert p17.verdict == "invalid" and "no sweeper reclaimed it" in p17.counterexamples[0], p17.to_json()
 
 
