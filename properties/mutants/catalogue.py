@@ -33,6 +33,7 @@ from properties.mutants.kinds import (
 )
 from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.sdk_judge import SDK_JUDGE
+from properties.mutants.timing_hunt import TIMING_HUNT
 
 STORE_PY = "impl/store/client_store.py"
 INSERTS_PY = "impl/store/inserts.py"
@@ -961,6 +962,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
     *REFINE_HUNT,
+    # issue 54's hunt I over the judges of order and time and the worker duties (properties/mutants/timing_hunt.py)
+    *TIMING_HUNT,
     # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
     *SDK_JUDGE,
 )
@@ -968,7 +971,7 @@ CATALOGUE: tuple[Mutant, ...] = (
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
-    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT)),  # the soak's own rules (issue 32, 54)
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *TIMING_HUNT)),  # the soak's own rules (issue 32, 54)
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }
