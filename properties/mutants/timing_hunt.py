@@ -354,7 +354,8 @@ TIMING_HUNT: tuple[Mutant, ...] = (
         "§duty P5",
         (Edit(OUTCOMES_PY, "        if ready_a and running_a:\n", "        if ready_a or running_a:  # MUTANT\n"),),
         suite=DUTY3_SUITE,
-    ),  # killed by test_timing_duty_edges::test_p5_a_batch_with_no_job_left_ready_is_no_claim_choosing_between_priorities
+    ),  # killed by test_timing_duty_edges::test_p5_a_retried_priority_0_job_left_ready_is_no_fresh_batch_job_passed_over
+    # (the first in file order; test_p5_a_batch_with_no_job_left_ready_is_no_claim_choosing_between_priorities kills it too)
     Mutant(
         "cert_time3_p6_input_not_compared",
         "P6: a cron job's input is not compared with its belay_crons row",
@@ -745,7 +746,8 @@ TIMING_HUNT: tuple[Mutant, ...] = (
             ),
         ),
         suite=TIMING3_SUITE,
-    ),  # killed by test_timing_duty_edges::test_a_claim_that_committed_long_before_is_not_in_flight_beside_one
+    ),  # killed by test_timing_duty_edges::test_exactly_over_min_claims_over_capacity_make_p5_invalid_and_a_later_unclaimed_write_holds_nothing
+    # (the first in file order; test_a_claim_that_committed_long_before_is_not_in_flight_beside_one kills it too)
     Mutant(
         "cert_time3_failover_excuses_nothing",
         "fault log: a failover is no database outage (lags across it are stale: an honest worker is INVALID)",
