@@ -85,6 +85,7 @@ def test_the_certifier_tier_weakens_every_judge_of_the_soak():
         "soak/judges/inputs.py",
         "soak/judges/invariants_jobs.py",
         "soak/judges/invariants_links.py",
+        "soak/judges/duties/__init__.py",  # issue 54's hunt I: the committed claims handed to P17
         "soak/judges/duties/evidence.py",
         "soak/judges/duties/running.py",
         "soak/judges/duties/outcomes.py",

@@ -34,6 +34,7 @@ from properties.mutants.kinds import (
 )
 from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.sdk_judge import SDK_JUDGE
+from properties.mutants.timing_hunt import TIMING_HUNT
 
 STORE_PY = "impl/store/client_store.py"
 INSERTS_PY = "impl/store/inserts.py"
@@ -964,6 +965,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     *REFINE_HUNT,
     # issue 54's second hunt over the harness the verdict rests on (properties/mutants/harness_hunt.py)
     *HARNESS_HUNT,
+    # issue 54's hunt I over the judges of order and time and the worker duties (properties/mutants/timing_hunt.py)
+    *TIMING_HUNT,
     # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
     *SDK_JUDGE,
 )
@@ -972,7 +975,7 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
     # the soak's own rules (issue 32, 54)
-    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT)),
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT, *TIMING_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }

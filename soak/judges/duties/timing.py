@@ -229,16 +229,18 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
     the interval and FAULT_RECOVER. Two intervals beyond that on a node, or one beyond it by another whole
     ttl/3 (a renewal missed), are a cadence other than ttl/3 — even when no lease is lost (P2 judges
     losses). The reference renews at 0.333–0.336 ttl (issue 51's soaks). One renewal statement extends all
-    the node's leases: each renewal instant counts once."""
+    the node's leases: each renewal instant counts once, at the worst interval an attempt shows there (an
+    attempt the statements left out is not hidden by another one they renewed)."""
     # The harness's own sampling gaps: a gap longer than a renewal period can hide a renewal, and two
     # renewals then look like one interval of 2 × ttl/3 (issue 27: the two-hour soak's one P14 finding
     # came from a starved harness). An interval spanning such a gap is not judged.
     hide = SAMPLE_HIDES * ev.ttl / 3
     blind: list[tuple[float, float]] = []
     stalls: list[tuple[float, float]] = []  # samples more than two intervals apart: the machine stalled
-    # per node, the renewal instants judged (the first interval judged at an instant counts) and, of their
-    # first intervals, only those over their limit: every interval of a long run held was ~0.2 KiB each
-    judged_at: dict[str, set[float]] = defaultdict(set)
+    # per node, the renewal instants over their limit, each at the worst interval an attempt shows there (only
+    # those: every interval of a long run held was ~0.2 KiB each). Issue 54's hunt I: the first interval
+    # judged at an instant used to count alone, so an attempt the statements had left out (a long interval)
+    # was hidden by another attempt renewed by the same statement, whenever that one was judged first.
     gaps: dict[str, dict[float, tuple[float, float, tuple[int, int]]]] = defaultdict(dict)
     period = ev.ttl / 3
 
@@ -254,10 +256,9 @@ def p14_renewal_cadence(r: Any, ev: Evidence, timeline: Any) -> None:
             limit = period + SAMPLE_EVERY + covered + touching * FAULT_RECOVER
             r.checks += 1
             instant = round(u2, 1)
-            if instant not in judged_at[node]:
-                judged_at[node].add(instant)
-                if u2 - u1 > limit:
-                    gaps[node][instant] = (u2 - u1, limit, key)
+            worst = gaps[node].get(instant)
+            if u2 - u1 > limit and (worst is None or u2 - u1 - limit > worst[0] - worst[1]):
+                gaps[node][instant] = (u2 - u1, limit, key)
 
     # an attempt's distinct lease_until values (with when each was first seen), judged once it has left the
     # samples (it runs, then is never seen again): only the running attempts' series are held (issue 27)
