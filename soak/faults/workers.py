@@ -31,6 +31,13 @@ def shell_command(cmd: str) -> str:
 
 
 def group_alive(pgid: int) -> bool:
+    """A process of group `pgid` still runs. The harness is a child subreaper (impl/provision/processes.py):
+    a worker's process that outlives its parent comes back to it and, once dead, stays a zombie of the group
+    until reaped — which `kill(0)` would count as alive (a drain then logged late, or as a timeout): our own
+    zombies of the group are reaped first."""
+    from soak.faults.reaper import reap_orphans
+
+    reap_orphans({pgid}, set())
     try:
         os.killpg(pgid, 0)
         return True
