@@ -79,9 +79,12 @@ def test_p9_an_expected_outcome_is_met_by_any_of_its_alternatives():
 def test_results_json_marks_a_row_valid_only_when_its_verdict_is_valid():
     """PROTOCOL.md §6: `unknown` — "could not be decided, or a scenario did not occur in this run — never
     `valid`": results.json's per-row `valid` flag is true for a `valid` row only, never for an unknown one."""
-    out = baseline().check().to_json()
+    r = baseline()
+    _failover(r, 50, [])  # D1 too: a failover whose watch saw no commit is unknown
+    out = r.check().to_json()
     rows = {**out["invariants"], **out["duties"]}
     assert {row["verdict"] for row in rows.values()} >= {"valid", "unknown"}
+    assert rows["D1"]["verdict"] == "unknown"
     for name, row in rows.items():
         assert row["valid"] is (row["verdict"] == "valid"), (name, row)
 
@@ -175,7 +178,9 @@ def _idle_drain_end(r, samples: int, *, ready_at: float = 0.0) -> None:
     10 s, each seeing no running row, both workers alive and the database up."""
     r.jobs[1] = replace(r.jobs[1], state="ready", ready_at=at(ready_at), result=None, finished_at=None)
     r.history = [{**e, "drained": False} if e["type"] == "drain_end" else e for e in r.history]
-    r.history += [{"t": E0 + 249.5 - i, "type": "lease_sample", "at": E0 + 249.5 - i, "rows": []} for i in range(samples)]
+    r.history += [
+        {"t": E0 + 249.5 - i, "type": "lease_sample", "at": E0 + 249.5 - i, "rows": []} for i in range(samples)
+    ]
 
 
 def test_i1_an_idle_drain_end_needs_five_lease_samples_before_it_blames_the_polling_floor():
@@ -338,7 +343,10 @@ def test_a_cancel_that_cancelled_nothing_is_no_cancel_scenario():
     NotCancellable (the awaiter woke and finished between the driver's read and its cancel) or NotFound
     cancelled nothing."""
     r = baseline()
-    r.history += [_cancel(6, 4, "awaiter", "awaiting", "NotCancellable"), _cancel(7, 4, "awaiter", "awaiting", "NotFound")]
+    r.history += [
+        _cancel(6, 4, "awaiter", "awaiting", "NotCancellable"),
+        _cancel(7, 4, "awaiter", "awaiting", "NotFound"),
+    ]
     result = r.check()
     assert coverage_count(result, "P9", "cancel_awaiting_signal") == 0
     r.history.append(_cancel(8, 4, "awaiter", "awaiting", "Cancelled"))
@@ -470,3 +478,73 @@ def test_i4_a_crash_at_crossing_job_still_running_its_next_attempt_is_no_crash_a
     assert coverage_count(result, "I4", "crossings") == 1
     assert coverage_count(result, "I4", "crash_at_crossing") == 0
     assert result.invariants["I4"].verdict == "unknown", result.invariants["I4"].to_json()
+
+
+# --- soak/judges/invariants_jobs.py: the jobs I1 expects beyond the ledger, I3's `slow` token ---------------------------
+
+
+def test_i1_a_cron_job_left_ready_after_a_completed_drain_is_stuck():
+    """I1 ("No inserted job is ever lost; all reach a terminal state given workers") covers every job the run
+    inserted, not only the driver's ledger: a cron slot's job left ready and due after a completed drain."""
+    r = baseline()
+    r.jobs[12] = replace(r.jobs[12], state="ready", result=None, finished_at=None)
+    i1 = r.check().invariants["I1"]
+    assert i1.verdict == "invalid", i1.to_json()
+    assert any("job 12" in c and "after the drain" in c for c in i1.counterexamples), i1.counterexamples
+
+
+def test_i1_a_spawned_child_left_ready_after_a_completed_drain_is_stuck():
+    """I1 covers the children a spawn declared (§8.4) too: parent 5 ran out of attempts by lease expiry after
+    its spawn (no duty blames that end), and its child 6 stayed ready and due through a completed drain."""
+    r = baseline()
+    r.jobs[5] = replace(
+        r.jobs[5], state="failed", result=None, errors=[err(1, "lease_expired", 3), err(2, "lease_expired", 9)]
+    )
+    r.jobs[6] = replace(r.jobs[6], state="ready", result=None, finished_at=None)
+    i1 = r.check().invariants["I1"]
+    assert i1.verdict == "invalid", i1.to_json()
+    assert any("job 6" in c and "after the drain" in c for c in i1.counterexamples), i1.counterexamples
+
+
+def test_i3_a_slow_jobs_result_token_must_be_its_journaled_begin_step():
+    """I3: "step values, once journaled, are immutable" — a `slow` result's `token` names the value its `begin`
+    step saw (PROTOCOL.md §3.8); one the journal does not hold means the step executed again."""
+    r = baseline()
+    r.jobs[11] = replace(r.jobs[11], result=encode({"token": "other", "node": "w2-1", "attempt": 2}))
+    i3 = r.check().invariants["I3"]
+    assert i3.verdict == "invalid", i3.to_json()
+    assert any("job 11" in c and "'begin'" in c for c in i3.counterexamples), i3.counterexamples
+
+
+def test_i1_an_idle_drain_end_with_no_worker_running_is_not_a_polling_failure():
+    """The idle-drain rule needs "a worker running and the database up": when every worker had ended before the
+    drain's last 10 s, nobody could have polled — the job left ready is unknown, not a violation of §9."""
+    r = baseline()
+    _idle_drain_end(r, 10)
+    r.history = [{**e, "t": E0 + 235} if e["type"] == "worker_term" else e for e in r.history]
+    i1 = r.check().invariants["I1"]
+    assert i1.verdict == "unknown" and i1.violations == 0, i1.to_json()
+
+
+# --- soak/judges/invariants_links.py: I9 ---------------------------------------------------------------------------
+
+
+def test_i9_is_unknown_when_no_awaiter_ran_on_its_delivered_signal():
+    """I9: "Awaiting jobs with a delivered signal eventually run" — valid only once some awaiter with a delivered
+    signal did run with its payload; a run whose only awaiter the driver cancelled proved nothing about it."""
+    r = baseline()
+    r.jobs[4] = replace(r.jobs[4], state="cancelled", result=None)
+    i = next(n for n, e in enumerate(r.ledger) if e.job_id == 4)
+    r.ledger[i] = replace(r.ledger[i], expected="cancelled", detail={"plan": "cancel", "cancel": True})
+    i9 = r.check().invariants["I9"]
+    assert i9.violations == 0 and i9.verdict == "unknown", i9.to_json()
+
+
+def test_i1_a_job_due_after_the_snapshot_was_taken_is_pending_not_stuck():
+    """I1 judges the snapshot at the time it was taken (the history's `snapshot` event): a ready job due at +255,
+    after the snapshot at +251 (the log goes on to +260), waited for a future deadline — unknown, not stuck."""
+    r = baseline()
+    r.jobs[1] = replace(r.jobs[1], state="ready", ready_at=at(255), result=None, finished_at=None)
+    i1 = r.check().invariants["I1"]
+    assert i1.verdict == "unknown" and i1.violations == 0, i1.to_json()
+    assert "future deadline" in (i1.why_unknown or ""), i1.to_json()

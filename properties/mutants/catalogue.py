@@ -19,6 +19,7 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
+from properties.mutants.checker_hunt import CHECKER_HUNT
 from properties.mutants.hunts import HUNTS
 from properties.mutants.kinds import (
     ADMISSION_RACES,
@@ -961,6 +962,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
     *REFINE_HUNT,
+    # issue 54's second hunt over the end-of-run judges: the §11 invariants, D1, coverage, verdicts
+    # (properties/mutants/checker_hunt.py)
+    *CHECKER_HUNT,
     # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
     *SDK_JUDGE,
 )
@@ -968,7 +972,8 @@ CATALOGUE: tuple[Mutant, ...] = (
 BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
-    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT)),  # the soak's own rules (issue 32, 54)
+    # the soak's own rules (issue 32, 54)
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *CHECKER_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }
