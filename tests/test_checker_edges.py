@@ -548,3 +548,14 @@ def test_i1_a_job_due_after_the_snapshot_was_taken_is_pending_not_stuck():
     i1 = r.check().invariants["I1"]
     assert i1.verdict == "unknown" and i1.violations == 0, i1.to_json()
     assert "future deadline" in (i1.why_unknown or ""), i1.to_json()
+
+
+def test_i8_a_node_whose_clock_runs_behind_is_allowed_the_same_skew_as_one_running_ahead():
+    """I8 allows "the run's configured clock skew" between a parent's and its children's finish stamps: a
+    parent finished by a node whose clock runs 2 s *behind* (`--clock-skew -2`: BELAY_CLOCK_OFFSET may be any
+    float, PROTOCOL.md §1) is stamped up to 2 s early, so a child stamped 1.5 s after it is within the skew."""
+    r = baseline()
+    r.jobs[7] = replace(r.jobs[7], finished_at=at(10.5))  # the parent finished at +9
+    r.history.append({"t": E0, "type": "clock_skew", "slot": 2, "seconds": -2.0})
+    i8 = r.check().invariants["I8"]
+    assert i8.verdict == "valid", i8.to_json()
