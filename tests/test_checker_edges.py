@@ -559,3 +559,45 @@ def test_i8_a_node_whose_clock_runs_behind_is_allowed_the_same_skew_as_one_runni
     r.history.append({"t": E0, "type": "clock_skew", "slot": 2, "seconds": -2.0})
     i8 = r.check().invariants["I8"]
     assert i8.verdict == "valid", i8.to_json()
+
+
+# --- a third batch: I1 over a long ledger, its excuses, the race and zombie evidence -------------------------------------
+
+
+def test_i1_a_database_outage_just_before_an_attempts_start_event_excuses_its_lease_loss():
+    """I1's renewal rule blames a lost lease only if "the database up for the whole" time since the attempt
+    started — from a second before its `start` event (the claim commits before the event is written): an
+    outage that ended half a second before the event may have held the attempt's first renewal."""
+    r = baseline()
+    _unstop_w1(r)
+    r.history += [{"t": E0 + 0.5, "type": "db_crash"}, {"t": E0 + 1.5, "type": "db_restarted"}]
+    i1 = r.check().invariants["I1"]
+    assert i1.verdict == "valid", i1.to_json()
+
+
+def test_i1_an_idle_drain_end_blames_only_ready_jobs_on_the_polling_floor():
+    """The idle-drain rule: "a ready job due through that window was not claimed by anyone" — polling claims
+    ready jobs; a parent left awaiting its children is not something a poll would have claimed (unknown)."""
+    r = baseline()
+    _idle_drain_end(r, 10)
+    r.jobs[1] = replace(r.jobs[1], state="succeeded", ready_at=at(0), result=encode({"echo": 1, "attempt": 1}))
+    r.jobs[5] = replace(r.jobs[5], state="awaiting", ready_at=None, result=None, finished_at=None)
+    i1 = r.check().invariants["I1"]
+    assert i1.violations == 0 and i1.verdict == "unknown", i1.to_json()
+
+
+def test_i4_a_zombie_stop_is_released_by_a_sigcont_after_it_not_by_an_earlier_one():
+    """coverage.stale_paid_step_resumes: the nemesis released the frozen attempt "only once `nap` was journaled
+    (`zombie_cont` journaled)" — the SIGCONT after that stop; an earlier SIGCONT of the node (another freeze)
+    released nothing of it. Without a release of its own, the stop resumed no stale execution."""
+    from model.rows import Step
+
+    r = baseline()
+    r.observations = [o for o in r.observations if not (o.job_id == 11 and o.phase == "pre_ack")]
+    r.steps = [s for s in r.steps if not (s.job_id == 11 and s.name == "nap")]
+    r.steps.append(Step(11, 2, "nap", encode({"token": "n", "attempt": 2}), 1, 0, at(34)))
+    r.history += [
+        {"t": E0 + 3, "type": "zombie_cont", "node": "w1-1", "why": "journaled"},
+        {"t": E0 + 5, "type": "zombie_stop", "node": "w1-1", "held": [[11, 1]]},
+    ]
+    assert coverage_count(r.check(), "I4", "zombies_back") == 0

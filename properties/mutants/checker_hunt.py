@@ -509,4 +509,67 @@ CHECKER_HUNT: tuple[Mutant, ...] = (
         ),
         suite=CHECKS3_SUITE,
     ),  # killed by test_checker_edges::test_i1_a_job_due_after_the_snapshot_was_taken_is_pending_not_stuck
+    Mutant(
+        "cert_check3_i1_outage_just_before_the_start_not_excused",
+        (
+            "I1 renewal rule: a database outage that ended within the second before an attempt's start "
+            "event no longer excuses its lost lease (an honest worker is INVALID)"
+        ),
+        "§11 I1",
+        (
+            Edit(
+                JOBS_PY,
+                "                    and not timeline.db_down_during(t0 - 1, t1)",
+                "                    and not timeline.db_down_during(t0, t1)",
+            ),
+        ),
+        suite=CHECKS3_SUITE,
+    ),  # killed by test_checker_edges::test_i1_a_database_outage_just_before_an_attempts_start_event_excuses_its_lease_loss
+    Mutant(
+        "cert_check3_i1_idle_drain_blames_any_state",
+        (
+            "I1 idle drain end: jobs in any state (a parent awaiting its children) are blamed on the "
+            "polling floor, not only ready ones (an honest worker is INVALID)"
+        ),
+        "§11 I1",
+        (
+            Edit(
+                JOBS_PY, '            if job.state == "ready" and due_t <= idle[0]:', "            if due_t <= idle[0]:"
+            ),
+        ),
+        suite=CHECKS3_SUITE,
+    ),  # killed by test_checker_edges::test_i1_an_idle_drain_end_blames_only_ready_jobs_on_the_polling_floor
+    Mutant(
+        "cert_check3_cov_zombie_released_by_an_earlier_cont",
+        (
+            "I4 coverage: a zombie stop is paired with the node's first journaled SIGCONT, even one before "
+            "the stop (a stop never released counts as a duplicate execution)"
+        ),
+        "§cov I4",
+        (
+            Edit(
+                COVERAGE_PY,
+                '        cont = next((c for c in conts if c.get("node") == node and float(c["t"]) >= t), None)',
+                '        cont = next((c for c in conts if c.get("node") == node), None)',
+            ),
+        ),
+        suite=CHECKS3_SUITE,
+    ),  # killed by test_checker_edges::test_i4_a_zombie_stop_is_released_by_a_sigcont_after_it_not_by_an_earlier_one
+    Mutant(
+        "cert_check3_i8_clock_behind_allows_no_skew",
+        (
+            "I8 (hunt K's fix undone): a node whose clock runs behind (negative clock skew) is allowed no "
+            "skew, so a parent it stamped early fails with children finished just after (an honest worker "
+            "is INVALID)"
+        ),
+        "§11 I8",
+        (
+            Edit(
+                CHECKER_PY,
+                '[abs(float(e.get("seconds") or 0)) for e in history',
+                '[float(e.get("seconds") or 0) for e in history',
+            ),
+        ),
+        suite=CHECKS3_SUITE,
+    ),  # killed by test_checker_edges::test_i8_a_node_whose_clock_runs_behind_is_allowed_the_same_skew_as_one_running_ahead
 )
