@@ -19,6 +19,7 @@ runner (properties/mutants/runner.py) applies the patch to a copy and runs the s
 from __future__ import annotations
 
 from properties.mutants.certifier import CERTIFIER
+from properties.mutants.checker_hunt import CHECKER_HUNT
 from properties.mutants.harness_hunt import HARNESS_HUNT
 from properties.mutants.hunts import HUNTS
 from properties.mutants.kinds import (
@@ -967,6 +968,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     *HARNESS_HUNT,
     # issue 54's hunt I over the judges of order and time and the worker duties (properties/mutants/timing_hunt.py)
     *TIMING_HUNT,
+    # issue 54's second hunt over the end-of-run judges: the §11 invariants, D1, coverage, verdicts
+    # (properties/mutants/checker_hunt.py)
+    *CHECKER_HUNT,
     # issue 54's hunt over the SDK adapter's judge, properties/sdk/ (properties/mutants/sdk_judge.py)
     *SDK_JUDGE,
 )
@@ -975,7 +979,7 @@ BY_NAME: dict[str, Mutant] = {m.name: m for m in CATALOGUE}
 TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NAME`
     "durable": tuple(m.name for m in CATALOGUE if m.suite == DURABLE_SUITE),
     # the soak's own rules (issue 32, 54)
-    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT, *TIMING_HUNT)),
+    "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT, *TIMING_HUNT, *CHECKER_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
     "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
 }

@@ -97,7 +97,9 @@ def _check(
     _i5(results["I5"], state, by_id)
     _i6(results["I6"], state, history, timeline)
     _i7(results["I7"], state, ledger)
-    skew = max([0.0] + [float(e.get("seconds") or 0) for e in history if e.get("type") == "clock_skew"])
+    # a node's clock may run ahead or behind (BELAY_CLOCK_OFFSET is any float): either way its stamps are off by
+    # up to |offset|, which I8 allows between a parent's and its children's finish
+    skew = max([0.0] + [abs(float(e.get("seconds") or 0)) for e in history if e.get("type") == "clock_skew"])
     _i8(results["I8"], state, by_id, steps, skew)
     _i9(results["I9"], state, by_id, drained)
     from soak.judges.durability import check_durability  # issue 13: D1, committed work survives failover (if any ran)
