@@ -143,7 +143,7 @@ def test_a_claim_slowed_by_another_nodes_freeze_does_not_lengthen_hold():
     slow = ready(100, 1)
     order.observe({100: (None, slow)}, at(1), "0/s")
     order.observe({100: (slow, claimed(slow, "w1-1", 6))}, at(14), "0/slow", [("w1-1", "soak", at(6), False)])
-    assert order.claim_lags == [] and order.hold == CLAIM_HOLD_MIN
+    assert list(order.claim_lags) == [] and order.hold == CLAIM_HOLD_MIN
 
 
 def test_a_row_with_no_ready_at_comes_first_in_claim_order():

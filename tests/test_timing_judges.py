@@ -416,3 +416,60 @@ def test_the_indexed_fault_window_queries_answer_as_the_scans_of_every_window():
             counted = f._freeze_count(t0, t1)
             assert counted is None or counted == f.freezes(t0, t1)
             assert (f.any_freeze(t0, t1) is not None) == any_scan(f, t0, t1)
+
+
+# --- claim order's memory: flat in the run's length (issue 54, target 5) -----------------------------------
+
+
+def _drain_in_order(order: ClaimOrder, n: int, queue: str = "other", first_id: int = 1000, t0: float = 100.0) -> None:
+    """n rows of `queue`, each enqueued then claimed 0.1 s later by w3-1 in §6 order: nothing passed over."""
+    for k in range(n):
+        i, t = first_id + k, t0 + 0.1 * k
+        r = ready(i, t, queue=queue)
+        order.observe({i: (None, r)}, at(t), f"1/{k}")
+        order.observe(
+            {i: (r, claimed(r, "w3-1", t + 0.05))}, at(t + 0.08), f"2/{k}", [("w3-1", queue, at(t + 0.05), False)]
+        )
+
+
+def test_an_honest_run_keeps_no_judged_claim_and_only_the_claims_a_later_claim_can_look_back_to():
+    """The end-of-run judgement reads a judged claim only when it passed over a row (its capacity, the rows
+    that refer to it), and a claim in `claims` only inside such a claim's window or within the reach of a
+    claim still to come (its `now` at most the validation's LAG before its commit): 20,000 claims over
+    2,000 s keep none of the first and about LAG's worth of the second — not one record per claim."""
+    order = ClaimOrder(faults(), claim_lag_max=300.0)
+    _drain_in_order(order, 20_000)
+    order.finish(at(2200))
+    assert order.judged == 20_000 and order.judged_claims == {} and order.lines() == []
+    (lag,) = order.claim_lags  # HOLD needs the longest fault-free claim lag only (each claim: commit − now)
+    assert abs(lag - 0.03) < 1e-6 and order.hold == CLAIM_HOLD_MIN
+    kept = len(order.claims["other"])
+    assert kept < 10_000, kept  # ≤ TRIM_EVERY + the last ~361 s (3,610 claims)
+    every = ClaimOrder(faults())  # without the bound: every claim kept, as before
+    _drain_in_order(every, 20_000)
+    assert len(every.claims["other"]) == 20_000
+
+
+def test_the_claims_a_kept_judged_claim_needs_survive_the_trim_and_its_judgement_is_unchanged():
+    """A claim that passed over rows is judged at the end against the claims in flight beside it (`_capacity`:
+    [its now − SNAP_SLACK, its commit + INFLIGHT_MAX]); trimming long after must keep those, or an honest
+    claim — whose neighbour held the rows it passed over — turns into one over capacity."""
+
+    def run(claim_lag_max: float | None) -> ClaimOrder:
+        order = ClaimOrder(faults(), claim_lag_max=claim_lag_max)
+        rows = {i: ready(i, i) for i in range(1, 6)}
+        for i, j in rows.items():
+            order.observe({i: (None, j)}, at(i), f"0/{i}")
+        # w1-1 takes row 5, passing over 1–4; w2-1's claim, committed just after, was in flight beside it
+        order.observe({5: (rows[5], claimed(rows[5], "w1-1", 20))}, at(20.05), "0/a", [("w1-1", "soak", at(20), False)])
+        order.observe(
+            {1: (rows[1], claimed(rows[1], "w2-1", 19.99))}, at(20.3), "0/b", [("w2-1", "soak", at(19.99), False)]
+        )
+        _drain_in_order(order, 12_000)  # 1,200 s of claims on another queue: trims far past the horizon
+        order.finish(at(1400))
+        return order
+
+    trimmed, every = run(300.0), run(None)
+    assert len(every.claims["soak"]) == 2 and len(trimmed.claims["soak"]) == 2, trimmed.claims["soak"]
+    assert trimmed.over_capacity == every.over_capacity == [] and trimmed.judged_claims == every.judged_claims
+    assert trimmed.lines() == every.lines() == []

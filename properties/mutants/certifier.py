@@ -1714,4 +1714,34 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            budget = sum(costs[:k])\n",
         HARNESS_SUITE,
     ),
+    # --- issue 54, target 5: the claim-order judge's memory flat in the run's length ------------------------
+    _one(
+        "cert_claim_order_trim_drops_a_kept_claims_neighbours",
+        "P5 claim order: the trim keeps a claim only inside a kept judged claim's [now, commit] (not up to "
+        "INFLIGHT_MAX after): the claim in flight beside an honest one is dropped and it is judged over capacity",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "            windows[c[0]].append((c[1] - SNAP_SLACK, c[2] + INFLIGHT_MAX))\n",
+        "            windows[c[0]].append((c[1] - SNAP_SLACK, c[2]))  # MUTANT\n",
+        TIMING_SUITE,
+    ),  # killed by test_timing_judges::test_the_claims_a_kept_judged_claim_needs_survive_the_trim_and_its_judgement_is_unchanged
+    _one(
+        "cert_claim_order_keeps_every_judged_claim",
+        "P5 claim order: every judged claim's record is kept to the end (memory grows with the run's length)",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "        if not mine[5]:  # passed over nothing: no row refers to it, no capacity is judged for it\n",
+        "        if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),  # killed by test_timing_judges::test_an_honest_run_keeps_no_judged_claim_and_only_the_claims_a_later_claim_can_look_back_to
+    _one(
+        "cert_claim_order_never_trims",
+        "P5 claim order: the claims no judged claim can look back to are never dropped (memory grows with the "
+        "run's length)",
+        "§duty P5",
+        CLAIM_ORDER_PY,
+        "            if self._since_trim >= TRIM_EVERY and self.claim_lag_max is not None:\n",
+        "            if False:  # MUTANT\n",
+        TIMING_SUITE,
+    ),  # killed by test_timing_judges::test_an_honest_run_keeps_no_judged_claim_and_only_the_claims_a_later_claim_can_look_back_to
 )

@@ -23,6 +23,7 @@ from soak.judges.refine.results import (
     EVENTS,
     FAR,
     JOBS,
+    LAG,
     MAX_FINDINGS,
     NOW_SLACK,
     RATE,
@@ -74,7 +75,8 @@ class Validator(Recovery):
         self._late_first: dict[str, tuple[float, int]] = {}
         self._late_excused = 0  # P11: rows claimed after a SIGTERM through a fault of the node's route
         self.fresh = Freshness(ledger.faults)  # issue 51: `now` freshness per node
-        self.order = ClaimOrder(ledger.faults)  # issue 51: claim order (duty P5)
+        # issue 51: claim order (duty P5); a claim staler than LAG is unexplained (now_ok), never observed there
+        self.order = ClaimOrder(ledger.faults, claim_lag_max=LAG.total_seconds())
         self._lsn = ""
         self._last_at: datetime | None = None
 

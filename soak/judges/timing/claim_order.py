@@ -41,6 +41,25 @@ INT_MAX = 1 << 62
 # the harness's own claim (soak/workload/scenarios.py `_finish_children_silently`, the lost-wakeup scenario):
 # it takes a parent's external children by `parent_id`, deliberately not a §6 claim of any SDK's
 HARNESS_NODE = "soak-harness"
+TRIM_EVERY = 5_000  # claims between two trims of the claims no judged claim can look back to (`claim_lag_max`)
+TRIM_MARGIN = 60.0  # s beyond the bound: commit timestamps are taken before the WAL flush, not quite in LSN order
+
+
+class Longest:
+    """The longest of the values appended, all that HOLD needs of the run's claim lags (`max(...)` of it is the
+    longest, `default` without any): one float, not one per claim."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: float | None = None
+
+    def append(self, x: float) -> None:
+        if self.value is None or x > self.value:
+            self.value = x
+
+    def __iter__(self) -> Any:
+        return iter(() if self.value is None else (self.value,))
 
 
 def order_key(priority: int, ready_at: datetime | None, job_id: int) -> tuple[int, int, float, int]:
@@ -69,7 +88,7 @@ class Passed:
 
 
 class ClaimOrder:
-    def __init__(self, faults: NodeFaults | None) -> None:
+    def __init__(self, faults: NodeFaults | None, claim_lag_max: float | None = None) -> None:
         # without the run's fault log no freeze can be excused: claims are indexed but not judged
         self.enabled = faults is not None
         self.faults = faults or NodeFaults()
@@ -90,7 +109,7 @@ class ClaimOrder:
         # the risky case of the order judge (coverage row P5): without one, no claim order is exposed
         self.choices = 0
         self.inversions = 0  # passed-over (row, claim) pairs seen, honest or not
-        self.claim_lags: list[float] = []  # fault-free claim lags (commit − now), for HOLD
+        self.claim_lags = Longest()  # fault-free claim lags (commit − now): the longest, for HOLD
         self.skipped_admission = 0
         self.skipped_harness = 0  # the harness's own claims (HARNESS_NODE): not judged
         self.max_take = 1  # the most rows one claim of the run took
@@ -101,8 +120,15 @@ class ClaimOrder:
         self.aborts_needed = 0  # … the fewest untraced transactions that could have held them all
         self.untraced_first: tuple[int, str, str] | None = None  # (job, claim LSN, claim node)
         # judged claims: [queue, now, commit, lsn, node, rows passed over (not excused by a fault), of them
-        # written by a concurrent transaction, a row taken]
-        self.judged_claims: list[list[Any]] = []
+        # written by a concurrent transaction, a row taken], by their index in judgement order — only those
+        # that passed over a row: no end-of-run judgement reads the others (memory flat in the run's length)
+        self.judged_claims: dict[int, list[Any]] = {}
+        self._claim_no = 0  # the next judged claim's index
+        # the longest a claim's `now` may lag its commit — the trace validation's LAG: a staler claim is
+        # unexplained and never observed here. With it, the claims no later claim and no kept judged claim can
+        # look back to are dropped from `claims` (`_trim`); None keeps every claim
+        self.claim_lag_max = claim_lag_max
+        self._since_trim = 0
         # (job, attempt, commit) of claims that committed with their lease already expired (duty P17 counts
         # from the commit: no sweeper could reclaim a row before it was running)
         self.claimed_expired: list[tuple[int, int, float]] = []
@@ -163,6 +189,9 @@ class ClaimOrder:
             self.claims[queue].append(
                 (t_now, t, len(taken), max(order_key(a.priority, a.ready_at, a.id) for a in taken))
             )
+            self._since_trim += 1
+            if self._since_trim >= TRIM_EVERY and self.claim_lag_max is not None:
+                self._trim(t)
             if not self.faults.excuse(node, t_now, t)[0] and self.faults.any_freeze(t_now, t) is None:
                 self.claim_lags.append(t - t_now)
             if admission:
@@ -205,9 +234,10 @@ class ClaimOrder:
         # most that many of the rows it passed over, the earliest in order
         can_hold = LOCKS_PER_TAKE * self.max_take * self.faults.freezes(t_now - CLAIM_HOLD_MIN, t)
         rank = 0
-        me = len(self.judged_claims)
+        me = self._claim_no
+        self._claim_no += 1
         mine: list[Any] = [queue, t_now, t, lsn, node, 0, 0, max(ids), None, 0]  # a judged_claims record
-        self.judged_claims.append(mine)
+        self.judged_claims[me] = mine
         lst = self.index.get(queue, [])
         for key, job_id in lst[: min(len(lst), SCAN_LIMIT)]:
             if key >= last:
@@ -242,6 +272,8 @@ class ClaimOrder:
                 mine[6] += 1  # not followed further: counted as held by a concurrent transaction
         if rank or self._had_choice(lst, last, ids, jobs, now, t_now):
             self.choices += 1
+        if not mine[5]:  # passed over nothing: no row refers to it, no capacity is judged for it
+            del self.judged_claims[me]
 
     def _had_choice(
         self,
@@ -293,6 +325,33 @@ class ClaimOrder:
                 held += LOCKS_PER_TAKE * n
         return held
 
+    def _trim(self, t: float) -> None:
+        """Drop the claims committed before any later claim can look back to them (its `now` at most
+        `claim_lag_max` and the largest clock offset before its commit, less SNAP_SLACK and a margin) that no
+        kept judged claim's window ([now − SNAP_SLACK, commit + INFLIGHT_MAX], `_capacity`, `_overlocker`)
+        holds: the end-of-run judgement reads the rest only."""
+        self._since_trim = 0
+        assert self.claim_lag_max is not None
+        offsets = [abs(o) for o in self.faults.offset.values()]
+        horizon = t - self.claim_lag_max - max(offsets, default=0.0) - SNAP_SLACK - TRIM_MARGIN
+        windows: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for c in self.judged_claims.values():
+            windows[c[0]].append((c[1] - SNAP_SLACK, c[2] + INFLIGHT_MAX))
+        for queue, lst in self.claims.items():
+            cut = bisect.bisect_left(lst, horizon, key=lambda c: c[1])
+            if not cut:
+                continue
+            spans = sorted(windows.get(queue, ()))
+            starts = [a for a, _b in spans]
+            reach: list[float] = []  # the furthest end of the windows starting at or before each start
+            for _a, b in spans:
+                reach.append(max(b, reach[-1]) if reach else b)
+            lst[:cut] = [
+                claim
+                for claim in lst[:cut]
+                if (i := bisect.bisect_right(starts, claim[1])) and reach[i - 1] >= claim[1]
+            ]
+
     def finish(self, end: datetime | None) -> None:
         """Judge every passed-over row and claim (see the module docstring)."""
         for p in list(self.pending.values()):
@@ -309,7 +368,7 @@ class ClaimOrder:
         # one untraced transaction beside each claim — a claim aborted by its own call deadline, say —
         # could hold as many rows as the largest claim locks
         untraced = LOCKS_PER_TAKE * self.max_take
-        for i, c in enumerate(self.judged_claims):
+        for i, c in self.judged_claims.items():
             queue, t_now, t, passed, held = c[0], c[1], c[2], c[5], c[6]
             if passed - held > untraced:
                 c[9] = self._capacity(queue, t_now, t)
