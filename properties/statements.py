@@ -153,7 +153,9 @@ _CLI = "tests/test_cli_ops.py::"
 # Statements outside the comparison that its programs reach in some runs of the generator: under the
 # random `dev` profile their being executed is not a finding (under the derandomized `ci` and `mutants`
 # profiles the run is fixed, and any execution of an ELSEWHERE statement must be given a floor).
-SOMETIMES = frozenset({"prune_steps", "prune_events"})
+# unique_holder: "almost never" (its ELSEWHERE reason) is sometimes — a local run of the suite (dev profile)
+# reached it once on an unchanged tree and failed the gate
+SOMETIMES = frozenset({"prune_steps", "prune_events", "unique_holder"})
 
 
 def _covered(reason: str, test: str, *statements: str) -> dict[str, tuple[str, str]]:
