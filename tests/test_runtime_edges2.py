@@ -25,7 +25,6 @@ from psycopg import errors
 from impl.client import Client, _ResultListener
 from impl.flag import Flag
 from impl.runtime import AckGroup, QueueConfig, Worker, WorkerConfig, utc_now
-from impl.runtime.executor import _Executor
 from impl.runtime.faults import Connectivity, RetryPolicy, with_retries
 from impl.store import PgStore
 from impl.worker import JobContext, Kind, Parked, Registry, SignalTimeout, Snooze, outcome_for
@@ -206,21 +205,6 @@ def test_a_chunk_size_below_one_is_refused_at_registration():
     assert registry.kinds["ok"].chunk_size == 1
 
 
-def test_a_static_cron_given_a_queue_keeps_it_over_its_kinds_queue():
-    """docs/python.md: a static cron beside its kind goes to "queue: the kind's unless given" (Registry.cron:
-    "`queue` defaults to the kind's queue") — a queue given explicitly wins over the kind's."""
-    registry = Registry()
-    registry.kind("report", queue="reports")(lambda ctx, input: None)
-    registry.cron("given", "0 3 * * *", "report", queue="urgent")
-    registry.cron("default", "0 4 * * *", "report")
-    registry.cron("foreign", "0 5 * * *", "not-here")
-    assert {c.name: c.queue for c in registry.static_crons()} == {
-        "default": "reports",
-        "foreign": "default",
-        "given": "urgent",
-    }
-
-
 # --- the node (impl/runtime/node.py) --------------------------------------------------------------------
 
 
@@ -272,22 +256,6 @@ def _fake(worker: Worker, store: NodeStore) -> NodeStore:
     return store
 
 
-def test_a_renewal_extends_each_lease_to_a_full_ttl_from_now(db_url):
-    """Wire contract §6 / operations spec: the renewer "extends every local lease each ttl/3" — to now +
-    lease_ttl, so a lease keeps a whole ttl of slack between renewals (a renewal to less leaves one missed
-    renewal, or a call slower than the gap, to lose the lease of a live node)."""
-    worker = _worker(db_url, lease_ttl=12.0)
-    try:
-        store = _fake(worker, NodeStore(Renew=lambda op: w.Renewed(op.job_ids, ())))
-        ctx = JobContext(_job(7), JobStore(), worker.clock)
-        worker.producers[Q].running[7] = ctx
-        assert worker.renew_once() == ()
-        [renew] = store.of(w.Renew)
-        assert (renew.now, renew.job_ids, renew.lease_until) == (T0, (7,), T0 + timedelta(seconds=12))
-    finally:
-        _stop(worker)
-
-
 def test_claim_recovery_leaves_a_lease_that_a_claim_in_flight_may_have_taken(db_url):
     """Worker.recover_claims: "a row counts as an orphan only if no claim-bearing call in flight then, or
     begun since, can have leased it: its lease ends before the oldest such call began + ttl" — a lease
@@ -333,24 +301,6 @@ def test_a_sweep_whose_reconciler_woke_a_parent_pokes_the_producers(db_url):
         _stop(worker)
 
 
-def test_retention_repeats_full_batches_until_one_comes_back_short(db_url):
-    """WorkerConfig.prune_batches / Worker.prune: retention deletes "in batches of w.Prune's limit, repeated
-    while a batch comes back full (at most `prune_batches`)" — so it keeps up with a queue finishing more
-    than one batch per sweeper pass (operations spec, Retention: "a DELETE ... LIMIT batch per sweep")."""
-    worker = _worker(db_url, prune_batches=5)
-    try:
-        sizes = iter([500, 500, 3])
-        store = _fake(worker, NodeStore(Prune=lambda op: w.Pruned(tuple(range(next(sizes))), 0, 0)))
-        assert worker.prune(T0) == 1003
-        assert len(store.of(w.Prune)) == 3
-        store.ops.clear()
-        sizes = iter([500] * 9)
-        assert worker.prune(T0) == 2500
-        assert len(store.of(w.Prune)) == 5, "prune_batches bounds the batches of one pass"
-    finally:
-        _stop(worker)
-
-
 def test_a_queue_row_that_lowers_limit_max_clamps_the_running_limit(db_url, monkeypatch):
     """Worker.refresh_queues: "Merge belay_queues rows over static options (runtime CRUD reconciled by every
     node)" — a row `{"limit": {"min": 1, "max": 2}}` put on a queue whose adaptive limit had grown to 8
@@ -363,35 +313,6 @@ def test_a_queue_row_that_lowers_limit_max_clamps_the_running_limit(db_url, monk
         worker.refresh_queues()
         assert producer.opts.limit_max == 2
         assert producer.limit == 2, f"the node still runs {producer.limit} jobs at once on a queue limited to 2"
-    finally:
-        _stop(worker)
-
-
-def test_the_first_sweep_fires_the_cron_slot_of_the_minute_before_the_node_started(db_url):
-    """sdk-guide §3 (Catch-up policy): "The reference runtime starts its window one minute before it starts
-    and then passes the previous pass's `now` as `since`" — a fleet restarted 30 s after 03:00 still fires
-    the 03:00 slot."""
-    clock = iter([T0, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)])
-    worker = _worker(db_url, sweep_interval=0.01, clock=lambda: next(clock, T0 + timedelta(seconds=3)))
-    try:
-        fired: list[w.FireCrons] = []
-
-        def fire(op: w.FireCrons) -> w.CronsFired:
-            fired.append(op)
-            worker.stopped.set()
-            return w.CronsFired(())
-
-        _fake(
-            worker,
-            NodeStore(
-                Reclaim=w.Reclaimed((), ()),
-                Reconcile=w.Reconciled(()),
-                FireCrons=fire,
-                Prune=w.Pruned((), 0, 0),
-            ),
-        )
-        worker._sweep_loop()
-        assert [(op.since, op.now) for op in fired] == [(T0 - timedelta(minutes=1), T0 + timedelta(seconds=1))]
     finally:
         _stop(worker)
 
@@ -445,22 +366,6 @@ def test_a_job_that_parks_is_reported_as_a_stop_not_as_an_exception(db_url):
 # --- the producer, the ack group, the executor ----------------------------------------------------------------
 
 
-def test_a_refill_claims_no_more_jobs_than_its_finished_executions_free(db_url):
-    """docs/python.md: "A chunk that has acked claims the next jobs for its own slots itself (never more than
-    it frees, within the limit)" — the rest of the queue's free slots are the producer's to claim."""
-    worker = _worker(db_url, queues=(QueueConfig(Q, QueueOpts(limit_min=10, limit_max=10)),))
-    try:
-        producer = worker.producers[Q]
-        finished = [JobContext(_job(i), JobStore(), worker.clock) for i in (1, 2)]
-        producer.running.update({c.id: c for c in finished})
-        producer.running[3] = JobContext(_job(3), JobStore(), worker.clock)
-        assert producer.refill_slots(finished) == 2, "a refill claimed past the slots its executions free"
-        producer.limit = 2  # a limit lowered meanwhile: the one other execution keeps its slot
-        assert producer.refill_slots(finished) == 1
-    finally:
-        _stop(worker)
-
-
 def test_the_claim_event_reports_the_jobs_claimed_not_the_demand(db_url):
     """Telemetry (docs/operations.md): the runtime emits `claim` with what the claim did — its `demand` and
     the jobs it `claimed` (a queue drained dry claims fewer than it asked for)."""
@@ -504,31 +409,6 @@ def test_a_group_of_acks_commits_at_the_latest_of_its_acks_clocks():
     assert seen[0].now == later, f"the batch committed at {seen[0].now}, before an ack's own clock {later}"
 
 
-def test_an_executor_shut_down_with_cancel_runs_none_of_its_deferred_tasks():
-    """_Executor.shutdown: "with `cancel_futures` the queued ones never run" — deferred tasks are queued
-    ones too (Worker.stop shuts a pool down with cancel_futures once the grace is over: a job deferred
-    behind a long one must not start after the node stopped)."""
-    pool = _Executor(1, "edge2")
-    ran: list[str] = []
-    release = threading.Event()
-
-    def long_task() -> None:
-        pool.defer(ran.append, "deferred")
-        release.wait(5)
-
-    pool.submit(long_task)
-    for _ in range(500):
-        if pool.deferred():
-            break
-        time.sleep(0.001)
-    assert pool.deferred() == 1
-    pool.shutdown(wait=False, cancel_futures=True)
-    release.set()
-    for t in pool._threads:
-        t.join(5)
-    assert ran == [], "a deferred task ran after a shutdown that cancelled the queued ones"
-
-
 # --- transient faults (impl/runtime/faults.py) --------------------------------------------------------------
 
 
@@ -556,24 +436,12 @@ def test_a_deadlock_or_lock_timeout_is_retried_but_is_no_database_outage(fault):
         with_retries(fn, RetryPolicy(0.05, 0.4, 60.0), sleep=t.sleep, clock=t.clock, connectivity=connectivity) == "ok"
     )
     assert (connectivity.outages, connectivity.down_since) == (0, None)
-    lost = [psycopg.OperationalError("connection refused"), errors.AdminShutdown("restart")]
-    policy = RetryPolicy(0.05, 0.4, 60.0)
-    assert with_retries(partial(_raise_first, lost), policy, sleep=t.sleep, clock=t.clock, connectivity=connectivity)
-    assert connectivity.outages == 1, "a lost connection and a restart are one outage"
 
 
 def _raise_first(faults: list[BaseException]) -> str:
     if faults:
         raise faults.pop()
     return "ok"
-
-
-def test_too_many_connections_is_transient():
-    """sdk-guide §7: transient by SQLSTATE includes "`53300` too_many_connections" — a fleet that briefly
-    exceeds max_connections retries; it does not fail its jobs."""
-    from impl.runtime.faults import is_transient
-
-    assert is_transient(errors.TooManyConnections("sorry, too many clients already"))
 
 
 def test_a_shutdown_grace_of_zero_is_a_valid_configuration():
@@ -585,18 +453,6 @@ def test_a_shutdown_grace_of_zero_is_a_valid_configuration():
 
 
 # --- impl/flag.py -----------------------------------------------------------------------------------------------
-
-
-def test_a_cleared_flag_that_was_waited_on_waits_again():
-    """Flag: "set / is_set / clear / wait, like threading.Event" — after clear(), wait blocks (until the
-    timeout) even when an earlier wait made the flag's Event."""
-    flag = Flag()
-    assert not flag.wait(0.001)  # makes the Event
-    flag.set()
-    assert flag.wait(0.001)
-    flag.clear()
-    assert not flag.is_set()
-    assert not flag.wait(0.01), "a cleared flag's wait returned at once: its Event was left set"
 
 
 def test_a_set_that_races_the_first_wait_is_not_lost():
@@ -636,6 +492,22 @@ def test_a_workflow_over_several_queues_pokes_each_of_them(db_url):
             ],
         )
     assert poked == ["q-one", "q-two"]
+
+
+def test_an_enqueue_in_the_callers_transaction_sends_no_local_poke(db_url):
+    """Client: "`on_enqueue(queue)` is a local poke ... called after an enqueue commits" and "Local pokes only
+    after our own commit: a caller's transaction may still roll back (its pg_notify wake-up is delivered on
+    commit instead)" — an enqueue on the caller's connection pokes nothing: the job is not visible to a claim
+    until the caller commits, and after a rollback there is no job at all."""
+    poked: list[str] = []
+    with Client(db_url, on_enqueue=poked.append) as client:
+        with psycopg.connect(db_url) as conn:
+            outcome = client.enqueue("q-tx", "k", {"n": 1}, conn=conn)
+            assert poked == [], "a local poke was sent before the caller's transaction committed"
+            conn.rollback()
+        assert client.job(outcome.id) is None
+        client.enqueue("q-own", "k")
+    assert poked == ["q-own"]
 
 
 def _listener() -> _ResultListener:
@@ -680,35 +552,6 @@ def _states(db_url: str, ids: list[int]) -> dict[int, tuple[str, Any]]:
     return {i: (state, errs[-1]["error"] if errs else None) for i, state, errs in rows}
 
 
-def test_a_rerun_replaying_a_token_budget_crossing_fails_budget_exceeded(db_url):
-    """Wire contract §8.2: "If a returned spent exceeds its budget column, the SDK MUST fail the job with
-    error budget_exceeded" — either column: a job with only a token budget whose first attempt journaled
-    the crossing step and died before acking must not succeed on a re-run that replays that step."""
-    registry = Registry()
-
-    @registry.kind("edge2_tokens", queue=Q)
-    def edge2_tokens(ctx: JobContext, input: Any) -> str:
-        return ctx.step("call-model", lambda: "answer", cost=(0, 20))
-
-    now = utc_now()
-    with PgStore(db_url) as store:
-        job_id = store.apply(ops.Enqueue(now, (ops.JobSpec(Q, "edge2_tokens", budget_tokens=10),))).ids[0]
-        store.apply(w.Claim(now, Q, "dead-node", 1, timedelta(seconds=1)))
-        assert store.apply(w.RecordStep(now, job_id, "call-model", "answer", 0, 20)).over_budget  # then it died
-        later = now + timedelta(seconds=5)
-        assert store.apply(w.Reclaim(later, NO_BACKOFF)).retried == (job_id,)
-        [job] = store.apply(w.Claim(later, Q, "edge2-node", 1, timedelta(minutes=5))).jobs
-    worker = _worker(db_url, registry, clock=lambda: later)
-    try:
-        producer = worker.producers[Q]
-        ctx = JobContext(job, worker.store, worker.clock, call=worker.call)
-        producer.running[ctx.id] = ctx
-        worker.execute(producer, ctx)
-        assert _states(db_url, [job_id]) == {job_id: ("failed", "budget_exceeded")}
-    finally:
-        _stop(worker)
-
-
 def _run_chunk(db_url: str, fn: Callable[[list[JobContext]], Any], n: int = 3) -> dict[int, tuple[str, Any]]:
     registry = Registry()
     registry.kind("edge2_chunk", queue=Q, chunk={"size": 10})(fn)
@@ -746,3 +589,97 @@ def test_a_chunk_function_returning_more_results_than_jobs_fails_the_chunk(db_ur
     assert {s for s, _ in short.values()} == {"failed"}
     long = _run_chunk(db_url, lambda contexts: ["r"] * (len(contexts) + 1))
     assert {s for s, _ in long.values()} == {"failed"}, long
+
+
+def test_claim_recovery_never_adopts_an_execution_that_finished_while_the_census_was_read(db_url):
+    """Worker._recover_claims: "Registrations are read before the census and after it: a job acked and
+    forgotten while the census was read is in the first" — the census may still show its lease (read before
+    the ack committed); taking it for an orphan would run a finished job again on this node."""
+    worker = _worker(db_url, lease_ttl=30.0)
+    try:
+        producer = worker.producers[Q]
+        ctx = JobContext(_job(21, lease_until=T0 + timedelta(seconds=20)), JobStore(), worker.clock)
+        producer.running[21] = ctx
+
+        def census() -> list[Job]:
+            del producer.running[21]  # its ack commits and the execution is forgotten meanwhile
+            return [ctx.job]
+
+        store = _fake(worker, NodeStore(held_leases=[]))
+        store.held_leases = lambda node, queues: census()  # type: ignore[method-assign]
+        adopted: list[int] = []
+        producer.adopt = lambda finished, jobs: adopted.extend(j.id for j in jobs)  # type: ignore[method-assign]
+        assert worker.recover_claims() == 0
+        assert adopted == [], "an execution that finished during the census was adopted as an orphan"
+    finally:
+        _stop(worker)
+
+
+def test_a_renewal_that_crossed_an_executions_end_flags_nothing(db_url):
+    """Worker.renew_once: "flag the executions whose lease is gone" — of executions still running: one that
+    finished (and acked) between the listing and the renewal gave its lease up itself; neither it is flagged
+    nor is a `lease.lost` event emitted (operations.md telemetry: lease.lost means a live attempt lost it)."""
+    events: list[tuple[str, dict]] = []
+    worker = Worker(
+        db_url,
+        Registry(),
+        WorkerConfig(queues=(QueueConfig(Q),), node="edge2-node"),
+        clock=lambda: T0,
+        telemetry=(lambda event, meta: events.append((event, meta)),),
+    )
+    try:
+        producer = worker.producers[Q]
+        ctx = JobContext(_job(31), JobStore(), worker.clock)
+        producer.running[31] = ctx
+
+        def renew(op: w.Renew) -> w.Renewed:
+            producer.running.pop(31)  # the execution acked and was forgotten while the renewal ran
+            return w.Renewed((), op.job_ids)
+
+        _fake(worker, NodeStore(Renew=renew))
+        assert worker.renew_once() == ()
+        assert not ctx.lost.is_set()
+        assert [e for e, _ in events if e == "lease.lost"] == []
+    finally:
+        _stop(worker)
+
+
+def test_a_deferred_ack_is_led_once_the_oldest_has_waited_not_the_newest():
+    """AckGroup.lead_stale leads queued acks "if none leads them and the oldest has waited `older_than`
+    seconds" (`deferred_since`: "when the oldest ack queued with no leader was queued") — a stream of new
+    deferred acks must not keep postponing the first one behind a long job."""
+    committed: list[int] = []
+
+    def one(op: w.Ack) -> w.Acked:
+        committed.append(op.job_id)
+        return w.Acked(op.job_id, "succeeded")
+
+    def many(acks: w.AckMany, tags: tuple) -> w.AckedMany:
+        committed.extend(a.job_id for a in acks.acks)
+        return w.AckedMany(tuple(w.Acked(a.job_id, "succeeded") for a in acks.acks))
+
+    group = AckGroup(one, many)
+    group.ack_then(w.Ack(T0, 1, 1, w.Succeed(None)), None, lambda wt: None, defer=True)
+    time.sleep(0.2)
+    group.ack_then(w.Ack(T0, 2, 1, w.Succeed(None)), None, lambda wt: None, defer=True)
+    assert group.lead_stale(0.1) is False, "the oldest deferred ack waited past the hand-off and was not led"
+    assert sorted(committed) == [1, 2]
+
+
+def test_an_outage_is_counted_once_however_many_retries_it_takes():
+    """Connectivity: "A node's view of its database, logged once per change — lost, back — never once per
+    retry" (docs/python.md: "it logs one line per change ..., never one per attempt"); `outages` counts
+    those changes: a restart met by three retries before the database is back is one outage."""
+    t = FakeTime()
+    connectivity = Connectivity(clock=t.clock)
+    lost = [
+        psycopg.OperationalError("connection refused"),
+        errors.AdminShutdown("restart"),
+        errors.CannotConnectNow("s"),
+    ]
+    policy = RetryPolicy(0.05, 0.4, 60.0)
+    assert with_retries(partial(_raise_first, lost), policy, sleep=t.sleep, clock=t.clock, connectivity=connectivity)
+    assert (connectivity.outages, connectivity.down_since) == (1, None)
+    again = [errors.AdminShutdown("restart")]
+    assert with_retries(partial(_raise_first, again), policy, sleep=t.sleep, clock=t.clock, connectivity=connectivity)
+    assert connectivity.outages == 2, "a second outage after the database came back is counted"
