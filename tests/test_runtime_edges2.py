@@ -134,17 +134,6 @@ def test_a_step_whose_journal_write_lost_to_another_attempt_returns_the_journale
     assert _ctx(own).step("fetch", lambda: {"page": "mine"}) == {"page": "mine"}
 
 
-def test_a_steps_cost_is_journaled_as_usd_micros_then_tokens():
-    """`ctx.step(..., cost=...)`: "`cost` is (usd_micros, tokens) or a function of the value returning them"
-    (impl/worker.py; docs/python.md: `cost=lambda r: (r["usd_micros"], r["tokens"])`): each number goes to
-    its own budget column (§8.2 spent_usd_micros, spent_tokens), as a tuple and as a function alike."""
-    store = JobStore()
-    ctx = _ctx(store)
-    ctx.step("a", lambda: 1, cost=(5, 700))
-    ctx.step("b", lambda: {"usd_micros": 9, "tokens": 40}, cost=lambda r: (r["usd_micros"], r["tokens"]))
-    assert [(op.name, op.usd_micros, op.tokens) for op in store.of(w.RecordStep)] == [("a", 5, 700), ("b", 9, 40)]
-
-
 def test_an_await_with_a_zero_timeout_parks_with_a_deadline_of_now_not_forever():
     """`await_signal(..., timeout=...)`: SignalTimeout "when the job resumed at its deadline without it"
     (impl/worker.py), the deadline being now + timeout: a timeout of 0 (a caller's computed remaining
