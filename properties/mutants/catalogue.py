@@ -35,6 +35,7 @@ from properties.mutants.kinds import (
 )
 from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.sdk_judge import SDK_JUDGE
+from properties.mutants.surface_hunt2 import SURFACE_HUNT2
 from properties.mutants.timing_hunt import TIMING_HUNT
 
 STORE_PY = "impl/store/client_store.py"
@@ -960,6 +961,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     # --- issue 54's mutation hunts in impl/: the store, the runtime, the HTTP API and the operator's surface --
     *HUNTS,
+    # issue 54's second hunt over the HTTP API and the operator's surface (properties/mutants/surface_hunt2.py)
+    *SURFACE_HUNT2,
     # --- the certifier tier (issue 32): the soak's own judges, properties/mutants/certifier.py ---------
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
@@ -981,5 +984,5 @@ TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NA
     # the soak's own rules (issue 32, 54)
     "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT, *TIMING_HUNT, *CHECKER_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
-    "hunts": tuple(m.name for m in HUNTS),  # impl/ bugs issue 54's mutation hunts found untested
+    "hunts": tuple(m.name for m in (*HUNTS, *SURFACE_HUNT2)),  # impl/ bugs issue 54's mutation hunts found untested
 }

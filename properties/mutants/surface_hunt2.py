@@ -1,0 +1,116 @@
+"""Mutants of impl/ found by issue 54's second mutation hunt over the HTTP Durable Execution API and the
+operator's surface (hunt M): bugs planted in impl/http/, impl/ops/ (the day-2 operator, the MCP server, the
+dashboard, the bind checks) and impl/telemetry/ that the existing tests of the layer let pass. Each is
+killed by tests/test_surface_edges2.py (pure, or a throwaway database and a served API through the
+existing fixtures; about 15 s for the file), which leads its suite here; docs/mutants.md "Mutation hunts"
+describes the method.
+"""
+
+from __future__ import annotations
+
+from properties.mutants.kinds import Edit, Mutant
+
+EDGES2 = "tests/test_surface_edges2.py"
+HTTP2_SUITE = (EDGES2, "tests/test_http_api.py")
+OPS2_SUITE = (EDGES2, "tests/test_cli_ops.py")
+TELEMETRY2_SUITE = (EDGES2, "tests/test_telemetry.py")
+
+RUNS_PY = "impl/http/runs.py"
+TASKS_PY = "impl/http/tasks.py"
+ERRORS_PY = "impl/http/errors.py"
+HTTP_SQL_PY = "impl/http/sql.py"
+LOGGER_PY = "impl/telemetry/logger.py"
+
+SURFACE_HUNT2: tuple[Mutant, ...] = (
+    Mutant(
+        "hunt2_sf_runs_listing_limit_not_clamped",
+        "GET /runs hands out as many runs as the limit asks for: a limit above 1,000 returns more than 1,000",
+        "§http Limits",
+        (Edit(RUNS_PY, "        limit = min(limit, MAX_PAGE)\n        found:", "        found:"),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_listing_limit_above_1000_returns_1000
+    Mutant(
+        "hunt2_sf_runs_cursor_on_the_last_page",
+        "GET /runs gives a next_cursor on a page that ends exactly at the last run (the OpenAPI: absent when "
+        "there are no more results)",
+        "§http Listing",
+        (Edit(RUNS_PY, "        if len(found) > limit:\n", "        if len(found) >= limit:\n"),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_page_that_holds_the_last_run_has_no_next_cursor
+    Mutant(
+        "hunt2_sf_failed_task_attempt_one_past",
+        "GET /tasks lists a failed task's attempt as one past its last run (attempt 3 of max_attempts 2)",
+        "§http Counting",
+        (
+            Edit(
+                RUNS_PY,
+                '"attempt": failures if row["state"] == "failed" and failures else failures + 1,',
+                '"attempt": failures + 1,',
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_failed_tasks_attempt_is_its_last_runs
+    Mutant(
+        "hunt2_sf_utc_offset_added_not_taken_off",
+        "an RFC 3339 date-time's UTC offset is added instead of taken off (run_at 14:00+02:00 read as 16:00Z)",
+        "§http date-time",
+        (Edit(ERRORS_PY, 'sign = 1 if zone[0] == "+" else -1', 'sign = -1 if zone[0] == "+" else 1'),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_run_at_with_a_utc_offset_names_the_same_instant
+    Mutant(
+        "hunt2_sf_foreign_job_one_attempt_more",
+        "failRun of a job another client enqueued retries it at attempt == max_attempts (its own column "
+        "budget overspent by one run)",
+        "§http Runs / §7",
+        (Edit(RUNS_PY, 'more = row["attempt"] < row["max_attempts"]', 'more = row["attempt"] <= row["max_attempts"]'),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_failed_run_of_another_clients_job_spends_its_own_column_budget
+    Mutant(
+        "hunt2_sf_task_due_now_listed_sleeping",
+        "GET /tasks lists a task whose wait deadline is exactly now as sleeping, though it is claimable (§6: "
+        "ready_at <= now)",
+        "§http GET /tasks",
+        (
+            Edit(
+                HTTP_SQL_PY,
+                "WHEN j.state = 'awaiting' AND j.ready_at <= %(now)s THEN 'pending'",
+                "WHEN j.state = 'awaiting' AND j.ready_at < %(now)s THEN 'pending'",
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_task_whose_wait_deadline_is_now_is_listed_pending
+    Mutant(
+        "hunt2_sf_held_task_listed_sleeping",
+        "GET /tasks lists a held (or paused) job as sleeping instead of pending",
+        "§http GET /tasks",
+        (
+            Edit(
+                HTTP_SQL_PY,
+                "WHEN j.state IN ('held', 'paused') THEN 'pending'",
+                "WHEN j.state IN ('held', 'paused') THEN 'sleeping'",
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_held_job_is_listed_as_a_pending_task
+    Mutant(
+        "hunt2_sf_sweep_skips_foreign_jobs_it_leased",
+        "the HTTP sweep reclaims only jobs with a $http:task step: a job another client enqueued that this "
+        "server handed out stays running with its claim expired until some other node reclaims it",
+        "§http Runs",
+        (Edit(HTTP_SQL_PY, "  AND (j.leased_by = %(node)s\n       OR EXISTS", "  AND (false\n       OR EXISTS"),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_the_sweep_reclaims_a_job_of_another_client_that_this_server_handed_out
+    Mutant(
+        "hunt2_sf_json_log_time_local",
+        "belay worker --log-format json stamps each line with the host's local time, suffixed Z as if UTC",
+        "§ops telemetry",
+        (
+            Edit(
+                LOGGER_PY,
+                'time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))',
+                'time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))',
+            ),
+        ),
+        suite=TELEMETRY2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_json_log_lines_time_is_utc_whatever_the_local_zone
+)
