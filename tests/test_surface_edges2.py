@@ -380,20 +380,6 @@ def test_a_failed_run_of_another_clients_job_spends_its_own_column_budget(api, c
 # --- binding: loopback only without a token ------------------------------------------------------------
 
 
-def test_the_api_without_a_token_refuses_to_bind_any_host_name_but_localhost():
-    """docs/operations.md "The HTTP API" (`belay serve --host`): "address to bind; anything but loopback needs
-    a token" — a host *name* other than localhost may resolve anywhere, so without a token it is refused
-    like a public address; with a token it is allowed."""
-    from impl.http.server import BindRefused, check_bind
-
-    for host in ("0.0.0.0", "example.com", "my-host", "::"):
-        with pytest.raises(BindRefused):
-            check_bind(host, None)
-        check_bind(host, "secret")
-    for host in ("127.0.0.1", "::1", "[::1]", "localhost"):
-        check_bind(host, None)
-
-
 def test_a_dashboard_with_an_authorizer_may_bind_beyond_loopback():
     """docs/operations.md (dashboard) "Who may act": "Without a token or an authorizer it is read-only ...
     and binds loopback only" — an authorizer (or a token) lets it listen elsewhere; neither does not."""

@@ -14,6 +14,7 @@ EDGES2 = "tests/test_surface_edges2.py"
 HTTP2_SUITE = (EDGES2, "tests/test_http_api.py")
 OPS2_SUITE = (EDGES2, "tests/test_cli_ops.py")
 TELEMETRY2_SUITE = (EDGES2, "tests/test_telemetry.py")
+DASHBOARD2_SUITE = (EDGES2, "tests/test_dashboard_robust.py")
 
 RUNS_PY = "impl/http/runs.py"
 TASKS_PY = "impl/http/tasks.py"
@@ -113,4 +114,18 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=TELEMETRY2_SUITE,
     ),  # killed by test_surface_edges2::test_a_json_log_lines_time_is_utc_whatever_the_local_zone
+    Mutant(
+        "hunt2_sf_dashboard_authorizer_binds_loopback_only",
+        "belay dashboard refuses to bind beyond loopback with an --authorizer and no token (only a token "
+        "may open it up)",
+        "§ops dashboard",
+        (
+            Edit(
+                "impl/ops/dashboard/auth.py",
+                "    if not token and authorizer is None and not is_loopback(host):\n",
+                "    if not token and not is_loopback(host):\n",
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_dashboard_with_an_authorizer_may_bind_beyond_loopback
 )
