@@ -454,3 +454,50 @@ def test_a_workflow_run_is_running_once_one_of_its_tasks_was_claimed(api):
     assert api.patch(f"/workflow-runs/{wfr}", json={"result": None}).json()["status"] == "pending"
     assert len(claim_tasks(api, 1)) == 1
     assert api.patch(f"/workflow-runs/{wfr}", json={"result": None}).json()["status"] == "running"
+
+
+# --- replay dry-run --------------------------------------------------------------------------------------
+
+
+def _raising(*, steps: tuple[str, ...]):
+    """A registry whose kind `flaky` journals `steps` in order, then raises."""
+    from impl.worker import Registry
+
+    reg = Registry()
+
+    @reg.kind("flaky", queue="replay")
+    def flaky(ctx, input):
+        for name in steps:
+            ctx.step(name, lambda: name)
+        raise RuntimeError("boom")
+
+    return reg
+
+
+def test_code_that_now_raises_before_journaled_steps_it_never_asks_for_is_a_divergence(db_url):
+    """`belay replay ID --app` (impl/ops/replay.py): "After the code finished: every journaled entry must
+    have been asked for" — also when the code raised: a failed job that journaled `a` then `b` before it
+    raised, replayed by code that raises right after `a`, diverges at `b` (exit 3), it is not clean."""
+    from impl.ops.replay import dry_run
+    from impl.store import PgStore
+    from tests.apps import replay_app
+
+    with PgStore(db_url) as store, Client(db_url, clock=lambda: OLD) as client:
+        job_id = client.enqueue("replay", "flaky", {}, max_attempts=1).id
+        assert replay_app.run_one(store, _raising(steps=("a", "b")), OLD, "replay") == job_id
+        assert client.job(job_id).state == "failed"
+    assert dry_run(db_url, job_id, _raising(steps=("a", "b"))).divergence is None
+    report = dry_run(db_url, job_id, _raising(steps=("a",)))
+    assert report.divergence is not None and report.divergence.expected == "b", report.describe()
+    assert not report.clean
+
+
+def test_a_fixed_retry_strategy_is_capped_at_max_seconds_too(api, clock):
+    """docs/http-api.md "Timeouts and retries": "`fixed` waits `base_seconds` before every retry;
+    `exponential` waits ... both are capped at `max_seconds` when given"."""
+    make_tasks(api, 1, max_attempts=2, retry_strategy={"kind": "fixed", "base_seconds": 60, "max_seconds": 5})
+    [run] = claim_tasks(api, 1)
+    failed = api.post(f"/runs/{run['run_id']}/fail", json={"error": "boom"}).json()
+    assert datetime.fromisoformat(failed["next_attempt_at"]) == clock() + timedelta(seconds=5)
+    clock.advance(5)
+    assert len(claim_tasks(api, 1)) == 1

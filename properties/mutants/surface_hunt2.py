@@ -128,4 +128,26 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=DASHBOARD2_SUITE,
     ),  # killed by test_surface_edges2::test_a_dashboard_with_an_authorizer_may_bind_beyond_loopback
+    Mutant(
+        "hunt2_sf_fixed_retry_not_capped",
+        "a fixed retry strategy ignores max_seconds: the retry waits base_seconds even when max_seconds is "
+        "shorter (only exponential is capped)",
+        "§http Timeouts and retries",
+        (
+            Edit(
+                TASKS_PY,
+                "            seconds = min(seconds, float(self.max_seconds))",
+                '            seconds = min(seconds, float(self.max_seconds)) if self.kind == "exponential" else seconds',
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_fixed_retry_strategy_is_capped_at_max_seconds_too
+    Mutant(
+        "hunt2_sf_outage_without_retry_after",
+        "a request the database could not serve answers 503 DATABASE_UNAVAILABLE without Retry-After: the "
+        "client is told to retry but not when",
+        "§http errors",
+        (Edit("impl/http/hot.py", '            headers={"Retry-After": "1"},\n', ""),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_database_outage_answers_503_with_a_retry_after
 )
