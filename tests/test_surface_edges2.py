@@ -7,7 +7,6 @@ database through the existing fixtures.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
@@ -208,7 +207,7 @@ def test_an_mcp_authorizer_that_returns_nothing_refuses_the_mutation(db_url):
         calls: list[str] = []
         with Operator(db_url) as op:
             server = build_server(
-                db_url, operator=op, authorizer=lambda tool, arguments, r=falsy: calls.append(tool) or r
+                db_url, operator=op, authorizer=lambda tool, arguments, r=falsy, seen=calls: seen.append(tool) or r
             )
             with pytest.raises(ToolError, match="refused by the authorizer"):
                 anyio.run(server.call_tool, "cancel_job", {"job_id": job_id})
@@ -468,7 +467,7 @@ def _raising(*, steps: tuple[str, ...]):
     @reg.kind("flaky", queue="replay")
     def flaky(ctx, input):
         for name in steps:
-            ctx.step(name, lambda: name)
+            ctx.step(name, lambda value=name: value)
         raise RuntimeError("boom")
 
     return reg

@@ -150,4 +150,12 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         (Edit("impl/http/hot.py", '            headers={"Retry-After": "1"},\n', ""),),
         suite=HTTP2_SUITE,
     ),  # killed by test_surface_edges2::test_a_database_outage_answers_503_with_a_retry_after
+    Mutant(
+        "hunt2_sf_bearer_scheme_case_sensitive",
+        "the bearer token is refused unless the scheme is spelled exactly 'Bearer' (the authentication "
+        "scheme is case-insensitive: 'bearer s3cret' is a 401)",
+        "§http bearer token",
+        (Edit("impl/http/hot.py", 'if scheme.lower() != "bearer" or', 'if scheme != "Bearer" or'),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_the_bearer_scheme_is_matched_case_insensitively
 )
