@@ -177,21 +177,6 @@ def test_prune_deletes_in_batches_until_nothing_is_left(db_url):
             assert op.stats().get("p", {}) == {}
 
 
-def test_a_jobs_error_filter_matches_an_underscore_literally(db_url):
-    """Operator.list_jobs / `belay jobs list --error TEXT`: "`error`: text (case-insensitive) in any
-    recorded error's class or detail" — the text as typed: `_` is a character, not a LIKE wildcard."""
-    from model import worker_ops as w
-
-    with Client(db_url, clock=lambda: OLD) as c:
-        a, b = c.enqueue("e", "k").id, c.enqueue("e", "k").id
-        for job_id, detail in ((a, "rate_limit hit"), (b, "ratexlimit hit")):
-            c.store.apply(w.Claim(OLD, "e", "n1", 1, timedelta(seconds=60)))
-            c.store.apply(w.Ack(OLD, job_id, 1, w.Fail("Boom", detail, None)))
-    with Operator(db_url) as op:
-        assert [j.id for j in op.list_jobs(error="rate_limit").jobs] == [a]
-        assert {j.id for j in op.list_jobs(error="limit").jobs} == {a, b}
-
-
 def test_an_mcp_authorizer_that_returns_nothing_refuses_the_mutation(db_url):
     """impl/ops/mcp_server.py (docs/operations.md, MCP): an authorizer "is called as authorizer(tool_name,
     arguments) before each mutation ... and a falsy return or an exception refuses it" — an authorizer
@@ -416,32 +401,6 @@ def test_a_database_outage_answers_503_with_a_retry_after():
     assert answer.status_code == 503
     assert json.loads(answer.body)["code"] == "DATABASE_UNAVAILABLE"
     assert int(answer.headers["retry-after"]) >= 1
-
-
-def test_a_long_poll_claims_a_run_that_becomes_due_while_it_waits(api, clock):
-    """claimTasks with `long_poll_seconds` (impl/http/hot.py): "hold the request until a claim returns work
-    or the time is up, re-claiming when woken ... and at least every poll_interval" — each round claims at
-    the clock's time then, so a run scheduled a second ahead is handed out once that second has passed,
-    not held back until the poll ends empty."""
-    import threading
-
-    import httpx
-
-    [task] = make_tasks(api, 1)
-    [run] = claim_tasks(api, 1)
-    due = clock() + timedelta(seconds=1)
-    assert api.post(f"/runs/{run['run_id']}/schedule", json={"run_at": due.isoformat()}).status_code == 200
-    answer: list[httpx.Response] = []
-    body = {"limit": 1, "claim_timeout": 30, "long_poll_seconds": 5}
-    poll = threading.Thread(target=lambda: answer.append(api.post("/queues/q/tasks/claim", json=body)))
-    started = time.monotonic()
-    poll.start()
-    time.sleep(0.3)
-    clock.advance(2)
-    poll.join(10)
-    assert answer and answer[0].status_code == 200, answer
-    assert [t["task_id"] for t in answer[0].json()["tasks"]] == [task]
-    assert time.monotonic() - started < 4.5, "handed out when due, not at the end of the poll"
 
 
 def test_a_workflow_run_is_running_once_one_of_its_tasks_was_claimed(api):

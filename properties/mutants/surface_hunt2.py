@@ -158,4 +158,26 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         (Edit("impl/http/hot.py", 'if scheme.lower() != "bearer" or', 'if scheme != "Bearer" or'),),
         suite=HTTP2_SUITE,
     ),  # killed by test_surface_edges2::test_the_bearer_scheme_is_matched_case_insensitively
+    Mutant(
+        "hunt2_sf_mcp_authorizer_none_allows",
+        "an MCP authorizer that returns None (or 0, '') lets the mutation through: only an explicit False "
+        "or an exception refuses",
+        "§ops day-2 (MCP)",
+        (Edit("impl/ops/mcp_server.py", "            if not allowed:\n", "            if allowed is False:\n"),),
+        suite=OPS2_SUITE,
+    ),  # killed by test_surface_edges2::test_an_mcp_authorizer_that_returns_nothing_refuses_the_mutation
+    Mutant(
+        "hunt2_sf_prune_stops_after_a_full_batch",
+        "Operator.prune (belay prune) stops after its first batch when that batch was full: jobs past their "
+        "retention are left for the next prune",
+        "§8.7",
+        (
+            Edit(
+                "impl/ops/operator.py",
+                "            if len(pruned.jobs) < batch:\n",
+                "            if len(pruned.jobs) <= batch:\n",
+            ),
+        ),
+        suite=OPS2_SUITE,
+    ),  # killed by test_surface_edges2::test_prune_deletes_in_batches_until_nothing_is_left
 )
