@@ -180,4 +180,18 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=OPS2_SUITE,
     ),  # killed by test_surface_edges2::test_prune_deletes_in_batches_until_nothing_is_left
+    Mutant(
+        "hunt2_sf_prune_preview_rate_windows_by_the_hour",
+        "belay prune --dry-run counts rate windows older than an hour, while the prune deletes only those "
+        "older than a day: the preview says more than the prune then deletes",
+        "§8.7",
+        (
+            Edit(
+                "impl/ops/operator.py",
+                '"rate_before": now - timedelta(days=1),',
+                '"rate_before": now - timedelta(hours=1),',
+            ),
+        ),
+        suite=OPS2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_prune_dry_run_counts_the_rate_windows_the_prune_then_deletes
 )
