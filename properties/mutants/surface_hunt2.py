@@ -194,4 +194,12 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=OPS2_SUITE,
     ),  # killed by test_surface_edges2::test_a_prune_dry_run_counts_the_rate_windows_the_prune_then_deletes
+    Mutant(
+        "hunt2_sf_events_pruned_despite_a_zero_ttl",
+        "the HTTP sweep prunes events past the longest event_ttl_seconds even while a queue's cleanup "
+        "policy says 0 (never)",
+        "§http Queues (cleanup policy)",
+        (Edit("impl/http/service.py", "        if 0 not in ttls:  # events", "        if True:  # events"),),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_events_are_kept_while_any_queues_cleanup_policy_still_wants_them
 )
