@@ -207,8 +207,10 @@ def _events(db_url: str) -> int:
 
 
 def test_events_are_kept_while_any_queues_cleanup_policy_still_wants_them(api, clock, db_url):
-    """impl/http/service.py sweep_once: events are API-wide, "kept while any queue's policy still wants
-    them" — pruned after the longest event_ttl_seconds of all queues, and never while a queue says 0."""
+    """The OpenAPI's CleanupPolicy: event_ttl_seconds — "Delete events older than this many seconds. 0
+    disables event cleanup."; events are API-wide, so (impl/http/service.py sweep_once) they are "kept while
+    any queue's policy still wants them": pruned after the longest event_ttl_seconds of all queues, and
+    never while a queue says 0."""
     api.post("/queues", json={"name": "short", "cleanup": {"event_ttl_seconds": 10}})
     api.post("/queues", json={"name": "long", "cleanup": {"event_ttl_seconds": 1000}})
     assert api.post("/events", json={"event_name": "e1", "payload": 1}).status_code in (200, 201)
@@ -226,7 +228,7 @@ def test_events_are_kept_while_any_queues_cleanup_policy_still_wants_them(api, c
 
 def test_a_cleanup_policy_of_zero_never_prunes_finished_tasks(api, clock, db_url):
     """docs/http-api.md "Queues": finished tasks are pruned by the cleanup policy "(3 days by default, never
-    with `task_ttl_seconds: 0`)"."""
+    with `task_ttl_seconds: 0`)" (the OpenAPI's CleanupPolicy: "0 disables task cleanup")."""
     assert api.post("/queues", json={"name": "q", "cleanup": {"task_ttl_seconds": 0}}).status_code == 201
     [task] = make_tasks(api, 1)
     [claimed] = claim_tasks(api, 1)

@@ -202,4 +202,32 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         (Edit("impl/http/service.py", "        if 0 not in ttls:  # events", "        if True:  # events"),),
         suite=HTTP2_SUITE,
     ),  # killed by test_surface_edges2::test_events_are_kept_while_any_queues_cleanup_policy_still_wants_them
+    Mutant(
+        "hunt2_sf_sweep_reclaims_one_batch",
+        "one HTTP sweep reclaims a single batch of expired claims even when the batch was full: the rest "
+        "stay expired and unclaimable until a later sweep",
+        "§http Runs (sweeper)",
+        (
+            Edit(
+                "impl/http/service.py",
+                "            if len(retried) + len(failed) < batch:\n",
+                "            if len(retried) + len(failed) <= batch:\n",
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_one_sweep_reclaims_every_expired_claim_and_prunes_every_expired_task_batch_by_batch
+    Mutant(
+        "hunt2_sf_zero_task_ttl_read_as_the_default",
+        "a queue's cleanup policy task_ttl_seconds: 0 (never prune) is read as the 3-day default: finished "
+        "tasks are pruned, and GET /queues shows 259200",
+        "§http Queues (cleanup policy)",
+        (
+            Edit(
+                "impl/http/base.py",
+                '"task_ttl_seconds": given.get("task_ttl_seconds", DEFAULT_TTL),',
+                '"task_ttl_seconds": given.get("task_ttl_seconds") or DEFAULT_TTL,',
+            ),
+        ),
+        suite=HTTP2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_cleanup_policy_of_zero_never_prunes_finished_tasks
 )
