@@ -405,17 +405,6 @@ def test_a_database_outage_answers_503_with_a_retry_after():
     assert int(answer.headers["retry-after"]) >= 1
 
 
-def test_a_workflow_run_is_running_once_one_of_its_tasks_was_claimed(api):
-    """impl/http/workflow_runs.py update_workflow_run: "The status reported is the record's finished status,
-    else `running` once set so or once any task has been claimed, else `pending`" — a claim, not only a
-    finished task, makes the workflow run running."""
-    wfr = api.post("/workflow-runs", json={"workflow_name": "flow"}).json()["workflow_run_id"]
-    make_tasks(api, 1, workflow_run_id=wfr)
-    assert api.patch(f"/workflow-runs/{wfr}", json={"result": None}).json()["status"] == "pending"
-    assert len(claim_tasks(api, 1)) == 1
-    assert api.patch(f"/workflow-runs/{wfr}", json={"result": None}).json()["status"] == "running"
-
-
 # --- replay dry-run --------------------------------------------------------------------------------------
 
 

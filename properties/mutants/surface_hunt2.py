@@ -230,4 +230,19 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=HTTP2_SUITE,
     ),  # killed by test_surface_edges2::test_a_cleanup_policy_of_zero_never_prunes_finished_tasks
+    Mutant(
+        "hunt2_sf_replay_after_a_raise_skips_the_rest",
+        "belay replay: when the code raises, the journal entries it never asked for are not checked — code "
+        "that now raises before journaled steps replays clean (exit 0 instead of 3)",
+        "§ops day-2 (replay)",
+        (
+            Edit(
+                "impl/ops/replay.py",
+                '            report.notes.append(f"the recorded last error is {last!r}, the replay raised {raised!r}")\n'
+                "        _check_rest(ctx, report)\n",
+                '            report.notes.append(f"the recorded last error is {last!r}, the replay raised {raised!r}")\n',
+            ),
+        ),
+        suite=(EDGES2, "tests/test_replay.py"),
+    ),  # killed by test_surface_edges2::test_code_that_now_raises_before_journaled_steps_it_never_asks_for_is_a_divergence
 )
