@@ -21,6 +21,7 @@ TASKS_PY = "impl/http/tasks.py"
 ERRORS_PY = "impl/http/errors.py"
 HTTP_SQL_PY = "impl/http/sql.py"
 LOGGER_PY = "impl/telemetry/logger.py"
+VIEWS_PY = "impl/ops/dashboard/views.py"
 
 SURFACE_HUNT2: tuple[Mutant, ...] = (
     Mutant(
@@ -245,4 +246,30 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=(EDGES2, "tests/test_replay.py"),
     ),  # killed by test_surface_edges2::test_code_that_now_raises_before_journaled_steps_it_never_asks_for_is_a_divergence
+    Mutant(
+        "hunt2_sf_dashboard_filter_case_sensitive",
+        "the dashboard's queue filter matches names case-sensitively ('mail' no longer finds 'Mailers')",
+        "§ops dashboard",
+        (
+            Edit(
+                VIEWS_PY,
+                "kept = [t for t in tiles if needle in t.queue.casefold()]",
+                "kept = [t for t in tiles if needle in t.queue]",
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_the_queue_filter_matches_names_case_insensitively
+    Mutant(
+        "hunt2_sf_dashboard_failures_sort_flipped",
+        "the dashboard's 'failures' order puts the queues with the fewest failed jobs first",
+        "§ops dashboard",
+        (
+            Edit(
+                VIEWS_PY,
+                'key=lambda t: (-t.counts.get("failed", 0), t.queue)',
+                'key=lambda t: (t.counts.get("failed", 0), t.queue)',
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_sorting_queues_by_failures_puts_the_most_failed_first
 )
