@@ -51,15 +51,17 @@ class _Tile:
 
 
 def test_the_queue_filter_matches_names_case_insensitively():
-    """docs/operations.md (dashboard) / views.queue_listing: "The tiles the filter keeps (case-insensitive
-    substring of the name)" — typing `mail` finds the queue `Mailers`, and `MAIL` finds `mailers`."""
+    """The dashboard's queue list (impl/ops/dashboard/views.py queue_listing): "The tiles the filter keeps
+    (case-insensitive substring of the name)" — typing `mail` finds the queue `Mailers`, and `MAIL` finds
+    `mailers`."""
     tiles = [_Tile("Mailers", {}), _Tile("mailers", {}), _Tile("billing", {})]
     assert [t.queue for t in queue_listing(tiles, "name", "mail")] == ["Mailers", "mailers"]
     assert [t.queue for t in queue_listing(tiles, "name", "MAIL")] == ["Mailers", "mailers"]
 
 
 def test_sorting_queues_by_failures_puts_the_most_failed_first():
-    """views.queue_listing: "failures (most failed jobs first, then name)"."""
+    """The dashboard's queue list (impl/ops/dashboard/views.py queue_listing), in the order chosen:
+    "failures (most failed jobs first, then name)"."""
     tiles = [_Tile("a", {"failed": 1}), _Tile("b", {"failed": 9}), _Tile("c", {}), _Tile("d", {"failed": 9})]
     assert [t.queue for t in queue_listing(tiles, "failures", "")] == ["b", "d", "a", "c"]
 

@@ -272,4 +272,33 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=DASHBOARD2_SUITE,
     ),  # killed by test_surface_edges2::test_sorting_queues_by_failures_puts_the_most_failed_first
+    Mutant(
+        "hunt2_sf_dashboard_doomed_ignores_wf_ignore",
+        "the dashboard's workflow DAG draws a cancelled member as doomed by a failed dep it ignores "
+        "(wf_ignore disregarded)",
+        "§8.3 / §ops dashboard",
+        (
+            Edit(
+                VIEWS_PY,
+                'if states.get(dep) in ("failed", "cancelled") and states[dep] not in (m.wf_ignore or ()):',
+                'if states.get(dep) in ("failed", "cancelled"):',
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_cancelled_member_whose_failed_dep_it_ignores_is_not_drawn_as_doomed
+    Mutant(
+        "hunt2_sf_dashboard_budget_reached_is_over",
+        "the dashboard's journal marks a step over budget when its running total only reaches the budget "
+        "(§8.2: strictly greater)",
+        "§8.2 / §ops dashboard",
+        (
+            Edit(
+                VIEWS_PY,
+                "over_budget(usd_total, tokens_total, job.budget_usd_micros, job.budget_tokens),",
+                "(job.budget_usd_micros is not None and usd_total >= job.budget_usd_micros) or "
+                "(job.budget_tokens is not None and tokens_total >= job.budget_tokens),",
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_step_whose_running_total_only_reaches_the_budget_is_not_over_it
 )
