@@ -301,4 +301,18 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=DASHBOARD2_SUITE,
     ),  # killed by test_surface_edges2::test_a_step_whose_running_total_only_reaches_the_budget_is_not_over_it
+    Mutant(
+        "hunt2_sf_dashboard_doomed_counts_members_that_ran",
+        "the dashboard's workflow DAG draws a member an operator cancelled after it had run as doomed by its "
+        "failed dep (settlement only dooms members that never ran)",
+        "§8.3 / §ops dashboard",
+        (
+            Edit(
+                VIEWS_PY,
+                '        if m.state == "cancelled" and m.attempt == 0:\n',
+                '        if m.state == "cancelled":\n',
+            ),
+        ),
+        suite=DASHBOARD2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_cancelled_member_that_ran_was_not_doomed_by_its_dep
 )
