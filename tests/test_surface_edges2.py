@@ -452,3 +452,37 @@ def test_a_fixed_retry_strategy_is_capped_at_max_seconds_too(api, clock):
     assert datetime.fromisoformat(failed["next_attempt_at"]) == clock() + timedelta(seconds=5)
     clock.advance(5)
     assert len(claim_tasks(api, 1)) == 1
+
+
+def test_a_jobs_journal_lists_the_signals_of_the_scope_it_awaits(db_url):
+    """`belay jobs show` (Operator.journal): "the job with its journal — ... and the signals in its own scope
+    (job:<id>) and the scope it awaits" — a job parked on `orders`/`paid` shows the `orders` signals there
+    are (here `shipped`), beside its own scope's."""
+    from model import worker_ops as w
+
+    with Client(db_url, clock=lambda: OLD) as c:
+        job_id = c.enqueue("j", "k").id
+        c.signal("orders", "shipped", {"n": 1})
+        c.steer(job_id, "hello")  # a signal in the job's own scope
+        c.store.apply(w.Claim(OLD, "j", "n1", 1, timedelta(seconds=60)))
+        c.store.apply(w.ParkAwait(OLD, job_id, 1, "orders", "paid"))
+        assert c.job(job_id).state == "awaiting"
+    with Operator(db_url) as op:
+        shown = {(s["scope"], s["name"]) for s in op.journal(job_id)["signals"]}
+    assert ("orders", "shipped") in shown
+    assert any(scope == f"job:{job_id}" for scope, _ in shown)
+
+
+def test_belay_worker_waits_for_a_database_not_migrated_yet(blank_db_url, capsys):
+    """docs/python.md: "`belay worker` is a daemon: when the database is unreachable at start (or not
+    migrated yet) it waits with backoff ... `--exit-on-unreachable SECONDS` makes it give up (exit 1) after
+    that long" — a database with no Belay schema yet is waited for (one line), not a failure at once."""
+    from types import SimpleNamespace
+
+    from impl.ops.failures import wait_for_database
+
+    started = time.monotonic()
+    assert wait_for_database(blank_db_url, "public", SimpleNamespace(received=False), 0.6) is False
+    assert time.monotonic() - started >= 0.6
+    err = capsys.readouterr().err
+    assert "waiting for the database" in err and "gave up after" in err

@@ -315,4 +315,33 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         ),
         suite=DASHBOARD2_SUITE,
     ),  # killed by test_surface_edges2::test_a_cancelled_member_that_ran_was_not_doomed_by_its_dep
+    Mutant(
+        "hunt2_sf_journal_without_the_awaited_scope",
+        "belay jobs show (Operator.journal) lists only the signals of the job's own scope, not those of the "
+        "scope it awaits",
+        "§ops day-2",
+        (
+            Edit(
+                "impl/ops/operator.py",
+                "        if job.await_scope and job.await_scope not in scopes:\n"
+                "            scopes.append(job.await_scope)\n",
+                "",
+            ),
+        ),
+        suite=OPS2_SUITE,
+    ),  # killed by test_surface_edges2::test_a_jobs_journal_lists_the_signals_of_the_scope_it_awaits
+    Mutant(
+        "hunt2_sf_worker_fails_on_an_unmigrated_database",
+        "belay worker fails at once on a database with no Belay schema yet instead of waiting for the "
+        "migration with backoff",
+        "§ops worker (docs/python.md)",
+        (
+            Edit(
+                "impl/ops/failures.py",
+                'not_yet_migrated = isinstance(cause, IncompatibleSchema) and "no Belay schema" in str(cause)',
+                "not_yet_migrated = False",
+            ),
+        ),
+        suite=(EDGES2, "tests/test_cli_failures.py"),
+    ),  # killed by test_surface_edges2::test_belay_worker_waits_for_a_database_not_migrated_yet
 )
