@@ -342,6 +342,6 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
                 "not_yet_migrated = False",
             ),
         ),
-        suite=(EDGES2, "tests/test_cli_failures.py"),
+        suite=(EDGES2,),  # test_cli_failures.py starts real worker processes: two minutes of baseline
     ),  # killed by test_surface_edges2::test_belay_worker_waits_for_a_database_not_migrated_yet
 )
