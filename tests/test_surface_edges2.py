@@ -349,22 +349,6 @@ def test_a_prune_dry_run_counts_the_rate_windows_the_prune_then_deletes(db_url):
         assert op.prune(dry_run=False)["rate_windows"] == 1
 
 
-def test_a_failed_run_of_another_clients_job_spends_its_own_column_budget(api, clock, db_url):
-    """docs/http-api.md "Runs": "a job another client enqueued and this server handed out keeps the budget
-    of its own column" (contract §7: retry while attempt < max_attempts) — its last attempt's failRun
-    fails the job, with no next run."""
-    assert api.post("/queues", json={"name": "q"}).status_code == 201
-    with Client(db_url, clock=clock) as c:
-        job_id = c.enqueue("q", "work", max_attempts=2).id
-    [first] = claim_tasks(api, 1)
-    assert "next_run_id" in api.post(f"/runs/{first['run_id']}/fail", json={"error": "boom"}).json()
-    [last] = claim_tasks(api, 1)
-    answer = api.post(f"/runs/{last['run_id']}/fail", json={"error": "boom"}).json()
-    assert "next_run_id" not in answer
-    assert job(db_url, f"task_{job_id}")["state"] == "failed"
-    assert claim_tasks(api, 1) == []
-
-
 # --- binding: loopback only without a token ------------------------------------------------------------
 
 

@@ -60,14 +60,6 @@ SURFACE_HUNT2: tuple[Mutant, ...] = (
         suite=HTTP2_SUITE,
     ),  # killed by test_surface_edges2::test_a_run_at_with_a_utc_offset_names_the_same_instant
     Mutant(
-        "hunt2_sf_foreign_job_one_attempt_more",
-        "failRun of a job another client enqueued retries it at attempt == max_attempts (its own column "
-        "budget overspent by one run)",
-        "§http Runs / §7",
-        (Edit(RUNS_PY, 'more = row["attempt"] < row["max_attempts"]', 'more = row["attempt"] <= row["max_attempts"]'),),
-        suite=HTTP2_SUITE,
-    ),  # killed by test_surface_edges2::test_a_failed_run_of_another_clients_job_spends_its_own_column_budget
-    Mutant(
         "hunt2_sf_task_due_now_listed_sleeping",
         "GET /tasks lists a task whose wait deadline is exactly now as sleeping, though it is claimable (§6: "
         "ready_at <= now)",
