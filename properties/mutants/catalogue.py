@@ -36,6 +36,7 @@ from properties.mutants.kinds import (
 from properties.mutants.refine_hunt import REFINE_HUNT
 from properties.mutants.runtime_hunt2 import RUNTIME_HUNT2
 from properties.mutants.sdk_judge import SDK_JUDGE
+from properties.mutants.surface_hunt2 import SURFACE_HUNT2
 from properties.mutants.timing_hunt import TIMING_HUNT
 
 STORE_PY = "impl/store/client_store.py"
@@ -963,6 +964,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     *HUNTS,
     # issue 54's hunt L: the worker runtime and the Client SDK again (properties/mutants/runtime_hunt2.py)
     *RUNTIME_HUNT2,
+    # issue 54's second hunt over the HTTP API and the operator's surface (properties/mutants/surface_hunt2.py)
+    *SURFACE_HUNT2,
     # --- the certifier tier (issue 32): the soak's own judges, properties/mutants/certifier.py ---------
     *CERTIFIER,
     # issue 54's second hunt over the trace validation and the replay (properties/mutants/refine_hunt.py)
@@ -984,5 +987,6 @@ TIERS: dict[str, tuple[str, ...]] = {  # `python -m properties.mutants --tier NA
     # the soak's own rules (issue 32, 54)
     "certifier": tuple(m.name for m in (*CERTIFIER, *REFINE_HUNT, *HARNESS_HUNT, *TIMING_HUNT, *CHECKER_HUNT)),
     "sdk-judge": tuple(m.name for m in SDK_JUDGE),  # the judge of SDKs in other languages (issue 54)
-    "hunts": tuple(m.name for m in (*HUNTS, *RUNTIME_HUNT2)),  # impl/ bugs issue 54's mutation hunts found untested
+    # impl/ bugs issue 54's mutation hunts found untested
+    "hunts": tuple(m.name for m in (*HUNTS, *RUNTIME_HUNT2, *SURFACE_HUNT2)),
 }
