@@ -270,3 +270,24 @@ def test_p20_is_unknown_when_no_slow_attempt_ran():
     r.steps = [s for s in r.steps if s.job_id != 11]
     p20 = duty(r.check(), "P20")
     assert p20.verdict == "unknown" and "`slow` attempts that ran" in p20.why_unknown, p20.to_json()
+
+
+def test_p4_an_attempt_failed_by_a_database_crash_during_the_drain_is_not_a_hand_back():
+    """A 1,200 s soak of the reference worker: two PostgreSQL crash-restarts 1.9 s and 9.7 s into a node's
+    drain failed a running `slow` job's attempt (OperationalError) and attempt 2 ran it — the crash's retry
+    (§7: a failed attempt is retried), not a job handed back. Without a crash in the drain the same row is a
+    made-up retry; a snooze or a release (no error entry) is a hand-back crash or not."""
+    r = baseline()
+    r.jobs[1] = job(1, attempt=2, errors=[err(1, "OperationalError", 10.5)])
+    p4 = duty(_drained(r, [[1, 1, "echo"]]).check(), "P4")
+    assert p4.verdict == "invalid" and "an error entry 'OperationalError' (a retry)" in p4.counterexamples[0]
+    r.history += [{"t": E0 + 10.3, "type": "db_crash"}, {"t": E0 + 10.6, "type": "db_restarted"}]
+    assert duty(r.check(), "P4").verdict == "valid"
+    r = baseline()
+    r.jobs[1] = job(1, attempt=2, max_attempts=11)  # a snooze: no error entry
+    _drained(r, [[1, 1, "echo"]]).history += [
+        {"t": E0 + 10.3, "type": "db_crash"},
+        {"t": E0 + 10.6, "type": "db_restarted"},
+    ]
+    p4 = duty(r.check(), "P4")
+    assert p4.verdict == "invalid" and "no error entry (a snooze or a release)" in p4.counterexamples[0]

@@ -848,8 +848,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "P4: jobs a SIGTERMed worker handed back (acked to ready) are not judged: only lease expiries are",
         "§duty P4",
         DUTIES_RUNNING_PY,
-        "        handed_back(r, state, node, e, steps)\n",
-        "        pass  # MUTANT: handed_back(r, state, node, e, steps)\n",
+        "        handed_back(r, state, node, e, steps, outage=timeline.db_down_during(t, end + 1))\n",
+        "        pass  # MUTANT: handed_back(r, state, node, e, steps, outage=…)\n",
         OUTCOMES_SUITE,
     ),
     _one(
@@ -1744,4 +1744,25 @@ CERTIFIER: tuple[Mutant, ...] = (
         "            if False:  # MUTANT\n",
         TIMING_SUITE,
     ),  # killed by test_timing_judges::test_an_honest_run_keeps_no_judged_claim_and_only_the_claims_a_later_claim_can_look_back_to
+    # --- found by a 1,200 s soak of the reference worker (ninth session): two honest histories judged INVALID ---
+    _one(
+        "cert_p4_outage_retry_is_a_hand_back",
+        "P4: an attempt failed by a PostgreSQL crash during its node's drain counts as handed back (an honest "
+        "worker whose job's statements failed with the crash is INVALID)",
+        "§duty P4",
+        DUTIES_RUNNING_PY,
+        "        handed_back(r, state, node, e, steps, outage=timeline.db_down_during(t, end + 1))\n",
+        "        handed_back(r, state, node, e, steps, outage=False)  # MUTANT\n",
+        OUTCOMES_SUITE,
+    ),  # killed by test_soak_outcomes::test_p4_an_attempt_failed_by_a_database_crash_during_the_drain_is_not_a_hand_back
+    _one(
+        "cert_refine_workflow_ids_numbered_from_the_first",
+        "trace validation: a workflow's members are numbered from the first member's id (a concurrent insert "
+        "that took an id between them makes an honest enqueue unexplained: INVALID)",
+        "§refine",
+        REFINE_RECOVERY_PY,
+        '                head.append(("enqueue_workflow", ("ids", got, op)))\n',
+        '                head.append(("enqueue_workflow", ("next_id", got[0], op)))  # MUTANT\n',
+        ("tests/test_refine_edges.py", *REFINE_SUITE),
+    ),  # killed by test_refine_edges::test_a_workflow_whose_members_ids_have_a_gap_a_concurrent_insert_took_is_explained
 )

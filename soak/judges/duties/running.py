@@ -182,7 +182,7 @@ def p4_drains(
             )
         elif d.get("code") != 0:
             r.add([f"P4 node {node} exited with status {d.get('code')} after SIGTERM (PROTOCOL §1: drain, exit 0)"])
-        handed_back(r, state, node, e, steps)
+        handed_back(r, state, node, e, steps, outage=timeline.db_down_during(t, end + 1))
         # A PostgreSQL crash within a ttl before the SIGTERM (or during the drain) can have committed a claim
         # whose response never reached the node (its connection died with the server): the node never knew
         # that job, so a lease it lets expire is the crash's doing, not the drain's.
@@ -256,7 +256,12 @@ def planned_failure(job: Any, attempt: int, kind: str, steps: Mapping[str, Any])
 
 
 def handed_back(
-    r: Any, state: Any, node: str, term: Mapping[str, Any], steps: Mapping[int, Mapping[str, Any]] | None = None
+    r: Any,
+    state: Any,
+    node: str,
+    term: Mapping[str, Any],
+    steps: Mapping[int, Mapping[str, Any]] | None = None,
+    outage: bool = False,
 ) -> None:
     """P4's second rule: jobs the node was running at its SIGTERM are finished, not handed back.
 
@@ -271,7 +276,12 @@ def handed_back(
       * by an error its kind raises by itself on that attempt (`planned_failure`, PROTOCOL §3: a planned
         failure is the job's own work; its error's spelling is the worker's), nor
       * by a park — not told apart from a snooze or a release in the final row, so the parking kinds
-        (`PARKING_KINDS`) are not judged here (a committed history would show the ack's outcome).
+        (`PARKING_KINDS`) are not judged here (a committed history would show the ack's outcome), nor
+      * by an error while PostgreSQL was down during the drain (`outage`: a crash-restart between the
+        SIGTERM and the exit — the job's own statements failed, and a failed attempt is retried, §7; a
+        1,200 s soak of the reference worker: a `slow` job's attempt failed with OperationalError by two
+        crash-restarts 1.9 s and 9.7 s into its node's drain). A snooze or a release (no entry) is still a
+        hand-back.
     Whatever else ended the attempt — no entry at all (a snooze or a release: §7 appends no error) or
     another error (a retry the worker made up) — handed the job back. A `slow` job (whose `nap` may
     outlast the grace) is judged too: it may be left to lease expiry, not handed back."""
@@ -285,6 +295,8 @@ def handed_back(
         if "lease_expired" in errors or (
             errors and planned_failure(job, attempt, str(kind), {} if steps is None else steps.get(job.id, {}))
         ):
+            continue
+        if errors and outage:  # failed by the database's crash during the drain, not handed back
             continue
         how = f"an error entry {errors[-1]!r} (a retry)" if errors else "no error entry (a snooze or a release)"
         r.add(
