@@ -1761,8 +1761,8 @@ CERTIFIER: tuple[Mutant, ...] = (
         "that took an id between them makes an honest enqueue unexplained: INVALID)",
         "§refine",
         REFINE_RECOVERY_PY,
-        '                head.append(("enqueue_workflow", ("ids", got, op)))\n',
-        '                head.append(("enqueue_workflow", ("next_id", got[0], op)))  # MUTANT\n',
+        '            head.append(("enqueue_workflow", _by_ids([m.id for m in members], ops.EnqueueWorkflow(now, wf_id, ms))))\n',
+        '            head.append(("enqueue_workflow", ("next_id", members[0].id, ops.EnqueueWorkflow(now, wf_id, ms))))  # MUTANT\n',
         ("tests/test_refine_edges.py", *REFINE_SUITE),
     ),  # killed by test_refine_edges::test_a_workflow_whose_members_ids_have_a_gap_a_concurrent_insert_took_is_explained
 )

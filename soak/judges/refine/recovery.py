@@ -44,6 +44,12 @@ from soak.judges.refine.world import (
 from soak.judges.timing import Freshness
 
 
+def _by_ids(got: list[int], op: Any) -> tuple[Any, ...]:
+    """`op`'s rows took ids `got` (id order): numbered from the first when consecutive, else given those ids (a
+    sequence is shared: another session can take ids between one statement's rows — a workflow got 38563–5, 38567)."""
+    return ("next_id", got[0], op) if got == list(range(got[0], got[0] + len(got))) else ("ids", got, op)
+
+
 class Recovery:
     """The candidate recovery half of `Validator`; the attributes below are set by `Validator.__init__`."""
 
@@ -190,12 +196,7 @@ class Recovery:
                 )
                 for m in members
             )
-            op = ops.EnqueueWorkflow(now, wf_id, ms)
-            got = [m.id for m in members]  # in id order: the order the sequence handed the ids out
-            if got == list(range(got[0], got[0] + len(got))):
-                head.append(("enqueue_workflow", ("next_id", got[0], op)))
-            else:  # a concurrent insert took ids between the members' (a 1,200 s soak of the reference worker)
-                head.append(("enqueue_workflow", ("ids", got, op)))
+            head.append(("enqueue_workflow", _by_ids([m.id for m in members], ops.EnqueueWorkflow(now, wf_id, ms))))
         if cron:
             now = cron[0].inserted_at
             self.now_ok(now, at, "cron fire")
@@ -251,9 +252,8 @@ class Recovery:
                 if all(got == first + i for i, got in taken):
                     head.append(("spawn", ("next_id", first, spawn)))
                 else:  # a concurrent insert took ids between the children's (seed 2032's two-hour soak)
-                    by_index = dict(taken)
-                    supply = [by_index.get(i, -1 - i) for i in range(len(ids))]  # a held child's id: unused
-                    head.append(("spawn", ("ids", supply, spawn)))
+                    by_index = dict(taken)  # a held child's id (-1 - i): unused
+                    head.append(("spawn", ("ids", [by_index.get(i, -1 - i) for i in range(len(ids))], spawn)))
                 spawned_keys.get(job_id, {}).pop(spawn_name, None)
             else:
                 try:
@@ -280,11 +280,7 @@ class Recovery:
                     insert = w.SpawnChildren(now, parent, name, tuple(pairs))
                 except ops.InvalidInput as exc:
                     raise Mismatch(f"children of job {parent} ({name}): {exc}") from None
-                got = [j.id for j in left]
-                if got == list(range(got[0], got[0] + len(got))):
-                    head.append(("spawn_children", ("next_id", got[0], insert)))
-                else:  # a concurrent insert took ids between them
-                    head.append(("spawn_children", ("ids", got, insert)))
+                head.append(("spawn_children", _by_ids([j.id for j in left], insert)))
         # --- events
         for (job_id, seq), (b, a) in sorted(E.items()):
             if a is None:
