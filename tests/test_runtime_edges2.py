@@ -197,11 +197,17 @@ def test_a_chunk_size_below_one_is_refused_at_registration():
 # --- the node (impl/runtime/node.py) --------------------------------------------------------------------
 
 
-def _worker(db_url: str, registry: Registry | None = None, **config: Any) -> Worker:
+def _worker(
+    db_url: str, registry: Registry | None = None, events: list[tuple[str, dict]] | None = None, **config: Any
+) -> Worker:
+    """A worker on queue Q at T0; with `events`, its telemetry events are appended there."""
     config.setdefault("queues", (QueueConfig(Q),))
     config.setdefault("node", "edge2-node")
     clock = config.pop("clock", lambda: T0)
-    return Worker(db_url, registry or Registry(), WorkerConfig(**config), clock=clock)
+    if events is None:
+        return Worker(db_url, registry or Registry(), WorkerConfig(**config), clock=clock)
+    sink = (lambda event, meta: events.append((event, meta)),)
+    return Worker(db_url, registry or Registry(), WorkerConfig(**config), clock=clock, telemetry=sink)
 
 
 def _stop(worker: Worker) -> None:
@@ -333,13 +339,7 @@ def test_a_job_that_parks_is_reported_as_a_stop_not_as_an_exception(db_url):
         ctx.sleep("nap", 60)
 
     events: list[tuple[str, dict]] = []
-    worker = Worker(
-        db_url,
-        registry,
-        WorkerConfig(queues=(QueueConfig(Q),), node="edge2-node"),
-        clock=lambda: T0,
-        telemetry=(lambda event, meta: events.append((event, meta)),),
-    )
+    worker = _worker(db_url, registry, events)
     try:
         producer = worker.producers[Q]
         ctx = JobContext(_job(5, worker="napper"), JobStore(), worker.clock)
@@ -359,13 +359,7 @@ def test_the_claim_event_reports_the_jobs_claimed_not_the_demand(db_url):
     """Telemetry (docs/operations.md): the runtime emits `claim` with what the claim did — its `demand` and
     the jobs it `claimed` (a queue drained dry claims fewer than it asked for)."""
     events: list[tuple[str, dict]] = []
-    worker = Worker(
-        db_url,
-        Registry(),
-        WorkerConfig(queues=(QueueConfig(Q),), node="edge2-node"),
-        clock=lambda: T0,
-        telemetry=(lambda event, meta: events.append((event, meta)),),
-    )
+    worker = _worker(db_url, events=events)
     try:
         _fake(worker, NodeStore(Claim=w.Claimed((_job(9),))))
         assert [j.id for j in worker.producers[Q].claim_jobs(3)] == [9]
@@ -609,13 +603,7 @@ def test_a_renewal_that_crossed_an_executions_end_flags_nothing(db_url):
     finished (and acked) between the listing and the renewal gave its lease up itself; neither it is flagged
     nor is a `lease.lost` event emitted (operations.md telemetry: lease.lost means a live attempt lost it)."""
     events: list[tuple[str, dict]] = []
-    worker = Worker(
-        db_url,
-        Registry(),
-        WorkerConfig(queues=(QueueConfig(Q),), node="edge2-node"),
-        clock=lambda: T0,
-        telemetry=(lambda event, meta: events.append((event, meta)),),
-    )
+    worker = _worker(db_url, events=events)
     try:
         producer = worker.producers[Q]
         ctx = JobContext(_job(31), JobStore(), worker.clock)
