@@ -123,7 +123,6 @@ class ClaimOrder:
         # written by a concurrent transaction, a row taken], by their index in judgement order — only those
         # that passed over a row: no end-of-run judgement reads the others (memory flat in the run's length)
         self.judged_claims: dict[int, list[Any]] = {}
-        self._claim_no = 0  # the next judged claim's index
         # the longest a claim's `now` may lag its commit — the trace validation's LAG: a staler claim is
         # unexplained and never observed here. With it, the claims no later claim and no kept judged claim can
         # look back to are dropped from `claims` (`_trim`); None keeps every claim
@@ -234,8 +233,7 @@ class ClaimOrder:
         # most that many of the rows it passed over, the earliest in order
         can_hold = LOCKS_PER_TAKE * self.max_take * self.faults.freezes(t_now - CLAIM_HOLD_MIN, t)
         rank = 0
-        me = self._claim_no
-        self._claim_no += 1
+        me = self.judged - 1  # this claim's index in judgement order (observe counted it)
         mine: list[Any] = [queue, t_now, t, lsn, node, 0, 0, max(ids), None, 0]  # a judged_claims record
         self.judged_claims[me] = mine
         lst = self.index.get(queue, [])
